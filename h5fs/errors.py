@@ -1,0 +1,35 @@
+"""Exceptions that carry the errno a filesystem call should answer with."""
+
+from __future__ import annotations
+
+import errno
+
+
+class H5fsError(Exception):
+    """Base class; `errno` is what the FUSE layer answers."""
+
+    errno: int = errno.EIO
+
+
+class FormatError(H5fsError):
+    """The file's bytes do not follow the format (corrupt, truncated or hostile)."""
+
+    errno = errno.EIO
+
+
+class ChecksumError(FormatError):
+    """A stored Jenkins lookup3 checksum does not match the bytes it covers."""
+
+
+class Unsupported(H5fsError):
+    """A valid feature this version of h5fs cannot serve; the message names it."""
+
+    errno = errno.EIO
+
+
+class ReadOnly(H5fsError):
+    errno = errno.EROFS
+
+
+class NotFound(H5fsError):
+    errno = errno.ENOENT

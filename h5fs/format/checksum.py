@@ -1,0 +1,55 @@
+"""Jenkins lookup3 `hashlittle`, the checksum of every version-2+ metadata structure."""
+
+from __future__ import annotations
+
+from ..errors import ChecksumError
+
+_M = 0xFFFFFFFF
+
+
+def _rot(x: int, k: int) -> int:
+    return ((x << k) | (x >> (32 - k))) & _M
+
+
+def lookup3(data: bytes | memoryview, initval: int = 0) -> int:
+    """Bob Jenkins' hashlittle over `data`, as H5_checksum_lookup3 computes it."""
+    data = bytes(data)
+    length = len(data)
+    a = b = c = (0xDEADBEEF + length + initval) & _M
+    pos = 0
+    while length - pos > 12:
+        a = (a + int.from_bytes(data[pos:pos + 4], "little")) & _M
+        b = (b + int.from_bytes(data[pos + 4:pos + 8], "little")) & _M
+        c = (c + int.from_bytes(data[pos + 8:pos + 12], "little")) & _M
+        a = (a - c) & _M; a ^= _rot(c, 4); c = (c + b) & _M
+        b = (b - a) & _M; b ^= _rot(a, 6); a = (a + c) & _M
+        c = (c - b) & _M; c ^= _rot(b, 8); b = (b + a) & _M
+        a = (a - c) & _M; a ^= _rot(c, 16); c = (c + b) & _M
+        b = (b - a) & _M; b ^= _rot(a, 19); a = (a + c) & _M
+        c = (c - b) & _M; c ^= _rot(b, 4); b = (b + a) & _M
+        pos += 12
+    rest = length - pos
+    if rest == 0:
+        return c
+    tail = data[pos:] + bytes(12 - rest)
+    a = (a + int.from_bytes(tail[0:4], "little")) & _M
+    b = (b + int.from_bytes(tail[4:8], "little")) & _M
+    c = (c + int.from_bytes(tail[8:12], "little")) & _M
+    c ^= b; c = (c - _rot(b, 14)) & _M
+    a ^= c; a = (a - _rot(c, 11)) & _M
+    b ^= a; b = (b - _rot(a, 25)) & _M
+    c ^= b; c = (c - _rot(b, 16)) & _M
+    a ^= c; a = (a - _rot(c, 4)) & _M
+    b ^= a; b = (b - _rot(a, 14)) & _M
+    c ^= b; c = (c - _rot(b, 24)) & _M
+    return c
+
+
+def verify(data: bytes | memoryview, what: str) -> None:
+    """Check that the last 4 bytes of `data` are the lookup3 of the rest."""
+    if len(data) < 4:
+        raise ChecksumError(f"{what}: too short to hold a checksum")
+    stored = int.from_bytes(bytes(data[-4:]), "little")
+    actual = lookup3(data[:-4])
+    if stored != actual:
+        raise ChecksumError(f"{what}: checksum mismatch (stored {stored:#010x}, computed {actual:#010x})")

@@ -1,0 +1,1 @@
+"""One module per object header message type; `decode_message` dispatches by type number."""

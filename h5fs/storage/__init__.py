@@ -1,0 +1,1 @@
+"""File I/O, filters, chunk indexes and the chunk grid."""

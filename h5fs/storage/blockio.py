@@ -1,0 +1,54 @@
+"""Bounds-checked positional reads from the .h5 file (thread-safe: os.pread only)."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import FormatError
+from ..format.cursor import Cursor, Sizes
+
+# No single metadata structure h5fs reads may claim more than this; protects against sizes
+# taken from a hostile file (chunk data has its own bound: the decoded chunk size).
+MAX_METADATA_BLOCK = 256 * 1024 * 1024
+
+
+class BlockReader:
+    """Reads byte ranges at HDF5 addresses (relative to the superblock's base address)."""
+
+    def __init__(self, fd: int, base: int = 0, sizes: Sizes = Sizes()):
+        self.fd = fd
+        self.base = base
+        self.sizes = sizes
+        self.eof = os.fstat(fd).st_size
+
+    def read(self, addr: int | None, size: int, what: str = "block") -> bytes:
+        """Exactly `size` bytes at `addr`, or FormatError naming `what`."""
+        if addr is None:
+            raise FormatError(f"{what}: undefined address")
+        if size < 0 or size > MAX_METADATA_BLOCK:
+            raise FormatError(f"{what}: implausible size {size}")
+        start = self.base + addr
+        if start < 0 or start + size > self.eof:
+            raise FormatError(f"{what}: range {addr}+{size} lies outside the file ({self.eof - self.base} bytes)")
+        data = os.pread(self.fd, size, start)
+        if len(data) != size:
+            raise FormatError(f"{what}: short read at {addr}")
+        return data
+
+    def read_upto(self, addr: int | None, size: int, what: str = "block") -> bytes:
+        """Up to `size` bytes at `addr`, clipped at end of file (for structures of unknown length)."""
+        if addr is None:
+            raise FormatError(f"{what}: undefined address")
+        start = self.base + addr
+        if start < 0 or start >= self.eof:
+            raise FormatError(f"{what}: address {addr} lies outside the file")
+        size = min(size, self.eof - start, MAX_METADATA_BLOCK)
+        return os.pread(self.fd, size, start)
+
+    def cursor(self, addr: int | None, size: int, what: str = "block") -> Cursor:
+        return Cursor(self.read(addr, size, what), 0, self.sizes, what)
+
+    def check_range(self, addr: int | None, size: int, what: str) -> None:
+        """Raise unless [addr, addr+size) lies inside the file."""
+        if addr is None or addr < 0 or size < 0 or self.base + addr + size > self.eof:
+            raise FormatError(f"{what}: range {addr}+{size} lies outside the file")
