@@ -1,0 +1,64 @@
+"""A byte-budgeted LRU of decoded chunks, shared by all datasets of a file, safe across threads.
+
+Concurrent readers of one chunk wait for the single decode in flight instead of repeating it
+(the kernel sends several read requests at once that fall into the same chunk).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable, Hashable
+
+
+class ChunkCache:
+    def __init__(self, budget: int = 192 * 1024 * 1024):
+        self.budget = budget
+        self.used = 0
+        self._items: OrderedDict[Hashable, bytes] = OrderedDict()
+        self._inflight: dict[Hashable, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def peek(self, key: Hashable) -> bytes | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def get(self, key: Hashable, load: Callable[[], bytes]) -> bytes:
+        while True:
+            with self._lock:
+                value = self._items.get(key)
+                if value is not None:
+                    self._items.move_to_end(key)
+                    return value
+                event = self._inflight.get(key)
+                if event is None:
+                    event = self._inflight[key] = threading.Event()
+                    break
+            event.wait()
+        try:
+            value = load()
+            with self._lock:
+                self._store(key, value)
+            return value
+        finally:
+            with self._lock:
+                del self._inflight[key]
+            event.set()
+
+    def _store(self, key: Hashable, value: bytes) -> None:
+        if len(value) > self.budget:
+            return
+        self._items[key] = value
+        self.used += len(value)
+        while self.used > self.budget:
+            _, old = self._items.popitem(last=False)
+            self.used -= len(old)
+
+    def drop(self, prefix: Hashable) -> None:
+        """Forget every chunk whose key starts with `prefix` (a dataset's identity)."""
+        with self._lock:
+            for key in [k for k in self._items if isinstance(k, tuple) and k[0] == prefix]:
+                self.used -= len(self._items.pop(key))

@@ -1,0 +1,59 @@
+"""Chunk index of layout versions 1-3 (and v4 files that keep it): a version 1 B-tree of type 1."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Iterator
+
+from ...errors import FormatError
+from ...format import btree_v1
+from . import ChunkIndex, ChunkRecord, IndexContext
+
+
+class BTreeV1Index(ChunkIndex):
+    def __init__(self, ctx: IndexContext):
+        super().__init__(ctx)
+        self.rank = len(ctx.layout.chunk_dims)
+        self.root = ctx.layout.index.address if ctx.layout.index else None
+        self._node = lru_cache(maxsize=256)(self._read_node)
+
+    def _read_node(self, address: int) -> btree_v1.Node:
+        return btree_v1.read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
+
+    def _record(self, key: btree_v1.ChunkKey, child: int) -> ChunkRecord:
+        dims = self.ctx.layout.chunk_dims
+        offsets = key.offsets[:self.rank]
+        if any(o % d for o, d in zip(offsets, dims)):
+            raise FormatError(f"{self.ctx.what}: chunk offset {offsets} is not on the chunk grid")
+        return ChunkRecord(tuple(o // d for o, d in zip(offsets, dims)), child, key.size, key.filter_mask)
+
+    def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
+        if self.root is None:
+            return None
+        target = tuple(c * d for c, d in zip(coords, self.ctx.layout.chunk_dims))
+        addr, level = self.root, None
+        for _ in range(btree_v1.MAX_DEPTH + 1):
+            node = self._node(addr)
+            if level is not None and node.level != level:
+                raise FormatError(f"{self.ctx.what}: B-tree node at {addr} has level {node.level}, expected {level}")
+            # child i holds keys in [keys[i], keys[i+1]): take the last child whose left key <= target
+            pick = None
+            for i in range(len(node.children)):
+                if tuple(node.keys[i].offsets[:self.rank]) <= target:
+                    pick = i
+                else:
+                    break
+            if pick is None:
+                return None
+            if node.level == 0:
+                key = node.keys[pick]
+                return self._record(key, node.children[pick]) if tuple(key.offsets[:self.rank]) == target else None
+            addr, level = node.children[pick], node.level - 1
+        raise FormatError(f"{self.ctx.what}: B-tree deeper than {btree_v1.MAX_DEPTH}")
+
+    def records(self) -> Iterator[ChunkRecord]:
+        if self.root is None:
+            return
+        for key, child, _ in btree_v1.iterate_leaves(self.ctx.reader, self.root, btree_v1.CHUNK, self.rank,
+                                                     self.ctx.what, lambda r, a, t, k, w: self._node(a)):
+            yield self._record(key, child)
