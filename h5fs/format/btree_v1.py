@@ -41,6 +41,7 @@ def read_node(reader, address: int | None, node_type: int, rank: int, what: str)
         raise FormatError(f"{what}: B-tree node type {ntype}, expected {node_type}")
     if used > MAX_ENTRIES:
         raise FormatError(f"{what}: B-tree node claims {used} entries")
+    head.skip(2 * s.offset)  # sibling addresses: traversal goes through the parents
     ks = key_size(node_type, s, rank)
     body_size = (used + 1) * ks + used * s.offset
     c = Cursor(reader.read(address, head.pos + body_size, f"{what}: B-tree node"), head.pos, s, what)

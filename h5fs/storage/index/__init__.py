@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterator
@@ -48,12 +49,13 @@ class ChunkIndex(ABC):
         return sum(r.size for r in self.records())
 
 
-def open_index(ctx: IndexContext) -> ChunkIndex:
-    from ...format.messages import layout as L
-    from . import btree_v1, btree_v2, extensible_array, fixed_array, implicit, single
+# index type -> (module, class); imported on first use
+_KINDS = {0: ("btree_v1", "BTreeV1Index"), 1: ("single", "SingleChunkIndex"), 2: ("implicit", "ImplicitIndex"),
+          3: ("fixed_array", "FixedArrayIndex"), 4: ("extensible_array", "ExtensibleArrayIndex"),
+          5: ("btree_v2", "BTreeV2Index")}
 
-    kinds = {L.BTREE_V1: btree_v1.BTreeV1Index, L.SINGLE: single.SingleChunkIndex,
-             L.IMPLICIT: implicit.ImplicitIndex, L.FIXED_ARRAY: fixed_array.FixedArrayIndex,
-             L.EXTENSIBLE_ARRAY: extensible_array.ExtensibleArrayIndex, L.BTREE_V2: btree_v2.BTreeV2Index}
+
+def open_index(ctx: IndexContext) -> ChunkIndex:
     assert ctx.layout.index is not None
-    return kinds[ctx.layout.index.index_type](ctx)
+    module, cls = _KINDS[ctx.layout.index.index_type]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)(ctx)

@@ -1,0 +1,55 @@
+"""Shared Object Header Message Table message (0x000F) and the SOHM table it points to (III.I)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import FormatError
+from .. import checksum
+from ..cursor import Cursor
+
+MAX_INDEXES = 32
+# Bits of an index's message-type flags (III.I), keyed by object header message type.
+TYPE_BITS = {0x01: 0x01, 0x03: 0x02, 0x05: 0x04, 0x0B: 0x08, 0x0C: 0x10}
+
+
+@dataclass(frozen=True)
+class SohmIndex:
+    index_type: int          # 0 list, 1 v2 B-tree
+    message_types: int
+    heap_address: int | None
+    index_address: int | None
+
+
+@dataclass(frozen=True)
+class SohmTableMessage:
+    table_address: int | None
+    nindexes: int
+
+
+def decode(c: Cursor) -> SohmTableMessage:
+    if c.u8() != 0:
+        raise FormatError("shared message table message: unknown version")
+    return SohmTableMessage(c.offset(), c.u8())
+
+
+def read_table(reader, msg: SohmTableMessage) -> list[SohmIndex]:
+    if msg.nindexes > MAX_INDEXES:
+        raise FormatError(f"shared message table: {msg.nindexes} indexes")
+    s = reader.sizes
+    entry = 1 + 1 + 2 + 4 + 2 + 2 + 2 + 2 * s.offset
+    size = 4 + msg.nindexes * entry + 4
+    data = reader.read(msg.table_address, size, "shared message table")
+    checksum.verify(data, "shared message table")
+    c = Cursor(data, 0, s, "shared message table")
+    c.signature(b"SMTB")
+    out = []
+    for _ in range(msg.nindexes):
+        c.u8()  # version
+        itype = c.u8()
+        flags = c.u16()
+        c.u32()  # minimum message size
+        c.u16(); c.u16(); c.u16()  # list cutoff, B-tree cutoff, number of messages
+        index_addr = c.offset()
+        out.append(SohmIndex(itype, flags, c.offset(), index_addr))
+    return out

@@ -1,0 +1,227 @@
+"""Datasets: shape, type, storage facts, and the byte views the mount serves."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+from ..errors import FormatError, Unsupported
+from ..format.messages import dataspace as S
+from ..format.messages import layout as L
+from ..storage.chunked import ChunkedSource
+from ..storage.index import IndexContext, open_index
+from ..storage.sources import CompactSource, ContiguousSource, FillSource, RawSource
+from . import messages as M
+from .objects import H5Object
+
+# Views whose bytes must be computed as a whole (variable-length data) are refused above this size.
+MAX_MATERIALIZED = 256 * 1024 * 1024
+
+
+class Dataset(H5Object):
+    kind = "dataset"
+
+    # -- description ------------------------------------------------------------------------
+    @cached_property
+    def dataspace(self) -> S.Dataspace:
+        space = self.message(M.DATASPACE)
+        if space is None:
+            raise FormatError(f"{self.path}: dataset has no dataspace message")
+        return space
+
+    @cached_property
+    def datatype(self):
+        dt = self.message(M.DATATYPE)
+        if dt is None:
+            raise FormatError(f"{self.path}: dataset has no datatype message")
+        return dt
+
+    @cached_property
+    def dtype(self) -> np.dtype:
+        from .dtypes import numpy_dtype
+        return numpy_dtype(self.datatype)
+
+    @property
+    def itemsize(self) -> int:
+        return self.datatype.size
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.dataspace.dims
+
+    @property
+    def maxshape(self) -> tuple[int | None, ...]:
+        return self.dataspace.maxdims
+
+    @cached_property
+    def layout(self) -> L.DataLayout:
+        lay = self.message(M.LAYOUT)
+        if lay is None:
+            raise FormatError(f"{self.path}: dataset has no data layout message")
+        return lay
+
+    @cached_property
+    def filters(self):
+        pipe = self.message(M.FILTERS)
+        return pipe.filters if pipe is not None else ()
+
+    @cached_property
+    def fill_value(self) -> bytes | None:
+        fv = self.message(M.FILL)
+        if fv is None:
+            fv = self.message(M.FILL_OLD)
+        if fv is None or fv.value is None:
+            return None
+        if len(fv.value) != self.itemsize:
+            raise FormatError(f"{self.path}: fill value of {len(fv.value)} bytes for {self.itemsize}-byte elements")
+        return fv.value
+
+    @property
+    def chunks(self) -> tuple[int, ...] | None:
+        return self.layout.chunk_dims if self.layout.layout_class == L.CHUNKED else None
+
+    # -- storage ----------------------------------------------------------------------------
+    @cached_property
+    def source(self) -> RawSource:
+        space, lay = self.dataspace, self.layout
+        size = space.count * self.itemsize
+        if lay.layout_class == L.COMPACT:
+            return CompactSource(size, lay.compact_data, self.path)
+        if lay.layout_class == L.CONTIGUOUS:
+            if self.header.first(M.EXTERNAL) is not None:
+                from .external import external_source
+                return external_source(self, size)
+            if lay.address is None or size == 0:
+                return FillSource(size, self.fill_value, self.itemsize)
+            if lay.size >= 0 and lay.size < size:
+                raise FormatError(f"{self.path}: contiguous storage of {lay.size} bytes for {size} bytes of data")
+            return ContiguousSource(size, self.file.reader, lay.address, self.path)
+        if lay.layout_class == L.CHUNKED:
+            return self._chunked_source(space, lay)
+        if lay.layout_class == L.VIRTUAL:
+            from .virtual import virtual_source
+            return virtual_source(self, size)
+        raise Unsupported(f"{self.path}: layout class {lay.layout_class}")
+
+    def _chunked_source(self, space: S.Dataspace, lay: L.DataLayout) -> RawSource:
+        if space.kind != S.SIMPLE:
+            raise FormatError(f"{self.path}: chunked dataset with a {('scalar', 'simple', 'null')[space.kind]} dataspace")
+        if lay.element_size != self.itemsize:
+            raise FormatError(f"{self.path}: chunk element size {lay.element_size} differs from datatype size {self.itemsize}")
+        ctx = IndexContext(self.file.reader, lay, space.dims, space.maxdims, bool(self.filters), self.path)
+        return ChunkedSource(space.dims, self.itemsize, lay.chunk_dims, open_index(ctx), self.filters,
+                             self.fill_value, self.file.chunk_cache, self.address, self.path,
+                             edge_unfiltered=bool(lay.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS))
+
+    @property
+    def storage_size(self) -> int:
+        return self.source.allocated()
+
+    # -- views ------------------------------------------------------------------------------
+    @cached_property
+    def materialized(self) -> "MaterializedView | None":
+        """Variable-length and reference data: the views are computed from decoded values."""
+        from .varlen_views import needs_materializing
+        if not needs_materializing(self.datatype):
+            return None
+        return MaterializedView(self)
+
+    @property
+    def raw_size(self) -> int:
+        m = self.materialized
+        return m.raw_size if m is not None else self.source.size
+
+    def read_raw(self, offset: int, size: int) -> bytes:
+        m = self.materialized
+        return m.read_raw(offset, size) if m is not None else self.source.read(offset, size)
+
+    def read_cached(self, offset: int, size: int) -> bytes | None:
+        if self.materialized is not None:
+            return None
+        return self.source.read_cached(offset, size)
+
+    @property
+    def npy_dtype(self) -> np.dtype:
+        m = self.materialized
+        return m.npy_dtype if m is not None else self.dtype
+
+    @property
+    def npy_shape(self) -> tuple[int, ...]:
+        return self.shape
+
+    @property
+    def npy_body_size(self) -> int:
+        m = self.materialized
+        return m.npy_body_size if m is not None else self.source.size
+
+    def read_npy_body(self, offset: int, size: int) -> bytes:
+        m = self.materialized
+        return m.read_npy_body(offset, size) if m is not None else self.source.read(offset, size)
+
+    def read_array(self) -> np.ndarray:
+        """The whole dataset as a NumPy array (for small datasets and tests)."""
+        body = self.read_npy_body(0, self.npy_body_size)
+        return np.frombuffer(body, self.npy_dtype).reshape(self.shape)
+
+    def facts(self) -> dict[str, str]:
+        from .dtypes import describe
+        out = super().facts()
+        out["dtype"] = describe(self.datatype)
+        out["shape"] = _tuple(self.shape)
+        out["maxshape"] = _tuple(self.maxshape)
+        out["layout"] = self.layout.class_name
+        if self.chunks is not None:
+            out["chunks"] = _tuple(self.chunks)
+            out["index"] = L.INDEX_NAMES.get(self.layout.index.index_type, "?")
+        out["filters"] = ",".join(f.label for f in self.filters) if self.filters else "none"
+        out["fill_value"] = self._fill_text()
+        out["storage_size"] = str(self.storage_size)
+        return out
+
+    def _fill_text(self) -> str:
+        fill = self.fill_value
+        if fill is None:
+            return "0 (default)"
+        try:
+            return str(np.frombuffer(fill, self.dtype)[0])
+        except (TypeError, ValueError, Unsupported):
+            return fill.hex()
+
+
+def _tuple(values) -> str:
+    return "(" + ", ".join("unlimited" if v is None else str(v) for v in values) + ("," if len(values) == 1 else "") + ")"
+
+
+class MaterializedView:
+    """Views of variable-length/reference data: decoded once, then served from memory."""
+
+    def __init__(self, ds: Dataset):
+        self.ds = ds
+        if ds.source.size > MAX_MATERIALIZED:
+            raise Unsupported(f"{ds.path}: variable-length dataset too large to serve ({ds.source.size} bytes)")
+
+    @cached_property
+    def _views(self) -> tuple[bytes, np.dtype, bytes]:
+        from .varlen_views import dataset_views
+        return dataset_views(self.ds)
+
+    @property
+    def raw_size(self) -> int:
+        return len(self._views[0])
+
+    def read_raw(self, offset: int, size: int) -> bytes:
+        return self._views[0][offset:offset + size]
+
+    @property
+    def npy_dtype(self) -> np.dtype:
+        return self._views[1]
+
+    @property
+    def npy_body_size(self) -> int:
+        return len(self._views[2])
+
+    def read_npy_body(self, offset: int, size: int) -> bytes:
+        return self._views[2][offset:offset + size]
+
+

@@ -1,0 +1,90 @@
+"""Groups: old-style symbol tables, compact link messages, dense link storage."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from ..errors import FormatError
+from ..format import btree_v1, local_heap, symbol_table_node
+from ..format.cursor import Cursor
+from ..format.messages import link as link_msg
+from ..format.messages.link import Link
+from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
+from . import messages as M
+from .objects import H5Object
+
+
+class Group(H5Object):
+    kind = "group"
+
+    def links(self) -> list[Link]:
+        return self._links[0]
+
+    def link(self, name: str) -> Link | None:
+        return self._links[1].get(name)
+
+    @cached_property
+    def _links(self) -> tuple[list[Link], dict[str, Link]]:
+        links = self._read_links()
+        by_name: dict[str, Link] = {}
+        for ln in links:
+            by_name.setdefault(ln.name, ln)
+        return links, by_name
+
+    def _read_links(self) -> list[Link]:
+        stab = self.message(M.SYMBOL_TABLE)
+        if stab is not None:
+            return self._symbol_table_links(stab.btree_address, stab.heap_address)
+        info = self.message(M.LINK_INFO)
+        if info is not None and info.heap_address is not None:
+            return self._dense_links(info)
+        entry = self.file.root_entry if self.address == self.file.root_address else None
+        if info is None and entry is not None and entry.btree_address is not None:
+            return self._symbol_table_links(entry.btree_address, entry.heap_address)
+        links = [self.decode(raw) for raw in self.header.find(M.LINK)]
+        tracked = info is not None and info.track_order and all(ln.creation_order is not None for ln in links)
+        links.sort(key=(lambda ln: ln.creation_order) if tracked else (lambda ln: ln.name))
+        return links
+
+    def _symbol_table_links(self, btree_addr: int | None, heap_addr: int | None) -> list[Link]:
+        what = f"{self.path}: symbol table"
+        heap = local_heap.read(self.file.reader, heap_addr, what)
+        out: list[Link] = []
+        if btree_addr is None:
+            return out
+        for _, snod, _ in btree_v1.iterate_leaves(self.file.reader, btree_addr, btree_v1.GROUP, 0, what):
+            for entry in symbol_table_node.read(self.file.reader, snod, what):
+                out.append(_entry_link(entry, heap))
+        return out
+
+    def _dense_links(self, info) -> list[Link]:
+        from ..format import btree_v2
+        from ..format.fractal_heap import FractalHeap
+        what = f"{self.path}: dense links"
+        heap = FractalHeap(self.file.reader, info.heap_address, what)
+        by_order = info.index_order and info.order_index_address is not None
+        index = info.order_index_address if by_order else info.name_index_address
+        links = [link_msg.decode(Cursor(heap.get(rec.heap_id), 0, self.file.sizes, what))
+                 for rec in btree_v2.iterate(self.file.reader, index, what)]
+        if not by_order:
+            links.sort(key=lambda ln: ln.name)
+        return links
+
+    def facts(self) -> dict[str, str]:
+        out = super().facts()
+        if self.header.first(M.SYMBOL_TABLE) is not None:
+            out["storage"] = "symbol table"
+        else:
+            info = self.message(M.LINK_INFO)
+            out["storage"] = "dense" if info is not None and info.heap_address is not None else "compact"
+        return out
+
+
+def _entry_link(entry: SymbolTableEntry, heap: local_heap.LocalHeap) -> Link:
+    name = heap.string(entry.name_offset).decode("utf-8", "surrogateescape")
+    if not name:
+        raise FormatError("symbol table: empty link name")
+    if entry.cache_type == CACHE_SOFTLINK:
+        target = heap.string(entry.softlink_offset).decode("utf-8", "surrogateescape")
+        return Link(name, link_msg.SOFT, target=target)
+    return Link(name, link_msg.HARD, address=entry.header_address)

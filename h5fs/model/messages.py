@@ -1,0 +1,32 @@
+"""Message type numbers and the decoder for each (IV.A.2), in one table."""
+
+from __future__ import annotations
+
+from ..format.messages import (attribute, attribute_info, dataspace, external_files, fill_value, filter_pipeline,
+                               layout, link, link_info, modification_time, small, symbol_table)
+
+DATASPACE, LINK_INFO, DATATYPE, FILL_OLD, FILL, LINK, EXTERNAL, LAYOUT = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08
+GROUP_INFO, FILTERS, ATTRIBUTE, COMMENT, MTIME_OLD, SOHM_TABLE = 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F
+SYMBOL_TABLE, MTIME, BTREE_K, ATTRIBUTE_INFO, REFCOUNT = 0x11, 0x12, 0x13, 0x15, 0x16
+
+
+def _datatype(c):
+    from ..format.messages import datatype
+    return datatype.decode(c)
+
+
+DECODERS = {
+    DATASPACE: dataspace.decode, LINK_INFO: link_info.decode, DATATYPE: _datatype, FILL_OLD: fill_value.decode_old,
+    FILL: fill_value.decode, LINK: link.decode, EXTERNAL: external_files.decode, LAYOUT: layout.decode,
+    GROUP_INFO: small.decode_group_info, FILTERS: filter_pipeline.decode, ATTRIBUTE: attribute.decode,
+    COMMENT: small.decode_comment, MTIME_OLD: modification_time.decode_old, SYMBOL_TABLE: symbol_table.decode,
+    MTIME: modification_time.decode_new, BTREE_K: small.decode_btree_k, ATTRIBUTE_INFO: attribute_info.decode,
+    REFCOUNT: small.decode_refcount,
+}
+
+NAMES = {DATASPACE: "dataspace", LINK_INFO: "link info", DATATYPE: "datatype", FILL_OLD: "fill value (old)",
+         FILL: "fill value", LINK: "link", EXTERNAL: "external files", LAYOUT: "data layout",
+         GROUP_INFO: "group info", FILTERS: "filter pipeline", ATTRIBUTE: "attribute", COMMENT: "comment",
+         MTIME_OLD: "modification time (old)", SOHM_TABLE: "shared message table", SYMBOL_TABLE: "symbol table",
+         MTIME: "modification time", BTREE_K: "B-tree K values", ATTRIBUTE_INFO: "attribute info",
+         REFCOUNT: "reference count"}

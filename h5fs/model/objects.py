@@ -1,0 +1,105 @@
+"""The object every group, dataset and named datatype is: a header, its messages, attributes."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FormatError, H5fsError
+from ..format import object_header
+from ..format.cursor import Cursor
+from ..format.messages import shared
+from . import messages as M
+
+if TYPE_CHECKING:
+    from .attributes import Attribute
+    from .file import H5File
+
+MAX_SHARED_DEPTH = 8
+
+
+class H5Object:
+    kind = "object"
+
+    def __init__(self, file: H5File, address: int, path: str, header: object_header.ObjectHeader):
+        self.file = file
+        self.address = address
+        self.path = path
+        self.header = header
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.path} @{self.address}>"
+
+    # -- messages ---------------------------------------------------------------------------
+    def decode(self, raw: object_header.RawMessage, depth: int = 0) -> Any:
+        """Decode one message, following a shared-message reference to where the body lives."""
+        name = M.NAMES.get(raw.type, f"type {raw.type:#x}")
+        what = f"{self.path}: {name} message"
+        if raw.shared:
+            if depth >= MAX_SHARED_DEPTH:
+                raise FormatError(f"{what}: shared message chain too deep")
+            ref = shared.decode(Cursor(raw.data, 0, self.file.sizes, what))
+            body = self.file.shared_message_body(ref, raw.type, what)
+            return self.decode(body, depth + 1)
+        decoder = M.DECODERS.get(raw.type)
+        if decoder is None:
+            raise FormatError(f"{what}: no decoder")
+        try:
+            return decoder(Cursor(raw.data, 0, self.file.sizes, what))
+        except H5fsError as e:
+            if str(e).startswith(self.path):
+                raise
+            raise type(e)(f"{what}: {e}") from None
+
+    def message(self, mtype: int) -> Any:
+        raw = self.header.first(mtype)
+        return None if raw is None else self.decode(raw)
+
+    # -- common facts -----------------------------------------------------------------------
+    @cached_property
+    def nlink(self) -> int:
+        if self.header.version == 1:
+            return max(1, self.header.refcount)
+        rc = self.message(M.REFCOUNT)
+        return max(1, rc or 1)
+
+    @cached_property
+    def mtime(self) -> float | None:
+        for mtype in (M.MTIME, M.MTIME_OLD):
+            raw = self.header.first(mtype)
+            if raw is not None:
+                try:
+                    return self.decode(raw)
+                except H5fsError:
+                    return None
+        if self.header.times:
+            return float(self.header.times[1])
+        return None
+
+    @cached_property
+    def comment(self) -> str | None:
+        return self.message(M.COMMENT)
+
+    def attributes(self) -> list[Attribute]:
+        from .attributes import read_attributes
+        return read_attributes(self)
+
+    def facts(self) -> dict[str, str]:
+        out = {"kind": self.kind, "address": str(self.address)}
+        if self.comment:
+            out["comment"] = self.comment
+        return out
+
+
+class NamedDatatype(H5Object):
+    kind = "datatype"
+
+    @cached_property
+    def datatype(self):
+        return self.message(M.DATATYPE)
+
+    def facts(self) -> dict[str, str]:
+        from .dtypes import describe
+        out = super().facts()
+        out["dtype"] = describe(self.datatype)
+        return out

@@ -1,0 +1,109 @@
+"""Chunked layout: serve row-major byte ranges from filtered chunks through the shared cache."""
+
+from __future__ import annotations
+
+import os
+from math import prod
+
+import numpy as np
+
+from ..errors import FormatError
+from ..format.messages.filter_pipeline import FilterSpec
+from .chunk_cache import ChunkCache
+from .chunk_grid import chunks_in_box, linear_boxes, overlap
+from .filters import ChunkInfo
+from .index import ChunkIndex
+from .sources import RawSource, fill_pattern
+
+# A single chunk larger than this is refused rather than decoded into memory.
+MAX_CHUNK_BYTES = 1 << 31
+
+
+class ChunkedSource(RawSource):
+    def __init__(self, shape: tuple[int, ...], itemsize: int, chunk: tuple[int, ...], index: ChunkIndex,
+                 filters: tuple[FilterSpec, ...], fill: bytes | None, cache: ChunkCache, key: object,
+                 what: str, edge_unfiltered: bool = False):
+        super().__init__(prod(shape) * itemsize)
+        if len(chunk) != len(shape):
+            raise FormatError(f"{what}: chunk rank {len(chunk)} differs from dataspace rank {len(shape)}")
+        self.shape, self.itemsize, self.chunk = shape, itemsize, chunk
+        self.chunk_bytes = prod(chunk) * itemsize
+        if self.chunk_bytes > MAX_CHUNK_BYTES:
+            raise FormatError(f"{what}: chunk of {self.chunk_bytes} bytes is too large to serve")
+        self.index, self.filters, self.fill = index, filters, fill
+        self.cache, self.key, self.what = cache, key, what
+        self.edge_unfiltered = edge_unfiltered
+        self._fill_chunk: bytes | None = None
+        self._allocated: int | None = None
+
+    # -- chunks ---------------------------------------------------------------------------
+    def _is_edge(self, coords: tuple[int, ...]) -> bool:
+        return any((c + 1) * k > d for c, k, d in zip(coords, self.chunk, self.shape))
+
+    def _load(self, coords: tuple[int, ...]) -> bytes:
+        rec = self.index.lookup(coords)
+        if rec is None:
+            if self._fill_chunk is None:
+                self._fill_chunk = fill_pattern(self.fill, self.itemsize, 0, self.chunk_bytes)
+            return self._fill_chunk
+        reader = self.index.ctx.reader
+        stored_max = self.chunk_bytes if not self.filters else MAX_CHUNK_BYTES
+        if rec.size > stored_max:
+            raise FormatError(f"{self.what}: chunk {coords} claims {rec.size} stored bytes")
+        data = os.pread(reader.fd, rec.size, reader.base + rec.address) if rec.size else b""
+        if len(data) != rec.size:
+            raise FormatError(f"{self.what}: chunk {coords} at {rec.address}+{rec.size} lies outside the file")
+        if self.filters and not (self.edge_unfiltered and self._is_edge(coords)):
+            from .filters.pipeline import decode_chunk
+            data = decode_chunk(self.filters, data, rec.filter_mask,
+                                ChunkInfo(self.chunk_bytes, self.itemsize, f"{self.what} chunk {coords}"))
+        if len(data) != self.chunk_bytes:
+            raise FormatError(f"{self.what}: chunk {coords} holds {len(data)} bytes, expected {self.chunk_bytes}")
+        return data
+
+    def chunk_bytes_at(self, coords: tuple[int, ...]) -> bytes:
+        return self.cache.get((self.key, coords), lambda: self._load(coords))
+
+    # -- RawSource --------------------------------------------------------------------------
+    def read(self, offset: int, size: int) -> bytes:
+        return self._read(offset, size, self.chunk_bytes_at)
+
+    def read_cached(self, offset: int, size: int) -> bytes | None:
+        def peek(coords):
+            data = self.cache.peek((self.key, coords))
+            if data is None:
+                raise _Miss
+            return data
+        try:
+            return self._read(offset, size, peek)
+        except _Miss:
+            return None
+
+    def _read(self, offset: int, size: int, chunk_at) -> bytes:
+        offset, size = self.clip(offset, size)
+        if size == 0:
+            return b""
+        isz = self.itemsize
+        e0, e1 = offset // isz, -(-(offset + size) // isz)
+        parts = []
+        for box in linear_boxes(self.shape, e0, e1):
+            out = np.empty(box[1] + (isz,), np.uint8)
+            for coords in chunks_in_box(box, self.chunk):
+                chunk = np.frombuffer(chunk_at(coords), np.uint8).reshape(self.chunk + (isz,))
+                dst, src = overlap(box, coords, self.chunk)
+                out[dst] = chunk[src]
+            parts.append(out)
+        data = b"".join(p.tobytes() for p in parts) if len(parts) > 1 else parts[0].tobytes()
+        skip = offset - e0 * isz
+        return data[skip:skip + size]
+
+    def allocated(self) -> int:
+        if self._allocated is None:
+            self._allocated = self.index.allocated_bytes()
+        return self._allocated
+
+
+class _Miss(Exception):
+    pass
+
+

@@ -1,0 +1,94 @@
+"""Raw-byte sources for a dataset's row-major element bytes: the `RawSource` interface and the
+unchunked layouts (contiguous, compact, never-allocated)."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+
+from ..errors import FormatError
+from .blockio import BlockReader
+
+
+def fill_pattern(fill: bytes | None, itemsize: int, start: int, size: int) -> bytes:
+    """`size` bytes of the repeated fill value, as seen from byte `start` of the array."""
+    if not fill or not any(fill):
+        return bytes(size)
+    if len(fill) != itemsize:
+        fill = (fill * itemsize)[:itemsize]
+    phase = start % itemsize
+    reps = (phase + size) // itemsize + 1
+    return (fill * reps)[phase:phase + size]
+
+
+class RawSource(ABC):
+    """Bytes [0, size) of a dataset in row-major order."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    @abstractmethod
+    def read(self, offset: int, size: int) -> bytes:
+        """Bytes [offset, offset+size) clipped to the array; may do I/O and decoding."""
+
+    def read_cached(self, offset: int, size: int) -> bytes | None:
+        """The same bytes without I/O, or None when that would need I/O."""
+        return None
+
+    @abstractmethod
+    def allocated(self) -> int:
+        """Bytes the data occupies in the file."""
+
+    def clip(self, offset: int, size: int) -> tuple[int, int]:
+        offset = max(0, offset)
+        return offset, max(0, min(size, self.size - offset))
+
+
+class FillSource(RawSource):
+    """Storage never allocated: every element reads as the fill value."""
+
+    def __init__(self, size: int, fill: bytes | None, itemsize: int):
+        super().__init__(size)
+        self.fill, self.itemsize = fill, itemsize
+
+    def read(self, offset: int, size: int) -> bytes:
+        offset, size = self.clip(offset, size)
+        return fill_pattern(self.fill, self.itemsize, offset, size)
+
+    read_cached = read
+
+    def allocated(self) -> int:
+        return 0
+
+
+class CompactSource(RawSource):
+    def __init__(self, size: int, data: bytes, what: str):
+        super().__init__(size)
+        if len(data) < size:
+            raise FormatError(f"{what}: compact data holds {len(data)} bytes, dataset needs {size}")
+        self.data = data
+
+    def read(self, offset: int, size: int) -> bytes:
+        offset, size = self.clip(offset, size)
+        return self.data[offset:offset + size]
+
+    read_cached = read
+
+    def allocated(self) -> int:
+        return self.size
+
+
+class ContiguousSource(RawSource):
+    """One extent in the file; pread straight from it (the page cache is the cache)."""
+
+    def __init__(self, size: int, reader: BlockReader, address: int, what: str):
+        super().__init__(size)
+        reader.check_range(address, size, f"{what}: contiguous data")
+        self.fd, self.start = reader.fd, reader.base + address
+
+    def read(self, offset: int, size: int) -> bytes:
+        offset, size = self.clip(offset, size)
+        return os.pread(self.fd, size, self.start + offset)
+
+    def allocated(self) -> int:
+        return self.size
