@@ -1,0 +1,417 @@
+"""Stored element bytes -> values, where the stored bytes are not the value.
+
+- Fixed-length strings: bytes -> text honouring the padding (nullterm: up to the first NUL;
+  nullpad: trailing NULs removed; spacepad: trailing spaces removed).
+- Variable-length data: each element is a 4-byte count (bytes for strings, elements for
+  sequences) + a global heap ID (collection address, size of offsets + 4-byte object index).
+  A count of 0 is an empty value whatever the heap ID says.
+- Old-style object references (H5R_OBJECT1): an object header address (0 = null).
+- Old-style region references (H5R_DATASET_REGION1): a global heap ID; the heap object holds
+  the dataset's address + an H5S selection serialization.
+- Revised references (reference datatype with encoding version 1, libhdf5 >= 1.12): the element
+  begins with a 2-byte header (reference type, flags). libhdf5 (H5Tref.c) stores an object
+  reference to the same file inline: header, token size (1 byte), token (the object address).
+  Every other kind (region, attribute, or any external reference) stores header + u32 blob size
+  + global heap ID, and the heap object holds the rest of the encoding (Appendix D "Reference
+  Block"): token size, token, [u16 length + external file name], then for regions u32 size of
+  the selection serialization + u32 extent rank + the selection, for attributes u16 length + attribute name. A reference type of 0 is
+  a null reference.
+
+`to_npy(raw, dt, count, heap, sizes, ref_text=...)` builds the `.npy` view's array (dtype from
+dtypes.npy_dtype) for any datatype, converting vlen data and references on the way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import FormatError, Unsupported
+from ..format.cursor import Cursor, Sizes
+from ..format.global_heap import GlobalHeapReader, HeapID
+from ..format.messages.datatype import (
+    NULLPAD, NULLTERM, REF_ATTR, REF_OBJECT1, REF_OBJECT2, REF_REGION1, REF_REGION2, SPACEPAD, UTF8,
+    Array, Compound, Datatype, Enum, Reference, String, VarLen)
+from .dtypes import is_converted, npy_dtype, numpy_dtype
+
+MAX_SELECTION_ITEMS = 1 << 22     # points or blocks in one serialized selection
+
+# ------------------------------------------------------------------------------------ strings
+
+
+def strip_padding(b: bytes, padding: int) -> bytes:
+    if padding == NULLTERM:
+        i = b.find(b"\0")
+        return b if i < 0 else b[:i]
+    if padding == NULLPAD:
+        return b.rstrip(b"\0")
+    if padding == SPACEPAD:
+        return b.rstrip(b" ")
+    return b
+
+
+def _text(b: bytes, charset: int, errors: str) -> str:
+    return b.decode("utf-8" if charset == UTF8 else "ascii", errors)
+
+
+def _str_array(items: list[str], shape=None) -> np.ndarray:
+    width = max((len(s) for s in items), default=0)
+    out = np.array(items, dtype=f"<U{max(width, 1)}")
+    return out.reshape(shape) if shape is not None else out
+
+
+def decode_fixed_strings(raw: bytes | memoryview, dt: String, errors: str = "replace") -> np.ndarray:
+    """Fixed-length string elements -> 1-D array of str (padding removed)."""
+    raw = bytes(raw)
+    n = len(raw) // dt.size if dt.size else 0
+    items = [_text(strip_padding(raw[i * dt.size:(i + 1) * dt.size], dt.padding), dt.charset, errors)
+             for i in range(n)]
+    return _str_array(items)
+
+
+# ------------------------------------------------------------------------------- vlen elements
+
+def vlen_size(sizes: Sizes) -> int:
+    return 4 + sizes.offset + 4
+
+
+def vlen_descriptors(raw: bytes | memoryview, sizes: Sizes) -> np.ndarray:
+    """Parse vlen elements into a record array with fields len, addr, index."""
+    dtype = np.dtype([("len", "<u4"), ("addr", f"<u{sizes.offset}"), ("index", "<u4")])
+    if len(raw) % dtype.itemsize:
+        raise FormatError(f"vlen data: {len(raw)} bytes is not a multiple of {dtype.itemsize}")
+    return np.frombuffer(raw, dtype)
+
+
+def _vlen_bytes(length: int, addr: int, index: int, elsize: int, heap: GlobalHeapReader) -> bytes:
+    if length == 0:
+        return b""
+    data = heap.get(addr, index)
+    need = length * elsize
+    if need > len(data):
+        raise FormatError(f"vlen element: {length} x {elsize} bytes claimed, heap object holds {len(data)}")
+    return data[:need]
+
+
+def decode_vlen_strings(raw: bytes | memoryview, dt: VarLen, heap: GlobalHeapReader, sizes: Sizes,
+                        errors: str = "replace") -> np.ndarray:
+    """Vlen string elements -> 1-D array of str ('U<longest>')."""
+    if not dt.is_string:
+        raise TypeError("decode_vlen_strings needs a variable-length string type")
+    items = []
+    for length, addr, index in vlen_descriptors(raw, sizes).tolist():
+        b = _vlen_bytes(length, addr, index, dt.base.size, heap)
+        if dt.padding == NULLTERM:
+            b = strip_padding(b, NULLTERM)
+        items.append(_text(b, dt.charset, errors))
+    return _str_array(items)
+
+
+def decode_vlen_sequences(raw: bytes | memoryview, dt: VarLen, heap: GlobalHeapReader,
+                          sizes: Sizes) -> list[np.ndarray]:
+    """Vlen sequence elements of a plain base type -> list of 1-D arrays (numpy_dtype of base)."""
+    if dt.is_string:
+        raise TypeError("decode_vlen_sequences needs a variable-length sequence type")
+    if is_converted(dt.base):
+        raise Unsupported("variable-length sequences of variable-length data or references (use to_npy)")
+    base = numpy_dtype(dt.base)
+    return [np.frombuffer(_vlen_bytes(length, addr, index, dt.base.size, heap), base)
+            for length, addr, index in vlen_descriptors(raw, sizes).tolist()]
+
+
+# --------------------------------------------------------------------------------- selections
+
+@dataclass(frozen=True)
+class Selection:
+    """A decoded H5S selection. kind: 'none', 'all', 'points', 'hyperslab'.
+
+    points: tuple of coordinate tuples; blocks: tuple of (start, end) coordinate tuples
+    (inclusive, irregular hyperslabs); regular: (start, stride, count, block) tuples."""
+
+    kind: str
+    rank: int = 0
+    points: tuple = ()
+    blocks: tuple = ()
+    regular: tuple | None = None
+
+    def text(self) -> str:
+        if self.kind in ("all", "none"):
+            return self.kind
+        if self.kind == "points":
+            return "points " + " ".join("(" + ",".join(map(str, p)) + ")" for p in self.points)
+        if self.regular is not None:
+            start, stride, count, block = self.regular
+            return (f"hyperslab start=({','.join(map(str, start))}) stride=({','.join(map(str, stride))}) "
+                    f"count=({','.join(map(str, count))}) block=({','.join(map(str, block))})")
+        return "blocks " + " ".join(
+            "(" + ",".join(f"{a}:{b + 1}" for a, b in zip(s, e)) + ")" for s, e in self.blocks)
+
+
+def _bounded(n: int, per: int, c: Cursor, what: str) -> None:
+    if n > MAX_SELECTION_ITEMS or n * per > c.remaining():
+        raise FormatError(f"{what}: {n} items do not fit in {c.remaining()} bytes")
+
+
+def decode_selection(c: Cursor, rank: int | None = None) -> Selection:
+    """An H5S selection serialization (Appendix D): u32 type, u32 version, then per type."""
+    what = "dataspace selection"
+    sel_type = c.u32()
+    version = c.u32()
+    if sel_type in (0, 3):          # none / all: 8 reserved bytes (v1)
+        c.skip(min(8, c.remaining()))
+        return Selection("none" if sel_type == 0 else "all", rank or 0)
+    if sel_type == 1:               # points
+        if version == 1:
+            c.skip(4)
+            c.u32()                 # length
+            r = c.u32()
+            n = c.u32()
+            width = 4
+        elif version == 2:
+            width = c.u8()
+            if width not in (2, 4, 8):
+                raise FormatError(f"{what}: point encode size {width}")
+            r = c.u32()
+            n = c.uint(width)
+        else:
+            raise Unsupported(f"point selection version {version}")
+        if r == 0 or r > 32:
+            raise FormatError(f"{what}: rank {r}")
+        _bounded(n, r * width, c, what)
+        pts = tuple(tuple(c.uint(width) for _ in range(r)) for _ in range(n))
+        return Selection("points", r, points=pts)
+    if sel_type == 2:               # hyperslab
+        if version == 1:
+            c.skip(4)
+            c.u32()
+            r = c.u32()
+            n = c.u32()
+            width, regular = 4, False
+        elif version == 2:
+            flags = c.u8()
+            c.u32()                 # length
+            r = c.u32()
+            width, regular = 8, bool(flags & 1)
+            n = 0
+        elif version == 3:
+            flags = c.u8()
+            width = c.u8()
+            if width not in (2, 4, 8):
+                raise FormatError(f"{what}: hyperslab encode size {width}")
+            r = c.u32()
+            regular = bool(flags & 1)
+            n = 0 if regular else c.uint(width)
+        else:
+            raise Unsupported(f"hyperslab selection version {version}")
+        if r == 0 or r > 32:
+            raise FormatError(f"{what}: rank {r}")
+        if regular:
+            vals = [tuple(c.uint(width) for _ in range(4)) for _ in range(r)]
+            start, stride, count, block = (tuple(v[k] for v in vals) for k in range(4))
+            return Selection("hyperslab", r, regular=(start, stride, count, block))
+        if version == 2:
+            raise FormatError(f"{what}: irregular version-2 hyperslab")
+        _bounded(n, 2 * r * width, c, what)
+        blocks = []
+        for _ in range(n):
+            s = tuple(c.uint(width) for _ in range(r))
+            e = tuple(c.uint(width) for _ in range(r))
+            blocks.append((s, e))
+        return Selection("hyperslab", r, blocks=tuple(blocks))
+    raise FormatError(f"{what}: unknown selection type {sel_type}")
+
+
+# --------------------------------------------------------------------------------- references
+
+@dataclass(frozen=True)
+class Ref:
+    """A decoded reference. kind: 'object', 'region' or 'attribute'. address is the target
+    object's header address (the token of the native VOL); file is set for external refs."""
+
+    kind: str
+    address: int | None
+    selection: Selection | None = None
+    attribute: str | None = None
+    file: str | None = None
+    token: bytes = b""
+
+
+def _token_addr(token: bytes, sizes: Sizes) -> int | None:
+    v = int.from_bytes(token[:sizes.offset], "little")
+    return None if v == sizes.undefined else v
+
+
+def decode_references(raw: bytes | memoryview, dt: Reference, heap: GlobalHeapReader | None,
+                      sizes: Sizes) -> list[Ref | None]:
+    """Reference elements -> Ref objects (None for null references)."""
+    raw = bytes(raw)
+    if dt.size == 0 or len(raw) % dt.size:
+        raise FormatError(f"reference data: {len(raw)} bytes is not a multiple of {dt.size}")
+    out: list[Ref | None] = []
+    for i in range(0, len(raw), dt.size):
+        el = raw[i:i + dt.size]
+        c = Cursor(el, 0, sizes, "reference")
+        if dt.ref_type == REF_OBJECT1:
+            addr = c.offset()
+            out.append(None if not addr else Ref("object", addr))
+        elif dt.ref_type == REF_REGION1:
+            addr = c.offset()
+            index = c.u32()
+            if not addr:
+                out.append(None)
+                continue
+            if heap is None:
+                raise Unsupported("region references need the global heap")
+            hc = Cursor(heap.get(addr, index), 0, sizes, "region reference")
+            target = hc.offset()
+            out.append(Ref("region", target, decode_selection(hc)))
+        elif dt.ref_type in (REF_OBJECT2, REF_REGION2, REF_ATTR):
+            out.append(_revised_ref(c, heap, sizes))
+        else:
+            raise Unsupported(f"reference type {dt.ref_type}")
+    return out
+
+
+def _revised_ref(c: Cursor, heap: GlobalHeapReader | None, sizes: Sizes) -> Ref | None:
+    rtype = c.u8()
+    flags = c.u8()
+    if rtype == 0:
+        return None
+    if rtype not in (REF_OBJECT2, REF_REGION2, REF_ATTR):
+        raise FormatError(f"reference: unknown type {rtype}")
+    external = bool(flags & 1)
+    if rtype == REF_OBJECT2 and not external:
+        body = c                              # inline: token size + token
+    else:
+        blob_size = c.u32()
+        addr = c.offset()
+        index = c.u32()
+        if not addr:
+            return None
+        if heap is None:
+            raise Unsupported("revised references need the global heap")
+        data = heap.get(addr, index)
+        if blob_size > len(data):
+            raise FormatError(f"reference: blob of {blob_size} bytes, heap object holds {len(data)}")
+        body = Cursor(data[:blob_size], 0, sizes, "reference block")
+    tsize = body.u8()
+    token = body.bytes(tsize)
+    fname = None
+    if external:
+        fname = body.bytes(body.u16()).decode("utf-8", "replace")
+    kind, sel, attr = "object", None, None
+    if rtype == REF_REGION2:
+        kind = "region"
+        size = body.u32()           # of the selection serialization (rank not included)
+        rank = body.u32()
+        sub = Cursor(body.bytes(size), 0, sizes, "region reference selection")
+        sel = decode_selection(sub, rank)
+    elif rtype == REF_ATTR:
+        kind = "attribute"
+        attr = body.bytes(body.u16()).decode("utf-8", "surrogateescape")
+    return Ref(kind, _token_addr(token, sizes), sel, attr, fname, token)
+
+
+def default_ref_text(ref: Ref | None) -> str:
+    """Text without path resolution (the model layer passes a resolver that gives paths)."""
+    if ref is None:
+        return ""
+    s = f"{ref.file}:" if ref.file else ""
+    s += f"object@{ref.address}"
+    if ref.kind == "region" and ref.selection is not None:
+        s += f"[{ref.selection.text()}]"
+    elif ref.kind == "attribute":
+        s += f"@{ref.attribute}"
+    return s
+
+
+# --------------------------------------------------------------------------------- .npy view
+
+class _Widths:
+    def __init__(self):
+        self.text = 1
+        self.seq = 0
+
+
+def to_npy(raw: bytes | memoryview, dt: Datatype, heap: GlobalHeapReader | None, sizes: Sizes,
+           ref_text: Callable[[Ref | None], str] = default_ref_text, errors: str = "replace") -> np.ndarray:
+    """Elements (1-D) -> array of dtypes.npy_dtype(dt, widths) with vlen data and references
+    converted. For types without vlen data or references this is a zero-copy view."""
+    if dt.size == 0 or len(raw) % dt.size:
+        raise FormatError(f"element data: {len(raw)} bytes is not a multiple of {dt.size}")
+    n = len(raw) // dt.size
+    if not is_converted(dt):
+        return np.frombuffer(raw, npy_dtype(dt), n)
+    if isinstance(dt, VarLen) and dt.is_string:                    # fast, common case
+        return decode_vlen_strings(raw, dt, heap, sizes, errors)
+    w = _Widths()
+    raw = bytes(raw)
+    items = [_value(raw[i * dt.size:(i + 1) * dt.size], dt, heap, sizes, ref_text, errors, w) for i in range(n)]
+    out_dt = npy_dtype(dt, w.text, w.seq)
+    out = np.zeros(n, out_dt)
+    for i, v in enumerate(items):
+        out[i] = _fill(v, dt, out_dt, w)
+    return out
+
+
+def _value(b: bytes, dt: Datatype, heap, sizes, ref_text, errors, w: _Widths) -> Any:
+    """Python-level value of one element of dt (only called where dt is converted)."""
+    if not is_converted(dt):
+        return np.frombuffer(b, npy_dtype(dt), 1)[0]
+    if isinstance(dt, VarLen):
+        (length, addr, index), = vlen_descriptors(b, sizes).tolist()
+        data = _vlen_bytes(length, addr, index, dt.base.size, heap)
+        if dt.is_string:
+            if dt.padding == NULLTERM:
+                data = strip_padding(data, NULLTERM)
+            s = _text(data, dt.charset, errors)
+            w.text = max(w.text, len(s))
+            return s
+        w.seq = max(w.seq, length)
+        es = dt.base.size
+        return [_value(data[k * es:(k + 1) * es], dt.base, heap, sizes, ref_text, errors, w) for k in range(length)]
+    if isinstance(dt, Reference):
+        (ref,) = decode_references(b, dt, heap, sizes)
+        s = ref_text(ref)
+        w.text = max(w.text, len(s))
+        return s
+    if isinstance(dt, Compound):
+        return tuple(_value(b[m.offset:m.offset + m.type.size], m.type, heap, sizes, ref_text, errors, w)
+                     for m in dt.members)
+    if isinstance(dt, Array):
+        es = dt.base.size
+        count = dt.size // es
+        return [_value(b[k * es:(k + 1) * es], dt.base, heap, sizes, ref_text, errors, w) for k in range(count)]
+    if isinstance(dt, Enum):
+        return _value(b, dt.base, heap, sizes, ref_text, errors, w)
+    raise Unsupported(f"{dt.class_name} values")
+
+
+def _fill(v: Any, dt: Datatype, out_dt: np.dtype, w: _Widths) -> Any:
+    """Shape a Python-level value for assignment into an element of out_dt."""
+    if not is_converted(dt):
+        return v
+    if isinstance(dt, VarLen) and not dt.is_string:
+        base_dt = out_dt["values"].base
+        vals = np.zeros(w.seq, base_dt)
+        for k, x in enumerate(v):
+            vals[k] = _fill(x, dt.base, base_dt, w)
+        return (len(v), vals)
+    if isinstance(dt, Compound):
+        return tuple(_fill(x, m.type, out_dt[m.name], w) for x, m in zip(v, dt.members))
+    if isinstance(dt, Array):
+        base_dt = out_dt.base
+        arr = np.zeros(len(v), base_dt)
+        for k, x in enumerate(v):
+            arr[k] = _fill(x, dt.base, base_dt, w)
+        return arr.reshape(dt.dims)
+    return v
+
+
+def max_text_width(strings: np.ndarray) -> int:
+    """Longest string (in characters) of an array of str, at least 1."""
+    if strings.size == 0:
+        return 1
+    return max(1, int(np.char.str_len(strings).max()))
