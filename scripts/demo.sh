@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Mounts the bundled demo file and shows h5fs at work with ordinary tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+mnt=$(mktemp -d /tmp/h5fs-demo.XXXXXX)
+trap 'h5fs umount "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null; rmdir "$mnt"' EXIT
+h5fs mount -o ro demo/demo.h5 "$mnt"
+run() { printf '\n$ %s\n' "$*"; eval "$@"; }
+run "ls -l $mnt $mnt/climate"
+run "readlink $mnt/latest"
+run "cat $mnt/notes"
+run "getfattr -d $mnt/climate"
+run "getfattr -d -m 'user.h5fs' $mnt/climate/temperature"
+run "od -A d -t f4 -N 16 $mnt/climate/temperature"
+run "du -k --apparent-size $mnt/climate/temperature; du -k $mnt/climate/temperature"
+run "python3 -c \"import numpy as np; a = np.load('$mnt/climate/temperature.npy'); print(a.shape, a.dtype, a.mean())\""
