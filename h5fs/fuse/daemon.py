@@ -1,0 +1,82 @@
+"""Run the filesystem: mount with pyfuse3, serve under trio, unmount and close.
+
+`serve` is called in the process that stays behind as the daemon (forked by the CLI, or the
+CLI itself with `-f`); it announces readiness through `on_ready` once the mount answers a
+`stat` of its root, so the CLI returns only when the mount is usable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from typing import Callable
+
+import pyfuse3
+import trio
+
+from . import mounts
+from .operations import Operations
+
+log = logging.getLogger("h5fs.fuse")
+
+
+def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, readonly: bool,
+          info: dict, readahead_kb: int, on_ready: Callable[[], None],
+          on_fail: Callable[[str], None]) -> int:
+    """Mount and serve until unmounted or signalled; return the exit status."""
+    ops = Operations(h5file, source, readonly=readonly, info=info)
+    try:
+        pyfuse3.init(ops, mountpoint, fuse_options)
+    except Exception as exc:  # libfuse already printed its reason on stderr
+        on_fail(f"cannot mount {source} on {mountpoint}: {exc}")
+        return 1
+    log.info("mounted %s on %s (options %s)", source, mountpoint, ",".join(sorted(fuse_options)))
+    status = 0
+    try:
+        trio.run(_main, mountpoint, readahead_kb, on_ready, on_fail)
+    except BaseException:
+        log.exception("main loop failed")
+        status = 1
+    finally:
+        still = mounts.find_mount(mountpoint)
+        unmount = still is not None and still.fstype == mounts.FSTYPE
+        try:
+            pyfuse3.close(unmount=unmount)
+        except Exception:
+            log.exception("closing the FUSE session failed")
+            status = 1
+    log.info("unmounted %s", mountpoint)
+    return status
+
+
+async def _main(mountpoint: str, readahead_kb: int, on_ready, on_fail) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_signals)
+        nursery.start_soon(_announce, mountpoint, readahead_kb, on_ready, on_fail)
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()
+
+
+async def _signals() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("signal %s: unmounting", signal.Signals(signum).name)
+            pyfuse3.terminate()
+
+
+async def _announce(mountpoint: str, readahead_kb: int, on_ready, on_fail) -> None:
+    """Wait until the mount answers, tune its read-ahead, then report ready."""
+    try:
+        await trio.to_thread.run_sync(os.stat, mountpoint)
+    except OSError as exc:
+        on_fail(f"the mount at {mountpoint} does not answer: {exc}")
+        pyfuse3.terminate()
+        return
+    m = mounts.find_mount(mountpoint)
+    if m is not None and readahead_kb > 0:
+        if mounts.set_readahead(m.device, readahead_kb):
+            log.info("read_ahead_kb of bdi %s set to %d", m.device, readahead_kb)
+        else:
+            log.info("could not set read_ahead_kb of bdi %s (not root?)", m.device)
+    on_ready()

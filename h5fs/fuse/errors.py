@@ -1,0 +1,62 @@
+"""The one error boundary between h5fs and pyfuse3.
+
+Any exception other than `pyfuse3.FUSEError` escaping a handler stops `pyfuse3.main` under trio,
+so every handler of `Operations` is wrapped by `boundary`: domain errors (`H5fsError`) become
+their errno, `OSError` keeps its errno, anything unexpected is logged with the object it concerns
+and answered with EIO; the daemon keeps serving.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+
+import pyfuse3
+
+from ..errors import H5fsError
+
+log = logging.getLogger("h5fs.fuse")
+
+
+def fuse_error(exc: BaseException) -> pyfuse3.FUSEError:
+    """The FUSEError to answer for `exc` (no logging)."""
+    if isinstance(exc, pyfuse3.FUSEError):
+        return exc
+    if isinstance(exc, H5fsError):
+        return pyfuse3.FUSEError(getattr(exc, "errno", None) or errno.EIO)
+    if isinstance(exc, OSError) and exc.errno:
+        return pyfuse3.FUSEError(exc.errno)
+    return pyfuse3.FUSEError(errno.EIO)
+
+
+def boundary(fn):
+    """Decorate an async `Operations` handler: only FUSEError ever leaves it."""
+
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    async def wrapper(self, *args):
+        try:
+            return await fn(self, *args)
+        except pyfuse3.FUSEError:
+            raise
+        except H5fsError as exc:
+            log.warning("%s %s: %s: %s", name, _describe(self, args), type(exc).__name__, exc)
+            raise fuse_error(exc) from None
+        except OSError as exc:
+            log.warning("%s %s: %s", name, _describe(self, args), exc)
+            raise fuse_error(exc) from None
+        except Exception:
+            log.exception("%s %s: unexpected error, answering EIO", name, _describe(self, args))
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+def _describe(ops, args) -> str:
+    """Name the object a request concerns, for the log (never raises)."""
+    try:
+        return ops.describe_request(args)
+    except Exception:  # pragma: no cover - logging must not fail
+        return repr(args)[:200]

@@ -1,0 +1,188 @@
+"""What a user reads: the `.npy` header, xattr text, symlink targets, named-datatype files.
+
+Pure functions over engine values; no trio, no pyfuse3, no I/O.
+
+xattr naming (see also operations.Operations.listxattr):
+- HDF5 attribute `A` -> `user.A`.
+- h5fs facts -> `user.h5fs.<fact>` (dtype, shape, maxshape, chunks, filters, layout, fill_value,
+  storage_size, ... plus `kind`, `address`, `path`; the mount root also has `pid`, `file`, `log`).
+- An HDF5 attribute whose name starts with `h5fs.` would collide with the facts, so it is shown
+  as `user.h5fs.attr.<full name>`: attribute `h5fs.dtype` -> `user.h5fs.attr.h5fs.dtype`.
+  No fact name starts with `attr.`, so the two never collide.
+
+xattr value text:
+- Strings (vlen or fixed): their bytes (vlen: UTF-8; fixed: as stored, trailing NULs dropped).
+  An array of strings: one element per line, joined by `\\n` (no trailing newline).
+- Numeric scalars: numpy's `str()` of the element (`3`, `0.1`, `True`, `(1+2j)`).
+- Numeric arrays: nested brackets, elements separated by `, `: `[1, 2, 3]`, `[[1, 2], [3, 4]]`
+  (readable by `ast.literal_eval`/`json.loads` for finite numbers).
+- Compound: `{name: value, ...}` per element; strings inside quoted JSON-style; other kinds
+  (references, vlen sequences, enums-as-integers) by their `str()`.
+No value gets a trailing newline.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+from numpy.lib.format import dtype_to_descr
+
+ATTR_PREFIX = "user."
+FACT_PREFIX = "user.h5fs."
+RESERVED_ATTR_PREFIX = "h5fs."          # HDF5 attribute names starting so are shown ...
+ESCAPED_ATTR_PREFIX = "user.h5fs.attr."  # ... under this xattr prefix, full name kept
+XATTR_NAME_MAX = 255
+XATTR_SIZE_MAX = 65536
+
+
+# ---------------------------------------------------------------------------------------------
+# .npy header
+
+_MAGIC = b"\x93NUMPY"
+
+
+def npy_header(dtype: np.dtype, shape) -> bytes:
+    """A standard NPY header (v1.0, v2.0 when longer than 64 KiB, v3.0 for non-latin-1 field
+    names), padded with spaces and a newline so the data starts on a 64-byte boundary."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(n) for n in shape)
+    text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (dtype_to_descr(dtype), shape)
+    try:
+        text.encode("latin1")
+        encoding, version = "latin1", 1
+    except UnicodeEncodeError:
+        encoding, version = "utf8", 3
+    body = text.encode(encoding)
+    for ver in ((version,) if version == 3 else (1, 2)):
+        len_size = 2 if ver == 1 else 4
+        pre = len(_MAGIC) + 2 + len_size
+        total = pre + len(body) + 1  # +1 for the trailing newline
+        pad = (-total) % 64
+        hlen = len(body) + pad + 1
+        if ver == 1 and hlen >= 65536:
+            continue
+        fmt = "<H" if len_size == 2 else "<I"
+        return _MAGIC + bytes((ver, 0)) + struct.pack(fmt, hlen) + body + b" " * pad + b"\n"
+    raise ValueError("npy header too large")  # pragma: no cover (v2 holds 4 GiB)
+
+
+# ---------------------------------------------------------------------------------------------
+# xattr names
+
+
+def attribute_xattr_name(name: str) -> bytes | None:
+    """The xattr name that shows HDF5 attribute `name`, or None if it cannot be shown."""
+    if not name:
+        return None
+    if name.startswith(RESERVED_ATTR_PREFIX):
+        full = ESCAPED_ATTR_PREFIX + name
+    else:
+        full = ATTR_PREFIX + name
+    raw = full.encode("utf-8", "surrogateescape")
+    if len(raw) > XATTR_NAME_MAX or b"\0" in raw:
+        return None
+    return raw
+
+
+def attribute_name_for_xattr(xname: bytes) -> str | None:
+    """The HDF5 attribute name an xattr name refers to (None: not an attribute's xattr)."""
+    try:
+        s = xname.decode("utf-8", "surrogateescape")
+    except Exception:  # pragma: no cover
+        return None
+    if s.startswith(ESCAPED_ATTR_PREFIX):
+        rest = s[len(ESCAPED_ATTR_PREFIX):]
+        return rest if rest.startswith(RESERVED_ATTR_PREFIX) else None
+    if s.startswith(FACT_PREFIX):
+        return None
+    if s.startswith(ATTR_PREFIX):
+        return s[len(ATTR_PREFIX):]
+    return None
+
+
+def fact_xattr_name(fact: str) -> bytes:
+    return (FACT_PREFIX + fact).encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# xattr values
+
+
+def format_value(value) -> bytes:
+    """The text of an attribute value (see the module docstring)."""
+    a = np.asarray(value)
+    if _is_text(a):
+        if a.ndim == 0:
+            return _text(a[()])
+        return b"\n".join(_text(x) for x in a.ravel())
+    if a.ndim == 0:
+        return _elem(a[()], a.dtype).encode("utf-8", "surrogateescape")
+    return _nested(a).encode("utf-8", "surrogateescape")
+
+
+def _is_text(a: np.ndarray) -> bool:
+    if a.dtype.kind in "US":
+        return True
+    if a.dtype.kind == "O" and a.size > 0:
+        return all(isinstance(x, (str, bytes)) for x in a.ravel())
+    return False
+
+
+def _text(x) -> bytes:
+    if isinstance(x, bytes):
+        return x
+    if isinstance(x, np.bytes_):
+        return bytes(x)
+    return str(x).encode("utf-8", "surrogateescape")
+
+
+def _elem(x, dtype: np.dtype) -> str:
+    if dtype.names:
+        parts = []
+        for name in dtype.names:
+            sub = dtype.fields[name][0]
+            parts.append(f"{name}: {_elem(x[name], sub)}")
+        return "{" + ", ".join(parts) + "}"
+    if dtype.subdtype is not None or isinstance(x, np.ndarray):
+        return _nested(np.asarray(x))
+    if isinstance(x, (str, np.str_)):
+        return json.dumps(str(x), ensure_ascii=False)
+    if isinstance(x, (bytes, np.bytes_)):
+        return json.dumps(bytes(x).decode("utf-8", "backslashreplace"), ensure_ascii=False)
+    return str(x)
+
+
+def _nested(a: np.ndarray) -> str:
+    if a.ndim == 0:
+        return _elem(a[()], a.dtype)
+    if a.ndim == 1:
+        return "[" + ", ".join(_elem(x, a.dtype) for x in a) + "]"
+    return "[" + ", ".join(_nested(sub) for sub in a) + "]"
+
+
+# ---------------------------------------------------------------------------------------------
+# links and named datatypes
+
+
+def soft_link_target(dir_path: str, target: str) -> str:
+    """The symlink text for HDF5 soft link `target` found in the group at `dir_path`.
+
+    Absolute HDF5 paths become paths inside the mount, relative to the symlink's directory
+    (`/a/b` linking to `/x/y` -> `../../x/y`); relative ones stay as they are."""
+    if not target.startswith("/"):
+        return target
+    depth = len([c for c in dir_path.split("/") if c])
+    parts = [".."] * depth + [c for c in target.split("/") if c]
+    return "/".join(parts) or "."
+
+
+def external_link_target(filename: str | None, target: str | None) -> str:
+    """An external link shows as `FILE:OBJECT` (a symlink that goes nowhere real)."""
+    return f"{filename or ''}:{target or ''}"
+
+
+def datatype_text(facts: dict) -> bytes:
+    """The content of the small read-only file that shows a named datatype."""
+    return (facts.get("dtype", "") + "\n").encode("utf-8", "surrogateescape")
