@@ -1,0 +1,3 @@
+from ...errors import Unsupported
+def decode(data, spec, limit, info):
+    raise Unsupported("todo")

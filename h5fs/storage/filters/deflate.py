@@ -1,0 +1,33 @@
+"""Deflate (filter 1): a zlib stream."""
+
+from __future__ import annotations
+
+import zlib
+
+import deflate as libdeflate
+
+from ...errors import FormatError
+from ...format.messages.filter_pipeline import FilterSpec
+from . import ChunkInfo
+
+
+def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
+           info: ChunkInfo) -> bytes | bytearray:
+    try:
+        # libdeflate inflates ~2x faster than zlib; with a size hint above the real size it
+        # still succeeds and returns the real size, and it never writes past `limit`.
+        return libdeflate.zlib_decompress(data, limit)
+    except libdeflate.DeflateError:
+        pass
+    # libdeflate is strict (e.g. about trailing bytes after the stream): let zlib judge,
+    # producing at most limit + 1 bytes so an oversized stream is detected, not allocated.
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(data, limit + 1)
+    except zlib.error as e:
+        raise FormatError(f"corrupt deflate stream ({e})") from None
+    if len(out) > limit:
+        raise FormatError(f"deflate stream inflates to more than {limit} bytes")
+    if not d.eof:
+        raise FormatError("truncated deflate stream")
+    return out
