@@ -94,6 +94,11 @@ class H5File:
             obj = self.get(link.address, walked)
         return obj
 
+    @cached_property
+    def global_heap(self):
+        from ..format.global_heap import GlobalHeapReader
+        return GlobalHeapReader(self.reader)
+
     # -- shared object header messages ----------------------------------------------------------
     @cached_property
     def extension(self) -> object_header.ObjectHeader | None:

@@ -1,22 +1,30 @@
 """Views of data whose stored bytes are not its values: variable-length data and references.
 
-The raw view of a variable-length string dataset is its strings as text, one per line; the
-`.npy` view holds fixed-width unicode. Other variable-length and reference data use the forms
-`dtypes.npy_dtype` documents; their raw view is the `.npy` body.
+- `.npy` view: the array `values.to_npy` builds (vlen strings and references as fixed-width
+  unicode, vlen sequences as {length, values} records; see dtypes.py).
+- raw view: for text-valued data (vlen strings, references) the values as UTF-8 text, one per
+  line, so `cat` shows them; for other converted data (vlen sequences, compounds holding vlen
+  members) the `.npy` body.
+References are shown as the path of the object they point to (the first path found by a walk
+from the root), with `[selection]` for region and `@name` for attribute references.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import Unsupported
+from ..errors import H5fsError
 from .dtypes import is_converted
+from .values import Ref, to_npy
 
 if TYPE_CHECKING:
     from .dataset import Dataset
     from .file import H5File
+
+MAX_WALK = 1_000_000   # objects visited to turn reference addresses into paths
 
 
 def needs_materializing(dt) -> bool:
@@ -24,10 +32,61 @@ def needs_materializing(dt) -> bool:
 
 
 def decode_elements(file: H5File, dt, raw: bytes, count: int, what: str) -> np.ndarray:
-    """Decode `count` stored elements of type `dt` into a NumPy array of values."""
-    raise Unsupported(f"{what}: variable-length or reference data")
+    """Decode `count` stored elements of type `dt` into the `.npy` representation."""
+    return to_npy(raw[:count * dt.size], dt, file.global_heap, file.sizes, lambda r: ref_text(file, r))
 
 
 def dataset_views(ds: Dataset) -> tuple[bytes, np.dtype, bytes]:
     """(raw view bytes, .npy dtype, .npy body bytes) for a dataset that needs materializing."""
-    raise Unsupported(f"{ds.path}: variable-length or reference data")
+    arr = decode_elements(ds.file, ds.datatype, ds.source.read(0, ds.source.size), ds.dataspace.count, ds.path)
+    body = arr.tobytes()
+    if arr.dtype.kind == "U":
+        text = "".join(f"{s}\n" for s in arr.ravel().tolist()).encode("utf-8", "surrogateescape")
+        return text, arr.dtype, body
+    return body, arr.dtype, body
+
+
+def ref_text(file: H5File, ref: Ref | None) -> str:
+    if ref is None:
+        return ""
+    prefix = f"{ref.file}:" if ref.file else ""
+    target = _path_of(file, ref.address) if not ref.file else None
+    text = prefix + (target or f"<object at {ref.address}>")
+    if ref.kind == "region" and ref.selection is not None:
+        text += f"[{ref.selection.text()}]"
+    elif ref.kind == "attribute":
+        text += f"@{ref.attribute}"
+    return text
+
+
+def _path_of(file: H5File, address: int | None) -> str | None:
+    paths: dict[int, str] = file.__dict__.setdefault("_paths_by_address", {})
+    if address in paths or address is None:
+        return paths.get(address)
+    if not paths:
+        _walk(file, paths)
+    return paths.get(address)
+
+
+def _walk(file: H5File, paths: dict[int, str]) -> None:
+    """Breadth-first over hard links, so each address gets its shortest path."""
+    from .group import Group
+    paths[file.root_address] = "/"
+    queue = deque([file.root])
+    while queue and len(paths) < MAX_WALK:
+        group = queue.popleft()
+        try:
+            links = group.links()
+        except H5fsError:
+            continue
+        for link in links:
+            if link.address is None or link.address in paths:
+                continue
+            path = f"{group.path.rstrip('/')}/{link.name}"
+            paths[link.address] = path
+            try:
+                obj = file.get(link.address, path)
+            except H5fsError:
+                continue
+            if isinstance(obj, Group):
+                queue.append(obj)
