@@ -1,0 +1,90 @@
+"""Extensible array chunk index (layout index type 4): exactly one unlimited dimension.
+
+The linear slot of a chunk follows libhdf5's H5D__earray_idx_get_addr: the chunk's scaled
+coordinates are "swizzled" so that the unlimited dimension comes first (the other dimensions
+keep their order), then linearised row-major over the swizzled MAXIMUM chunk grid (the unlimited
+dimension's extent does not matter: it is the slowest). With the unlimited dimension already
+first this is plain row-major order over the maximum grid.
+
+Note: libhdf5's own iteration (H5D__earray_idx_iterate_cb) walks the slots in unswizzled order,
+so for an unlimited dimension other than the first, H5Dget_chunk_info(index) reports wrong chunk
+offsets; `records()` here inverts the real mapping instead.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ...errors import FormatError
+from ...format import extensible_array as ea
+from . import ChunkIndex, ChunkRecord, IndexContext
+from .fixed_array import _check_rank, chunk_nbytes, element_decoder, grid, to_record
+
+
+class ExtensibleArrayIndex(ChunkIndex):
+    def __init__(self, ctx: IndexContext):
+        super().__init__(ctx)
+        _check_rank(ctx)
+        unlimited = [i for i, m in enumerate(ctx.maxdims) if m is None]
+        if len(unlimited) != 1:
+            raise FormatError(f"{ctx.what}: extensible array index needs exactly one unlimited dimension")
+        self.unlim = u = unlimited[0]
+        rank = len(ctx.dims)
+        self.order = (u,) + tuple(i for i in range(rank) if i != u)   # swizzled position -> dimension
+        fixed = {i: m for i, m in enumerate(ctx.maxdims) if m is not None}
+        max_chunks = grid([fixed.get(i, 0) for i in range(rank)], ctx.layout.chunk_dims)
+        self.sw_extents = tuple(max_chunks[d] for d in self.order)      # [0] unused (unlimited)
+        downs, acc = [], 1
+        for e in reversed(self.sw_extents[1:]):
+            downs.append(acc)
+            acc *= e
+        self.sw_down = (acc,) + tuple(reversed(downs))
+        self.nbytes = chunk_nbytes(ctx)
+        self.array: ea.ExtensibleArray | None = None
+        addr = ctx.layout.index.address if ctx.layout.index else None
+        if addr is not None:
+            self.array = ea.ExtensibleArray(ctx.reader, addr, f"{ctx.what}: extensible array index")
+            h = self.array.header
+            self.decode = element_decoder(ctx, h.client_id, h.element_size)
+
+    def index_of(self, coords: tuple[int, ...]) -> int | None:
+        """Linear slot of chunk `coords`, None when outside the maximum grid."""
+        if len(coords) != len(self.order) or any(c < 0 for c in coords):
+            return None
+        sw = [coords[d] for d in self.order]
+        if any(c >= e for c, e in zip(sw[1:], self.sw_extents[1:])):
+            return None
+        return sum(c * d for c, d in zip(sw, self.sw_down))
+
+    def coords_of(self, idx: int) -> tuple[int, ...]:
+        sw = []
+        for d in self.sw_down:
+            q, idx = divmod(idx, d)
+            sw.append(q)
+        out = [0] * len(self.order)
+        for pos, dim in enumerate(self.order):
+            out[dim] = sw[pos]
+        return tuple(out)
+
+    def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
+        if self.array is None:
+            return None
+        coords = tuple(coords)
+        idx = self.index_of(coords)
+        if idx is None or idx >> self.array.header.max_nelmts_bits:
+            return None
+        raw = self.array.get(idx)
+        if raw is None:
+            return None
+        return to_record(self.ctx, coords, self.decode(raw), self.nbytes)
+
+    def records(self) -> Iterator[ChunkRecord]:
+        if self.array is None or self.sw_down[0] == 0:
+            return
+        for idx, raw in self.array.items():
+            el = self.decode(raw)
+            if el.address is None:
+                continue
+            rec = to_record(self.ctx, self.coords_of(idx), el, self.nbytes)
+            if rec is not None:
+                yield rec
