@@ -3,7 +3,9 @@
 A collection: signature, version 1, 3 reserved bytes, collection size (size of lengths, the
 whole collection including this header), then objects. Each object: index (u16), reference
 count (u16), 4 reserved bytes, object size (size of lengths), data zero-padded to a multiple
-of 8. Object 0 is free space; its size counts its own header. When the space left at the end
+of 8. Both headers are padded to a multiple of 8 bytes (libhdf5's H5HG_SIZEOF_HDR and
+H5HG_SIZEOF_OBJHDR): with 4-byte lengths they still take 16 bytes, which the spec's tables
+do not show. Object 0 is free space; its size counts its own header. When the space left at the end
 is too small for an object header it is implied free space (libhdf5 H5HG__cache_heap_deserialize
 reads it so; we do the same).
 
@@ -58,12 +60,18 @@ class HeapID:
         return self.address is None or self.address == 0
 
 
+def _align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
 def header_size(sizes: Sizes) -> int:
-    return 8 + sizes.length
+    """Collection header: signature, version, reserved, size; padded to 8 bytes (H5HG_SIZEOF_HDR)."""
+    return _align8(8 + sizes.length)
 
 
 def object_header_size(sizes: Sizes) -> int:
-    return 8 + sizes.length
+    """Object header: index, refcount, reserved, size; padded to 8 bytes (H5HG_SIZEOF_OBJHDR)."""
+    return _align8(8 + sizes.length)
 
 
 def heap_id_size(sizes: Sizes) -> int:
@@ -120,6 +128,7 @@ def decode_collection(buf: bytes | memoryview, sizes: Sizes, address: int | None
             raise FormatError(f"{what}: object {index} of {osize} bytes overruns the collection")
         if index in objects:
             raise FormatError(f"{what}: object index {index} appears twice")
+        c.pos = begin + ohdr
         objects[index] = HeapObject(index, refcount, c.bytes(osize))
         c.pos = begin + need
     return Collection(address, size, MappingProxyType(objects), free)
