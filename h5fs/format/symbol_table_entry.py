@@ -20,11 +20,11 @@ class SymbolTableEntry:
 
 
 def size(sizes) -> int:
-    return 2 * sizes.offset + 24
+    return sizes.length + sizes.offset + 24
 
 
 def decode(c: Cursor) -> SymbolTableEntry:
-    name_off = c.uint(c.sizes.offset)
+    name_off = c.length()  # a heap offset: `size of lengths` wide, as libhdf5's H5G_ent_decode reads it
     addr = c.offset()
     cache = c.u32()
     c.skip(4)

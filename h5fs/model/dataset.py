@@ -143,8 +143,9 @@ class Dataset(H5Object):
 
     @property
     def npy_dtype(self) -> np.dtype:
+        from .dtypes import npy_dtype
         m = self.materialized
-        return m.npy_dtype if m is not None else self.dtype
+        return m.npy_dtype if m is not None else npy_dtype(self.datatype)
 
     @property
     def npy_shape(self) -> tuple[int, ...]:
