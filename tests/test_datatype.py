@@ -229,7 +229,6 @@ def test_versions_from_encode():
     assert dec(h5t.STD_I32LE).version == 1
     assert dec(py(np.dtype(("<i4", (2,))))).version == 2
     assert dec(h5t.COMPLEX_IEEE_F32LE).version == 5
-    assert dec(h5t.COMPLEX_IEEE_F32LE).version == 5
 
 
 @pytest.mark.parametrize("factory,needle", [
@@ -461,7 +460,9 @@ def test_file_datatypes(sample_file):
     assert cplx.version == 5
     if libver == "latest":
         # version 3 packs compound member offsets at minimal width, names unpadded
-        assert cmp.version == big.version == enum.version == arr.version == 3
+        # (libhdf5 2.0 writes version 5 for enums and arrays too)
+        assert min(cmp.version, big.version, enum.version, arr.version) >= 3
+        assert big.members[1].offset == 300
     else:
         assert cmp.version in (1, 2) and enum.version == 1 and arr.version == 2
     vstr, _, s, _ = _dataset_dtype(path, "vstr")
