@@ -25,10 +25,11 @@ def fletcher32(data: bytes | bytearray | memoryview) -> int:
     # matter only modulo 65535, so fold the reversed words into rows of 65535 columns.
     rev = np.zeros(-(-n // _M) * _M, np.uint64)
     rev[:n] = words[::-1]
-    s2 = int((rev.reshape(-1, _M).sum(axis=0) % _M * _WEIGHTS).sum())
+    s2 = int((rev.reshape(-1, _M).sum(axis=0) % _M * _WEIGHTS).sum())  # only s2 mod 65535
     # libhdf5's folding never turns a positive sum into 0: a multiple of 65535 reads 0xffff.
+    # Both sums are positive exactly when some word is (sum2 >= sum1).
     f1 = s1 % _M or (_M if s1 else 0)
-    f2 = s2 % _M or (_M if s2 else 0)
+    f2 = s2 % _M or (_M if s1 else 0)
     return f2 << 16 | f1
 
 
