@@ -35,7 +35,13 @@ from .fuse import mounts
 
 PROG = "h5fs"
 DEFAULT_READAHEAD_KB = 1024
-H5FS_OPTIONS = {"ro", "rw", "log", "verbose", "readahead_kb", "fsname", "subtype"}
+# FUSE options that pyfuse3's low-level session cannot take (tested: max_read= makes the
+# kernel's INIT fail after the mount exists; the others are libfuse high-level options).
+REJECTED_OPTIONS = {
+    "max_read": "max_read= is not supported through pyfuse3 (the FUSE session fails at INIT)",
+    "auto_cache": "auto_cache is a libfuse high-level option; h5fs always keeps the page cache",
+}
+IGNORED_OPTIONS = {"kernel_cache"}  # what h5fs does anyway (keep_cache on every open)
 
 
 class CliError(Exception):
@@ -108,8 +114,10 @@ class MountConfig:
                     raise CliError(f"bad value in -o {opt}: an integer is needed") from None
             elif key == "fsname" and eq:
                 fsname = val
-            elif key == "subtype":
-                pass  # always h5fs: `h5fs umount` and mount listings rely on it
+            elif key == "subtype" or key in IGNORED_OPTIONS:
+                pass  # subtype is always h5fs: `h5fs umount` and mount listings rely on it
+            elif key in REJECTED_OPTIONS:
+                raise CliError(f"-o {opt}: {REJECTED_OPTIONS[key]}")
             else:
                 passthrough.append(opt)
         self.fsname = fsname

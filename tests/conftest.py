@@ -1,0 +1,161 @@
+"""Shared fixtures: build HDF5 files with h5py (the oracle) and mount them with the real CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+H5FS = [sys.executable, "-m", "h5fs.cli"]
+LIBVERS = ("earliest", "latest")
+
+
+def run_h5fs(*args, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the real CLI (`python -m h5fs.cli ...`)."""
+    proc = subprocess.run(H5FS + [str(a) for a in args], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"h5fs {' '.join(map(str, args))} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+def fuse_mounts() -> dict[str, str]:
+    """mount point -> fstype of every FUSE mount (from /proc/self/mountinfo)."""
+    out = {}
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            left, _, right = line.partition(" - ")
+            mp = left.split()[4].replace("\\040", " ")
+            fstype = right.split()[0]
+            if fstype.startswith("fuse"):
+                out[mp] = fstype
+    return out
+
+
+def is_mounted(path) -> bool:
+    return os.path.realpath(path) in fuse_mounts()
+
+
+def _daemon_pid(mp: Path) -> int | None:
+    # getxattr on a hung mount would block: ask from a subprocess with a timeout
+    try:
+        proc = subprocess.run(["getfattr", "--only-values", "-n", "user.h5fs.pid", str(mp)],
+                              capture_output=True, text=True, timeout=5)
+        return int(proc.stdout) if proc.returncode == 0 else None
+    except (subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+def force_unmount(mp: Path, pid: int | None = None) -> None:
+    """Lazy-unmount and kill the daemon: the fallback when a clean umount did not work."""
+    subprocess.run(["fusermount3", "-u", "-z", str(mp)], capture_output=True, timeout=30)
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class Mounter:
+    """Mounts files with the real CLI in the background; `cleanup` always unmounts."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self.mounts: list[tuple[Path, Path]] = []  # (mountpoint, log)
+
+    def __call__(self, h5path, *options: str, expect_ok: bool = True) -> Path:
+        n = len(self.mounts)
+        mp = self.tmp_path / f"mnt{n}"
+        mp.mkdir(exist_ok=True)
+        log = self.tmp_path / f"mnt{n}.log"
+        args = ["mount", "-o", f"log={log}"]
+        for opt in options:
+            args += ["-o", opt]
+        proc = run_h5fs(*args, h5path, mp)
+        if proc.returncode != 0:
+            if is_mounted(mp):  # must not happen; clean up anyway
+                self.mounts.append((mp, log))
+            text = log.read_text() if log.exists() else ""
+            raise AssertionError(f"mount failed ({proc.returncode}): {proc.stderr}\n{text}")
+        self.mounts.append((mp, log))
+        assert is_mounted(mp), "h5fs mount returned 0 but nothing is mounted"
+        return mp
+
+    def log_of(self, mp: Path) -> str:
+        for m, log in self.mounts:
+            if m == mp:
+                return log.read_text() if log.exists() else ""
+        raise KeyError(mp)
+
+    def unmount(self, mp: Path) -> None:
+        pid = _daemon_pid(mp) if is_mounted(mp) else None
+        try:
+            proc = run_h5fs("umount", mp, timeout=60)
+            ok = proc.returncode == 0
+        except subprocess.TimeoutExpired:
+            ok = False
+        if not ok or is_mounted(mp):
+            force_unmount(mp, pid)
+            raise AssertionError(f"clean unmount of {mp} failed: forced")
+
+    def cleanup(self) -> list[str]:
+        problems = []
+        for mp, log in self.mounts:
+            if is_mounted(mp):
+                try:
+                    self.unmount(mp)
+                except Exception as exc:
+                    problems.append(str(exc))
+            text = log.read_text() if log.exists() else ""
+            if "unexpected error" in text or "Traceback" in text:
+                problems.append(f"daemon log of {mp} shows an unexpected exception:\n{text}")
+        return problems
+
+
+@pytest.fixture
+def mount(tmp_path):
+    """`mount(h5path, *options) -> mountpoint`; every mount is unmounted at teardown, even when
+    the test fails (clean `h5fs umount` first, then lazy unmount + kill). Teardown fails if the
+    daemon logged an unexpected exception."""
+    m = Mounter(tmp_path)
+    try:
+        yield m
+    finally:
+        problems = m.cleanup()
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_mounts_left_behind(tmp_path_factory):
+    yield
+    base = str(tmp_path_factory.getbasetemp())
+    for mp in fuse_mounts():
+        if mp.startswith(base):
+            force_unmount(Path(mp))
+
+
+def make_h5(path: Path, build, libver: str = "earliest", **kwargs) -> Path:
+    """Create `path` with h5py (`libver` 'earliest' or 'latest') and fill it with `build(f)`."""
+    import h5py
+    with h5py.File(path, "w", libver=libver, **kwargs) as f:
+        build(f)
+    return path
+
+
+@pytest.fixture(params=LIBVERS)
+def libver(request) -> str:
+    return request.param
+
+
+def wait_until(pred, timeout: float = 10.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
