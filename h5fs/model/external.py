@@ -1,0 +1,189 @@
+"""External storage: a contiguous dataset whose bytes live in other files (External Data Files
+message, IV.A.2.h), concatenated slot after slot.
+
+Choices (libhdf5's H5D__efl_read / H5D__efl_readvv is the reference):
+- Names come from the local heap at the message's heap address. An absolute name is used as is.
+  A relative name is resolved against the directory of the HDF5 file. (libhdf5 resolves it
+  against the "external file prefix": H5Pset_efile_prefix or the HDF5_EXTFILE_PREFIX variable,
+  and with neither, against the *current directory* of the reading process. A daemon's current
+  directory means nothing to the user, so we use the file's directory, which is what
+  efile_prefix="${ORIGIN}" asks libhdf5 for. The environment variable is not consulted.)
+- A slot size of all ones (H5F_UNLIMITED) means "to the end"; it may only be the last slot.
+- A missing or unopenable external file: FormatError (EIO) naming the file, as libhdf5 errors
+  ("unable to open external raw data file"). We never invent data for a file we cannot see.
+- A file shorter than its slot: the missing tail reads as zero bytes -- exactly what libhdf5 does
+  (it memsets the unread part of a short read() to 0; it does not use the fill value).
+- Slots that together hold fewer bytes than the dataset: FormatError when the source is built
+  (libhdf5 refuses to create such a dataset, and errors when reading past the slots).
+- Files are opened read-only on first use and their fds cached (thread-safe); `allocated()` is
+  0: none of the data lives inside the .h5 file.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+from ..errors import FormatError
+from ..format import local_heap
+from ..storage.sources import RawSource
+from . import messages as M
+
+@dataclass(frozen=True)
+class Extent:
+    path: str          # resolved path of the external file
+    name: str          # the name as stored in the HDF5 file
+    file_offset: int   # where the slot starts in the external file
+    start: int         # where the slot starts in the dataset's bytes
+    size: int          # bytes of the dataset this slot holds (clipped to the dataset)
+
+
+class ExternalOpenError(FormatError):
+    """An external data file could not be opened (missing, unreadable)."""
+
+
+def resolve_name(name: str, h5_path: str) -> str:
+    """Where an external file name points: absolute as is, relative to the HDF5 file's directory."""
+    if os.path.isabs(name):
+        return name
+    return os.path.join(os.path.dirname(os.path.abspath(h5_path)), name)
+
+
+class ExternalSource(RawSource):
+    def __init__(self, size: int, extents: list[Extent], what: str):
+        super().__init__(size)
+        self.extents = extents
+        self.what = what
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _fd(self, ext: Extent) -> int:
+        with self._lock:
+            fd = self._fds.get(ext.path)
+            if fd is not None:
+                return fd
+        try:
+            fd = os.open(ext.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError as e:
+            raise ExternalOpenError(f"{self.what}: external data file {ext.name!r} ({ext.path}): "
+                                    f"{e.strerror or e}") from e
+        with self._lock:
+            old = self._fds.get(ext.path)
+            if old is not None:
+                os.close(fd)
+                return old
+            self._fds[ext.path] = fd
+            return fd
+
+    def read(self, offset: int, size: int) -> bytes:
+        offset, size = self.clip(offset, size)
+        if size == 0:
+            return b""
+        end = offset + size
+        parts = []
+        for ext in self.extents:
+            lo, hi = max(offset, ext.start), min(end, ext.start + ext.size)
+            if lo >= hi:
+                continue
+            want = hi - lo
+            fd = self._fd(ext)
+            pos = ext.file_offset + (lo - ext.start)
+            got = []
+            have = 0
+            while have < want:
+                try:
+                    chunk = os.pread(fd, want - have, pos + have)
+                except OSError as e:
+                    raise FormatError(f"{self.what}: reading external data file {ext.name!r}: "
+                                      f"{e.strerror or e}") from e
+                if not chunk:
+                    break
+                got.append(chunk)
+                have += len(chunk)
+            if have < want:                  # short file: libhdf5 reads zeros past its end
+                got.append(bytes(want - have))
+            parts.append(b"".join(got))
+        data = b"".join(parts)
+        if len(data) != size:   # cannot happen when the slots cover the dataset (checked at build)
+            raise FormatError(f"{self.what}: external storage covers {len(data)} of {size} bytes requested")
+        return data
+
+    def allocated(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        with self._lock:
+            fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def external_extents(ds, size: int) -> list[Extent]:
+    """The slots of `ds`'s External Data Files message, resolved and clipped to `size` bytes."""
+    efl = ds.message(M.EXTERNAL)
+    if efl is None:
+        raise FormatError(f"{ds.path}: no external data files message")
+    if not efl.slots:
+        if size:
+            raise FormatError(f"{ds.path}: external storage with no files for {size} bytes")
+        return []
+    heap = local_heap.read(ds.file.reader, efl.heap_address, f"{ds.path}: external file list")
+    unlimited = (1 << (8 * ds.file.sizes.length)) - 1
+    out: list[Extent] = []
+    start = 0
+    for i, slot in enumerate(efl.slots):
+        raw = heap.string(slot.name_offset)
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            name = os.fsdecode(raw)
+        if not name:
+            raise FormatError(f"{ds.path}: external file slot {i} has an empty name")
+        if slot.size == unlimited:
+            if i != len(efl.slots) - 1:
+                raise FormatError(f"{ds.path}: unlimited external file slot {i} is not the last")
+            length = max(0, size - start)
+        else:
+            length = slot.size
+        take = min(length, max(0, size - start))
+        if take > 0:
+            out.append(Extent(resolve_name(name, ds.file.path), name, slot.file_offset, start, take))
+        start += length
+    covered = sum(e.size for e in out)
+    if covered < size:
+        raise FormatError(f"{ds.path}: external files hold {covered} bytes, the dataset needs {size}")
+    return out
+
+
+def external_source(ds, size: int) -> RawSource:
+    """The RawSource for a contiguous dataset stored in external files."""
+    return ExternalSource(size, external_extents(ds, size), ds.path)
+
+
+def external_facts(ds) -> dict[str, str]:
+    """Readable facts naming the external files, e.g. {"external": "raw1.bin[0:400]; raw2.bin[0:]"}."""
+    efl = ds.message(M.EXTERNAL)
+    if efl is None:
+        return {}
+    heap = local_heap.read(ds.file.reader, efl.heap_address, f"{ds.path}: external file list")
+    unlimited = (1 << (8 * ds.file.sizes.length)) - 1
+    items = []
+    for slot in efl.slots:
+        name = heap.string(slot.name_offset).decode("utf-8", "replace")
+        end = "" if slot.size == unlimited else str(slot.file_offset + slot.size)
+        items.append(f"{name}[{slot.file_offset}:{end}]")
+    return {"external": "; ".join(items)}
+
+
+__all__ = ["ExternalSource", "ExternalOpenError", "external_source", "external_extents", "external_facts",
+           "resolve_name"]
