@@ -208,6 +208,16 @@ def test_scaleoffset_floats(h5, dtype, fill, factor):
     check_all_chunks(ds)
 
 
+@pytest.mark.parametrize("dtype", ["<i8", ">u8", "<i4"])
+def test_scaleoffset_wide_values(h5, dtype):
+    """Spans needing more than 57 bits (the 8-byte-window fast path) or the full width."""
+    info = np.iinfo(dtype)
+    data = RNG.integers(info.min // 4, info.max // 4, size=SHAPE, dtype=dtype.lstrip("<>"))
+    data = data.astype(dtype)
+    ds = h5.create_dataset("d", data=data, chunks=CHUNKS, scaleoffset=0)
+    check_all_chunks(ds)
+
+
 def test_scaleoffset_constant_chunk(h5):
     ds = h5.create_dataset("d", data=np.full(SHAPE, 5, "i4"), chunks=CHUNKS, scaleoffset=0)
     check_all_chunks(ds)

@@ -79,3 +79,18 @@ def unpack(data: bytes | bytearray | memoryview, n: int, elem_size: int, ops: By
         val = window >> (16 - (bit & 7) - ops.width) & mask
         out[start:stop, ops.dst] = (val << ops.shift).astype(np.uint8)
     return out.ravel()
+
+
+def unpack_values(data: bytes | bytearray | memoryview, n: int, width: int) -> np.ndarray:
+    """`n` unsigned values of `width` (1..57) bits packed back to back, most significant bit
+    first, as uint64: one 8-byte window per value, several times faster than `unpack`."""
+    if not 0 < width <= 57:
+        raise ValueError(f"width {width} outside 1..57")
+    need = -(-n * width // 8)
+    if len(data) < need:
+        raise FormatError(f"packed data holds {len(data)} bytes, {n} elements need {need}")
+    buf = np.zeros(need + 8, np.uint8)
+    buf[:need] = np.frombuffer(data, np.uint8, count=need)
+    bit = np.arange(n, dtype=np.int64) * width
+    windows = np.lib.stride_tricks.sliding_window_view(buf, 8)[bit >> 3].view(">u8").ravel()
+    return (windows << (bit & 7).astype(np.uint64)) >> np.uint64(64 - width)

@@ -9,10 +9,12 @@ the same bit layout, records follow each other with no padding.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import FormatError
 from ...format.messages.filter_pipeline import FilterSpec
 from . import ChunkInfo
-from ._bits import ByteOps, unpack
+from ._bits import ByteOps, unpack, unpack_values
 
 _ATOMIC, _ARRAY, _COMPOUND, _NOOP = 1, 2, 3, 4
 
@@ -99,4 +101,8 @@ def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
     if cls not in (_ATOMIC, _ARRAY, _COMPOUND):
         raise FormatError(f"n-bit top-level datatype class {cls}")
     ops = _member(p, cls, size)
+    if cls == _ATOMIC and size <= 8 and 0 < cd[6] <= 57:  # the common case, 8-byte windows
+        values = unpack_values(data, n, cd[6]) << np.uint64(cd[7])
+        out = values.astype("<u8").view(np.uint8).reshape(n, 8)[:, :size]
+        return memoryview(np.ascontiguousarray(out[:, ::-1] if cd[5] == 1 else out).reshape(-1))
     return memoryview(unpack(data, n, size, ops))

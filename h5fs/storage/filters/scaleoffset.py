@@ -15,7 +15,7 @@ import numpy as np
 from ...errors import FormatError, Unsupported
 from ...format.messages.filter_pipeline import FilterSpec
 from . import ChunkInfo
-from ._bits import ByteOps, unpack
+from ._bits import ByteOps, unpack, unpack_values
 
 _HEADER = 21
 _DSCALE, _ESCALE, _INT = 0, 1, 2
@@ -78,7 +78,9 @@ def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
             raise FormatError("truncated scale-offset chunk")
         values = np.frombuffer(raw, utype)
     else:
-        if minbits:
+        if 0 < minbits <= 57:
+            packed = unpack_values(mv[_HEADER:], n, minbits).astype(utype)
+        elif minbits:
             packed = unpack(mv[_HEADER:], n, size, ByteOps.atomic(size, False, minbits, 0))
             packed = packed.view(utype)
         else:  # every value was the minimum
