@@ -1,0 +1,830 @@
+"""Virtual datasets (layout class 3): row-major bytes assembled from source datasets.
+
+The mapping list lives in a global heap object (format/vds_mapping.py). Each mapping pairs a
+selection in the virtual dataset with a selection in a source dataset; the k-th element of one
+(in the selection's iteration order: row-major for hyperslabs and "all", stored order for
+points) is the k-th element of the other, as in libhdf5 (H5Dvirtual.c).
+
+Serving a read: the requested byte range becomes element boxes (chunk_grid.linear_boxes); for
+each box and each mapping the selected elements inside the box and their ordinals are computed
+per dimension (hyperslabs, "all" and product-shaped block lists are products of 1-D sets), the
+ordinals are turned into source coordinates, and only those source elements are read, in
+bounded boxes (chunk by chunk for chunked sources, row runs otherwise). Nothing proportional to
+the dataset is held in memory, except for irregular block lists and point selections, which are
+enumerated (at most MAX_EXPLICIT elements, else Unsupported).
+
+Behaviours (libhdf5 2.0 is the reference, default access properties):
+- Source file "." is the file holding the virtual dataset. Other names: an absolute name is
+  tried as is; a relative name (or the base name of an absolute one that is missing) is tried
+  under each directory of the HDF5_VDS_PREFIX environment variable (":"-separated, "${ORIGIN}"
+  replaced by the virtual dataset's directory) and then in the virtual dataset file's
+  directory. libhdf5 finally tries the name relative to the process's current directory; a
+  mount daemon's current directory means nothing, so we do not. The H5Pset_virtual_prefix
+  access property is a per-process setting and does not apply.
+- Source dataset names are resolved from the source file's root group (hard links only).
+- Printf-style names in mappings with an unlimited virtual selection and a limited source
+  selection: "%b" is the block number, "%%" a percent sign (in both names). Blocks are probed
+  from 0 up to the first missing source (the default printf gap of 0).
+- Missing source files (no such file) and missing source datasets read as the fill value,
+  like unmapped elements (libhdf5 does the same). A source file that exists but cannot be
+  opened or parsed answers FormatError (EIO) naming it: libhdf5 would quietly show fill
+  values, but we do not serve made-up data for a file that is there and broken.
+- A limited source selection outside the source's current extent, or an "all" source selection
+  whose element count differs from the virtual selection: FormatError (libhdf5 errors too).
+- The extent of a virtual dataset with unlimited mappings is recomputed from the sources when
+  the source is built (libhdf5's default view, H5D_VDS_LAST_AVAILABLE): `virtual_extent(ds)`.
+  The stored dataspace can be stale (libhdf5 writes (0,) for a printf mapping).
+- Types: the source datatype must equal the virtual dataset's (message versions aside);
+  otherwise Unsupported naming both. Variable-length and reference types are refused: their
+  bytes point into the source file's heaps.
+- A virtual dataset that maps itself, directly or through other virtual datasets, answers
+  FormatError (also beyond MAX_DEPTH levels of nesting).
+- Source files are opened with H5File.open and kept in a bounded, shared, thread-safe LRU
+  pool (POOL_SIZE files); a file in use is closed only after its last user is done.
+- allocated() is 0: the data lives in the sources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections import OrderedDict
+from math import prod
+
+import numpy as np
+
+from ..errors import FormatError, H5fsError, NotFound, Unsupported
+from ..format import selection as S
+from ..format import vds_mapping
+from ..storage.chunk_grid import chunks_in_box, linear_boxes, overlap
+from ..storage.chunked import ChunkedSource
+from ..storage.sources import RawSource, fill_pattern
+
+MAX_DEPTH = 16                 # nesting of virtual datasets whose sources are virtual
+MAX_EXPLICIT = 1 << 22         # elements of an enumerated (non-product) selection
+MAX_PRINTF_BLOCKS = 1 << 20    # source blocks probed for one printf mapping
+POOL_SIZE = 64                 # source files kept open
+DENSE_MIN = 4096               # a source box this small is read whole
+MAX_BOX_BYTES = 8 << 20        # largest source box read at once
+ROWS_SLACK = 256 * 1024        # read whole source rows when they exceed the box by at most this
+
+
+# ----------------------------------------------------------------------------- 1-D sets
+
+def _expand(bs: np.ndarray, lens: np.ndarray, base: np.ndarray, lo: int, hi: int):
+    """Coordinates in [lo, hi) of blocks (start bs, length lens, first ordinal base) and their ordinals."""
+    a = np.maximum(bs, lo)
+    b = np.minimum(bs + lens, hi)
+    keep = b > a
+    if not keep.all():
+        a, b, bs, base = a[keep], b[keep], bs[keep], base[keep]
+    n = b - a
+    total = int(n.sum())
+    if total == 0:
+        e = np.empty(0, np.int64)
+        return e, e
+    before = np.concatenate(([0], np.cumsum(n)[:-1]))
+    coords = np.repeat(a - before, n) + np.arange(total, dtype=np.int64)
+    ords = coords - np.repeat(bs, n) + np.repeat(base, n)
+    return coords, ords
+
+
+class RegDim:
+    """`count` blocks of `block` coordinates every `stride` from `start`; nothing at or past `limit`."""
+
+    def __init__(self, start: int, stride: int, count: int | None, block: int | None, limit: int | None = None):
+        if block is None:                                  # unlimited block (count 1)
+            if limit is None:
+                raise FormatError("unlimited hyperslab block used without an extent")
+            count, block = (1, max(0, limit - start)) if limit > start else (0, 1)
+            limit = None
+        if count is None:
+            if limit is None:
+                raise FormatError("unlimited hyperslab count used without an extent")
+            count = 0 if limit <= start else -(-(limit - start) // stride)
+        elif limit is not None:
+            count = 0 if limit <= start else min(count, -(-(limit - start) // stride) if stride else 1)
+        self.start, self.stride, self.count, self.block = start, stride, count, block
+        if count == 0 or block == 0:
+            self.count, self.last, self.n = 0, 0, 0
+            return
+        last_start = start + (count - 1) * stride
+        self.last = block if limit is None else min(block, limit - last_start)
+        self.n = (count - 1) * block + self.last
+
+    def bounds(self) -> tuple[int, int]:
+        return self.start, self.start + (self.count - 1) * self.stride + self.last - 1
+
+    def within(self, lo: int, hi: int):
+        if self.n == 0 or hi <= lo:
+            e = np.empty(0, np.int64)
+            return e, e
+        s, st, b = self.start, self.stride, self.block
+        if self.count == 1:
+            q0, q1 = 0, 0
+        else:
+            q0 = max(0, (lo - s - b) // st + 1)
+            q1 = min(self.count - 1, (hi - 1 - s) // st)
+        if q1 < q0:
+            e = np.empty(0, np.int64)
+            return e, e
+        q = np.arange(q0, q1 + 1, dtype=np.int64)
+        lens = np.full(len(q), b, np.int64)
+        if q1 == self.count - 1:
+            lens[-1] = self.last
+        return _expand(s + q * st, lens, q * b, lo, hi)
+
+    def coords(self, k: np.ndarray) -> np.ndarray:
+        q, r = np.divmod(k, self.block)
+        return self.start + q * self.stride + r
+
+
+class IntDim:
+    """Sorted disjoint intervals (starts, lengths)."""
+
+    def __init__(self, starts: np.ndarray, lengths: np.ndarray):
+        self.starts = starts.astype(np.int64)
+        self.lengths = lengths.astype(np.int64)
+        self.ends = self.starts + self.lengths
+        self.cum = np.concatenate(([0], np.cumsum(self.lengths))).astype(np.int64)
+        self.n = int(self.cum[-1])
+
+    def bounds(self) -> tuple[int, int]:
+        return int(self.starts[0]), int(self.ends[-1]) - 1
+
+    def within(self, lo: int, hi: int):
+        i0 = int(np.searchsorted(self.ends, lo, "right"))
+        i1 = int(np.searchsorted(self.starts, hi, "left"))
+        if i1 <= i0:
+            e = np.empty(0, np.int64)
+            return e, e
+        return _expand(self.starts[i0:i1], self.lengths[i0:i1], self.cum[i0:i1], lo, hi)
+
+    def coords(self, k: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(self.cum, k, "right") - 1
+        return self.starts[i] + (k - self.cum[i])
+
+
+# ------------------------------------------------------------------------ N-D selections
+
+class ProductSel:
+    """The product of 1-D sets, iterated row-major."""
+
+    def __init__(self, dims: list):
+        self.dims = dims
+        self.sizes = [d.n for d in dims]
+        self.n = prod(self.sizes)
+        self.radix = [prod(self.sizes[i + 1:]) for i in range(len(dims))]
+
+    def bounds(self):
+        if self.n == 0:
+            return None
+        b = [d.bounds() for d in self.dims]
+        return tuple(x[0] for x in b), tuple(x[1] for x in b)
+
+    def locate(self, start, count):
+        """(flat positions in the box, ordinals) of the selected elements inside the box."""
+        per = [d.within(s, s + c) for d, s, c in zip(self.dims, start, count)]
+        if any(len(c) == 0 for c, _ in per):
+            return None
+        rank = len(per)
+        pos = np.zeros((1,) * rank, np.int64)
+        ords = np.zeros((1,) * rank, np.int64)
+        for d, ((coords, o), s) in enumerate(zip(per, start)):
+            shp = [1] * rank
+            shp[d] = len(coords)
+            pos = pos + ((coords - s) * prod(count[d + 1:])).reshape(shp)
+            ords = ords + (o * self.radix[d]).reshape(shp)
+        return pos.ravel(), ords.ravel()
+
+    def coords(self, ords: np.ndarray) -> np.ndarray:
+        cols = [d.coords((ords // r) % n) for d, r, n in zip(self.dims, self.radix, self.sizes)]
+        return np.stack(cols, axis=1) if cols else np.zeros((len(ords), 0), np.int64)
+
+
+class ExplicitSel:
+    """Enumerated points in iteration order."""
+
+    def __init__(self, points: np.ndarray, shape: tuple[int, ...] | None = None):
+        self.points = points
+        self.n = len(points)
+        self._shape = shape
+        self._sorted = None
+
+    def bounds(self):
+        if self.n == 0:
+            return None
+        return tuple(int(v) for v in self.points.min(0)), tuple(int(v) for v in self.points.max(0))
+
+    def _index(self):
+        if self._sorted is None:
+            shape = self._shape
+            inside = np.all(self.points < np.asarray(shape, np.int64), axis=1)
+            ords = np.nonzero(inside)[0]
+            lin = np.ravel_multi_index(tuple(self.points[ords].T), shape) if len(ords) else np.empty(0, np.int64)
+            order = np.argsort(lin, kind="stable")
+            self._sorted = (lin[order].astype(np.int64), ords[order].astype(np.int64))
+        return self._sorted
+
+    def locate(self, start, count):
+        lin, ords = self._index()
+        shape = self._shape
+        lo = int(np.ravel_multi_index(tuple(start), shape))
+        last = tuple(s + c - 1 for s, c in zip(start, count))
+        hi = int(np.ravel_multi_index(last, shape)) + 1
+        i0, i1 = int(np.searchsorted(lin, lo, "left")), int(np.searchsorted(lin, hi, "left"))
+        if i1 <= i0:
+            return None
+        sel_lin, sel_ords = lin[i0:i1], ords[i0:i1]
+        if hi - lo == prod(count):          # the box is one row-major run (linear_boxes' boxes are)
+            return sel_lin - lo, sel_ords
+        pts = np.stack(np.unravel_index(sel_lin, shape), axis=1)
+        st, cn = np.asarray(start), np.asarray(count)
+        inside = np.all((pts >= st) & (pts < st + cn), axis=1)
+        pts, sel_ords = pts[inside], sel_ords[inside]
+        if not len(pts):
+            return None
+        return np.ravel_multi_index(tuple((pts - st).T), tuple(count)), sel_ords
+
+    def coords(self, ords: np.ndarray) -> np.ndarray:
+        return self.points[ords]
+
+
+def build_selection(sel: S.Selection, shape: tuple[int, ...], clip: int | None = None, what: str = ""):
+    """A ProductSel/ExplicitSel for a decoded selection in a dataspace of `shape`; the unlimited
+    dimension of a regular hyperslab is clipped at `clip`. None for an empty selection."""
+    rank = len(shape)
+    if sel.kind == "none":
+        return None
+    if sel.kind == "all":
+        return ProductSel([RegDim(0, 1, 1, e) for e in shape])
+    if sel.rank != rank:
+        raise FormatError(f"{what}: selection of rank {sel.rank} in a dataspace of rank {rank}")
+    if sel.kind == "points":
+        if len(sel.points) > MAX_EXPLICIT:
+            raise Unsupported(f"{what}: point selection of {len(sel.points)} points")
+        return ExplicitSel(sel.points, shape)
+    if sel.regular is not None:
+        u = sel.unlimited_dim
+        dims = [RegDim(s, st, c, b, clip if d == u else None)
+                for d, (s, st, c, b) in enumerate(zip(*sel.regular))]
+        return ProductSel(dims)
+    blocks = sel.blocks
+    n = len(blocks)
+    if n == 0:
+        return None
+    per = []
+    for d in range(rank):
+        u = np.unique(blocks[:, :, d], axis=0)
+        if len(u) > 1 and bool((u[1:, 0] <= u[:-1, 1]).any()):
+            per = None
+            break
+        per.append(u)
+    if per is not None and prod(len(u) for u in per) == n and len(np.unique(blocks.reshape(n, -1), axis=0)) == n:
+        return ProductSel([IntDim(u[:, 0], u[:, 1] - u[:, 0] + 1) for u in per])
+    sizes = np.prod(blocks[:, 1, :] - blocks[:, 0, :] + 1, axis=1)
+    if int(sizes.sum()) > MAX_EXPLICIT:
+        raise Unsupported(f"{what}: irregular hyperslab of {int(sizes.sum())} elements")
+    pts = []
+    for b in blocks:
+        grid = np.indices(tuple(int(x) for x in b[1] - b[0] + 1)).reshape(rank, -1).T + b[0]
+        pts.append(grid)
+    points = np.unique(np.concatenate(pts), axis=0)        # row-major order, overlaps merged
+    return ExplicitSel(points.astype(np.int64), shape)
+
+
+# ------------------------------------------------------------------------- source files
+
+class _Entry:
+    def __init__(self, file):
+        self.file = file
+        self.users = 0
+        self.evicted = False
+        self.datasets: dict[str, object] = {}
+
+
+class _Pool:
+    """Open source files, shared by every virtual dataset; bounded LRU, closed when unused."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def acquire(self, path: str) -> _Entry | None:
+        """The open file at `path` (its use count raised), or None when there is no such file."""
+        key = os.path.realpath(path)
+        with self._lock:
+            e = self._entries.get(key)
+            if e is not None:
+                self._entries.move_to_end(key)
+                e.users += 1
+                return e
+        from .file import H5File
+        try:
+            f = H5File.open(key)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise FormatError(f"virtual dataset source file {path}: {exc.strerror or exc}") from exc
+        except H5fsError as exc:
+            raise FormatError(f"virtual dataset source file {path}: {exc}") from exc
+        close = []
+        with self._lock:
+            e = self._entries.get(key)
+            if e is not None:           # another thread opened it meanwhile
+                close.append(f)
+            else:
+                e = self._entries[key] = _Entry(f)
+            e.users += 1
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                _, old = self._entries.popitem(last=False)
+                old.evicted = True
+                if old.users == 0:
+                    close.append(old.file)
+        for x in close:
+            x.close()
+        return e
+
+    def release(self, e: _Entry) -> None:
+        with self._lock:
+            e.users -= 1
+            done = e.evicted and e.users == 0
+        if done:
+            e.file.close()
+
+    def clear(self) -> None:
+        with self._lock:
+            entries, self._entries = list(self._entries.values()), OrderedDict()
+            for e in entries:
+                e.evicted = True
+            idle = [e for e in entries if e.users == 0]
+        for e in idle:
+            e.file.close()
+
+
+POOL = _Pool(POOL_SIZE)
+_active = threading.local()
+
+
+class _Guard:
+    """Refuses a virtual dataset that is (directly or through others) its own source."""
+
+    def __init__(self, key, what: str):
+        self.key, self.what = key, what
+
+    def __enter__(self):
+        stack = getattr(_active, "stack", None)
+        if stack is None:
+            stack = _active.stack = []
+        if self.key in stack:
+            raise FormatError(f"{self.what}: virtual dataset maps itself (through {len(stack)} source levels)")
+        if len(stack) >= MAX_DEPTH:
+            raise FormatError(f"{self.what}: virtual datasets nested deeper than {MAX_DEPTH} levels")
+        stack.append(self.key)
+
+    def __exit__(self, *exc):
+        _active.stack.pop()
+
+
+def _key(ds):
+    return (os.path.realpath(ds.file.path), ds.address)
+
+
+def substitute(name: str, block: int | None) -> str:
+    """A source name with "%b" replaced by the block number and "%%" by "%" (H5Dvirtual.c)."""
+    if "%" not in name:
+        return name
+    out, i = [], 0
+    while i < len(name):
+        ch = name[i]
+        if ch == "%" and i + 1 < len(name) and name[i + 1] in "b%":
+            if name[i + 1] == "b":
+                if block is None:
+                    raise FormatError(f"source name {name!r}: %b in a mapping that is not printf-style")
+                out.append(str(block))
+            else:
+                out.append("%")
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _has_printf(name: str) -> bool:
+    return "%b" in name.replace("%%", "")
+
+
+def source_candidates(name: str, vds_path: str) -> list[str]:
+    """Paths tried for a source file name, in order (see the module docstring)."""
+    origin = os.path.dirname(os.path.abspath(vds_path))
+    out = []
+    if os.path.isabs(name):
+        out.append(name)
+        rel = os.path.basename(name)
+    else:
+        rel = name
+    env = os.environ.get("HDF5_VDS_PREFIX")
+    if env:
+        for p in env.split(":"):
+            if p:
+                out.append(os.path.join(p.replace("${ORIGIN}", origin), rel))
+    out.append(os.path.join(origin, rel))
+    return out
+
+
+def _norm_type(dt):
+    """A datatype as a comparable value, message versions left out."""
+    if dataclasses.is_dataclass(dt):
+        return (type(dt).__name__,) + tuple((f.name, _norm_type(getattr(dt, f.name)))
+                                           for f in dataclasses.fields(dt) if f.name != "version")
+    if isinstance(dt, (tuple, list)):
+        return tuple(_norm_type(x) for x in dt)
+    return dt
+
+
+# ------------------------------------------------------------------------------- mappings
+
+class _Resolved:
+    """One mapping with its (clipped) virtual selection and a concrete source name."""
+
+    def __init__(self, file_name: str, dset_name: str, vsel, src_spec: S.Selection, pairs_exact: bool, label: str):
+        self.file_name, self.dset_name = file_name, dset_name
+        self.vsel = vsel
+        self.src_spec = src_spec
+        self.pairs_exact = pairs_exact          # limited mapping: counts must agree
+        self.label = label
+        b = vsel.bounds() if vsel is not None else None
+        self.lo, self.hi = (b[0], tuple(x + 1 for x in b[1])) if b else (None, None)
+        self._ssel: tuple | None = None         # (source shape, built source selection)
+        self._lock = threading.Lock()
+
+    def hits(self, start, count) -> bool:
+        if self.lo is None:
+            return False
+        return all(s < h and s + c > lo for s, c, lo, h in zip(start, count, self.lo, self.hi))
+
+    def source_selection(self, shape: tuple[int, ...]):
+        cached = self._ssel
+        if cached is not None and cached[0] == shape:
+            return cached[1]
+        spec = self.src_spec
+        u = spec.unlimited_dim if spec.regular is not None else None
+        ssel = build_selection(spec, shape, shape[u] if u is not None else None, self.label)
+        if u is None and ssel is not None and spec.kind != "all":
+            lo, hi = ssel.bounds() or ((), ())
+            if any(h >= e for h, e in zip(hi, shape)):
+                raise FormatError(f"{self.label}: source selection {spec.text()} lies outside the source "
+                                  f"dataset's extent {shape}")
+        self._ssel = (shape, ssel)
+        return ssel
+
+
+class VirtualSource(RawSource):
+    def __init__(self, ds, shape: tuple[int, ...], maps: list[_Resolved]):
+        super().__init__(prod(shape) * ds.itemsize)
+        self.ds = ds
+        self.shape = shape
+        self.itemsize = ds.itemsize
+        self.maps = maps
+        self.fill = ds.fill_value
+        self._vtype = _norm_type(ds.datatype)
+
+    # -- sources ----------------------------------------------------------------------------
+    def _open(self, m: _Resolved):
+        """(pool entry or None, source dataset or None) for a mapping; None when missing."""
+        if m.file_name == ".":
+            return None, self._dataset(self.ds.file, m, None)
+        me = os.path.realpath(self.ds.file.path)
+        for cand in source_candidates(m.file_name, self.ds.file.path):
+            if os.path.realpath(cand) == me:
+                return None, self._dataset(self.ds.file, m, None)
+            e = POOL.acquire(cand)
+            if e is None:
+                continue
+            try:
+                src = self._dataset(e.file, m, e)
+            except BaseException:
+                POOL.release(e)
+                raise
+            return e, src
+        return None, None
+
+    def _dataset(self, f, m: _Resolved, entry: _Entry | None):
+        cache = entry.datasets if entry is not None else None
+        if cache is not None and m.dset_name in cache:
+            src = cache[m.dset_name]
+        else:
+            from .dataset import Dataset
+            try:
+                obj = f.resolve(m.dset_name)
+            except NotFound:
+                obj = None
+            src = obj if isinstance(obj, Dataset) else None
+            if cache is not None:
+                cache[m.dset_name] = src
+        if src is None:
+            return None
+        if _norm_type(src.datatype) != self._vtype:
+            from .dtypes import describe
+            raise Unsupported(f"{self.ds.path}: source {m.file_name}:{m.dset_name} has type "
+                              f"{describe(src.datatype)}, the virtual dataset {describe(self.ds.datatype)}; "
+                              f"type conversion is not supported")
+        return src
+
+    # -- reading --------------------------------------------------------------------------------
+    def read(self, offset: int, size: int) -> bytes:
+        offset, size = self.clip(offset, size)
+        if size == 0:
+            return b""
+        isz = self.itemsize
+        e0, e1 = offset // isz, -(-(offset + size) // isz)
+        with _Guard(_key(self.ds), self.ds.path):
+            parts = [self._box(box) for box in linear_boxes(self.shape, e0, e1)]
+        data = b"".join(parts) if len(parts) > 1 else parts[0]
+        skip = offset - e0 * isz
+        return data[skip:skip + size]
+
+    def _box(self, box) -> bytes:
+        start, count = box
+        isz = self.itemsize
+        n = prod(count)
+        out = np.frombuffer(bytearray(fill_pattern(self.fill, isz, 0, n * isz)), np.uint8).reshape(n, isz)
+        for m in self.maps:
+            if not m.hits(start, count):
+                continue
+            found = m.vsel.locate(start, count)
+            if found is None:
+                continue
+            pos, ords = found
+            entry, src = self._open(m)
+            try:
+                if src is None:
+                    continue                            # missing source: fill value
+                sshape = src.shape if src.shape else (1,)
+                ssel = m.source_selection(sshape)
+                limit = 0 if ssel is None else ssel.n
+                if m.pairs_exact and limit != m.vsel.n:
+                    raise FormatError(f"{m.label}: source selection has {limit} elements, virtual "
+                                      f"selection {m.vsel.n}")
+                if ords.size and int(ords.max()) >= limit:
+                    keep = ords < limit
+                    pos, ords = pos[keep], ords[keep]
+                    if not len(ords):
+                        continue
+                out[pos] = _gather(src, sshape, ssel.coords(ords))
+            finally:
+                if entry is not None:
+                    POOL.release(entry)
+        return out.tobytes()
+
+    def allocated(self) -> int:
+        return 0
+
+
+def _gather(src, shape: tuple[int, ...], coords: np.ndarray) -> np.ndarray:
+    """Stored bytes (M, itemsize) of the source elements at `coords`, read box by box."""
+    isz = src.itemsize
+    m = len(coords)
+    out = np.empty((m, isz), np.uint8)
+    lin = np.ravel_multi_index(tuple(coords.T), shape)
+    order = np.argsort(lin, kind="stable")
+    todo = [(0, m)]
+    while todo:
+        i, j = todo.pop()
+        idx = order[i:j]
+        c = coords[idx]
+        lo = c.min(0)
+        hi = c.max(0) + 1
+        vol = int(np.prod(hi - lo))
+        if j - i == 1 or (vol <= max(4 * (j - i), DENSE_MIN) and vol * isz <= MAX_BOX_BYTES):
+            block = _read_box(src, shape, tuple(int(x) for x in lo), tuple(int(x) for x in hi - lo))
+            out[idx] = block[tuple((c - lo).T)]
+        else:
+            mid = (i + j) // 2
+            todo.append((mid, j))
+            todo.append((i, mid))
+    return out
+
+
+def _read_box(src, shape, start, count) -> np.ndarray:
+    """The stored bytes of a box of a source dataset, shape count + (itemsize,)."""
+    isz = src.itemsize
+    raw = src.source
+    if isinstance(raw, ChunkedSource):
+        out = np.empty(count + (isz,), np.uint8)
+        box = (start, count)
+        for cc in chunks_in_box(box, raw.chunk):
+            chunk = np.frombuffer(raw.chunk_bytes_at(cc), np.uint8).reshape(raw.chunk + (isz,))
+            dst, s = overlap(box, cc, raw.chunk)
+            out[dst] = chunk[s]
+        return out
+    row = prod(shape[1:]) * isz
+    span = count[0] * row
+    want = prod(count) * isz
+    if span <= want + ROWS_SLACK or span <= 4 * want:
+        data = raw.read(start[0] * row, span)
+        if len(data) != span:
+            raise FormatError(f"{src.path}: source read returned {len(data)} of {span} bytes")
+        arr = np.frombuffer(data, np.uint8).reshape((count[0],) + tuple(shape[1:]) + (isz,))
+        return arr[(slice(None),) + tuple(slice(s, s + c) for s, c in zip(start[1:], count[1:]))]
+    out = np.empty(count + (isz,), np.uint8)
+    run = count[-1] * isz
+    for idx in np.ndindex(*count[:-1]):
+        first = tuple(s + i for s, i in zip(start, idx)) + (start[-1],)
+        off = int(np.ravel_multi_index(first, shape)) * isz
+        data = raw.read(off, run)
+        if len(data) != run:
+            raise FormatError(f"{src.path}: source read returned {len(data)} of {run} bytes")
+        out[idx] = np.frombuffer(data, np.uint8).reshape(count[-1], isz)
+    return out
+
+
+# ------------------------------------------------------------------------------ building
+
+def mapping_block(ds) -> vds_mapping.MappingBlock:
+    lay = ds.layout
+    if lay.vds_heap_address is None:
+        return vds_mapping.MappingBlock(0, ())
+    data = ds.file.global_heap.get(lay.vds_heap_address, lay.vds_heap_index)
+    return vds_mapping.decode(data, ds.file.sizes, f"{ds.path}: virtual dataset mapping")
+
+
+def _bounds_end(sel: S.Selection, skip: int | None) -> list[int | None]:
+    """Per dimension, the last selected coordinate (None for the unlimited dimension `skip`)."""
+    if sel.regular is not None:
+        out = []
+        for d, (s, st, c, b) in enumerate(zip(*sel.regular)):
+            out.append(None if d == skip else s + (c - 1) * st + b - 1)
+        return out
+    if sel.kind == "points":
+        return [int(v) for v in sel.points.max(0)] if len(sel.points) else [None] * sel.rank
+    if sel.blocks is not None and len(sel.blocks):
+        return [int(v) for v in sel.blocks[:, 1, :].max(0)]
+    return [None] * sel.rank
+
+
+def _clip_match(start: int, stride: int, block: int | None, slices: int) -> int:
+    """The virtual extent whose unlimited dimension holds exactly `slices` selected coordinates
+    (libhdf5 H5S_hyper_get_clip_extent_match without trailing space)."""
+    if slices == 0:
+        return 0
+    if block is None:                  # unlimited block
+        return start + slices
+    q, r = divmod(slices - 1, block)
+    return start + q * stride + r + 1
+
+
+class _Plan:
+    """The mapping list resolved against the sources: extent and concrete mappings."""
+
+    def __init__(self, ds):
+        self.ds = ds
+        space = ds.dataspace
+        self.stored = tuple(space.dims)
+        rank = len(self.stored)
+        block = mapping_block(ds)
+        self.block = block
+        probe = VirtualSource(ds, self.stored, [])
+        min_dims = [0] * rank
+        new_dims: list[int | None] = [None] * rank
+        pending = []                       # (mapping, kind, data)
+        for i, m in enumerate(block.entries):
+            label = f"{ds.path}: mapping {i} ({m.source_file}:{m.source_dataset})"
+            vs, ss = m.virtual_selection, m.source_selection
+            if vs.kind not in ("all", "none") and vs.rank != rank:
+                raise FormatError(f"{label}: virtual selection of rank {vs.rank} in a rank-{rank} dataset")
+            vu = vs.unlimited_dim if vs.regular is not None else None
+            if vs.kind not in ("all", "none"):
+                for d, e in enumerate(_bounds_end(vs, vu)):
+                    if e is not None and e + 1 > min_dims[d]:
+                        min_dims[d] = e + 1
+            if vu is None:
+                pending.append((i, m, "limited", None, label))
+                continue
+            su = ss.unlimited_dim if ss.regular is not None else None
+            start, stride, count, blk = (v[vu] for v in vs.regular)
+            if su is not None:                         # unlimited on both sides
+                r = _Resolved(substitute(m.source_file, None), substitute(m.source_dataset, None),
+                              None, ss, False, label)
+                entry, src = probe._open(r)
+                try:
+                    if src is None:
+                        clip = 0
+                    else:
+                        sshape = src.shape if src.shape else (1,)
+                        sdim = RegDim(*(v[su] for v in ss.regular), limit=sshape[su])
+                        clip = _clip_match(start, stride, blk, sdim.n)
+                finally:
+                    if entry is not None:
+                        POOL.release(entry)
+                pending.append((i, m, "unlimited", clip, label))
+            else:                                      # printf: one source per block
+                if count is not None or blk is None:
+                    raise FormatError(f"{label}: printf-style mapping without an unlimited count")
+                if not (_has_printf(m.source_file) or _has_printf(m.source_dataset)):
+                    raise FormatError(f"{label}: unlimited virtual selection, limited source selection "
+                                      f"and no %b in the source names")
+                nused = 0
+                while nused < MAX_PRINTF_BLOCKS:
+                    r = _Resolved(substitute(m.source_file, nused), substitute(m.source_dataset, nused),
+                                  None, ss, True, label)
+                    entry, src = probe._open(r)
+                    if entry is not None:
+                        POOL.release(entry)
+                    if src is None:
+                        break
+                    nused += 1
+                clip = start + (nused - 1) * stride + blk if nused else 0
+                pending.append((i, m, "printf", (nused, clip), label))
+            clip = pending[-1][3] if pending[-1][2] == "unlimited" else pending[-1][3][1]
+            if new_dims[vu] is None or clip > new_dims[vu]:
+                new_dims[vu] = clip
+        shape = []
+        for d in range(rank):
+            if new_dims[d] is None:
+                shape.append(self.stored[d])
+            else:
+                shape.append(max(new_dims[d], min_dims[d]))
+        self.shape = tuple(shape)
+        maps: list[_Resolved] = []
+        for i, m, kind, data, label in pending:
+            vs = m.virtual_selection
+            if kind == "limited":
+                if _has_printf(m.source_file) or _has_printf(m.source_dataset):
+                    raise FormatError(f"{label}: %b in the source names of a limited mapping")
+                vsel = build_selection(vs, self.shape, None, label)
+                if vsel is not None:
+                    maps.append(_Resolved(substitute(m.source_file, None), substitute(m.source_dataset, None),
+                                          vsel, m.source_selection, True, label))
+            elif kind == "unlimited":
+                vsel = build_selection(vs, self.shape, data, label)
+                if vsel is not None and vsel.n:
+                    maps.append(_Resolved(substitute(m.source_file, None), substitute(m.source_dataset, None),
+                                          vsel, m.source_selection, False, label))
+            else:
+                nused, _ = data
+                vu = vs.unlimited_dim
+                start, stride, count, block = (list(v) for v in vs.regular)
+                for j in range(nused):
+                    s2 = list(start)
+                    c2 = list(count)
+                    s2[vu] = start[vu] + j * stride[vu]
+                    c2[vu] = 1
+                    sub = S.Selection("hyperslab", vs.rank, regular=(tuple(s2), tuple(stride), tuple(c2), tuple(block)))
+                    vsel = build_selection(sub, self.shape, None, label)
+                    if vsel is not None:
+                        maps.append(_Resolved(substitute(m.source_file, j), substitute(m.source_dataset, j),
+                                              vsel, m.source_selection, True, f"{label} block {j}"))
+        self.maps = maps
+
+
+def _check_type(ds) -> None:
+    from .varlen_views import needs_materializing
+    if needs_materializing(ds.datatype):
+        from .dtypes import describe
+        raise Unsupported(f"{ds.path}: virtual dataset of {describe(ds.datatype)} (variable-length or reference "
+                          f"data pointing into source files)")
+
+
+def _plan(ds) -> _Plan:
+    plan = ds.__dict__.get("_h5fs_vds_plan")
+    if plan is None:
+        with _Guard(_key(ds), ds.path):
+            plan = _Plan(ds)
+        ds.__dict__["_h5fs_vds_plan"] = plan
+    return plan
+
+
+def virtual_extent(ds) -> tuple[int, ...]:
+    """The current extent of a virtual dataset (stored dims, or recomputed from the sources
+    for mappings with unlimited selections, as libhdf5's H5D_VDS_LAST_AVAILABLE view does)."""
+    return _plan(ds).shape
+
+
+def virtual_source(ds, size: int) -> RawSource:
+    """The RawSource of a virtual dataset. `size` (from the stored dataspace) is only a hint:
+    the source's size follows virtual_extent(ds)."""
+    _check_type(ds)
+    plan = _plan(ds)
+    return VirtualSource(ds, plan.shape, plan.maps)
+
+
+def virtual_facts(ds) -> dict[str, str]:
+    """Readable facts: {"virtual_sources": "a.h5:/data[0:10] -> [0, 0:10]; ...", ...}."""
+    block = mapping_block(ds)
+    items = []
+    for m in block.entries:
+        items.append(f"{m.source_file}:{m.source_dataset}{m.source_selection.text()} -> "
+                     f"{m.virtual_selection.text()}")
+    out = {"virtual_sources": "; ".join(items), "virtual_mappings": str(len(block.entries))}
+    try:
+        shape = virtual_extent(ds)
+    except H5fsError:
+        return out
+    if shape != tuple(ds.dataspace.dims):
+        out["virtual_extent"] = "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+    return out
