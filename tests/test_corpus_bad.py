@@ -32,7 +32,10 @@ TIMEOUT = float(os.environ.get("H5FS_WALK_TIMEOUT", "20"))
 
 # Corpus files that still fail because of a module another developer owns: name -> reason.
 # Kept non-strict so that the fix shows up as XPASS.
-KNOWN_ELSEWHERE: dict[str, str] = {}
+KNOWN_ELSEWHERE: dict[str, str] = {
+    "cve-2025-2924.h5": "h5fs/model/attributes.py: Attribute.value reshapes a null-dataspace "
+                        "attribute's 0 elements to shape () (ValueError)",
+}
 
 
 def _corpus_params():
@@ -399,3 +402,16 @@ def test_walker_on_pristine_files_matches_h5py(pristine):
     res = walk(str(pristine))
     assert res.refused is None and not res.bugs and not res.errors, res.summary()
     assert res.objects == 7
+
+
+def test_null_dataspace_dataset_npy_view(tmp_path):
+    """A null dataspace holds no element: its .npy view must say shape (0,), not () (one element),
+    or np.load fails on the 0-byte body (found by cve-2025-2924.h5)."""
+    p = tmp_path / "null.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("n", data=h5py.Empty("<f4"))
+    with H5File.open(str(p)) as f:
+        ds = f.get(f.root.link("n").address, "/n")
+        assert ds.npy_body_size == 0 and ds.raw_size == 0
+        assert ds.npy_shape == (0,)
+        assert ds.read_array().shape == (0,)

@@ -118,6 +118,9 @@ class Walker:
             msg = str(e)
             if not msg:
                 self._bug(path, step, AssertionError(f"{type(e).__name__} with an empty message"))
+            if getattr(e, "safety_net", False) and e.__cause__ is not None:
+                # the model's safety net turned a raw exception into EIO: still a bug to fix
+                self._bug(path, step, e.__cause__)
             self.r.outcomes.append(Outcome(path, step, f"{type(e).__name__}: {msg}"))
             return False, None
         except Exception as e:  # noqa: BLE001 - that is the point: anything else is a bug

@@ -13,7 +13,7 @@ from ..storage.chunked import ChunkedSource
 from ..storage.index import IndexContext, open_index
 from ..storage.sources import CompactSource, ContiguousSource, FillSource, RawSource
 from . import messages as M
-from .objects import H5Object
+from .objects import H5Object, guarded
 
 # Views whose bytes must be computed as a whole (variable-length data) are refused above this size.
 MAX_MATERIALIZED = 256 * 1024 * 1024
@@ -24,6 +24,7 @@ class Dataset(H5Object):
 
     # -- description ------------------------------------------------------------------------
     @cached_property
+    @guarded
     def dataspace(self) -> S.Dataspace:
         space = self.message(M.DATASPACE)
         if space is None:
@@ -31,6 +32,7 @@ class Dataset(H5Object):
         return space
 
     @cached_property
+    @guarded
     def datatype(self):
         dt = self.message(M.DATATYPE)
         if dt is None:
@@ -38,6 +40,7 @@ class Dataset(H5Object):
         return dt
 
     @cached_property
+    @guarded
     def dtype(self) -> np.dtype:
         from .dtypes import numpy_dtype
         return numpy_dtype(self.datatype)
@@ -55,6 +58,7 @@ class Dataset(H5Object):
         return self.dataspace.maxdims
 
     @cached_property
+    @guarded
     def layout(self) -> L.DataLayout:
         lay = self.message(M.LAYOUT)
         if lay is None:
@@ -62,11 +66,13 @@ class Dataset(H5Object):
         return lay
 
     @cached_property
+    @guarded
     def filters(self):
         pipe = self.message(M.FILTERS)
         return pipe.filters if pipe is not None else ()
 
     @cached_property
+    @guarded
     def fill_value(self) -> bytes | None:
         fv = self.message(M.FILL)
         if fv is None:
@@ -78,11 +84,13 @@ class Dataset(H5Object):
         return fv.value
 
     @property
+    @guarded
     def chunks(self) -> tuple[int, ...] | None:
         return self.layout.chunk_dims if self.layout.layout_class == L.CHUNKED else None
 
     # -- storage ----------------------------------------------------------------------------
     @cached_property
+    @guarded
     def source(self) -> RawSource:
         space, lay = self.dataspace, self.layout
         size = space.count * self.itemsize
@@ -115,11 +123,13 @@ class Dataset(H5Object):
                              edge_unfiltered=bool(lay.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS))
 
     @property
+    @guarded
     def storage_size(self) -> int:
         return self.source.allocated()
 
     # -- views ------------------------------------------------------------------------------
     @cached_property
+    @guarded
     def materialized(self) -> "MaterializedView | None":
         """Variable-length and reference data: the views are computed from decoded values."""
         from .varlen_views import needs_materializing
@@ -128,34 +138,42 @@ class Dataset(H5Object):
         return MaterializedView(self)
 
     @property
+    @guarded
     def raw_size(self) -> int:
         m = self.materialized
         return m.raw_size if m is not None else self.source.size
 
+    @guarded
     def read_raw(self, offset: int, size: int) -> bytes:
         m = self.materialized
         return m.read_raw(offset, size) if m is not None else self.source.read(offset, size)
 
+    @guarded
     def read_cached(self, offset: int, size: int) -> bytes | None:
         if self.materialized is not None:
             return None
         return self.source.read_cached(offset, size)
 
     @property
+    @guarded
     def npy_dtype(self) -> np.dtype:
         from .dtypes import npy_dtype
         m = self.materialized
         return m.npy_dtype if m is not None else npy_dtype(self.datatype)
 
     @property
+    @guarded
     def npy_shape(self) -> tuple[int, ...]:
-        return self.shape
+        # a null dataspace holds no element: shape () would claim one, (0,) claims none
+        return (0,) if self.dataspace.kind == S.NULL else self.shape
 
     @property
+    @guarded
     def npy_body_size(self) -> int:
         m = self.materialized
         return m.npy_body_size if m is not None else self.source.size
 
+    @guarded
     def read_npy_body(self, offset: int, size: int) -> bytes:
         m = self.materialized
         return m.read_npy_body(offset, size) if m is not None else self.source.read(offset, size)
@@ -163,8 +181,9 @@ class Dataset(H5Object):
     def read_array(self) -> np.ndarray:
         """The whole dataset as a NumPy array (for small datasets and tests)."""
         body = self.read_npy_body(0, self.npy_body_size)
-        return np.frombuffer(body, self.npy_dtype).reshape(self.shape)
+        return np.frombuffer(body, self.npy_dtype).reshape(self.npy_shape)
 
+    @guarded
     def facts(self) -> dict[str, str]:
         from .dtypes import describe
         out = super().facts()

@@ -17,7 +17,7 @@ from ..storage.chunk_cache import ChunkCache
 from . import messages as M
 from .dataset import Dataset
 from .group import Group
-from .objects import H5Object, NamedDatatype
+from .objects import UNEXPECTED, H5Object, NamedDatatype, internal_error
 
 OBJECT_CACHE = 16384
 
@@ -39,7 +39,10 @@ class H5File:
     def open(cls, path: str) -> H5File:
         fd = os.open(path, os.O_RDONLY)
         try:
-            sb = superblock.read(fd)
+            try:
+                sb = superblock.read(fd)
+            except UNEXPECTED as e:
+                raise internal_error("superblock", e) from e
             f = cls(path, fd, sb)
             f.root  # a file whose root group cannot be read is not mountable
             return f
@@ -72,8 +75,11 @@ class H5File:
             if obj is not None:
                 self._objects.move_to_end(address)
                 return obj
-        header = object_header.read(self.reader, address, path)
-        obj = _classify(header, address == self.root_address)(self, address, path, header)
+        try:
+            header = object_header.read(self.reader, address, path)
+            obj = _classify(header, address == self.root_address, path)(self, address, path, header)
+        except UNEXPECTED as e:
+            raise internal_error(path, e) from e
         with self._lock:
             self._objects[address] = obj
             while len(self._objects) > OBJECT_CACHE:
@@ -136,7 +142,7 @@ class H5File:
         return heaps[address]
 
 
-def _classify(header: object_header.ObjectHeader, is_root: bool) -> type[H5Object]:
+def _classify(header: object_header.ObjectHeader, is_root: bool, path: str) -> type[H5Object]:
     types = {m.type for m in header.messages}
     if is_root or types & {M.SYMBOL_TABLE, M.LINK_INFO, M.LINK, M.GROUP_INFO}:
         return Group
@@ -144,5 +150,5 @@ def _classify(header: object_header.ObjectHeader, is_root: bool) -> type[H5Objec
         return Dataset
     if M.DATATYPE in types:
         return NamedDatatype
-    raise FormatError(f"object at {header.address} is neither a group, a dataset nor a named datatype")
+    raise FormatError(f"{path}: object at {header.address} is neither a group, a dataset nor a named datatype")
 
