@@ -196,10 +196,19 @@ def _decode_all(hdr: BTreeV2Header, node: Node, decode_record: Callable[[Cursor]
     return out
 
 
-def iterate(reader, address: int | None, decode_record: Callable[[Cursor], R], what: str = "v2 B-tree",
-            expect_type: int | None = None, header: BTreeV2Header | None = None) -> Iterator[R]:
-    """Every record of the tree whose header is at `address`, in key order."""
+def iterate(reader, address: int | None, decode_record: Callable[[Cursor], R] | str | None = None,
+            what: str = "v2 B-tree", expect_type: int | None = None,
+            header: BTreeV2Header | None = None) -> Iterator[R]:
+    """Every record of the tree whose header is at `address`, in key order.
+
+    Without `decode_record` the decoder is chosen by the header's type (1-9; types 10/11 need
+    `chunk_record_decoder`). A string in its place is taken as `what`.
+    """
+    if isinstance(decode_record, str):
+        decode_record, what = None, decode_record
     hdr = header or read_header(reader, address, what)
+    if decode_record is None:
+        decode_record = record_decoder(hdr.type)
     if expect_type is not None and hdr.type != expect_type:
         raise FormatError(f"{what}: B-tree type {hdr.type}, expected {expect_type}")
     if hdr.root_address is None:
@@ -229,14 +238,17 @@ def iterate(reader, address: int | None, decode_record: Callable[[Cursor], R], w
         raise FormatError(f"{what}: header counts {hdr.total_records} records, the nodes hold {count}")
 
 
-def find(reader, address: int | None, compare: Callable[[R], int], decode_record: Callable[[Cursor], R],
-         what: str = "v2 B-tree", header: BTreeV2Header | None = None) -> R | None:
+def find(reader, address: int | None, compare: Callable[[R], int],
+         decode_record: Callable[[Cursor], R] | None = None, what: str = "v2 B-tree",
+         header: BTreeV2Header | None = None) -> R | None:
     """The record for which compare(record) == 0, descending from the root only.
 
     `compare(record)` answers the sign of (wanted key - record's key): negative when the wanted
     key sorts before the record, 0 on a match, positive after it.
     """
     hdr = header or read_header(reader, address, what)
+    if decode_record is None:
+        decode_record = record_decoder(hdr.type)
     if hdr.root_address is None:
         return None
     addr, nrec, depth = hdr.root_address, hdr.root_nrecords, hdr.depth

@@ -15,7 +15,8 @@ H5EA__hdr_init, H5EAiblock.c, H5EAsblock.c, H5EAdblock.c, H5EA.c H5EA__lookup_el
 - a data block with more elements than a page (``2**max_dblk_page_nelmts_bits``) is paged: it
   stores only its prefix (signature, version, client, header address, block offset, checksum)
   and its pages follow it, each ``elements + checksum``; the super block holds one page-init bit
-  per page of each of its data blocks (most significant bit first). Data blocks referenced by the
+  per page of each of its data blocks (bit ``dblk * npages + page``, most significant bit first,
+  in a bitmap of ``ndblks * ceil(npages / 8)`` bytes). Data blocks referenced by the
   index block are never paged in files libhdf5 writes (it cannot read such a file either).
 - the block offset width is ``ceil(max_nelmts_bits / 8)``.
 """
@@ -80,13 +81,13 @@ def read_header(reader, address: int | None, what: str = "extensible array") -> 
     buf = reader.read(address, header_size(reader.sizes), label)
     c = Cursor(buf, 0, reader.sizes, label)
     c.signature(SIG_HEADER)
+    verify(buf, label)
     version = c.u8()
     if version not in (0, 1):
         raise Unsupported(f"{label}: version {version}")
     vals = [c.u8() for _ in range(7)]
     stats = [c.length() for _ in range(6)]
     iblock = c.offset()
-    verify(buf, label)
     h = ExtensibleArrayHeader(address, version, *vals, *stats, iblock)
     if h.element_size == 0:
         raise FormatError(f"{label}: zero element size")
@@ -166,8 +167,8 @@ class ExtensibleArray:
             + (self.iblock_ndblk_addrs + self.iblock_nsblk_addrs) * s.offset + 4
         buf = self.reader.read(h.iblock_address, size, label)
         c = Cursor(buf, 0, s, label)
-        self._prefix(c, SIG_IBLOCK, label)
         verify(buf, label)
+        self._prefix(c, SIG_IBLOCK, label)
         elements = c.bytes(h.idx_blk_elmts * h.element_size)
         dblks = tuple(c.offset() for _ in range(self.iblock_ndblk_addrs))
         sblks = tuple(c.offset() for _ in range(self.iblock_nsblk_addrs))
@@ -178,7 +179,9 @@ class ExtensibleArray:
         """(pages per data block, page-init bitmap bytes, super block size) of super block u."""
         info = self.sblk_info[sblk_idx]
         npages = info.dblk_nelmts // self.page_nelmts if info.dblk_nelmts > self.page_nelmts else 0
-        bitmap = (info.ndblks * npages + 7) // 8
+        # libhdf5 reserves ceil(npages / 8) bytes per data block but numbers the bits contiguously
+        # (bit dblk * npages + page), so the tail of the bitmap stays unused
+        bitmap = info.ndblks * ((npages + 7) // 8)
         size = 4 + 1 + 1 + self.sizes.offset + self.arr_off_size + bitmap + info.ndblks * self.sizes.offset + 4
         return npages, bitmap, size
 
@@ -192,8 +195,8 @@ class ExtensibleArray:
         label = f"{self.what} super block {sblk_idx} at {address}"
         buf = self.reader.read(address, size, label)
         c = Cursor(buf, 0, self.sizes, label)
-        self._prefix(c, SIG_SBLOCK, label)
         verify(buf, label)
+        self._prefix(c, SIG_SBLOCK, label)
         c.uint(self.arr_off_size)  # block offset: informational
         bitmap = c.bytes(bitmap_size)
         dblks = tuple(c.offset() for _ in range(info.ndblks))
@@ -213,8 +216,8 @@ class ExtensibleArray:
         label = f"{self.what} data block at {address}"
         buf = self.reader.read(address, self._dblock_prefix_size() + nelmts * h.element_size, label)
         c = Cursor(buf, 0, self.sizes, label)
-        self._prefix(c, SIG_DBLOCK, label)
         verify(buf, label)
+        self._prefix(c, SIG_DBLOCK, label)
         c.uint(self.arr_off_size)
         data = c.bytes(nelmts * h.element_size)
         self._store(("d", address), data)
@@ -243,8 +246,8 @@ class ExtensibleArray:
         label = f"{self.what} data block at {address}"
         buf = self.reader.read(address, self._dblock_prefix_size(), label)
         c = Cursor(buf, 0, self.sizes, label)
-        self._prefix(c, SIG_DBLOCK, label)
         verify(buf, label)
+        self._prefix(c, SIG_DBLOCK, label)
         self._store(("P", address), True)
 
     # -- elements -------------------------------------------------------------------------------

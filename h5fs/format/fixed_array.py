@@ -84,6 +84,7 @@ def read_header(reader, address: int | None, what: str = "fixed array") -> Fixed
     buf = reader.read(address, header_size(reader.sizes), label)
     c = Cursor(buf, 0, reader.sizes, label)
     c.signature(SIG_HEADER)
+    verify(buf, label)
     version = c.u8()
     if version not in (0, 1):
         raise Unsupported(f"{label}: version {version}")
@@ -92,7 +93,6 @@ def read_header(reader, address: int | None, what: str = "fixed array") -> Fixed
     page_bits = c.u8()
     nelmts = c.length()
     dblock = c.offset()
-    verify(buf, label)
     if esize == 0:
         raise FormatError(f"{label}: zero element size")
     if page_bits > MAX_PAGE_BITS:
@@ -131,6 +131,7 @@ class FixedArray:
         esize = 0 if self.paged else h.nelmts * h.element_size
         buf = self.reader.read(h.dblock_address, self.prefix_size + esize, label)
         c = Cursor(buf, 0, self.sizes, label)
+        verify(buf, label)
         c.signature(SIG_DBLOCK)
         version = c.u8()
         if version != h.version:
@@ -140,7 +141,6 @@ class FixedArray:
             raise FormatError(f"{label}: client {client} differs from the header's {h.client_id}")
         if c.offset() != h.address:
             raise FormatError(f"{label}: belongs to another fixed array")
-        verify(buf, label)
         self._bitmap = c.bytes(self.bitmap_size)
         self._elements = None if self.paged else c.bytes(esize)
         self._loaded = True
