@@ -65,7 +65,10 @@ class Selection:
         if self.kind == "points":
             return f"[{len(self.points)} points]"
         if self.regular is None:
-            return f"[{len(self.blocks)} blocks]"
+            if len(self.blocks) > 4 or len(self.blocks) == 0:
+                return f"[{len(self.blocks)} blocks]"
+            return " + ".join("[" + ", ".join(str(a) if a == b else f"{a}:{b + 1}" for a, b in zip(*blk.tolist())) + "]"
+                              for blk in self.blocks)
         parts = []
         for s, st, c, b in zip(*self.regular):
             if c is None:

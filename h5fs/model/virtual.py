@@ -296,9 +296,14 @@ def build_selection(sel: S.Selection, shape: tuple[int, ...], clip: int | None =
 
 # ------------------------------------------------------------------------- source files
 
+def _identity(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class _Entry:
-    def __init__(self, file):
+    def __init__(self, file, ident: tuple):
         self.file = file
+        self.ident = ident
         self.users = 0
         self.evicted = False
         self.datasets: dict[str, object] = {}
@@ -315,12 +320,29 @@ class _Pool:
     def acquire(self, path: str) -> _Entry | None:
         """The open file at `path` (its use count raised), or None when there is no such file."""
         key = os.path.realpath(path)
+        # a file replaced, changed or removed since it was opened is opened again (or missing)
+        try:
+            ident = _identity(os.stat(key))
+        except (FileNotFoundError, NotADirectoryError):
+            ident = None
+        except OSError as exc:
+            raise FormatError(f"virtual dataset source file {path}: {exc.strerror or exc}") from exc
+        stale = None
         with self._lock:
             e = self._entries.get(key)
             if e is not None:
-                self._entries.move_to_end(key)
-                e.users += 1
-                return e
+                if e.ident == ident:
+                    self._entries.move_to_end(key)
+                    e.users += 1
+                    return e
+                del self._entries[key]
+                e.evicted = True
+                if e.users == 0:
+                    stale = e.file
+        if stale is not None:
+            stale.close()
+        if ident is None:
+            return None
         from .file import H5File
         try:
             f = H5File.open(key)
@@ -333,10 +355,14 @@ class _Pool:
         close = []
         with self._lock:
             e = self._entries.get(key)
-            if e is not None:           # another thread opened it meanwhile
+            if e is not None and e.ident == ident:     # another thread opened it meanwhile
                 close.append(f)
             else:
-                e = self._entries[key] = _Entry(f)
+                if e is not None:
+                    e.evicted = True
+                    if e.users == 0:
+                        close.append(e.file)
+                e = self._entries[key] = _Entry(f, ident)
             e.users += 1
             self._entries.move_to_end(key)
             while len(self._entries) > self.size:
