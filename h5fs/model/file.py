@@ -127,7 +127,7 @@ class H5File:
             if raw is None:
                 raise FormatError(f"{what}: shared object header {ref.address} has no such message")
             return raw
-        bit = sohm_table.TYPE_BITS.get(mtype, 0)
+        bit = sohm_table.type_bit(mtype)
         for index in self.sohm_indexes:
             if index.message_types & bit and index.heap_address is not None:
                 heap = self._sohm_heap(index.heap_address)

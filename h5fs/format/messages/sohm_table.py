@@ -9,8 +9,16 @@ from .. import checksum
 from ..cursor import Cursor
 
 MAX_INDEXES = 32
-# Bits of an index's message-type flags (III.I), keyed by object header message type.
-TYPE_BITS = {0x01: 0x01, 0x03: 0x02, 0x05: 0x04, 0x0B: 0x08, 0x0C: 0x10}
+
+
+def type_bit(mtype: int) -> int:
+    """The bit of an index's message-type flags that tracks message type `mtype`.
+
+    The spec's table (III.I) numbers the bits 0-4 for dataspace, datatype, fill value, filter
+    pipeline and attribute; libhdf5 (H5O_SHMESG_*_FLAG) stores 1 << message type instead, and
+    real files win.
+    """
+    return 1 << mtype
 
 
 @dataclass(frozen=True)

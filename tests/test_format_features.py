@@ -1,0 +1,117 @@
+"""Format features beyond the defaults, each in a file libhdf5 wrote: shared object header
+messages, every library version's formats (incl. libhdf5 2.0's layout message v5), times,
+comments, big groups in every storage style."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+
+import numpy as np
+import pytest
+
+h5py = pytest.importorskip("h5py")
+
+from h5fs.model.file import H5File  # noqa: E402
+
+
+def libhdf5() -> ctypes.CDLL:
+    """The libhdf5 inside the h5py wheel, for the few property calls h5py does not wrap (test only)."""
+    libdir = os.path.join(os.path.dirname(h5py.__file__), os.pardir, "h5py.libs")
+    return ctypes.CDLL(glob.glob(os.path.join(libdir, "libhdf5-*.so*"))[0])
+
+
+def assert_same(path) -> None:
+    """Every object of the file reads the same through h5fs as through h5py."""
+    with H5File.open(str(path)) as ours, h5py.File(path) as theirs:
+        def visit(name, obj):
+            mine = ours.resolve(name)
+            assert sorted(a.name for a in mine.attributes()) == sorted(obj.attrs), name
+            for a in mine.attributes():
+                expected = obj.attrs[a.name]
+                if isinstance(expected, str):
+                    assert a.value.item() == expected, (name, a.name)
+                else:
+                    assert np.array_equal(a.value, expected), (name, a.name)
+            if isinstance(obj, h5py.Dataset):
+                assert mine.read_array().tobytes() == obj[()].tobytes(), name
+            elif isinstance(obj, h5py.Group):
+                assert [ln.name for ln in mine.links()] == list(obj), name
+        theirs.visititems(visit)
+
+
+# H5Opublic.h: H5O_SHMESG_<type>_FLAG = 1 << (message type)
+SDSPACE, DTYPE, FILL, PLINE, ATTR = 1 << 0x01, 1 << 0x03, 1 << 0x05, 1 << 0x0B, 1 << 0x0C
+
+
+def test_shared_messages_in_the_sohm_heap(tmp_path):
+    lib = libhdf5()
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    pid = ctypes.c_int64(fcpl.id)
+    assert lib.H5Pset_shared_mesg_nindexes(pid, ctypes.c_uint(2)) >= 0
+    # index 0: datatypes and attributes; index 1: dataspaces, fill values, filter pipelines
+    assert lib.H5Pset_shared_mesg_index(pid, 0, DTYPE | ATTR, 1) >= 0
+    assert lib.H5Pset_shared_mesg_index(pid, 1, SDSPACE | FILL | PLINE, 1) >= 0
+    path = tmp_path / "sohm.h5"
+    fid = h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl)
+    with h5py.File(fid) as f:
+        for i in range(6):
+            d = f.create_dataset(f"d{i}", data=np.arange(20.0) * i, chunks=(5,), compression="gzip",
+                                 fillvalue=1.0)
+            d.attrs["shared_array"] = np.arange(50)
+            d.attrs["text"] = "the same text on every dataset"
+    with H5File.open(str(path)) as ours:
+        assert len(ours.sohm_indexes) == 2
+        shared = [m for m in ours.resolve("d3").header.messages if m.shared]
+        assert shared, "libhdf5 should have shared some messages"
+    assert_same(path)
+
+
+@pytest.mark.parametrize("libver", ["earliest", "v108", "v110", "v112", "v114", "v200"])
+def test_every_library_version_format(tmp_path, libver):
+    path = tmp_path / f"{libver}.h5"
+    with h5py.File(path, "w", libver=(libver, "latest")) as f:
+        f.attrs["created_by"] = libver
+        f.create_dataset("fixed", data=np.arange(100, dtype="<i4"), chunks=(10,), compression="gzip")
+        two = f.create_dataset("btree2", shape=(10, 10), maxshape=(None, None), chunks=(3, 3), dtype="<f4",
+                               compression="gzip", shuffle=True)
+        two[...] = np.arange(100).reshape(10, 10)
+        ext = f.create_dataset("extensible", shape=(0,), maxshape=(None,), chunks=(7,), dtype=">i8",
+                               compression="gzip")
+        ext.resize((100,))
+        ext[...] = np.arange(100)
+        f.create_dataset("single", data=np.arange(50), chunks=(50,), compression="gzip")
+        f.create_dataset("plain", data=np.arange(10.0))
+        g = f.create_group("many", track_order=True)
+        for i in range(30):
+            g.create_group(f"sub{29 - i:02d}").attrs["i"] = i
+    assert_same(path)
+    with H5File.open(str(path)) as ours:
+        layout = ours.resolve("fixed").layout
+        assert layout.version == {"earliest": 3, "v108": 3, "v200": 5}.get(libver, 4)
+
+
+def test_modification_times_and_comment(tmp_path):
+    path = tmp_path / "times.h5"
+    with h5py.File(path, "w", libver="earliest", track_order=False) as f:
+        d = f.create_dataset("timed", data=np.arange(3), track_times=True)
+        h5py.h5o.set_comment(d.id, b"a comment on a dataset")
+        info = h5py.h5g.get_objinfo(d.id)
+        expected = info.mtime
+    with H5File.open(str(path)) as ours:
+        d = ours.resolve("timed")
+        assert d.mtime == pytest.approx(expected, abs=1)
+        assert d.comment == "a comment on a dataset"
+        assert d.facts()["comment"] == "a comment on a dataset"
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_large_group(tmp_path, libver):
+    path = tmp_path / "large.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        for i in range(2000):
+            f.create_group(f"g{i:05d}")
+    with H5File.open(str(path)) as ours, h5py.File(path) as theirs:
+        assert [ln.name for ln in ours.root.links()] == list(theirs)
+        assert ours.root.facts()["storage"] == ("symbol table" if libver == "earliest" else "dense")
