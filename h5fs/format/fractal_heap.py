@@ -147,10 +147,10 @@ class FractalHeap:
         if address is None:
             raise FormatError(f"{what}: undefined address")
         # the header's length depends on the filter length, which sits at a fixed position
-        prefix = reader.read(address, 7, f"{self.what} header")
+        prefix = reader.read(address, 9, f"{self.what} header")
         if prefix[:4] != SIG_HEADER:
             raise FormatError(f"{self.what}: bad signature {prefix[:4]!r}, expected {SIG_HEADER!r}")
-        filter_len = int.from_bytes(prefix[7 - 2:7], "little")
+        filter_len = int.from_bytes(prefix[7:9], "little")
         size = self._header_size(filter_len)
         buf = reader.read(address, size, f"{self.what} header")
         self.header = h = decode_header(buf, address, self.sizes, f"{self.what} header")
@@ -165,7 +165,7 @@ class FractalHeap:
 
     def _header_size(self, filter_len: int) -> int:
         s = self.sizes
-        n = 4 + 1 + 2 + 2 + 1 + 4 + s.length + s.offset + s.length + s.offset + 9 * s.length \
+        n = 4 + 1 + 2 + 2 + 1 + 4 + s.length + s.offset + s.length + s.offset + 8 * s.length \
             + 2 + 2 * s.length + 2 + 2 + s.offset + 2
         if filter_len:
             n += s.length + 4 + filter_len
