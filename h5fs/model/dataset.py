@@ -49,8 +49,12 @@ class Dataset(H5Object):
     def itemsize(self) -> int:
         return self.datatype.size
 
-    @property
+    @cached_property
     def shape(self) -> tuple[int, ...]:
+        if self.layout.layout_class == L.VIRTUAL:
+            # an unlimited virtual dataset's extent follows its sources, as h5py shows it
+            from .virtual import virtual_extent
+            return virtual_extent(self)
         return self.dataspace.dims
 
     @property
@@ -197,6 +201,12 @@ class Dataset(H5Object):
         out["filters"] = ",".join(f.label for f in self.filters) if self.filters else "none"
         out["fill_value"] = self._fill_text()
         out["storage_size"] = str(self.storage_size)
+        if self.layout.layout_class == L.VIRTUAL:
+            from .virtual import virtual_facts
+            out.update(virtual_facts(self))
+        elif self.header.first(M.EXTERNAL) is not None:
+            from .external import external_facts
+            out.update(external_facts(self))
         return out
 
     def _fill_text(self) -> str:
