@@ -154,8 +154,10 @@ class Dataset(H5Object):
 
     @guarded
     def read_cached(self, offset: int, size: int) -> bytes | None:
-        if self.materialized is not None:
-            return None
+        """The raw view's bytes if they can be served without I/O or decoding, else None."""
+        m = self.materialized
+        if m is not None:
+            return m.read_raw(offset, size) if m.ready else None
         return self.source.read_cached(offset, size)
 
     @property
@@ -181,6 +183,13 @@ class Dataset(H5Object):
     def read_npy_body(self, offset: int, size: int) -> bytes:
         m = self.materialized
         return m.read_npy_body(offset, size) if m is not None else self.source.read(offset, size)
+
+    def read_npy_cached(self, offset: int, size: int) -> bytes | None:
+        """The `.npy` body's bytes if they can be served without I/O or decoding, else None."""
+        m = self.materialized
+        if m is not None:
+            return m.read_npy_body(offset, size) if m.ready else None
+        return self.source.read_cached(offset, size)
 
     def read_array(self) -> np.ndarray:
         """The whole dataset as a NumPy array (for small datasets and tests)."""
@@ -230,6 +239,11 @@ class MaterializedView:
         self.ds = ds
         if ds.source.size > MAX_MATERIALIZED:
             raise Unsupported(f"{ds.path}: variable-length dataset too large to serve ({ds.source.size} bytes)")
+
+    @property
+    def ready(self) -> bool:
+        """True once the views are decoded (reads no longer do I/O)."""
+        return "_views" in self.__dict__
 
     @cached_property
     def _views(self) -> tuple[bytes, np.dtype, bytes]:
