@@ -136,6 +136,10 @@ class RegDim:
         return _expand(s + q * st, lens, q * b, lo, hi)
 
     def coords(self, k: np.ndarray) -> np.ndarray:
+        if self.block == 1:
+            return self.start + k * self.stride
+        if self.count == 1:
+            return self.start + k
         q, r = np.divmod(k, self.block)
         return self.start + q * self.stride + r
 
@@ -199,7 +203,12 @@ class ProductSel:
         return pos.ravel(), ords.ravel()
 
     def coords(self, ords: np.ndarray) -> np.ndarray:
-        cols = [d.coords((ords // r) % n) for d, r, n in zip(self.dims, self.radix, self.sizes)]
+        cols = []
+        for i, (d, r, n) in enumerate(zip(self.dims, self.radix, self.sizes)):
+            k = ords // r if r != 1 else ords
+            if i:                       # the first dimension's quotient is already < n
+                k = k % n
+            cols.append(d.coords(k))
         return np.stack(cols, axis=1) if cols else np.zeros((len(ords), 0), np.int64)
 
 
@@ -486,6 +495,7 @@ class _Resolved:
         b = vsel.bounds() if vsel is not None else None
         self.lo, self.hi = (b[0], tuple(x + 1 for x in b[1])) if b else (None, None)
         self._ssel: tuple | None = None         # (source shape, built source selection)
+        self.candidates: list | None = None     # [(path, is the virtual dataset's own file)]
         self._lock = threading.Lock()
 
     def hits(self, start, count) -> bool:
@@ -524,9 +534,11 @@ class VirtualSource(RawSource):
         """(pool entry or None, source dataset or None) for a mapping; None when missing."""
         if m.file_name == ".":
             return None, self._dataset(self.ds.file, m, None)
-        me = os.path.realpath(self.ds.file.path)
-        for cand in source_candidates(m.file_name, self.ds.file.path):
-            if os.path.realpath(cand) == me:
+        if m.candidates is None:
+            me = os.path.realpath(self.ds.file.path)
+            m.candidates = [(c, os.path.realpath(c) == me) for c in source_candidates(m.file_name, self.ds.file.path)]
+        for cand, is_me in m.candidates:
+            if is_me:
                 return None, self._dataset(self.ds.file, m, None)
             e = POOL.acquire(cand)
             if e is None:
@@ -617,6 +629,12 @@ def _gather(src, shape: tuple[int, ...], coords: np.ndarray) -> np.ndarray:
     m = len(coords)
     out = np.empty((m, isz), np.uint8)
     lin = np.ravel_multi_index(tuple(coords.T), shape)
+    if m > 1 and int(lin[-1]) - int(lin[0]) == m - 1 and bool((np.diff(lin) == 1).all()):
+        # one row-major run of the source (whole tiles, full rows): a single read
+        data = src.source.read(int(lin[0]) * isz, m * isz)
+        if len(data) != m * isz:
+            raise FormatError(f"{src.path}: source read returned {len(data)} of {m * isz} bytes")
+        return np.frombuffer(data, np.uint8).reshape(m, isz)
     order = np.argsort(lin, kind="stable")
     todo = [(0, m)]
     while todo:
@@ -651,7 +669,7 @@ def _read_box(src, shape, start, count) -> np.ndarray:
     row = prod(shape[1:]) * isz
     span = count[0] * row
     want = prod(count) * isz
-    if span <= want + ROWS_SLACK or span <= 4 * want:
+    if span <= want + ROWS_SLACK or (span <= MAX_BOX_BYTES and span <= 64 * want):
         data = raw.read(start[0] * row, span)
         if len(data) != span:
             raise FormatError(f"{src.path}: source read returned {len(data)} of {span} bytes")
