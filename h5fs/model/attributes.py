@@ -58,6 +58,8 @@ class Attribute:
             values = decode_elements(self.owner.file, dt, raw, count, self.what)
         else:
             values = np.frombuffer(raw, numpy_dtype(dt), count)
+        if space.kind == S.NULL:
+            return values[:0]
         return values.reshape(space.dims if space.kind == S.SIMPLE else ())
 
 

@@ -1,0 +1,46 @@
+"""Every malformed file of ../shared/corpus/bad through the real CLI: `h5fs mount` refuses it with a
+message, or mounts it and a walk with real tools (find, bounded cat, getfattr) finishes in bounded
+time while the daemon stays up and logs no unexpected exception (the `mount` fixture checks that)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import _daemon_pid, run_h5fs
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "bad"
+FILES = sorted(CORPUS.glob("*.h5")) if CORPUS.is_dir() else []
+WALK = r"""
+set -u
+find "$1" > /dev/null 2>&1
+find "$1" -type f -print0 2>/dev/null | xargs -0 -r -n 1 sh -c 'head -c 2097152 "$0" > /dev/null 2>&1; true'
+getfattr -R -d -m - "$1" > /dev/null 2>&1
+find "$1" -type l -print0 2>/dev/null | xargs -0 -r readlink > /dev/null 2>&1
+exit 0
+"""
+
+
+@pytest.mark.skipif(not FILES, reason="no corpus at ../shared/corpus/bad")
+@pytest.mark.parametrize("h5", FILES, ids=lambda p: p.name)
+def test_corpus_file_through_a_mount(h5: Path, mount, tmp_path):
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    proc = run_h5fs("mount", "-o", f"log={tmp_path / 'log'}", h5, mp, timeout=60)
+    if proc.returncode != 0:
+        assert proc.stderr.strip(), "a refused mount must say why"
+        assert "Traceback" not in proc.stderr
+        return
+    mount.mounts.append((mp, tmp_path / "log"))  # the fixture unmounts it and checks the log
+    pid = _daemon_pid(mp)
+    walk = subprocess.run(["sh", "-c", WALK, "walk", str(mp)], capture_output=True, timeout=120)
+    assert walk.returncode == 0
+    assert pid is not None and os.path.exists(f"/proc/{pid}"), "the daemon died during the walk"
+    try:  # and still answers: a listing, or EIO when the root group itself is broken
+        os.listdir(mp)
+    except OSError as e:
+        assert e.errno == errno.EIO
