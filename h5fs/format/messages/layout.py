@@ -91,6 +91,7 @@ def decode(c: Cursor) -> DataLayout:
         _check_rank(ndims)
         addr = c.offset()
         dims = tuple(c.u32() for _ in range(ndims))
+        _check_chunk_dims(dims)
         return DataLayout(version, cls, chunk_dims=dims[:-1], element_size=dims[-1],
                           index=ChunkIndexInfo(BTREE_V1, addr))
     if cls == CHUNKED:
@@ -108,6 +109,12 @@ def _check_rank(ndims: int) -> None:
         raise FormatError(f"data layout: chunk dimensionality {ndims} out of range")
 
 
+def _check_chunk_dims(dims: tuple[int, ...]) -> None:
+    """Chunk dimensions and the trailing element size are all >= 1 (a zero divides by zero)."""
+    if any(d == 0 for d in dims):
+        raise FormatError(f"data layout: zero chunk dimension in {dims}")
+
+
 def _decode_v1_v2(c: Cursor, version: int) -> DataLayout:
     ndims = c.u8()
     cls = c.u8()
@@ -118,6 +125,7 @@ def _decode_v1_v2(c: Cursor, version: int) -> DataLayout:
     dims = tuple(c.u32() for _ in range(ndims))
     if cls == CHUNKED:
         _check_rank(ndims)
+        _check_chunk_dims(dims)
         return DataLayout(version, cls, chunk_dims=dims[:-1], element_size=dims[-1],
                           index=ChunkIndexInfo(BTREE_V1, addr))
     if cls == CONTIGUOUS:
@@ -154,7 +162,6 @@ def _decode_chunked_v4(c: Cursor, version: int) -> DataLayout:
     else:
         raise FormatError(f"data layout: unknown chunk index type {itype}")
     addr = c.offset()
-    if any(d == 0 for d in dims):
-        raise FormatError("data layout: zero chunk dimension")
+    _check_chunk_dims(dims)
     return DataLayout(version, CHUNKED, chunk_dims=dims[:-1], element_size=dims[-1], flags=flags,
                       index=ChunkIndexInfo(itype, addr, **info))
