@@ -16,7 +16,9 @@ class ChunkCache:
         self.budget = budget
         self.used = 0
         self._items: OrderedDict[Hashable, bytes] = OrderedDict()
-        self._inflight: dict[Hashable, threading.Event] = {}
+        # key -> a lock held by the one thread decoding it (a bare lock: a miss on a tiny chunk
+        # must not pay for an Event's condition variable)
+        self._inflight: dict[Hashable, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def peek(self, key: Hashable) -> bytes | None:
@@ -35,9 +37,11 @@ class ChunkCache:
                     return value
                 event = self._inflight.get(key)
                 if event is None:
-                    event = self._inflight[key] = threading.Event()
+                    event = self._inflight[key] = threading.Lock()
+                    event.acquire()
                     break
-            event.wait()
+            event.acquire()  # wait for the decode in flight, then look again
+            event.release()
         try:
             value = load()
             with self._lock:
@@ -46,7 +50,7 @@ class ChunkCache:
         finally:
             with self._lock:
                 del self._inflight[key]
-            event.set()
+            event.release()
 
     def _store(self, key: Hashable, value: bytes) -> None:
         if len(value) > self.budget:

@@ -40,16 +40,22 @@ class ChunkedSource(RawSource):
     def _is_edge(self, coords: tuple[int, ...]) -> bool:
         return any((c + 1) * k > d for c, k, d in zip(coords, self.chunk, self.shape))
 
-    def _load(self, coords: tuple[int, ...]) -> bytes:
-        rec = self.index.lookup(coords)
+    def _fill(self) -> bytes:
+        if self._fill_chunk is None:
+            self._fill_chunk = fill_pattern(self.fill, self.itemsize, 0, self.chunk_bytes)
+        return self._fill_chunk
+
+    def _load(self, coords: tuple[int, ...], rec=None) -> bytes:
         if rec is None:
-            if self._fill_chunk is None:
-                self._fill_chunk = fill_pattern(self.fill, self.itemsize, 0, self.chunk_bytes)
-            return self._fill_chunk
+            rec = self.index.lookup(coords)
+        if rec is None:
+            return self._fill()
         reader = self.index.ctx.reader
         stored_max = self.chunk_bytes if not self.filters else MAX_CHUNK_BYTES
-        if rec.size > stored_max:
+        if rec.size < 0 or rec.size > stored_max:
             raise FormatError(f"{self.what}: chunk {coords} claims {rec.size} stored bytes")
+        if rec.address is None or rec.address < 0 or reader.base + rec.address + rec.size > reader.eof:
+            raise FormatError(f"{self.what}: chunk {coords} at {rec.address}+{rec.size} lies outside the file")
         data = os.pread(reader.fd, rec.size, reader.base + rec.address) if rec.size else b""
         if len(data) != rec.size:
             raise FormatError(f"{self.what}: chunk {coords} at {rec.address}+{rec.size} lies outside the file")
@@ -62,7 +68,16 @@ class ChunkedSource(RawSource):
         return data
 
     def chunk_bytes_at(self, coords: tuple[int, ...]) -> bytes:
-        return self.cache.get((self.key, coords), lambda: self._load(coords))
+        key = (self.key, coords)
+        data = self.cache.peek(key)
+        if data is not None:
+            return data
+        rec = self.index.lookup(coords)
+        if rec is None:
+            # never allocated: the fill value, shared, not cached (a hostile extent of tiny
+            # unallocated chunks must neither flood the cache nor cost a decode each)
+            return self._fill()
+        return self.cache.get(key, lambda: self._load(coords, rec))
 
     # -- RawSource --------------------------------------------------------------------------
     def read(self, offset: int, size: int) -> bytes:
@@ -86,10 +101,16 @@ class ChunkedSource(RawSource):
         isz = self.itemsize
         e0, e1 = offset // isz, -(-(offset + size) // isz)
         parts = []
+        fill = self._fill()
+        zero_fill = not any(fill[:isz])
         for box in linear_boxes(self.shape, e0, e1):
-            out = np.empty(box[1] + (isz,), np.uint8)
+            # a zero fill value: start from zeros and skip never-allocated chunks entirely
+            out = (np.zeros if zero_fill else np.empty)(box[1] + (isz,), np.uint8)
             for coords in chunks_in_box(box, self.chunk):
-                chunk = np.frombuffer(chunk_at(coords), np.uint8).reshape(self.chunk + (isz,))
+                data = chunk_at(coords)
+                if data is fill and zero_fill:
+                    continue
+                chunk = np.frombuffer(data, np.uint8).reshape(self.chunk + (isz,))
                 dst, src = overlap(box, coords, self.chunk)
                 out[dst] = chunk[src]
             parts.append(out)

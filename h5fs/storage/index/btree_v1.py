@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from functools import lru_cache
 from typing import Iterator
 
@@ -17,8 +18,9 @@ class BTreeV1Index(ChunkIndex):
         self.root = ctx.layout.index.address if ctx.layout.index else None
         self._node = lru_cache(maxsize=256)(self._read_node)
 
-    def _read_node(self, address: int) -> btree_v1.Node:
-        return btree_v1.read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
+    def _read_node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
+        node = btree_v1.read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
+        return node, [tuple(k.offsets[:self.rank]) for k in node.keys]
 
     def _record(self, key: btree_v1.ChunkKey, child: int) -> ChunkRecord:
         dims = self.ctx.layout.chunk_dims
@@ -33,21 +35,17 @@ class BTreeV1Index(ChunkIndex):
         target = tuple(c * d for c, d in zip(coords, self.ctx.layout.chunk_dims))
         addr, level = self.root, None
         for _ in range(btree_v1.MAX_DEPTH + 1):
-            node = self._node(addr)
+            node, keys = self._node(addr)
             if level is not None and node.level != level:
                 raise FormatError(f"{self.ctx.what}: B-tree node at {addr} has level {node.level}, expected {level}")
             # child i holds keys in [keys[i], keys[i+1]): take the last child whose left key <= target
-            pick = None
-            for i in range(len(node.children)):
-                if tuple(node.keys[i].offsets[:self.rank]) <= target:
-                    pick = i
-                else:
-                    break
-            if pick is None:
+            # (keys are sorted in a valid tree; in a corrupt one this still picks some child)
+            pick = bisect_right(keys, target, 0, len(node.children)) - 1
+            if pick < 0:
                 return None
             if node.level == 0:
                 key = node.keys[pick]
-                return self._record(key, node.children[pick]) if tuple(key.offsets[:self.rank]) == target else None
+                return self._record(key, node.children[pick]) if keys[pick] == target else None
             addr, level = node.children[pick], node.level - 1
         raise FormatError(f"{self.ctx.what}: B-tree deeper than {btree_v1.MAX_DEPTH}")
 
@@ -55,5 +53,5 @@ class BTreeV1Index(ChunkIndex):
         if self.root is None:
             return
         for key, child, _ in btree_v1.iterate_leaves(self.ctx.reader, self.root, btree_v1.CHUNK, self.rank,
-                                                     self.ctx.what, lambda r, a, t, k, w: self._node(a)):
+                                                     self.ctx.what, lambda r, a, t, k, w: self._node(a)[0]):
             yield self._record(key, child)
