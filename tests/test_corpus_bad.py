@@ -33,8 +33,6 @@ TIMEOUT = float(os.environ.get("H5FS_WALK_TIMEOUT", "20"))
 # Corpus files that still fail because of a module another developer owns: name -> reason.
 # Kept non-strict so that the fix shows up as XPASS.
 KNOWN_ELSEWHERE: dict[str, str] = {
-    "cve-2025-2924.h5": "h5fs/model/attributes.py: Attribute.value reshapes a null-dataspace "
-                        "attribute's 0 elements to shape () (ValueError)",
 }
 
 
