@@ -45,11 +45,37 @@ def lookup3(data: bytes | memoryview, initval: int = 0) -> int:
     return c
 
 
+def _native():
+    """imagecodecs' C lookup3 (~1000x faster: a hostile 64 MiB header checksums in ms, not a
+    minute), or None; `lookup3` above stays the reference and the fallback."""
+    try:
+        from imagecodecs import h5checksum_lookup3
+        if h5checksum_lookup3(b"h5fs lookup3 self-test", 7) != lookup3(b"h5fs lookup3 self-test", 7):
+            return None
+        return h5checksum_lookup3
+    except Exception:  # noqa: BLE001 - missing, or built without the codec
+        return None
+
+
+_fast = None
+_fast_checked = False
+
+
+def checksum(data: bytes | memoryview, initval: int = 0) -> int:
+    """lookup3 of `data`, by the fastest implementation at hand."""
+    global _fast, _fast_checked
+    if not _fast_checked:
+        _fast, _fast_checked = _native(), True
+    if _fast is not None:
+        return int(_fast(data, initval) if initval else _fast(data))
+    return lookup3(data, initval)
+
+
 def verify(data: bytes | memoryview, what: str) -> None:
     """Check that the last 4 bytes of `data` are the lookup3 of the rest."""
     if len(data) < 4:
         raise ChecksumError(f"{what}: too short to hold a checksum")
     stored = int.from_bytes(bytes(data[-4:]), "little")
-    actual = lookup3(data[:-4])
+    actual = checksum(data[:-4])
     if stored != actual:
         raise ChecksumError(f"{what}: checksum mismatch (stored {stored:#010x}, computed {actual:#010x})")
