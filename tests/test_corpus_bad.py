@@ -413,3 +413,45 @@ def test_null_dataspace_dataset_npy_view(tmp_path):
         assert ds.npy_body_size == 0 and ds.raw_size == 0
         assert ds.npy_shape == (0,)
         assert ds.read_array().shape == (0,)
+
+
+def test_group_btree_shared_child_is_eio(pristine, tmp_path):
+    """A symbol-table B-tree leaf whose two entries point at the same symbol table node: no tree,
+    and left alone a small file could list one node's links thousands of times. EIO naming g."""
+    p = _copy(pristine, tmp_path)
+    with H5File.open(str(p)) as f:
+        g = f.get(f.root.link("g").address, "/g")
+        stab = g.message(0x11)
+        if stab is None:
+            pytest.skip("g is not a symbol-table group in this format")
+        node = stab.btree_address
+    raw = p.read_bytes()
+    assert raw[node:node + 4] == b"TREE" and raw[node + 5] == 0
+    assert int.from_bytes(raw[node + 6:node + 8], "little") == 1
+    key0 = node + 8 + 16
+    child0, key1 = key0 + 8, key0 + 16
+    buf = bytearray(raw)
+    buf[node + 6:node + 8] = (2).to_bytes(2, "little")            # two entries
+    buf[key1 + 8:key1 + 16] = raw[child0:child0 + 8]              # child 1 = child 0
+    buf[key1 + 16:key1 + 24] = raw[key1:key1 + 8]                 # right key of entry 1
+    p.write_bytes(bytes(buf))
+    with H5File.open(str(p)) as f:
+        g = f.get(f.root.link("g").address, "/g")
+        with pytest.raises(FormatError, match="^/g: .*share"):
+            g.links()
+        _assert_sibling_ok(f, "a", pristine)
+    _assert_clean_walk(p)
+
+
+def test_huge_extent_is_refused_by_name(tmp_path):
+    """A chunked dataset whose extent claims more bytes than st_size can hold: EIO naming it."""
+    p = tmp_path / "huge.h5"
+    with h5py.File(p, "w", libver="latest") as f:
+        f.create_dataset("big", shape=(1 << 40, 1 << 30), dtype="<f8", chunks=(1, 1024))
+        f.create_dataset("small", data=A)
+    with H5File.open(str(p)) as f:
+        big = f.get(f.root.link("big").address, "/big")
+        with pytest.raises(H5fsError, match="^/big: .*bytes"):
+            big.raw_size
+        assert f.get(f.root.link("small").address, "/small").read_array().tolist() == A.tolist()
+    _assert_clean_walk(p)

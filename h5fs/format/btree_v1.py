@@ -66,6 +66,7 @@ def iterate_leaves(reader, address: int, node_type: int, rank: int, what: str,
                    read: Callable = read_node) -> Iterator[tuple[object, int, object]]:
     """Yield (left key, child address, right key) for every entry of every leaf, in key order."""
     seen: set[int] = set()
+    leaves: set[int] = set()
     stack = [(address, None)]
     while stack:
         addr, expect_level = stack.pop()
@@ -79,6 +80,11 @@ def iterate_leaves(reader, address: int, node_type: int, rank: int, what: str,
             raise FormatError(f"{what}: B-tree depth {node.level} is implausible")
         if node.level == 0:
             for i, child in enumerate(node.children):
+                # a child shared by two entries is no tree: left alone it multiplies what it
+                # holds (a 4 MB file could list a symbol table node's 65536 links 65536 times)
+                if child in leaves:
+                    raise FormatError(f"{what}: B-tree entries share the child at address {child}")
+                leaves.add(child)
                 yield node.keys[i], child, node.keys[i + 1]
         else:
             for child in reversed(node.children):

@@ -17,6 +17,8 @@ from .objects import H5Object, guarded
 
 # Views whose bytes must be computed as a whole (variable-length data) are refused above this size.
 MAX_MATERIALIZED = 256 * 1024 * 1024
+# st_size is a signed 64-bit number: a (hostile or sparse) extent beyond it cannot be served.
+MAX_VIEW_BYTES = (1 << 63) - 1
 
 
 class Dataset(H5Object):
@@ -98,6 +100,8 @@ class Dataset(H5Object):
     def source(self) -> RawSource:
         space, lay = self.dataspace, self.layout
         size = space.count * self.itemsize
+        if size > MAX_VIEW_BYTES:
+            raise Unsupported(f"{self.path}: {size} bytes of data, more than a file can show ({MAX_VIEW_BYTES})")
         if lay.layout_class == L.COMPACT:
             return CompactSource(size, lay.compact_data, self.path)
         if lay.layout_class == L.CONTIGUOUS:

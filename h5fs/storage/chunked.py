@@ -79,9 +79,20 @@ class ChunkedSource(RawSource):
             return self._fill()
         return self.cache.get(key, lambda: self._load(coords, rec))
 
+    def _chunk_or_none(self, coords: tuple[int, ...]) -> bytes | None:
+        """`chunk_bytes_at`, but None for a never-allocated chunk when the fill value is zero."""
+        key = (self.key, coords)
+        data = self.cache.peek(key)
+        if data is not None:
+            return data
+        rec = self.index.lookup(coords)
+        if rec is None:
+            return None if not self.fill or not any(self.fill) else self._fill()
+        return self.cache.get(key, lambda: self._load(coords, rec))
+
     # -- RawSource --------------------------------------------------------------------------
     def read(self, offset: int, size: int) -> bytes:
-        return self._read(offset, size, self.chunk_bytes_at)
+        return self._read(offset, size, self._chunk_or_none)
 
     def read_cached(self, offset: int, size: int) -> bytes | None:
         def peek(coords):
@@ -101,14 +112,13 @@ class ChunkedSource(RawSource):
         isz = self.itemsize
         e0, e1 = offset // isz, -(-(offset + size) // isz)
         parts = []
-        fill = self._fill()
-        zero_fill = not any(fill[:isz])
+        zero_fill = not self.fill or not any(self.fill)
         for box in linear_boxes(self.shape, e0, e1):
             # a zero fill value: start from zeros and skip never-allocated chunks entirely
             out = (np.zeros if zero_fill else np.empty)(box[1] + (isz,), np.uint8)
             for coords in chunks_in_box(box, self.chunk):
                 data = chunk_at(coords)
-                if data is fill and zero_fill:
+                if data is None:  # never allocated, zero fill: out already holds it
                     continue
                 chunk = np.frombuffer(data, np.uint8).reshape(self.chunk + (isz,))
                 dst, src = overlap(box, coords, self.chunk)
