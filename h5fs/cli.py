@@ -13,7 +13,7 @@ mount
                          $XDG_RUNTIME_DIR/h5fs/<mountpoint>.log or /tmp/h5fs-<uid>/<mountpoint>.log
                          (<mountpoint> = the absolute path with '/' replaced by '_')
       verbose            log at DEBUG level
-      readahead_kb=N     the mount's bdi read-ahead (default 1024; 0 leaves the kernel's)
+      readahead_kb=N     the mount's bdi read-ahead (default 4096; 0 leaves the kernel's)
       fsname=NAME        default: the absolute path of FILE; subtype is always h5fs
 
 umount
@@ -34,7 +34,7 @@ import time
 from .fuse import mounts
 
 PROG = "h5fs"
-DEFAULT_READAHEAD_KB = 1024
+DEFAULT_READAHEAD_KB = 4096
 # FUSE options that pyfuse3's low-level session cannot take (tested: max_read= makes the
 # kernel's INIT fail after the mount exists; the others are libfuse high-level options).
 REJECTED_OPTIONS = {
@@ -164,7 +164,8 @@ def _setup_logging(cfg: MountConfig) -> None:
     for h in list(root.handlers):
         root.removeHandler(h)
     if cfg.log_path:
-        handler: logging.Handler = logging.FileHandler(cfg.log_path)
+        # names from hostile files may hold undecodable bytes: escape them, never fail to log
+        handler: logging.Handler = logging.FileHandler(cfg.log_path, errors="backslashreplace")
     else:
         handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import H5FS, force_unmount, is_mounted, make_h5, run_h5fs, wait_until
+from h5fs.cli import DEFAULT_READAHEAD_KB
 from h5fs.fuse.mounts import find_mount, process_alive
 
 
@@ -93,7 +94,7 @@ def test_readahead_raised(mount, h5):
     mp = mount(h5)
     dev = find_mount(str(mp)).device
     with open(f"/sys/class/bdi/{dev}/read_ahead_kb") as fh:
-        assert int(fh.read()) == 1024
+        assert int(fh.read()) == DEFAULT_READAHEAD_KB
 
 
 def test_foreground(h5, tmp_path):

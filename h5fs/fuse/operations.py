@@ -14,9 +14,11 @@ import errno
 import logging
 import os
 import stat
+from dataclasses import dataclass
 from typing import Sequence
 
 import pyfuse3
+import trio
 from pyfuse3 import FUSEError
 
 from ..errors import H5fsError
@@ -30,6 +32,32 @@ TIMEOUT = 3600.0        # entry/attr validity: data cannot change under a read-o
 BLKSIZE = 1 << 20       # st_blksize: `cat` and friends read in 1 MiB pieces
 NAME_MAX = 255
 _KIND = {"group": DIR, "dataset": RAW, "datatype": DTYPE}
+
+
+@dataclass
+class StatInfo:
+    """The numbers behind a node's stat, computed once (in a worker thread when listing)."""
+    nlink: int = 1
+    mtime_ns: int = 0
+    size: int = 0
+    blocks: int = 0
+    npy_header: bytes | None = None
+    npy_size: int = 0
+    text: bytes | None = None
+
+
+@dataclass
+class Child:
+    """One prepared directory entry (built in a worker thread, committed in the trio thread)."""
+    name: bytes
+    path: str
+    kind: str
+    address: int | None = None
+    obj: object = None
+    info: StatInfo | None = None
+    target: bytes | None = None
+    error: BaseException | None = None
+    want_npy: bool = False
 
 
 def _join(dir_path: str, name: str) -> str:
@@ -72,6 +100,10 @@ class Operations(pyfuse3.Operations):
 
     def _check(self, node: Node) -> None:
         """Answer EIO for a broken object (its reason was logged when first seen)."""
+        if node.kind == NPY and node.error is None:
+            raw = self.table.find_object(node.address)
+            if raw is not None and raw.error is not None:
+                node.error = raw.error
         if node.error is not None:
             log.debug("%s: broken object: %s", node.path, node.error)
             raise FUSEError(errno.EIO)
@@ -82,95 +114,193 @@ class Operations(pyfuse3.Operations):
             log.error("%s: cannot serve this object, answering EIO: %s: %s",
                       node.path, type(exc).__name__, exc)
 
-    def _object_node(self, address: int | None, path: str, dir_ino: int, name: bytes) -> Node:
-        """The node of the object a hard link points to; a broken one if it cannot be read."""
-        if address is None:
-            exc = H5fsError(f"{path}: hard link without an address")
-            node = self.table.link_node(dir_ino, name, path, b"")
-            node.kind = BROKEN
-            self._mark_broken(node, exc)
-            return node
-        existing = self.table.find_object(address)
-        if existing is not None:
-            return existing
-        try:
-            obj = self.f.get(address, path)
-            kind = _KIND[obj.kind]
-        except Exception as exc:  # a broken object must not hide the rest of its group
-            node = self.table.object_node(address, BROKEN, path)
-            self._mark_broken(node, exc)
-            return node
-        return self.table.object_node(address, kind, path, obj=obj)
+    # Directory entries are prepared in a worker thread (object headers, sizes, .npy headers:
+    # file I/O and checksums that would stall every other request on a big group), then
+    # committed to the inode table in the trio thread without an await in between.
 
-    def _load_dir(self, node: Node) -> None:
+    def _prepare(self, dir_path: str, link) -> Child | None:
+        """Thread-safe: everything the listing needs about one link (no table access)."""
+        name = link.name.encode("utf-8", "surrogateescape")
+        if not name or name in (b".", b"..") or len(name) > NAME_MAX or b"/" in name or b"\0" in name:
+            log.warning("%s: link %r cannot be shown as a file name, skipped", dir_path, link.name)
+            return None
+        path = _join(dir_path, link.name)
+        kind = link.kind
+        if kind == "hard":
+            if link.address is None:
+                return Child(name, path, BROKEN, error=H5fsError(f"{path}: hard link without an address"))
+            obj = None
+            try:
+                obj = self.f.get(link.address, path)
+                ckind = _KIND[obj.kind]
+                return Child(name, path, ckind, address=link.address, obj=obj, info=self._stat_info(ckind, obj))
+            except Exception as exc:  # a broken object must not hide the rest of its group
+                return Child(name, path, BROKEN, address=link.address, obj=obj, error=exc)
+        if kind == "soft":
+            target = views.soft_link_target(dir_path, link.target or "")
+        elif kind == "external":
+            target = views.external_link_target(link.filename, link.target)
+        else:
+            log.warning("%s: link of unknown kind %r skipped", path, kind)
+            return None
+        return Child(name, path, SYMLINK, target=target.encode("utf-8", "surrogateescape"))
+
+    def _prepare_dir(self, dir_path: str, group) -> list[Child]:
+        """Thread-safe: every link of `group`, prepared."""
+        out = []
+        for link in group.links():
+            child = self._prepare(dir_path, link)
+            if child is not None:
+                out.append(child)
+        return out
+
+    def _prepare_name(self, dir_path: str, group, name: bytes) -> Child | None:
+        """Thread-safe: the one entry `name` of `group` (for a lookup before any listing)."""
+        finder = getattr(group, "link", None)
+        if finder is None:
+            return None
+        text = name.decode("utf-8", "surrogateescape")
+        link = finder(text)
+        if link is not None:
+            return self._prepare(dir_path, link)
+        if text.endswith(".npy"):
+            link = finder(text[:-4])
+            if link is not None and link.kind == "hard":
+                child = self._prepare(dir_path, link)
+                if child is not None and child.kind == RAW:
+                    child.want_npy = True
+                    return child
+        return None
+
+    def _commit(self, dir_node: Node, child: Child) -> Node:
+        """Trio thread: the node of a prepared child (existing nodes win: inodes are stable)."""
+        if child.kind == SYMLINK:
+            return self.table.link_node(dir_node.ino, child.name, child.path, child.target)
+        if child.address is None:
+            node = self.table.link_node(dir_node.ino, child.name, child.path, b"")
+            node.kind = BROKEN
+            self._mark_broken(node, child.error)
+            return node
+        node = self.table.find_object(child.address)
+        if node is not None:
+            return node
+        node = self.table.object_node(child.address, child.kind, child.path, obj=child.obj)
+        if child.error is not None:
+            self._mark_broken(node, child.error)
+        else:
+            self._store_info(node, child.info)
+        return node
+
+    async def _load_dir(self, node: Node) -> None:
         """Build a group's entries once: links in display order, `D.npy` right after `D`."""
-        if node.entries is not None:
-            return
-        self._check(node)
-        if node.kind != DIR:
-            raise FUSEError(errno.ENOTDIR)
-        try:
-            links = node.obj.links()
-        except Exception as exc:
-            self._mark_broken(node, exc)
-            raise FUSEError(errno.EIO) from None
-        names = []
-        for link in links:
-            name = link.name.encode("utf-8", "surrogateescape")
-            if not name or name in (b".", b"..") or len(name) > NAME_MAX or b"/" in name or b"\0" in name:
-                log.warning("%s: link %r cannot be shown as a file name, skipped", node.path, link.name)
+        while node.entries is None:
+            self._check(node)
+            if node.kind != DIR:
+                raise FUSEError(errno.ENOTDIR)
+            loading = node.cache.get("loading")
+            if loading is not None:  # another request is building it: wait, then look again
+                await loading.wait()
                 continue
-            names.append((name, link))
-        taken = {name for name, _ in names}
+            loading = node.cache["loading"] = trio.Event()
+            try:
+                children = await offload.run_sync(self._prepare_dir, node.path, node.obj)
+            except Exception as exc:
+                self._mark_broken(node, exc)
+                raise FUSEError(errno.EIO) from None
+            finally:
+                del node.cache["loading"]
+                loading.set()
+            self._install_dir(node, children)
+
+    def _install_dir(self, node: Node, children: list[Child]) -> None:
+        taken = {c.name for c in children}
         entries: list[tuple[bytes, int]] = []
         index: dict[bytes, int] = {}
 
-        def add(name: bytes, ino: int) -> None:
+        def add(name: bytes, ino: int) -> bool:
             if name in index:
                 log.warning("%s: duplicate link name %r, the first one wins", node.path, name)
-                return
+                return False
             index[name] = ino
             entries.append((name, ino))
+            return True
 
-        for name, link in names:
-            path = _join(node.path, link.name)
-            if link.kind == "hard":
-                child = self._object_node(link.address, path, node.ino, name)
-                add(name, child.ino)
-                if child.kind == RAW:
-                    npy = name + b".npy"
-                    if npy in taken:
-                        log.warning("%s.npy: hidden by a link of that name", path)
-                    elif len(npy) <= NAME_MAX:
-                        add(npy, self.table.npy_node(child).ino)
-            elif link.kind == "soft":
-                target = views.soft_link_target(node.path, link.target or "")
-                add(name, self.table.link_node(node.ino, name, path, target.encode("utf-8", "surrogateescape")).ino)
-            elif link.kind == "external":
-                target = views.external_link_target(link.filename, link.target)
-                add(name, self.table.link_node(node.ino, name, path, target.encode("utf-8", "surrogateescape")).ino)
-            else:
-                log.warning("%s: link of unknown kind %r skipped", path, link.kind)
+        for child in children:
+            cnode = self._commit(node, child)
+            if add(child.name, cnode.ino) and cnode.kind == RAW:
+                npy = child.name + b".npy"
+                if npy in taken:
+                    log.warning("%s.npy: hidden by a link of that name", child.path)
+                elif len(npy) <= NAME_MAX:
+                    add(npy, self.table.npy_node(cnode).ino)
         node.entries, node.index = entries, index
+        node.cache.pop("lazy", None)
+
+    async def _child(self, node: Node, name: bytes) -> Node | None:
+        """The entry `name` of a directory, without listing a group that was never listed."""
+        if node.entries is not None:
+            ino = node.index.get(name)
+            return None if ino is None else self.table.get(ino)
+        self._check(node)
+        if node.kind != DIR:
+            raise FUSEError(errno.ENOTDIR)
+        lazy = node.cache.setdefault("lazy", {})
+        if name in lazy:
+            ino = lazy[name]
+            return None if ino is None else self.table.get(ino)
+        if getattr(node.obj, "link", None) is None:
+            await self._load_dir(node)
+            return await self._child(node, name)
+        try:
+            child = await offload.run_sync(self._prepare_name, node.path, node.obj, name)
+        except Exception as exc:
+            self._mark_broken(node, exc)
+            raise FUSEError(errno.EIO) from None
+        if node.entries is not None:  # listed meanwhile: the listing is authoritative
+            return await self._child(node, name)
+        found = None
+        if child is not None:
+            cnode = self._commit(node, child)
+            found = self.table.npy_node(cnode) if child.want_npy else cnode
+        node.cache.setdefault("lazy", {})[name] = None if found is None else found.ino
+        return found
+
+    def _stat_info(self, kind: str, obj) -> StatInfo:
+        """Thread-safe: the numbers a stat needs (may do file I/O, e.g. a chunk index walk)."""
+        mtime = getattr(obj, "mtime", None)
+        info = StatInfo(nlink=max(1, int(obj.nlink)),
+                        mtime_ns=int(mtime * 1e9) if mtime is not None else self.mtime_ns)
+        if kind == RAW:
+            info.size = int(obj.raw_size)
+            info.blocks = (int(obj.storage_size) + 511) // 512
+            info.npy_header = views.npy_header(obj.npy_dtype, obj.npy_shape)
+            info.npy_size = len(info.npy_header) + int(obj.npy_body_size)
+        elif kind == DTYPE:
+            info.text = views.datatype_text(obj.facts())
+            info.size = len(info.text)
+        return info
+
+    def _store_info(self, node: Node, info: StatInfo) -> None:
+        node.cache["info"] = info
+        if info.npy_header is not None:
+            node.cache["npy_header"] = info.npy_header
+        if info.text is not None:
+            node.cache["text"] = info.text
+
+    def _info(self, node: Node) -> StatInfo:
+        if node.kind == NPY:  # the view shares its dataset's numbers
+            node = self.table.find_object(node.address)
+        info = node.cache.get("info")
+        if info is None:  # the root, or a node whose info was never prepared
+            self._store_info(node, self._stat_info(node.kind, node.obj))
+            info = node.cache["info"]
+        return info
 
     def _npy_header(self, node: Node) -> bytes:
-        header = node.cache.get("npy_header")
-        if header is None:
-            ds = node.obj
-            header = node.cache["npy_header"] = views.npy_header(ds.npy_dtype, ds.npy_shape)
-        return header
+        return self._info(node).npy_header
 
     def _datatype_text(self, node: Node) -> bytes:
-        text = node.cache.get("text")
-        if text is None:
-            text = node.cache["text"] = views.datatype_text(node.obj.facts())
-        return text
-
-    def _times(self, a: pyfuse3.EntryAttributes, obj) -> None:
-        mtime = getattr(obj, "mtime", None) if obj is not None else None
-        a.st_mtime_ns = int(mtime * 1e9) if mtime is not None else self.mtime_ns
-        a.st_atime_ns = a.st_mtime_ns
-        a.st_ctime_ns = self.ctime_ns
+        return self._info(node).text
 
     def _stat(self, node: Node) -> pyfuse3.EntryAttributes:
         self._check(node)
@@ -195,37 +325,35 @@ class Operations(pyfuse3.Operations):
         a.st_uid, a.st_gid = self.uid, self.gid
         a.st_blksize = BLKSIZE
         a.st_rdev = 0
+        a.st_ctime_ns = self.ctime_ns
         w = 0 if self.readonly else 0o200
-        obj = node.obj
-        if node.kind == DIR:
-            a.st_mode = stat.S_IFDIR | 0o555 | w
-            a.st_nlink = max(1, int(obj.nlink))
-            a.st_size = 0
-            a.st_blocks = 0
-        elif node.kind == RAW:
-            a.st_mode = stat.S_IFREG | 0o444 | w
-            a.st_nlink = max(1, int(obj.nlink))
-            a.st_size = int(obj.raw_size)
-            a.st_blocks = (int(obj.storage_size) + 511) // 512
-        elif node.kind == NPY:
-            # a view of the same stored bytes: it allocates nothing of its own
-            a.st_mode = stat.S_IFREG | 0o444 | w
-            a.st_nlink = max(1, int(obj.nlink))
-            a.st_size = len(self._npy_header(node)) + int(obj.npy_body_size)
-            a.st_blocks = 0
-        elif node.kind == DTYPE:
-            a.st_mode = stat.S_IFREG | 0o444
-            a.st_nlink = max(1, int(obj.nlink))
-            a.st_size = len(self._datatype_text(node))
-            a.st_blocks = 0
-        elif node.kind == SYMLINK:
+        if node.kind == SYMLINK:
             a.st_mode = stat.S_IFLNK | 0o777
             a.st_nlink = 1
             a.st_size = len(node.target or b"")
             a.st_blocks = 0
+            a.st_mtime_ns = a.st_atime_ns = self.mtime_ns
+            return a
+        info = self._info(node)
+        a.st_nlink = info.nlink
+        a.st_mtime_ns = a.st_atime_ns = info.mtime_ns
+        a.st_blocks = 0
+        a.st_size = 0
+        if node.kind == DIR:
+            a.st_mode = stat.S_IFDIR | 0o555 | w
+        elif node.kind == RAW:
+            a.st_mode = stat.S_IFREG | 0o444 | w
+            a.st_size = info.size
+            a.st_blocks = info.blocks
+        elif node.kind == NPY:
+            # a view of the same stored bytes: it allocates nothing of its own
+            a.st_mode = stat.S_IFREG | 0o444 | w
+            a.st_size = info.npy_size
+        elif node.kind == DTYPE:
+            a.st_mode = stat.S_IFREG | 0o444
+            a.st_size = info.size
         else:
             raise FUSEError(errno.EIO)
-        self._times(a, obj)
         return a
 
     def _placeholder_stat(self, node: Node) -> pyfuse3.EntryAttributes:
@@ -277,14 +405,13 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def lookup(self, parent_inode: int, name: bytes, ctx=None) -> pyfuse3.EntryAttributes:
         parent = self._node(parent_inode)
-        self._load_dir(parent)
-        ino = parent.index.get(name)
-        if ino is None:
+        child = await self._child(parent, name)
+        if child is None:  # cached negative entry: nothing appears while read-only
             neg = pyfuse3.EntryAttributes()
             neg.st_ino = 0
             neg.entry_timeout = TIMEOUT
             return neg
-        return self._stat(self.table.get(ino))
+        return self._stat(child)
 
     @boundary
     async def getattr(self, inode: int, ctx=None) -> pyfuse3.EntryAttributes:
@@ -297,13 +424,13 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def opendir(self, inode: int, ctx=None) -> int:
         node = self._node(inode)
-        self._load_dir(node)
+        await self._load_dir(node)
         return inode
 
     @boundary
     async def readdir(self, fh: int, start_id: int, token) -> None:
         node = self._node(fh)
-        self._load_dir(node)
+        await self._load_dir(node)
         entries = node.entries
         for i in range(start_id, len(entries)):   # resume directly at start_id: O(1)
             name, ino = entries[i]
