@@ -21,6 +21,8 @@ sits right after them, not at the end of the node.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
@@ -150,8 +152,39 @@ class Node:
     children: tuple[ChildPointer, ...]   # empty for leaves; len(records) + 1 otherwise
 
 
-def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth: int, what: str = "v2 B-tree") -> Node:
+class NodeCache:
+    """A small LRU of checked, parsed nodes (keyed by address, record count and depth), so that
+    repeated lookups in one tree do not re-read and re-checksum the upper levels."""
+
+    def __init__(self, capacity: int = 128):
+        self.capacity = capacity
+        self._nodes: OrderedDict[tuple[int, int, int], Node] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[int, int, int]) -> Node | None:
+        with self._lock:
+            node = self._nodes.get(key)
+            if node is not None:
+                self._nodes.move_to_end(key)
+            return node
+
+    def put(self, key: tuple[int, int, int], node: Node) -> None:
+        with self._lock:
+            self._nodes[key] = node
+            while len(self._nodes) > self.capacity:
+                self._nodes.popitem(last=False)
+
+
+def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth: int, what: str = "v2 B-tree",
+              cache: NodeCache | None = None) -> Node:
     """One node of `hdr`'s tree holding `nrec` records at `depth` (0 = leaf)."""
+    if cache is not None and address is not None:
+        hit = cache.get((address, nrec, depth))
+        if hit is not None:
+            return hit
+        node = read_node(reader, hdr, address, nrec, depth, what)
+        cache.put((address, nrec, depth), node)
+        return node
     if not 0 <= depth <= hdr.depth:
         raise FormatError(f"{what}: node depth {depth} outside the tree's depth {hdr.depth}")
     if nrec > hdr.levels[depth].max_nrec:
@@ -198,7 +231,7 @@ def _decode_all(hdr: BTreeV2Header, node: Node, decode_record: Callable[[Cursor]
 
 def iterate(reader, address: int | None, decode_record: Callable[[Cursor], R] | str | None = None,
             what: str = "v2 B-tree", expect_type: int | None = None,
-            header: BTreeV2Header | None = None) -> Iterator[R]:
+            header: BTreeV2Header | None = None, cache: NodeCache | None = None) -> Iterator[R]:
     """Every record of the tree whose header is at `address`, in key order.
 
     Without `decode_record` the decoder is chosen by the header's type (1-9; types 10/11 need
@@ -221,7 +254,7 @@ def iterate(reader, address: int | None, decode_record: Callable[[Cursor], R] | 
         if addr in seen:
             raise FormatError(f"{what}: node at {addr} is reached twice (cycle or shared node)")
         seen.add(addr)
-        node = read_node(reader, hdr, addr, nrec, depth, what)
+        node = read_node(reader, hdr, addr, nrec, depth, what, cache)
         recs = _decode_all(hdr, node, decode_record, what)
         if depth == 0:
             count += len(recs)
@@ -240,7 +273,7 @@ def iterate(reader, address: int | None, decode_record: Callable[[Cursor], R] | 
 
 def find(reader, address: int | None, compare: Callable[[R], int],
          decode_record: Callable[[Cursor], R] | None = None, what: str = "v2 B-tree",
-         header: BTreeV2Header | None = None) -> R | None:
+         header: BTreeV2Header | None = None, cache: NodeCache | None = None) -> R | None:
     """The record for which compare(record) == 0, descending from the root only.
 
     `compare(record)` answers the sign of (wanted key - record's key): negative when the wanted
@@ -253,7 +286,7 @@ def find(reader, address: int | None, compare: Callable[[R], int],
         return None
     addr, nrec, depth = hdr.root_address, hdr.root_nrecords, hdr.depth
     for _ in range(hdr.depth + 1):
-        node = read_node(reader, hdr, addr, nrec, depth, what)
+        node = read_node(reader, hdr, addr, nrec, depth, what, cache)
         recs = _decode_all(hdr, node, decode_record, what)
         lo, hi = 0, len(recs)
         while lo < hi:  # first record whose key >= wanted
