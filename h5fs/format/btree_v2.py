@@ -153,22 +153,22 @@ class Node:
 
 
 class NodeCache:
-    """A small LRU of checked, parsed nodes (keyed by address, record count and depth), so that
-    repeated lookups in one tree do not re-read and re-checksum the upper levels."""
+    """A small LRU of checked, parsed nodes (and their decoded records), so that repeated lookups
+    in one tree do not re-read, re-checksum and re-decode the upper levels."""
 
     def __init__(self, capacity: int = 128):
         self.capacity = capacity
-        self._nodes: OrderedDict[tuple[int, int, int], Node] = OrderedDict()
+        self._nodes: OrderedDict[tuple, object] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[int, int, int]) -> Node | None:
+    def get(self, key: tuple):
         with self._lock:
             node = self._nodes.get(key)
             if node is not None:
                 self._nodes.move_to_end(key)
             return node
 
-    def put(self, key: tuple[int, int, int], node: Node) -> None:
+    def put(self, key: tuple, node) -> None:
         with self._lock:
             self._nodes[key] = node
             while len(self._nodes) > self.capacity:
@@ -180,7 +180,7 @@ def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth:
     """One node of `hdr`'s tree holding `nrec` records at `depth` (0 = leaf)."""
     if cache is not None and address is not None:
         hit = cache.get((address, nrec, depth))
-        if hit is not None:
+        if isinstance(hit, Node):
             return hit
         node = read_node(reader, hdr, address, nrec, depth, what)
         cache.put((address, nrec, depth), node)
@@ -229,6 +229,21 @@ def _decode_all(hdr: BTreeV2Header, node: Node, decode_record: Callable[[Cursor]
     return out
 
 
+def _decoded(reader, hdr: BTreeV2Header, addr: int, nrec: int, depth: int, decode_record, what: str,
+             cache: NodeCache | None) -> tuple[Node, list]:
+    """A node and its decoded records, both cached when a cache is given."""
+    if cache is None:
+        node = read_node(reader, hdr, addr, nrec, depth, what)
+        return node, _decode_all(hdr, node, decode_record, what)
+    key = (addr, nrec, depth, decode_record)
+    hit = cache.get(key)
+    if hit is None:
+        node = read_node(reader, hdr, addr, nrec, depth, what)
+        hit = (node, _decode_all(hdr, node, decode_record, what))
+        cache.put(key, hit)
+    return hit
+
+
 def iterate(reader, address: int | None, decode_record: Callable[[Cursor], R] | str | None = None,
             what: str = "v2 B-tree", expect_type: int | None = None,
             header: BTreeV2Header | None = None, cache: NodeCache | None = None) -> Iterator[R]:
@@ -254,8 +269,7 @@ def iterate(reader, address: int | None, decode_record: Callable[[Cursor], R] | 
         if addr in seen:
             raise FormatError(f"{what}: node at {addr} is reached twice (cycle or shared node)")
         seen.add(addr)
-        node = read_node(reader, hdr, addr, nrec, depth, what, cache)
-        recs = _decode_all(hdr, node, decode_record, what)
+        node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what, cache)
         if depth == 0:
             count += len(recs)
             yield from recs
@@ -286,8 +300,7 @@ def find(reader, address: int | None, compare: Callable[[R], int],
         return None
     addr, nrec, depth = hdr.root_address, hdr.root_nrecords, hdr.depth
     for _ in range(hdr.depth + 1):
-        node = read_node(reader, hdr, addr, nrec, depth, what, cache)
-        recs = _decode_all(hdr, node, decode_record, what)
+        node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what, cache)
         lo, hi = 0, len(recs)
         while lo < hi:  # first record whose key >= wanted
             mid = (lo + hi) // 2

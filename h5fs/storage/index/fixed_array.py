@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ...errors import FormatError
+from ...errors import FormatError, Unsupported
 from ...format import fixed_array as fa
 from ...format.fixed_array import ChunkElement, chunk_element_decoder
 from . import ChunkIndex, ChunkRecord, IndexContext
@@ -102,6 +102,8 @@ def size_width_from_element(ctx: IndexContext, element_size: int) -> int:
 
 def element_decoder(ctx: IndexContext, client_id: int, element_size: int):
     """Chunk element decoder for an array client, checked against the dataset's filters."""
+    if client_id in (2, 3):
+        raise Unsupported(f"{ctx.what}: structured-chunk index elements (array client {client_id})")
     if client_id not in (fa.CLIENT_CHUNKS, fa.CLIENT_FILTERED_CHUNKS):
         raise FormatError(f"{ctx.what}: chunk index array of unknown client {client_id}")
     filtered = client_id == fa.CLIENT_FILTERED_CHUNKS
