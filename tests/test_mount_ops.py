@@ -1,0 +1,142 @@
+"""Operations handlers called directly (no kernel): the error boundary, lookups, reads, xattrs."""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+import numpy as np
+import pyfuse3
+import pytest
+import trio
+
+from conftest import make_h5
+from h5fs.errors import FormatError
+from h5fs.fuse.operations import Operations
+from h5fs.model.file import H5File
+
+
+def build(f):
+    f["a"] = np.arange(100, dtype="<i4")
+    g = f.create_group("g")
+    g["b"] = np.arange(6, dtype="<f8").reshape(2, 3)
+    g.attrs["n"] = np.int16(5)
+    f["link"] = __import__("h5py").SoftLink("/g/b")
+
+
+@pytest.fixture
+def ops(tmp_path):
+    h5 = make_h5(tmp_path / "ops.h5", build, "latest")
+    f = H5File.open(str(h5))
+    try:
+        yield Operations(f, str(h5), readonly=True, info={"pid": 1})
+    finally:
+        f.close()
+
+
+def run(fn, *args):
+    return trio.run(fn, *args)
+
+
+def fuse_errno(fn, *args) -> int:
+    with pytest.raises(pyfuse3.FUSEError) as e:
+        trio.run(fn, *args)
+    return e.value.errno
+
+
+def test_lookup_getattr_read(ops):
+    a = run(ops.lookup, pyfuse3.ROOT_INODE, b"a", None)
+    assert a.st_size == 400 and a.st_nlink == 1
+    fi = run(ops.open, a.st_ino, 0, None)
+    assert fi.keep_cache
+    assert run(ops.read, fi.fh, 8, 8) == np.arange(2, 4, dtype="<i4").tobytes()
+    assert run(ops.read, fi.fh, 396, 100) == np.int32(99).tobytes()
+    assert run(ops.read, fi.fh, 400, 100) == b""
+    npy = run(ops.lookup, pyfuse3.ROOT_INODE, b"a.npy", None)
+    body = run(ops.read, npy.st_ino, 0, npy.st_size)
+    assert len(body) == npy.st_size and body.startswith(b"\x93NUMPY")
+    missing = run(ops.lookup, pyfuse3.ROOT_INODE, b"nope", None)
+    assert missing.st_ino == 0  # a cached negative entry
+    missing = run(ops.lookup, pyfuse3.ROOT_INODE, b"nope.npy", None)
+    assert missing.st_ino == 0
+    g = run(ops.lookup, pyfuse3.ROOT_INODE, b"g", None)
+    assert fuse_errno(ops.open, g.st_ino, 0, None) == errno.EISDIR
+    assert fuse_errno(ops.open, a.st_ino, 1, None) == errno.EROFS  # O_WRONLY
+    assert fuse_errno(ops.getattr, 10**9, None) == errno.ESTALE
+    link = run(ops.lookup, pyfuse3.ROOT_INODE, b"link", None)
+    assert run(ops.readlink, link.st_ino, None) == b"g/b"
+
+
+def test_lookup_before_listing_keeps_inodes(ops):
+    g = run(ops.lookup, pyfuse3.ROOT_INODE, b"g", None)
+    b = run(ops.lookup, g.st_ino, b"b", None)
+    bn = run(ops.lookup, g.st_ino, b"b.npy", None)
+    run(ops.opendir, g.st_ino, None)  # builds the full listing
+    node = ops.table.get(g.st_ino)
+    assert dict(node.entries) == {b"b": b.st_ino, b"b.npy": bn.st_ino}
+
+
+def test_xattrs(ops):
+    g = run(ops.lookup, pyfuse3.ROOT_INODE, b"g", None)
+    names = run(ops.listxattr, g.st_ino, None)
+    assert b"user.n" in names and b"user.h5fs.kind" in names
+    assert run(ops.getxattr, g.st_ino, b"user.n", None) == b"5"
+    assert fuse_errno(ops.getxattr, g.st_ino, b"user.zzz", None) == pyfuse3.ENOATTR
+    assert fuse_errno(ops.getxattr, g.st_ino, b"security.selinux", None) == pyfuse3.ENOATTR
+    assert run(ops.getxattr, pyfuse3.ROOT_INODE, b"user.h5fs.pid", None) == b"1"
+
+
+def test_write_handlers_answer_erofs(ops):
+    root = pyfuse3.ROOT_INODE
+    assert fuse_errno(ops.mkdir, root, b"x", 0o755, None) == errno.EROFS
+    assert fuse_errno(ops.create, root, b"x", 0o644, 0, None) == errno.EROFS
+    assert fuse_errno(ops.unlink, root, b"a", None) == errno.EROFS
+    assert fuse_errno(ops.rmdir, root, b"g", None) == errno.EROFS
+    assert fuse_errno(ops.rename, root, b"a", root, b"b", 0, None) == errno.EROFS
+    assert fuse_errno(ops.symlink, root, b"s", b"a", None) == errno.EROFS
+    assert fuse_errno(ops.setxattr, root, b"user.a", b"1", None) == errno.EROFS
+    assert fuse_errno(ops.removexattr, root, b"user.a", None) == errno.EROFS
+    assert fuse_errno(ops.write, root, 0, b"x") == errno.EROFS
+    assert fuse_errno(ops.setattr, root, None, None, None, None) == errno.EROFS
+
+
+def test_error_boundary(ops, monkeypatch, caplog):
+    a = run(ops.lookup, pyfuse3.ROOT_INODE, b"a", None)
+    ds = ops.table.get(a.st_ino).obj
+
+    def broken(offset, size):
+        raise FormatError("/a: chunk 3: bad deflate stream")
+
+    def bug(offset, size):
+        raise ZeroDivisionError("oops")
+
+    monkeypatch.setattr(ds, "read_cached", lambda o, s: None)
+    monkeypatch.setattr(ds, "read_raw", broken)
+    with caplog.at_level(logging.WARNING, logger="h5fs.fuse"):
+        assert fuse_errno(ops.read, a.st_ino, 0, 10) == errno.EIO
+    assert "/a" in caplog.text and "bad deflate" in caplog.text
+    monkeypatch.setattr(ds, "read_raw", bug)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="h5fs.fuse"):
+        assert fuse_errno(ops.read, a.st_ino, 0, 10) == errno.EIO
+    assert "unexpected error" in caplog.text and "/a" in caplog.text and "ZeroDivisionError" in caplog.text
+    # the object is still served once the engine answers again
+    monkeypatch.undo()
+    assert run(ops.read, a.st_ino, 0, 4) == np.int32(0).tobytes()
+
+
+def test_broken_object_is_listed(ops, monkeypatch):
+    real_get = ops.f.get
+
+    def get(address, path):
+        if path == "/g/b":
+            raise FormatError("/g/b: object header checksum mismatch")
+        return real_get(address, path)
+
+    monkeypatch.setattr(ops.f, "get", get)
+    g = run(ops.lookup, pyfuse3.ROOT_INODE, b"g", None)
+    run(ops.opendir, g.st_ino, None)
+    node = ops.table.get(g.st_ino)
+    assert [name for name, _ in node.entries] == [b"b"]
+    assert fuse_errno(ops.lookup, g.st_ino, b"b", None) == errno.EIO
+    assert fuse_errno(ops.getxattr, dict(node.entries)[b"b"], b"user.h5fs.kind", None) == errno.EIO
