@@ -312,15 +312,28 @@ def test_earliest_uses_btree_v1(tmp_path):
             assert lay.version == 3 and lay.index.index_type == L.BTREE_V1
 
 
-def test_layout_versions_and_width(tmp_path):
-    """The filtered chunk-size width in the index follows the layout version."""
+@pytest.mark.parametrize("libver,version", [("v114", 4), ("latest", 5)])
+def test_layout_versions_and_width(tmp_path, libver, version):
+    """libhdf5 2.0 writes layout v5, whose filtered chunk sizes are `size of lengths` wide; with
+    libver v114 it writes v4 and one byte more than the chunk size needs."""
     from h5fs.format.btree_v2 import chunk_size_width
-    p = make(tmp_path / "w.h5", lambda f: f.create_dataset("d", data=data((40, 40)), chunks=(10, 10),
-                                                              compression="gzip"))
-    hf, lay, idx = open_index(p, "d")
-    with hf:
-        width = idx.array.header.element_size - hf.sizes.offset - 4
-        assert width == chunk_size_width(400, hf.sizes, lay.wide_chunk_sizes)
+
+    def fn(f):
+        v = data((40, 40))
+        f.create_dataset("fa", data=v, chunks=(10, 10), compression="gzip")
+        f.create_dataset("ea", data=v, chunks=(10, 10), compression="gzip", maxshape=(None, 40))
+        f.create_dataset("bt", data=v, chunks=(10, 10), compression="gzip", maxshape=(None, None))
+        f.create_dataset("single", data=v, chunks=(40, 40), compression="gzip")
+    p = make(tmp_path / "w.h5", fn, libver=libver)
+    kinds = {"fa": L.FIXED_ARRAY, "ea": L.EXTENSIBLE_ARRAY, "bt": L.BTREE_V2, "single": L.SINGLE}
+    for name, kind in kinds.items():
+        hf, lay, idx, _ = check(p, name, kind)
+        assert lay.version == version and lay.wide_chunk_sizes == (version == 5)
+        want = chunk_size_width(10 * 10 * 4, hf.sizes, lay.wide_chunk_sizes)
+        if name in ("fa", "ea"):
+            assert idx.array.header.element_size - hf.sizes.offset - 4 == want
+        elif name == "bt":
+            assert idx.header.record_size - hf.sizes.offset - 4 - 16 == want
 
 
 # -- corruption ---------------------------------------------------------------------------------
@@ -369,3 +382,37 @@ def test_extensible_array_checksums(tmp_path):
         assert idx.lookup((1, 0)) is not None          # index-block elements still fine
         with pytest.raises(ChecksumError):
             list(idx.records())
+
+
+@pytest.mark.parametrize("sizes", [(4, 4), (4, 8), (8, 4), (2, 2)])
+def test_small_offsets_and_lengths(tmp_path, sizes):
+    """Size of offsets / lengths other than 8: every index type, filtered and not."""
+    p = tmp_path / "s.h5"
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_sizes(*sizes)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    try:
+        fid = h5py.h5f.create(str(p).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    except Exception as e:    # libhdf5 refuses some combinations
+        pytest.skip(f"libhdf5 refuses sizes {sizes}: {e}")
+    n = 12 if sizes == (2, 2) else 40
+    # libhdf5 2.0 cannot reopen its own unlimited dataspaces when `size of lengths` is not 8
+    # ("didn't find unlimited dimension"), so the unlimited index types need 8-byte lengths
+    unlimited = sizes[1] == 8
+    with h5py.File(fid) as f:
+        for comp in (None, "gzip"):
+            v = data((n, n))
+            f.create_dataset(f"fa{comp}", data=v, chunks=(3, 4), compression=comp)
+            f.create_dataset(f"single{comp}", data=v, chunks=(n, n), compression=comp)
+            if unlimited:
+                e = f.create_dataset(f"ea{comp}", data=v, chunks=(3, 4), compression=comp, maxshape=(None, n))
+                e.resize((n + 5, n))
+                f.create_dataset(f"bt{comp}", data=v, chunks=(3, 4), compression=comp, maxshape=(None, None))
+    kinds = {"fa": L.FIXED_ARRAY, "single": L.SINGLE}
+    if unlimited:
+        kinds.update({"ea": L.EXTENSIBLE_ARRAY, "bt": L.BTREE_V2})
+    for comp in (None, "gzip"):
+        for name, kind in kinds.items():
+            hf, lay, idx, recs = check(p, f"{name}{comp}", kind)
+            assert hf.sizes.offset == sizes[0] and hf.sizes.length == sizes[1]

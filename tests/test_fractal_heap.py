@@ -305,3 +305,39 @@ def test_filtered_heap_with_huge_objects(tmp_path):
         assert set(got) == set(targets)
         for name, t in targets.items():
             assert got[name].endswith(t.encode())
+
+
+@pytest.mark.parametrize("sizes", [(4, 4), (2, 8), (8, 4)])
+def test_small_offsets_and_lengths(tmp_path, sizes):
+    p = tmp_path / "s.h5"
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_sizes(*sizes)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    try:
+        fid = h5py.h5f.create(str(p).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    except Exception as e:
+        pytest.skip(f"libhdf5 refuses sizes {sizes}: {e}")
+    n = 60 if sizes[0] == 2 else 400
+    with h5py.File(fid) as f:
+        f.create_dataset("x", data=[1])
+        g = f.create_group("g", track_order=True)
+        for i in range(n):
+            g[f"link{i:04d}"] = h5py.SoftLink("/" + "p" * (i % 90))
+        for i in range(20):
+            g.attrs[f"a{i}"] = np.arange(i + 1)
+    with h5py.File(p, "r") as f:
+        gaddr = h5py.h5o.get_info(f["g"].id).addr
+        names = list(f["g"].keys())
+        anames = set(f["g"].attrs.keys())
+    with H5File.open(str(p)) as hf:
+        assert (hf.sizes.offset, hf.sizes.length) == sizes
+        g = hf.get(gaddr, "/g")
+        info = g.message(M.LINK_INFO)
+        heap = FractalHeap(hf.reader, info.heap_address, "links")
+        recs = list(btree_v2.iterate(hf.reader, info.order_index_address))
+        assert [link_name(heap.get(r.heap_id)) for r in recs] == names
+        ainfo = g.message(M.ATTRIBUTE_INFO)
+        aheap = FractalHeap(hf.reader, ainfo.heap_address, "attributes")
+        got = {attr_name(aheap.get(r.heap_id)) for r in btree_v2.iterate(hf.reader, ainfo.name_index_address)}
+        assert got == anames
