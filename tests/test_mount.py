@@ -365,3 +365,33 @@ def test_many_concurrent_reads(mount, tmp_path):
         out, _ = p.communicate(timeout=60)
         assert out == want[i << 20:(i + 2) << 20]
     assert open(mp / "big", "rb").read() == want
+
+
+def test_variable_length_strings(mount, tmp_path, libver):
+    words = ["alpha", "βeta", "", "a longer string with spaces"]
+
+    def build(f):
+        f.create_dataset("words", data=words, dtype=h5py.string_dtype())
+        f.attrs["title"] = "vlen tïtle"
+        f.attrs["tags"] = np.array(["x", "yy"], dtype=h5py.string_dtype())
+        f["words"].attrs["lang"] = "en"
+    mp = mount(make_h5(tmp_path / f"vlen_{libver}.h5", build, libver))
+    assert os.getxattr(mp, "user.title") == "vlen tïtle".encode()
+    assert os.getxattr(mp, "user.tags") == b"x\nyy"
+    assert os.getxattr(mp / "words", "user.lang") == b"en"
+    text = subprocess.run(["cat", str(mp / "words")], capture_output=True, check=True).stdout.decode()
+    assert text.splitlines() == words
+    loaded = np.load(mp / "words.npy", allow_pickle=False)
+    assert loaded.tolist() == words
+    assert os.stat(mp / "words").st_size == len(text.encode())
+
+
+def test_lookup_before_listing(mount, sample):
+    """Paths opened before their directory was ever listed get the same inodes afterwards."""
+    mp = mount(sample)
+    ino = os.stat(mp / "data" / "deep" / "er" / "est" / "leaf").st_ino
+    npy = os.stat(mp / "data" / "deep" / "er" / "est" / "leaf.npy").st_ino
+    assert not os.path.exists(mp / "data" / "nothing.npy")
+    assert not os.path.exists(mp / "data" / "deep.npy")  # groups have no .npy view
+    listed = {e.name: e.inode() for e in os.scandir(mp / "data" / "deep" / "er" / "est")}
+    assert listed == {"leaf": ino, "leaf.npy": npy}
