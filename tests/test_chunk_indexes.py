@@ -11,10 +11,10 @@ import h5py
 import numpy as np
 import pytest
 
-from h5fs.errors import ChecksumError, FormatError
+from h5fs.errors import ChecksumError
 from h5fs.format.messages import layout as L
 from h5fs.model.file import H5File
-from h5fs.storage.index import ChunkRecord, IndexContext
+from h5fs.storage.index import IndexContext
 from h5fs.storage.index.btree_v2 import BTreeV2Index
 from h5fs.storage.index.extensible_array import ExtensibleArrayIndex
 from h5fs.storage.index.fixed_array import FixedArrayIndex

@@ -158,6 +158,8 @@ class FractalHeap:
         self._lock = threading.Lock()
         self._iblocks: OrderedDict[int, IndirectBlock] = OrderedDict()
         self._dblocks: OrderedDict[int, bytes] = OrderedDict()
+        self._huge_header: btree_v2.BTreeV2Header | None = None
+        self._huge_nodes = btree_v2.NodeCache(16)
         self.filters = None
         if h.filter_len:
             from .messages import filter_pipeline
@@ -433,12 +435,15 @@ class FractalHeap:
             filtered = bool(h.filter_len)
             decoder = btree_v2.decode_huge_indirect_filtered if filtered else btree_v2.decode_huge_indirect
             bt_what = f"{self.what} huge-object B-tree"
-            hdr = btree_v2.read_header(self.reader, h.huge_btree_address, bt_what)
-            want = btree_v2.HUGE_INDIRECT_FILTERED if filtered else btree_v2.HUGE_INDIRECT
-            if hdr.type != want:
-                raise FormatError(f"{bt_what}: type {hdr.type}, expected {want}")
+            hdr = self._huge_header
+            if hdr is None:
+                hdr = btree_v2.read_header(self.reader, h.huge_btree_address, bt_what)
+                want = btree_v2.HUGE_INDIRECT_FILTERED if filtered else btree_v2.HUGE_INDIRECT
+                if hdr.type != want:
+                    raise FormatError(f"{bt_what}: type {hdr.type}, expected {want}")
+                self._huge_header = hdr
             rec = btree_v2.find(self.reader, h.huge_btree_address, lambda r: (key > r.id) - (key < r.id),
-                                decoder, bt_what, header=hdr)
+                                decoder, bt_what, header=hdr, cache=self._huge_nodes)
             if rec is None:
                 raise FormatError(f"{self.what}: huge object {key} not found")
             addr, length, mask, msize = rec.address, rec.length, rec.filter_mask, rec.memory_size
