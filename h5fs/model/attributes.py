@@ -82,7 +82,7 @@ def _dense(obj: H5Object, info) -> list[attr_msg.AttributeMessage]:
     by_order = info.index_order and info.order_index_address is not None
     index = info.order_index_address if by_order else info.name_index_address
     out = []
-    for rec in btree_v2.iterate(obj.file.reader, index, what):
+    for rec in btree_v2.iterate(obj.file.reader, index, what=what):
         if rec.flags & 0x02:
             # shared attribute: the ID points into the file's shared-message heap, not this one
             body = obj.file.shared_message_body(SharedRef(IN_SOHM_HEAP, heap_id=rec.heap_id), M.ATTRIBUTE, what)

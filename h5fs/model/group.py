@@ -65,7 +65,7 @@ class Group(H5Object):
         by_order = info.index_order and info.order_index_address is not None
         index = info.order_index_address if by_order else info.name_index_address
         links = [link_msg.decode(Cursor(heap.get(rec.heap_id), 0, self.file.sizes, what))
-                 for rec in btree_v2.iterate(self.file.reader, index, what)]
+                 for rec in btree_v2.iterate(self.file.reader, index, what=what)]
         if not by_order:
             links.sort(key=lambda ln: ln.name)
         return links
