@@ -306,6 +306,22 @@ def _detach_stdio(log_path: str | None) -> None:
 # ----------------------------------------------------------------------------------- umount
 
 
+def _read_pid(mp: str, timeout: float = 10.0) -> int | None:
+    """The daemon's pid from the root's `user.h5fs.pid` (None: dead or hung daemon)."""
+    import threading
+    box: list[int] = []
+
+    def ask() -> None:
+        try:
+            box.append(int(os.getxattr(mp, "user.h5fs.pid")))
+        except (OSError, ValueError):
+            pass  # a dead daemon (ENOTCONN): unmounting is all there is to do
+    t = threading.Thread(target=ask, daemon=True)
+    t.start()
+    t.join(timeout)
+    return box[0] if box else None
+
+
 def cmd_umount(args: argparse.Namespace) -> int:
     mp = mounts.canonical(args.mountpoint)
     m = mounts.find_mount(mp)
@@ -313,11 +329,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
         raise CliError(f"{mp}: not mounted")
     if m.fstype != mounts.FSTYPE:
         raise CliError(f"{mp}: not an h5fs mount ({m.fstype})")
-    pid = None
-    try:
-        pid = int(os.getxattr(mp, "user.h5fs.pid"))
-    except (OSError, ValueError):
-        pass  # a dead daemon (ENOTCONN): unmounting is all there is to do
+    pid = _read_pid(mp)
     cmd = ["fusermount3", "-u"] + (["-z"] if args.lazy else []) + [mp]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

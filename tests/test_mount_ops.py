@@ -140,3 +140,19 @@ def test_broken_object_is_listed(ops, monkeypatch):
     assert [name for name, _ in node.entries] == [b"b"]
     assert fuse_errno(ops.lookup, g.st_ino, b"b", None) == errno.EIO
     assert fuse_errno(ops.getxattr, dict(node.entries)[b"b"], b"user.h5fs.kind", None) == errno.EIO
+
+
+def test_npy_view_failure_keeps_raw_view(ops, monkeypatch):
+    from h5fs.errors import Unsupported
+    from h5fs.fuse import operations
+
+    def refuse(dtype, shape):
+        raise Unsupported("no .npy form for this type")
+
+    monkeypatch.setattr(operations.views, "npy_header", refuse)
+    run(ops.opendir, pyfuse3.ROOT_INODE, None)
+    root = ops.table.get(pyfuse3.ROOT_INODE)
+    assert [n for n, _ in root.entries] == [b"a", b"a.npy", b"g", b"link"]
+    a = run(ops.lookup, pyfuse3.ROOT_INODE, b"a", None)
+    assert run(ops.read, a.st_ino, 0, 4) == np.int32(0).tobytes()
+    assert fuse_errno(ops.lookup, pyfuse3.ROOT_INODE, b"a.npy", None) == errno.EIO

@@ -31,6 +31,7 @@ log = logging.getLogger("h5fs.fuse")
 TIMEOUT = 3600.0        # entry/attr validity: data cannot change under a read-only mount
 BLKSIZE = 1 << 20       # st_blksize: `cat` and friends read in 1 MiB pieces
 NAME_MAX = 255
+LAZY_MAX = 65536        # names remembered per never-listed group
 _KIND = {"group": DIR, "dataset": RAW, "datatype": DTYPE}
 
 
@@ -43,6 +44,7 @@ class StatInfo:
     blocks: int = 0
     npy_header: bytes | None = None
     npy_size: int = 0
+    npy_error: BaseException | None = None  # the raw view works, the .npy view cannot be served
     text: bytes | None = None
 
 
@@ -104,6 +106,8 @@ class Operations(pyfuse3.Operations):
             raw = self.table.find_object(node.address)
             if raw is not None and raw.error is not None:
                 node.error = raw.error
+            elif raw is not None and raw.cache.get("info") is not None and raw.cache["info"].npy_error:
+                self._mark_broken(node, raw.cache["info"].npy_error)
         if node.error is not None:
             log.debug("%s: broken object: %s", node.path, node.error)
             raise FUSEError(errno.EIO)
@@ -262,7 +266,10 @@ class Operations(pyfuse3.Operations):
         if child is not None:
             cnode = self._commit(node, child)
             found = self.table.npy_node(cnode) if child.want_npy else cnode
-        node.cache.setdefault("lazy", {})[name] = None if found is None else found.ino
+        lazy = node.cache.setdefault("lazy", {})
+        if len(lazy) >= LAZY_MAX:  # bound what lookups of missing names can pile up
+            lazy.clear()
+        lazy[name] = None if found is None else found.ino
         return found
 
     def _stat_info(self, kind: str, obj) -> StatInfo:
@@ -273,8 +280,11 @@ class Operations(pyfuse3.Operations):
         if kind == RAW:
             info.size = int(obj.raw_size)
             info.blocks = (int(obj.storage_size) + 511) // 512
-            info.npy_header = views.npy_header(obj.npy_dtype, obj.npy_shape)
-            info.npy_size = len(info.npy_header) + int(obj.npy_body_size)
+            try:
+                info.npy_header = views.npy_header(obj.npy_dtype, obj.npy_shape)
+                info.npy_size = len(info.npy_header) + int(obj.npy_body_size)
+            except Exception as exc:
+                info.npy_error = exc
         elif kind == DTYPE:
             info.text = views.datatype_text(obj.facts())
             info.size = len(info.text)
