@@ -146,3 +146,15 @@ def test_mount_returns_only_when_ready(h5, tmp_path, mount):
         mp = mount(h5)
         assert os.listdir(mp) == ["x", "x.npy"]
         mount.unmount(mp)
+
+
+def test_umount_after_daemon_was_killed(mount, h5):
+    mp = mount(h5)
+    pid = int(os.getxattr(mp, "user.h5fs.pid"))
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not process_alive(pid), 20)
+    with pytest.raises(OSError):
+        os.listdir(mp)  # ENOTCONN: the mount is left behind
+    proc = run_h5fs("umount", mp)
+    assert proc.returncode == 0, proc.stderr
+    assert not is_mounted(mp)
