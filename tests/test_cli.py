@@ -6,8 +6,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
