@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..errors import FormatError, Unsupported
 from . import btree_v2
-from .checksum import lookup3, verify
+from .checksum import checksum, verify
 from .cursor import Cursor, Sizes
 
 SIG_HEADER, SIG_DIRECT, SIG_INDIRECT = b"FRHP", b"FHDB", b"FHIB"
@@ -38,7 +38,8 @@ MAX_WIDTH = 1 << 16
 ID_MANAGED, ID_HUGE, ID_TINY = 0, 1, 2
 TINY_LEN_SHORT = 16
 
-_CACHE_BLOCKS = 32
+_CACHE_BLOCKS = 32                 # indirect blocks
+_CACHE_DBLOCK_BYTES = 32 << 20     # direct blocks: name indexes visit them in hash order
 
 
 def _is_pow2(n: int) -> bool:
@@ -158,6 +159,7 @@ class FractalHeap:
         self._lock = threading.Lock()
         self._iblocks: OrderedDict[int, IndirectBlock] = OrderedDict()
         self._dblocks: OrderedDict[int, bytes] = OrderedDict()
+        self._dblock_bytes = 0
         self._huge_header: btree_v2.BTreeV2Header | None = None
         self._huge_nodes = btree_v2.NodeCache(16)
         self.filters = None
@@ -324,14 +326,16 @@ class FractalHeap:
         if h.checksum_direct_blocks:
             pos = c.pos
             stored = c.u32()
-            actual = lookup3(buf[:pos] + b"\0\0\0\0" + buf[pos + 4:])
+            actual = checksum(buf[:pos] + b"\0\0\0\0" + buf[pos + 4:])
             if stored != actual:
                 from ..errors import ChecksumError
                 raise ChecksumError(f"{label}: checksum mismatch (stored {stored:#010x}, computed {actual:#010x})")
         with self._lock:
-            self._dblocks[address] = buf
-            while len(self._dblocks) > _CACHE_BLOCKS:
-                self._dblocks.popitem(last=False)
+            if address not in self._dblocks:
+                self._dblocks[address] = buf
+                self._dblock_bytes += len(buf)
+            while self._dblock_bytes > _CACHE_DBLOCK_BYTES:
+                self._dblock_bytes -= len(self._dblocks.popitem(last=False)[1])
         return buf
 
     def _locate_direct(self, offset: int) -> tuple[DirectEntry, int, int]:
