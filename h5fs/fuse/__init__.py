@@ -16,7 +16,7 @@ What the mount shows
   The directory's depth is that of the path the group was first found by: a group with several
   hard links at different depths has one inode, so its absolute soft links are right for that path.
 - External link -> symlink `FILE:/object/path` (it goes nowhere real).
-- Attributes and h5fs facts -> xattrs (see `views`).
+- Attributes -> listed xattrs; h5fs facts -> xattrs read by name, not listed (see `views`).
 - A broken object (header or metadata that cannot be read) is still listed by its link name, so
   the rest of the tree stays browsable; lookup/getattr/open/read/xattrs on it answer EIO, and
   the log names its path and the reason, once.

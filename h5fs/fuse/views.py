@@ -5,7 +5,9 @@ Pure functions over engine values; no trio, no pyfuse3, no I/O.
 xattr naming (see also operations.Operations.listxattr):
 - HDF5 attribute `A` -> `user.A`.
 - h5fs facts -> `user.h5fs.<fact>` (dtype, shape, maxshape, chunks, filters, layout, fill_value,
-  storage_size, ... plus `kind`, `address`, `path`; the mount root also has `pid`, `file`, `log`).
+  storage_size, ... plus `kind`, `address`, `path`; the mount root also has `pid`, `file`, `log`),
+  read by name (`getfattr -n user.h5fs.dtype D`); they are not listed, so `getfattr -d` shows
+  exactly the HDF5 attributes.
 - An HDF5 attribute whose name starts with `h5fs.` would collide with the facts, so it is shown
   as `user.h5fs.attr.<full name>`: attribute `h5fs.dtype` -> `user.h5fs.attr.h5fs.dtype`.
   No fact name starts with `attr.`, so the two never collide.
@@ -100,14 +102,6 @@ def attribute_name_for_xattr(xname: bytes) -> str | None:
     if s.startswith(ATTR_PREFIX):
         return s[len(ATTR_PREFIX):]
     return None
-
-
-def fact_xattr_name(fact: str) -> bytes:
-    return (FACT_PREFIX + fact).encode("utf-8")
-
-
-# ---------------------------------------------------------------------------------------------
-# xattr values
 
 
 def format_value(value) -> bytes:
