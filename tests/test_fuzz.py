@@ -59,12 +59,15 @@ def seed_groups(path: Path, libver: str) -> None:
 
 
 def seed_chunked(path: Path, libver: str) -> None:
-    """Chunked + gzip (+ shuffle), fixed and unlimited maximum shapes."""
+    """Chunked + gzip (+ shuffle), fixed and unlimited maximum shapes (latest: fixed array,
+    extensible array and v2 B-tree chunk indexes), a fill value."""
     with h5py.File(path, "w", libver=_libver(libver)) as f:
         f.create_dataset("z", data=np.arange(300, dtype="<i4").reshape(15, 20), chunks=(4, 8),
                          compression="gzip", shuffle=True)
         f.create_dataset("u", data=np.arange(50, dtype="<f4"), chunks=(16,), maxshape=(None,),
                          compression="gzip")
+        f.create_dataset("w", data=np.arange(60, dtype="<i2").reshape(6, 10), chunks=(4, 4),
+                         maxshape=(None, None), fillvalue=-1)
 
 
 def seed_vlen(path: Path, libver: str) -> None:

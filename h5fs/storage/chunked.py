@@ -80,14 +80,14 @@ class ChunkedSource(RawSource):
         return self.cache.get(key, lambda: self._load(coords, rec))
 
     def _chunk_or_none(self, coords: tuple[int, ...]) -> bytes | None:
-        """`chunk_bytes_at`, but None for a never-allocated chunk when the fill value is zero."""
+        """`chunk_bytes_at`, but None for a never-allocated chunk (`_read` prefills the fill)."""
         key = (self.key, coords)
         data = self.cache.peek(key)
         if data is not None:
             return data
         rec = self.index.lookup(coords)
         if rec is None:
-            return None if not self.fill or not any(self.fill) else self._fill()
+            return None
         return self.cache.get(key, lambda: self._load(coords, rec))
 
     # -- RawSource --------------------------------------------------------------------------
@@ -113,12 +113,20 @@ class ChunkedSource(RawSource):
         e0, e1 = offset // isz, -(-(offset + size) // isz)
         parts = []
         zero_fill = not self.fill or not any(self.fill)
+        element_fill = None if zero_fill or len(self.fill) != isz else np.frombuffer(self.fill, np.uint8)
         for box in linear_boxes(self.shape, e0, e1):
-            # a zero fill value: start from zeros and skip never-allocated chunks entirely
-            out = (np.zeros if zero_fill else np.empty)(box[1] + (isz,), np.uint8)
+            # start from the fill value, so that never-allocated chunks (None) cost no copy
+            if zero_fill:
+                out = np.zeros(box[1] + (isz,), np.uint8)
+            else:
+                out = np.empty(box[1] + (isz,), np.uint8)
+                if element_fill is not None:
+                    out[...] = element_fill
+                else:
+                    out.reshape(-1)[:] = np.frombuffer(fill_pattern(self.fill, isz, 0, out.size), np.uint8)
             for coords in chunks_in_box(box, self.chunk):
                 data = chunk_at(coords)
-                if data is None:  # never allocated, zero fill: out already holds it
+                if data is None:  # never allocated: out already holds the fill value
                     continue
                 chunk = np.frombuffer(data, np.uint8).reshape(self.chunk + (isz,))
                 dst, src = overlap(box, coords, self.chunk)
