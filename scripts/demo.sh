@@ -10,8 +10,10 @@ run() { printf '\n$ %s\n' "$*"; eval "$@"; }
 run "ls -l $mnt $mnt/climate"
 run "readlink $mnt/latest"
 run "cat $mnt/notes"
-run "getfattr -d $mnt/climate"
-run "getfattr -d -m 'user.h5fs' $mnt/climate/temperature"
+run "getfattr --absolute-names -d $mnt/climate"
+for fact in dtype chunks filters storage_size; do
+    run "getfattr --absolute-names -n user.h5fs.$fact $mnt/climate/temperature"
+done
 run "od -A d -t f4 -N 16 $mnt/climate/temperature"
 run "du -k --apparent-size $mnt/climate/temperature; du -k $mnt/climate/temperature"
 run "python3 -c \"import numpy as np; a = np.load('$mnt/climate/temperature.npy'); print(a.shape, a.dtype, a.mean())\""
