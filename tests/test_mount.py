@@ -241,6 +241,11 @@ def test_facts(mount, sample):
     assert os.getxattr(mp / "data" / "unlimited", "user.h5fs.maxshape") == b"(unlimited, 3)"
     # facts are on the .npy view too
     assert os.getxattr(str(p) + ".npy", "user.h5fs.shape") == b"(250, 400)"
+    # facts are read by name, never listed; the .npy view lists nothing but answers by name
+    assert not [n for n in os.listxattr(p) if n.startswith("user.h5fs.")]
+    assert "user.desc" in os.listxattr(mp / "ints")
+    assert os.listxattr(mp / "ints.npy") == []
+    assert os.getxattr(mp / "ints.npy", "user.desc") == os.getxattr(mp / "ints", "user.desc") == b"ints of data"
 
 
 def test_hard_links_share_inode(mount, sample):

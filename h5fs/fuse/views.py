@@ -7,7 +7,7 @@ xattr naming (see also operations.Operations.listxattr):
 - h5fs facts -> `user.h5fs.<fact>` (dtype, shape, maxshape, chunks, filters, layout, fill_value,
   storage_size, ... plus `kind`, `address`, `path`; the mount root also has `pid`, `file`, `log`),
   read by name (`getfattr -n user.h5fs.dtype D`); they are not listed, so `getfattr -d` shows
-  exactly the HDF5 attributes.
+  exactly the HDF5 attributes. `D.npy` answers the same names but lists nothing.
 - An HDF5 attribute whose name starts with `h5fs.` would collide with the facts, so it is shown
   as `user.h5fs.attr.<full name>`: attribute `h5fs.dtype` -> `user.h5fs.attr.h5fs.dtype`.
   No fact name starts with `attr.`, so the two never collide.
