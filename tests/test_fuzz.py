@@ -30,7 +30,7 @@ h5py = pytest.importorskip("h5py")
 DATA = Path(__file__).resolve().parent / "data"
 EXAMPLES = int(os.environ.get("H5FS_FUZZ_EXAMPLES", "0"))
 DEADLINE = float(os.environ.get("H5FS_FUZZ_DEADLINE", "10"))  # seconds per example
-SWEEP = os.environ.get("H5FS_FUZZ_SWEEP", "384")                # bytes swept, or "all"
+SWEEP = os.environ.get("H5FS_FUZZ_SWEEP", "1024")                # bytes swept, or "all"
 
 
 # ------------------------------------------------------------------------------------- seeds
@@ -221,7 +221,7 @@ def test_seed_walks_clean(seeds, seed, tmp_path):
 def test_fuzz(seeds, seed, tmp_path, bounded_memory):
     data = seeds[seed]
 
-    @_settings(60)
+    @_settings(300)
     @given(st.lists(mutation(len(data)), min_size=1, max_size=4))
     def run(ops):
         check(apply(data, ops), tmp_path)
