@@ -18,22 +18,9 @@ from h5fs.format.cursor import Cursor, Sizes
 from h5fs.format.fractal_heap import FractalHeap
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
+from message_names import attr_name, link_name
 
 N_LINKS = 3000
-
-
-def link_name(body: bytes) -> str:
-    flags = body[1]
-    pos = 2 + (1 if flags & 0x08 else 0) + (8 if flags & 0x04 else 0) + (1 if flags & 0x10 else 0)
-    width = 1 << (flags & 3)
-    n = int.from_bytes(body[pos:pos + width], "little")
-    pos += width
-    return body[pos:pos + n].decode()
-
-
-def attr_name(body: bytes) -> str:
-    pos = 8 + (1 if body[0] == 3 else 0)
-    return body[pos:pos + int.from_bytes(body[2:4], "little")].rstrip(b"\0").decode()
 
 
 def address(path, name):

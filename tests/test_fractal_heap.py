@@ -17,24 +17,7 @@ from h5fs.format.cursor import Sizes
 from h5fs.format.fractal_heap import FractalHeap
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-
-
-def link_name(body: bytes) -> str:
-    """The name in a link message (minimal decoding, for the test only)."""
-    flags = body[1]
-    pos = 2 + (1 if flags & 0x08 else 0) + (8 if flags & 0x04 else 0) + (1 if flags & 0x10 else 0)
-    width = 1 << (flags & 3)
-    n = int.from_bytes(body[pos:pos + width], "little")
-    pos += width
-    return body[pos:pos + n].decode()
-
-
-def attr_name(body: bytes) -> str:
-    """The name in an attribute message version 1-3 (minimal decoding)."""
-    version = body[0]
-    name_size = int.from_bytes(body[2:4], "little")
-    pos = 8 + (1 if version == 3 else 0)
-    return body[pos:pos + name_size].rstrip(b"\0").decode()
+from message_names import attr_name, link_name
 
 
 def address(path, name):
