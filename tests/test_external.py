@@ -121,3 +121,15 @@ def test_missing_external_file_is_eio_naming_it(tmp_path):
             ds.read_raw(30, 20)
         assert ei.value.errno == errno.EIO
         assert "gone.bin" in str(ei.value)
+
+
+def test_external_fifo_is_refused_not_waited_on(tmp_path):
+    """A hostile file may name a FIFO (or a device) as external storage: EIO, never a hang."""
+    p = tmp_path / "fifo.h5"
+    data = np.arange(10, dtype="<u4")
+    with h5py.File(p, "w") as f:
+        f.create_dataset("x", data.shape, data.dtype, external=[("pipe", 0, 40)], efile_prefix=str(tmp_path))
+    os.mkfifo(tmp_path / "pipe")
+    with H5File.open(str(p)) as f:
+        with pytest.raises(FormatError, match="not a regular file"):
+            f.resolve("/x").read_raw(0, 40)

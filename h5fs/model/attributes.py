@@ -13,6 +13,7 @@ from ..format.messages import dataspace as S
 from ..format.messages.shared import IN_SOHM_HEAP, SharedRef
 from ..format.object_header import RawMessage
 from . import messages as M
+from .objects import guarded
 
 if TYPE_CHECKING:
     from .objects import H5Object
@@ -30,6 +31,8 @@ class Attribute:
     def what(self) -> str:
         return f"{self.owner.path}: attribute {self.name!r}"
 
+    path = what  # what `guarded` names in its errors
+
     def _sub(self, mtype: int, raw: bytes, shared: bool):
         return self.owner.decode(RawMessage(mtype, 0x02 if shared else 0, raw))
 
@@ -42,6 +45,7 @@ class Attribute:
         return self._sub(M.DATASPACE, self.msg.dataspace_raw, self.msg.dataspace_shared)
 
     @cached_property
+    @guarded
     def value(self) -> np.ndarray:
         """The value as stored (0-d for scalars); strings as str (vlen) or bytes ('S')."""
         from .dtypes import numpy_dtype

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ..errors import FormatError
 from ..format import local_heap
+from ..storage.blockio import open_regular
 from ..storage.sources import RawSource
 from . import messages as M
 
@@ -64,7 +65,7 @@ class ExternalSource(RawSource):
             if fd is not None:
                 return fd
         try:
-            fd = os.open(ext.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = open_regular(ext.path)
         except OSError as e:
             raise ExternalOpenError(f"{self.what}: external data file {ext.name!r} ({ext.path}): "
                                     f"{e.strerror or e}") from e

@@ -12,7 +12,7 @@ from ..format import object_header, superblock
 from ..format.cursor import Cursor
 from ..format.messages import shared, sohm_table
 from ..format.object_header import RawMessage
-from ..storage.blockio import BlockReader
+from ..storage.blockio import BlockReader, open_regular
 from ..storage.chunk_cache import ChunkCache
 from . import messages as M
 from .dataset import Dataset
@@ -37,7 +37,7 @@ class H5File:
 
     @classmethod
     def open(cls, path: str) -> H5File:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular(path)
         try:
             try:
                 sb = superblock.read(fd)

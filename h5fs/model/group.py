@@ -11,7 +11,7 @@ from ..format.messages import link as link_msg
 from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
 from . import messages as M
-from .objects import H5Object
+from .objects import H5Object, guarded
 
 
 class Group(H5Object):
@@ -24,6 +24,7 @@ class Group(H5Object):
         return self._links[1].get(name)
 
     @cached_property
+    @guarded
     def _links(self) -> tuple[list[Link], dict[str, Link]]:
         links = self._read_links()
         by_name: dict[str, Link] = {}
@@ -54,7 +55,7 @@ class Group(H5Object):
             return out
         for _, snod, _ in btree_v1.iterate_leaves(self.file.reader, btree_addr, btree_v1.GROUP, 0, what):
             for entry in symbol_table_node.read(self.file.reader, snod, what):
-                out.append(_entry_link(entry, heap))
+                out.append(_entry_link(entry, heap, what))
         return out
 
     def _dense_links(self, info) -> list[Link]:
@@ -80,10 +81,10 @@ class Group(H5Object):
         return out
 
 
-def _entry_link(entry: SymbolTableEntry, heap: local_heap.LocalHeap) -> Link:
+def _entry_link(entry: SymbolTableEntry, heap: local_heap.LocalHeap, what: str) -> Link:
     name = heap.string(entry.name_offset).decode("utf-8", "surrogateescape")
     if not name:
-        raise FormatError("symbol table: empty link name")
+        raise FormatError(f"{what}: empty link name")
     if entry.cache_type == CACHE_SOFTLINK:
         target = heap.string(entry.softlink_offset).decode("utf-8", "surrogateescape")
         return Link(name, link_msg.SOFT, target=target)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 from ..errors import FormatError
 from ..format.cursor import Cursor, Sizes
@@ -10,6 +11,23 @@ from ..format.cursor import Cursor, Sizes
 # No single metadata structure h5fs reads may claim more than this; protects against sizes
 # taken from a hostile file (chunk data has its own bound: the decoded chunk size).
 MAX_METADATA_BLOCK = 256 * 1024 * 1024
+
+
+def open_regular(path: str) -> int:
+    """A read-only fd on `path`, refusing anything but a regular file.
+
+    Names come from the file itself (external data files, virtual dataset sources): opening a
+    FIFO would block the daemon forever and a device never ends, so neither is read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class BlockReader:
