@@ -68,19 +68,13 @@ class ChunkedSource(RawSource):
         return data
 
     def chunk_bytes_at(self, coords: tuple[int, ...]) -> bytes:
-        key = (self.key, coords)
-        data = self.cache.peek(key)
-        if data is not None:
-            return data
-        rec = self.index.lookup(coords)
-        if rec is None:
-            # never allocated: the fill value, shared, not cached (a hostile extent of tiny
-            # unallocated chunks must neither flood the cache nor cost a decode each)
-            return self._fill()
-        return self.cache.get(key, lambda: self._load(coords, rec))
+        """The decoded chunk; the shared fill chunk when it was never allocated."""
+        data = self._chunk_or_none(coords)
+        return self._fill() if data is None else data
 
     def _chunk_or_none(self, coords: tuple[int, ...]) -> bytes | None:
-        """`chunk_bytes_at`, but None for a never-allocated chunk (`_read` prefills the fill)."""
+        """The decoded chunk, or None when it was never allocated (never cached: a hostile
+        extent of tiny unallocated chunks must neither flood the cache nor cost a decode each)."""
         key = (self.key, coords)
         data = self.cache.peek(key)
         if data is not None:
