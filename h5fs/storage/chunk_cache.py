@@ -12,7 +12,7 @@ from typing import Callable, Hashable
 
 
 class ChunkCache:
-    def __init__(self, budget: int = 192 * 1024 * 1024):
+    def __init__(self, budget: int = 128 * 1024 * 1024):  # daemon RSS stays under ~250 MB
         self.budget = budget
         self.used = 0
         self._items: OrderedDict[Hashable, bytes] = OrderedDict()
