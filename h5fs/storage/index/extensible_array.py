@@ -17,11 +17,11 @@ from typing import Iterator
 
 from ...errors import FormatError
 from ...format import extensible_array as ea
-from . import ChunkIndex, ChunkRecord, IndexContext
-from .fixed_array import _check_rank, chunk_nbytes, element_decoder, grid, to_record
+from . import ChunkRecord, IndexContext
+from .fixed_array import ArrayIndex, _check_rank, chunk_nbytes, element_decoder, grid
 
 
-class ExtensibleArrayIndex(ChunkIndex):
+class ExtensibleArrayIndex(ArrayIndex):
     def __init__(self, ctx: IndexContext):
         super().__init__(ctx)
         _check_rank(ctx)
@@ -40,7 +40,6 @@ class ExtensibleArrayIndex(ChunkIndex):
             acc *= e
         self.sw_down = (acc,) + tuple(reversed(downs))
         self.nbytes = chunk_nbytes(ctx)
-        self.array: ea.ExtensibleArray | None = None
         addr = ctx.layout.index.address if ctx.layout.index else None
         if addr is not None:
             self.array = ea.ExtensibleArray(ctx.reader, addr, f"{ctx.what}: extensible array index")
@@ -54,7 +53,8 @@ class ExtensibleArrayIndex(ChunkIndex):
         sw = [coords[d] for d in self.order]
         if any(c >= e for c, e in zip(sw[1:], self.sw_extents[1:])):
             return None
-        return sum(c * d for c, d in zip(sw, self.sw_down))
+        idx = sum(c * d for c, d in zip(sw, self.sw_down))
+        return None if idx >> self.array.header.max_nelmts_bits else idx
 
     def coords_of(self, idx: int) -> tuple[int, ...]:
         sw = []
@@ -66,25 +66,7 @@ class ExtensibleArrayIndex(ChunkIndex):
             out[dim] = sw[pos]
         return tuple(out)
 
-    def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
-        if self.array is None:
-            return None
-        coords = tuple(coords)
-        idx = self.index_of(coords)
-        if idx is None or idx >> self.array.header.max_nelmts_bits:
-            return None
-        raw = self.array.get(idx)
-        if raw is None:
-            return None
-        return to_record(self.ctx, coords, self.decode(raw), self.nbytes)
-
     def records(self) -> Iterator[ChunkRecord]:
-        if self.array is None or self.sw_down[0] == 0:
-            return
-        for idx, raw in self.array.items():
-            el = self.decode(raw)
-            if el.address is None:
-                continue
-            rec = to_record(self.ctx, self.coords_of(idx), el, self.nbytes)
-            if rec is not None:
-                yield rec
+        if self.sw_down[0] == 0:  # a fixed dimension of no chunks: no slot is a chunk
+            return iter(())
+        return super().records()

@@ -127,13 +127,42 @@ def to_record(ctx: IndexContext, coords: tuple[int, ...], el: ChunkElement, nbyt
     return ChunkRecord(coords, el.address, nbytes, 0)
 
 
-class FixedArrayIndex(ChunkIndex):
+class ArrayIndex(ChunkIndex):
+    """Lookup and iteration shared by the array indexes; subclasses map coordinates <-> slots."""
+
+    array = None  # the decoded FixedArray or ExtensibleArray, None when no chunk was allocated
+
+    def index_of(self, coords: tuple[int, ...]) -> int | None:
+        raise NotImplementedError
+
+    def coords_of(self, idx: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
+        if self.array is None:
+            return None
+        coords = tuple(coords)
+        idx = self.index_of(coords)
+        if idx is None:
+            return None
+        raw = self.array.get(idx)
+        return None if raw is None else to_record(self.ctx, coords, self.decode(raw), self.nbytes)
+
+    def records(self) -> Iterator[ChunkRecord]:
+        if self.array is None:
+            return
+        for idx, raw in self.array.items():
+            rec = to_record(self.ctx, self.coords_of(idx), self.decode(raw), self.nbytes)
+            if rec is not None:
+                yield rec
+
+
+class FixedArrayIndex(ArrayIndex):
     def __init__(self, ctx: IndexContext):
         super().__init__(ctx)
         _check_rank(ctx)
         self.grid = max_grid(ctx)
         self.nbytes = chunk_nbytes(ctx)
-        self.array: fa.FixedArray | None = None
         addr = ctx.layout.index.address if ctx.layout.index else None
         if addr is not None:
             self.array = fa.FixedArray(ctx.reader, addr, f"{ctx.what}: fixed array index")
@@ -146,22 +175,8 @@ class FixedArrayIndex(ChunkIndex):
                                   f"{self.grid} needs {expected}")
             self.decode = element_decoder(ctx, h.client_id, h.element_size)
 
-    def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
-        if self.array is None:
-            return None
-        coords = tuple(coords)
-        idx = ravel(coords, self.grid)
-        if idx is None:
-            return None
-        raw = self.array.get(idx)
-        if raw is None:
-            return None
-        return to_record(self.ctx, coords, self.decode(raw), self.nbytes)
+    def index_of(self, coords: tuple[int, ...]) -> int | None:
+        return ravel(coords, self.grid)
 
-    def records(self) -> Iterator[ChunkRecord]:
-        if self.array is None:
-            return
-        for idx, raw in self.array.items():
-            rec = to_record(self.ctx, unravel(idx, self.grid), self.decode(raw), self.nbytes)
-            if rec is not None:
-                yield rec
+    def coords_of(self, idx: int) -> tuple[int, ...]:
+        return unravel(idx, self.grid)
