@@ -115,3 +115,25 @@ def test_large_group(tmp_path, libver):
     with H5File.open(str(path)) as ours, h5py.File(path) as theirs:
         assert [ln.name for ln in ours.root.links()] == list(theirs)
         assert ours.root.facts()["storage"] == ("symbol table" if libver == "earliest" else "dense")
+
+
+def test_superblock_version_1_with_btree_k_values(tmp_path):
+    """Non-default indexed-storage K makes libhdf5 write superblock version 1."""
+    lib = libhdf5()
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    pid = ctypes.c_int64(fcpl.id)
+    assert lib.H5Pset_istore_k(pid, ctypes.c_uint(8)) >= 0
+    assert lib.H5Pset_sym_k(pid, ctypes.c_uint(2), ctypes.c_uint(3)) >= 0
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_EARLIEST, h5py.h5f.LIBVER_LATEST)
+    path = tmp_path / "v1.h5"
+    fid = h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    with h5py.File(fid) as f:
+        for i in range(20):  # more entries than 2K = 6 per node: the B-tree splits
+            f.create_group(f"g{i:02d}")
+        d = f.create_dataset("chunked", shape=(400,), chunks=(4,), dtype="<i2")  # > 2K chunks per node
+        d[...] = np.arange(400)
+    with H5File.open(str(path)) as ours:
+        sb = ours.superblock
+        assert (sb.version, sb.indexed_storage_k, sb.group_leaf_k, sb.group_internal_k) == (1, 8, 3, 2)
+    assert_same(path)
