@@ -110,3 +110,25 @@ def test_broken_chunk_data(mount, tmp_path, libver):
         assert e.value.errno == errno.EIO
     assert open(mp / "a", "rb").read() == np.arange(10, dtype="<i4").tobytes()
     assert "/z" in mount.log_of(mp)
+
+
+def test_hard_link_cycle_terminates(mount, tmp_path, libver):
+    """A group hard-linked inside its own subtree has one inode; the kernel will not put a
+    directory below itself, so the back edge answers ELOOP, and the tools that walk the tree
+    (find, du, ls -R) finish instead of looping. A second link elsewhere is the same directory."""
+    def build(f):
+        a = f.create_group("a")
+        a.create_group("b")["data"] = np.arange(5, dtype="<i4")
+        a["b"]["back"] = a  # /a/b/back is /a again
+        f.create_group("x")["alias"] = a
+    mp = mount(make_h5(tmp_path / "cycle.h5", build, libver))
+    assert "back" in os.listdir(mp / "a" / "b")
+    with pytest.raises(OSError) as e:
+        os.stat(mp / "a" / "b" / "back")
+    assert e.value.errno == errno.ELOOP
+    for cmd in (["find", str(mp)], ["du", "-s", str(mp)], ["ls", "-R", str(mp)]):
+        subprocess.run(cmd, capture_output=True, timeout=30)  # a loop would time out here
+    assert os.stat(mp / "x" / "alias").st_ino == os.stat(mp / "a").st_ino
+    assert os.stat(mp / "a").st_nlink == 3
+    with open(mp / "x" / "alias" / "b" / "data", "rb") as fh:
+        assert fh.read() == np.arange(5, dtype="<i4").tobytes()
