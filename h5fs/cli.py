@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 
+from . import __version__
 from .fuse import mounts
 
 PROG = "h5fs"
@@ -349,6 +350,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Mount an HDF5 file as a directory tree.")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("mount", help="mount FILE on MOUNTPOINT",
                        description="Mount FILE on MOUNTPOINT; returns when the mount is ready.")

@@ -156,3 +156,9 @@ def test_umount_after_daemon_was_killed(mount, h5):
     proc = run_h5fs("umount", mp)
     assert proc.returncode == 0, proc.stderr
     assert not is_mounted(mp)
+
+
+def test_version():
+    import h5fs
+    proc = run_h5fs("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"h5fs {h5fs.__version__}"
