@@ -9,7 +9,8 @@ Three views of a datatype:
   whose bytes are not the value (variable-length data, references) are 'V<size>' (the stored
   bytes: length + global heap ID, an address, ...). A layout NumPy cannot hold bit-exactly
   (VAX or non-IEEE floats, integers with padding bits, 16-bit complex...) raises Unsupported
-  naming it. This is the dtype of the raw file view `D`.
+  naming it: the raw file view `D` of such data is its stored bytes, and only the `.npy` view
+  holds values (see `needs_conversion`).
 
 `npy_dtype(dt, text_width=1, seq_len=0)`: the dtype of the `.npy` view, readable by
   `np.load` without pickle. It equals numpy_dtype except where the stored bytes are not values:
@@ -24,11 +25,22 @@ Three views of a datatype:
   - compounds containing any of the above are re-packed (no stored offsets) since member
     sizes change; h5py-style complex compounds ({r, i} of one IEEE float type, no gaps)
     become complex numbers, as h5py presents them.
+  - numbers NumPy cannot hold as stored (`needs_conversion`), decoded bit by bit by
+    numeric_conversion.py: floating-point layouts other than IEEE half/single/double (and the
+    platform's long double) -> '<f8' (values outside float64's range become +-inf, extra
+    mantissa bits are rounded as libhdf5 rounds them when converting to a native double);
+    complex numbers of such floats -> '<c16'; integers with padding bits or of a size other
+    than 1, 2, 4, 8 bytes -> the value (shifted by the bit offset, masked to the precision,
+    sign-extended) in the standard integer of the stored size and signedness (the next larger
+    one for odd sizes), stored byte order;
   Fixed-length strings stay 'S<n>' (exact bytes; padding is honoured by values.fixed_strings
   when producing text).
 
 `describe(dt)`: the `user.h5fs.dtype` text, e.g. "<f4", "|S10 (ascii, nullterm)",
-  "vlen str (utf-8)", "compound {a: <i4, b: <f8}", "enum <u1 {RED=0, GREEN=1}". Never raises.
+  "vlen str (utf-8)", "compound {a: <i4, b: <f8}", "enum <u1 {RED=0, GREEN=1}",
+  "<i4 (12-bit at offset 4)", "float(16 bits: sign 15, exponent 8@7 bias 127, mantissa 7@0)"
+  (N@P: N bits starting at bit P of the element, bit 0 the least significant once the bytes
+  are put in little-endian order). Never raises.
 """
 
 from __future__ import annotations
@@ -37,8 +49,8 @@ import numpy as np
 
 from ..errors import Unsupported
 from ..format.messages.datatype import (
-    CSET_NAMES, NORM_IMPLIED, NORM_NONE, PAD_NAMES, REF_ATTR, REF_OBJECT1, REF_OBJECT2, REF_REGION1,
-    REF_REGION2, Array, Bitfield, Complex, Compound, Datatype, Enum, FixedPoint, FloatingPoint, Opaque,
+    CSET_NAMES, NORM_IMPLIED, NORM_MSBSET, NORM_NONE, PAD_NAMES, REF_ATTR, REF_OBJECT1, REF_OBJECT2,
+    REF_REGION1, REF_REGION2, Array, Bitfield, Complex, Compound, Datatype, Enum, FixedPoint, FloatingPoint, Opaque,
     Reference, String, Time, VarLen, walk)
 
 _INT_SIZES = (1, 2, 4, 8)
@@ -86,15 +98,90 @@ def _int_code(t: FixedPoint) -> str:
     return f"{t.order}{'i' if t.signed else 'u'}{t.size}"
 
 
+# ------------------------------------------------------------------ numbers needing conversion
+
+MAX_FLOAT_SIZE = 16       # bytes: the bit-field float decoder works on two 64-bit words
+MAX_EXPONENT_BITS = 63    # libhdf5's own limit (H5T__conv_f_f)
+MAX_INT_PRECISION = 64    # bits: values must fit a standard NumPy integer
+
+
+def _exact_int(t: FixedPoint) -> bool:
+    """True when the stored bytes read as a standard NumPy integer give the value."""
+    if t.size not in _INT_SIZES:
+        return False
+    full = t.bit_offset == 0 and t.precision == 8 * t.size
+    # An unsigned value in the low bits with zero high padding reads exactly as the container.
+    low_unsigned = not t.signed and t.bit_offset == 0 and t.hi_pad == 0
+    return full or low_unsigned
+
+
+def _padded_int(t: FixedPoint) -> bool:
+    return t.size not in _INT_SIZES or t.bit_offset != 0 or t.precision != 8 * t.size
+
+
+def _converted_leaf(t: Datatype) -> bool:
+    if isinstance(t, FixedPoint):
+        return _padded_int(t)
+    if isinstance(t, FloatingPoint):
+        return _float_code(t) is None
+    if isinstance(t, Complex):
+        return isinstance(t.base, FloatingPoint) and (_float_code(t.base) in (None, "f2"))
+    return False
+
+
+def needs_conversion(dt: Datatype) -> bool:
+    """True when dt holds numbers NumPy cannot hold as stored (non-IEEE or VAX floats, integers
+    with padding bits or of odd sizes, complex numbers of such floats): the `.npy` view holds
+    their values, decoded by numeric_conversion.py; the raw view stays the stored bytes."""
+    return any(_converted_leaf(t) for t in walk(dt))
+
+
+def converted_int_dtype(t: FixedPoint) -> np.dtype:
+    """The `.npy` dtype of an integer with padding bits: the standard integer of the stored size
+    (the next larger one for 3, 5, 6, 7 bytes; 8 bytes beyond) and signedness, stored order."""
+    if t.precision > MAX_INT_PRECISION:
+        raise Unsupported(f"{t.precision}-bit integers")
+    size = next((n for n in _INT_SIZES if n >= t.size), 8)
+    return np.dtype(f"{t.order}{'i' if t.signed else 'u'}{size}")
+
+
+def check_float_layout(f: FloatingPoint) -> None:
+    """Raise Unsupported when the bit-field decoder cannot convert this layout."""
+    if f.size > MAX_FLOAT_SIZE:
+        raise Unsupported(f"{8 * f.size}-bit floating point (at most {8 * MAX_FLOAT_SIZE} bits are converted)")
+    if f.exponent_size > MAX_EXPONENT_BITS:
+        raise Unsupported(f"floating point with a {f.exponent_size}-bit exponent")
+    bits = 8 * f.size
+    if (f.sign_location >= bits or f.exponent_location + f.exponent_size > bits
+            or f.mantissa_location + f.mantissa_size > bits):
+        raise Unsupported(f"floating-point fields outside its {bits} bits")
+
+
+VAX_MIN_VERSION = 3
+
+
+def float_byte_order(f: FloatingPoint) -> str:
+    """'<', '>' or 'vax': the byte order libhdf5 reads the element in. libhdf5 (H5Odtype.c)
+    honours the VAX bit (bit 6) only in datatype messages of version 3 and later; in versions 1
+    and 2 it reads a VAX-flagged float as big-endian, and libhdf5 2.0 itself writes
+    H5Tset_order(VAX) types in version-1 messages, so its own files read back big-endian."""
+    if f.order == "vax" and f.version < VAX_MIN_VERSION:
+        return ">"
+    return f.order
+
+
+def converted_float_dtype(f: FloatingPoint) -> np.dtype:
+    """The `.npy` dtype of a float NumPy cannot hold as stored: float64."""
+    check_float_layout(f)
+    return np.dtype("<f8")
+
+
 def numpy_dtype(dt: Datatype) -> np.dtype:
     """The exact stored representation of one element (see module docstring)."""
     if isinstance(dt, FixedPoint):
         if dt.size not in _INT_SIZES:
             raise Unsupported(f"{8 * dt.size}-bit integers")
-        full = dt.bit_offset == 0 and dt.precision == 8 * dt.size
-        # An unsigned value in the low bits with zero high padding reads exactly as the container.
-        low_unsigned = not dt.signed and dt.bit_offset == 0 and dt.hi_pad == 0
-        if not (full or low_unsigned):
+        if not _exact_int(dt):
             raise Unsupported(f"{'signed' if dt.signed else 'unsigned'} integer with {dt.precision}-bit "
                               f"precision at bit offset {dt.bit_offset} in {dt.size} bytes")
         return np.dtype(_int_code(dt))
@@ -181,11 +268,18 @@ def npy_dtype(dt: Datatype, text_width: int = 1, seq_len: int = 0) -> np.dtype:
             cplx = _complex_compound(t)
             if cplx is not None:
                 return cplx
-            return _compound_dtype(t, conv, exact=not is_converted(t))
+            return _compound_dtype(t, conv, exact=not (is_converted(t) or needs_conversion(t)))
         if isinstance(t, Array):
             return np.dtype((conv(t.base), t.dims))
         if isinstance(t, Enum):
             return conv(t.base)
+        if isinstance(t, FixedPoint) and _padded_int(t):
+            return converted_int_dtype(t)
+        if isinstance(t, FloatingPoint) and _float_code(t) is None:
+            return converted_float_dtype(t)
+        if isinstance(t, Complex) and _converted_leaf(t):
+            check_float_layout(t.base)
+            return np.dtype("<c16")
         return numpy_dtype(t)
 
     return conv(dt)
@@ -199,6 +293,19 @@ def _ref_text(t: Reference) -> str:
             REF_ATTR: "attribute reference"}.get(t.ref_type, f"reference type {t.ref_type}")
 
 
+def _float_text(f: FloatingPoint) -> str:
+    """A float layout NumPy cannot hold, field by field (N@P: N bits from bit P)."""
+    order = {"<": "", ">": ", big-endian", "vax": ", VAX order"}.get(f.order, "")
+    if f.order == "vax" and float_byte_order(f) != "vax":
+        order = f", big-endian (VAX flag in a version-{f.version} message, read as libhdf5 reads it)"
+    norm = {NORM_NONE: ", no normalization", NORM_MSBSET: ", MSB set"}.get(f.normalization, "")
+    s = (f"float({8 * f.size} bits{order}: sign {f.sign_location}, exponent {f.exponent_size}@"
+         f"{f.exponent_location} bias {f.exponent_bias}, mantissa {f.mantissa_size}@{f.mantissa_location}{norm})")
+    if f.bit_offset or f.precision != 8 * f.size:
+        s += f" ({f.precision}-bit at offset {f.bit_offset})"
+    return s
+
+
 def describe(dt: Datatype) -> str:
     """One-line text for `user.h5fs.dtype`; never raises."""
     if isinstance(dt, FixedPoint):
@@ -210,7 +317,7 @@ def describe(dt: Datatype) -> str:
         return s
     if isinstance(dt, FloatingPoint):
         code = _float_code(dt)
-        return dt.order + code if code else _float_layout(dt)
+        return dt.order + code if code else _float_text(dt)
     if isinstance(dt, Time):
         return f"time {dt.order}i{dt.size} ({dt.precision}-bit)"
     if isinstance(dt, String):
@@ -237,8 +344,8 @@ def describe(dt: Datatype) -> str:
     if isinstance(dt, Complex):
         try:
             return numpy_dtype(dt).str
-        except Unsupported as e:
-            return str(e)
+        except Unsupported:
+            return f"complex {describe(dt.base)}"
     if isinstance(dt, Reference):
         return _ref_text(dt)
     return f"{dt.class_name} ({dt.size} bytes)"

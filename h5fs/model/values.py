@@ -18,7 +18,8 @@
   a null reference.
 
 `to_npy(raw, dt, count, heap, sizes, ref_text=...)` builds the `.npy` view's array (dtype from
-dtypes.npy_dtype) for any datatype, converting vlen data and references on the way.
+dtypes.npy_dtype) for any datatype, converting vlen data and references on the way, and numbers
+NumPy cannot hold as stored (non-IEEE floats, integers with padding bits: numeric_conversion.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from ..format.global_heap import GlobalHeapReader, HeapID
 from ..format.messages.datatype import (
     NULLPAD, NULLTERM, REF_ATTR, REF_OBJECT1, REF_OBJECT2, REF_REGION1, REF_REGION2, SPACEPAD, UTF8,
     Array, Compound, Datatype, Enum, Reference, String, VarLen)
-from .dtypes import is_converted, npy_dtype, numpy_dtype
+from .dtypes import is_converted, needs_conversion, npy_dtype, numpy_dtype
+from .numeric_conversion import convert
 
 MAX_SELECTION_ITEMS = 1 << 22     # points or blocks in one serialized selection
 
@@ -111,14 +113,19 @@ def decode_vlen_strings(raw: bytes | memoryview, dt: VarLen, heap: GlobalHeapRea
 
 def decode_vlen_sequences(raw: bytes | memoryview, dt: VarLen, heap: GlobalHeapReader,
                           sizes: Sizes) -> list[np.ndarray]:
-    """Vlen sequence elements of a plain base type -> list of 1-D arrays (numpy_dtype of base)."""
+    """Vlen sequence elements of a plain base type -> list of 1-D arrays (numpy_dtype of base;
+    npy_dtype, the converted values, for bases NumPy cannot hold as stored)."""
     if dt.is_string:
         raise TypeError("decode_vlen_sequences needs a variable-length sequence type")
     if is_converted(dt.base):
         raise Unsupported("variable-length sequences of variable-length data or references (use to_npy)")
-    base = numpy_dtype(dt.base)
-    return [np.frombuffer(_vlen_bytes(length, addr, index, dt.base.size, heap), base)
-            for length, addr, index in vlen_descriptors(raw, sizes).tolist()]
+    es = dt.base.size
+    out = []
+    for length, addr, index in vlen_descriptors(raw, sizes).tolist():
+        data = _vlen_bytes(length, addr, index, es, heap)
+        out.append(convert(data, dt.base, length) if needs_conversion(dt.base)
+                   else np.frombuffer(data, numpy_dtype(dt.base)))
+    return out
 
 
 # --------------------------------------------------------------------------------- selections
@@ -337,12 +344,15 @@ class _Widths:
 
 def to_npy(raw: bytes | memoryview, dt: Datatype, heap: GlobalHeapReader | None, sizes: Sizes,
            ref_text: Callable[[Ref | None], str] = default_ref_text, errors: str = "replace") -> np.ndarray:
-    """Elements (1-D) -> array of dtypes.npy_dtype(dt, widths) with vlen data and references
-    converted. For types without vlen data or references this is a zero-copy view."""
+    """Elements (1-D) -> array of dtypes.npy_dtype(dt, widths) with vlen data, references and
+    numbers NumPy cannot hold as stored converted. For types holding none of these this is a
+    zero-copy view."""
     if dt.size == 0 or len(raw) % dt.size:
         raise FormatError(f"element data: {len(raw)} bytes is not a multiple of {dt.size}")
     n = len(raw) // dt.size
     if not is_converted(dt):
+        if needs_conversion(dt):
+            return convert(raw, dt, n)
         return np.frombuffer(raw, npy_dtype(dt), n)
     if isinstance(dt, VarLen) and dt.is_string:                    # fast, common case
         return decode_vlen_strings(raw, dt, heap, sizes, errors)
@@ -359,6 +369,8 @@ def to_npy(raw: bytes | memoryview, dt: Datatype, heap: GlobalHeapReader | None,
 def _value(b: bytes, dt: Datatype, heap, sizes, ref_text, errors, w: _Widths) -> Any:
     """Python-level value of one element of dt (only called where dt is converted)."""
     if not is_converted(dt):
+        if needs_conversion(dt):
+            return convert(b, dt, 1)[0]
         return np.frombuffer(b, npy_dtype(dt), 1)[0]
     if isinstance(dt, VarLen):
         (length, addr, index), = vlen_descriptors(b, sizes).tolist()
