@@ -34,12 +34,14 @@ Integers (`decode_int`): bytes to little-endian order, the `precision` bits from
   sign-extended when signed (libhdf5's H5T__conv_i_i), in dtypes.converted_int_dtype.
 Complex numbers of such floats: each part decoded as a float -> complex128.
 
-Work is done in blocks of BLOCK elements so temporaries stay bounded.
+Work is done in blocks of BLOCK elements so temporaries stay bounded; 1- and 2-byte floats are
+looked up in a table of all their stored patterns' values.
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -167,10 +169,25 @@ def decode_float(b: np.ndarray, f: FloatingPoint) -> np.ndarray:
     if b.ndim != 2 or b.shape[1] != f.size:
         raise FormatError(f"float data: rows of {b.shape[1:]} bytes for {f.size}-byte elements")
     n = b.shape[0]
+    if f.size <= 2:                 # every stored pattern decoded once, then looked up
+        index = b[:, 0].astype(np.intp)
+        if f.size == 2:
+            index |= b[:, 1].astype(np.intp) << 8
+        return _pattern_table(f)[index]
     out = np.empty(n, _U)
     for start in range(0, n, BLOCK):
         out[start:start + BLOCK] = _float_bits(b[start:start + BLOCK], f)
     return out.view("<f8")
+
+
+@lru_cache(maxsize=64)
+def _pattern_table(f: FloatingPoint) -> np.ndarray:
+    """float64 values of all stored patterns of a 1- or 2-byte float, indexed by the stored
+    bytes read as a little-endian integer."""
+    patterns = np.arange(1 << (8 * f.size), dtype="<u2").view(np.uint8).reshape(-1, 2)[:, :f.size]
+    table = _float_bits(patterns, f).view("<f8")
+    table.flags.writeable = False
+    return table
 
 
 def _float_bits(b: np.ndarray, f: FloatingPoint) -> np.ndarray:
