@@ -48,7 +48,7 @@ class Attribute:
     @guarded
     def value(self) -> np.ndarray:
         """The value as stored (0-d for scalars); strings as str (vlen) or bytes ('S')."""
-        from .dtypes import numpy_dtype
+        from .dtypes import npy_dtype
         from .varlen_views import decode_elements, needs_materializing
         space, dt = self.dataspace, self.datatype
         count = space.count
@@ -61,7 +61,7 @@ class Attribute:
         if needs_materializing(dt):
             values = decode_elements(self.owner.file, dt, raw, count, self.what)
         else:
-            values = np.frombuffer(raw, numpy_dtype(dt), count)
+            values = np.frombuffer(raw, npy_dtype(dt), count)
         if space.kind == S.NULL:
             return values[:0]
         return values.reshape(space.dims if space.kind == S.SIMPLE else ())

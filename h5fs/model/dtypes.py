@@ -33,6 +33,8 @@ Three views of a datatype:
     than 1, 2, 4, 8 bytes -> the value (shifted by the bit offset, masked to the precision,
     sign-extended) in the standard integer of the stored size and signedness (the next larger
     one for odd sizes), stored byte order;
+  - h5py's boolean (an enum over a 1-byte integer with exactly FALSE=0 and TRUE=1) -> '|b1'
+    (the same bytes, so no conversion), as h5py presents it;
   Fixed-length strings stay 'S<n>' (exact bytes; padding is honoured by values.fixed_strings
   when producing text).
 
@@ -176,6 +178,13 @@ def converted_float_dtype(f: FloatingPoint) -> np.dtype:
     return np.dtype("<f8")
 
 
+def is_bool_enum(t: Datatype) -> bool:
+    """h5py's boolean: an enum over a 1-byte integer with exactly FALSE=0 and TRUE=1."""
+    return (isinstance(t, Enum) and isinstance(t.base, FixedPoint) and t.base.size == 1
+            and t.base.bit_offset == 0 and t.base.precision == 8
+            and sorted(zip(t.names, t.values)) == [("FALSE", 0), ("TRUE", 1)])
+
+
 def numpy_dtype(dt: Datatype) -> np.dtype:
     """The exact stored representation of one element (see module docstring)."""
     if isinstance(dt, FixedPoint):
@@ -272,7 +281,7 @@ def npy_dtype(dt: Datatype, text_width: int = 1, seq_len: int = 0) -> np.dtype:
         if isinstance(t, Array):
             return np.dtype((conv(t.base), t.dims))
         if isinstance(t, Enum):
-            return conv(t.base)
+            return np.dtype("|b1") if is_bool_enum(t) else conv(t.base)
         if isinstance(t, FixedPoint) and _padded_int(t):
             return converted_int_dtype(t)
         if isinstance(t, FloatingPoint) and _float_code(t) is None:
