@@ -301,3 +301,16 @@ def test_unsupported_is_named(tmp_path):
     with H5File.open(str(path)) as ours:
         with pytest.raises(Unsupported, match="999"):
             ours.resolve("x").read_raw(0, 40)
+
+
+def test_vlen_view_size_is_bounded(tmp_path, monkeypatch):
+    """The .npy view of vlen strings is as wide as the longest string: a file where that would
+    take more memory than allowed answers Unsupported, never allocates it."""
+    from h5fs.model import values
+    path = tmp_path / "wide.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("s", data=["x"] * 1000 + ["y" * 5000], dtype=h5py.string_dtype())
+    monkeypatch.setattr(values, "MAX_VIEW_BYTES", 1000 * 5000 * 4)  # below 1001 x 5000 UCS-4 chars
+    with H5File.open(str(path)) as ours:
+        with pytest.raises(Unsupported, match="would take"):
+            ours.resolve("s").read_npy_body(0, 100)

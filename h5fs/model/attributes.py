@@ -49,7 +49,7 @@ class Attribute:
     def value(self) -> np.ndarray:
         """The value as stored (0-d for scalars); strings as str (vlen) or bytes ('S')."""
         from .dtypes import npy_dtype
-        from .varlen_views import decode_elements, needs_materializing
+        from .varlen_views import decode_elements, needs_decoding
         space, dt = self.dataspace, self.datatype
         count = space.count
         nbytes = count * dt.size
@@ -58,7 +58,7 @@ class Attribute:
         if len(self.msg.data) < nbytes:
             raise FormatError(f"{self.what}: holds {len(self.msg.data)} bytes, needs {nbytes}")
         raw = self.msg.data[:nbytes]
-        if needs_materializing(dt):
+        if needs_decoding(dt):
             values = decode_elements(self.owner.file, dt, raw, count, self.what)
         else:
             values = np.frombuffer(raw, npy_dtype(dt), count)

@@ -140,10 +140,30 @@ class Dataset(H5Object):
     @guarded
     def materialized(self) -> "MaterializedView | None":
         """Variable-length and reference data: the views are computed from decoded values."""
-        from .varlen_views import needs_materializing
-        if not needs_materializing(self.datatype):
+        from .dtypes import is_converted
+        if not is_converted(self.datatype):
             return None
         return MaterializedView(self)
+
+    @cached_property
+    def converted(self) -> bool:
+        """Fixed-size numbers NumPy cannot hold as stored (non-IEEE floats, padded integers): the
+        `.npy` view converts just the elements a read asks for; the raw view is the stored bytes."""
+        from .dtypes import needs_conversion
+        return self.materialized is None and needs_conversion(self.datatype)
+
+    def _converted_range(self, offset: int, size: int) -> bytes:
+        from .varlen_views import decode_elements
+        out_size = self.npy_dtype.itemsize
+        offset = max(0, offset)
+        size = max(0, min(size, self.npy_body_size - offset))
+        if size == 0:
+            return b""
+        e0, e1 = offset // out_size, -(-(offset + size) // out_size)
+        stored = self.source.read(e0 * self.itemsize, (e1 - e0) * self.itemsize)
+        body = decode_elements(self.file, self.datatype, stored, e1 - e0, self.path).tobytes()
+        skip = offset - e0 * out_size
+        return body[skip:skip + size]
 
     @property
     @guarded
@@ -181,19 +201,23 @@ class Dataset(H5Object):
     @guarded
     def npy_body_size(self) -> int:
         m = self.materialized
-        return m.npy_body_size if m is not None else self.source.size
+        if m is not None:
+            return m.npy_body_size
+        return self.dataspace.count * self.npy_dtype.itemsize if self.converted else self.source.size
 
     @guarded
     def read_npy_body(self, offset: int, size: int) -> bytes:
         m = self.materialized
-        return m.read_npy_body(offset, size) if m is not None else self.source.read(offset, size)
+        if m is not None:
+            return m.read_npy_body(offset, size)
+        return self._converted_range(offset, size) if self.converted else self.source.read(offset, size)
 
     def read_npy_cached(self, offset: int, size: int) -> bytes | None:
         """The `.npy` body's bytes if they can be served without I/O or decoding, else None."""
         m = self.materialized
         if m is not None:
             return m.read_npy_body(offset, size) if m.ready else None
-        return self.source.read_cached(offset, size)
+        return None if self.converted else self.source.read_cached(offset, size)
 
     def read_array(self) -> np.ndarray:
         """The whole dataset as a NumPy array (for small datasets and tests)."""

@@ -38,7 +38,8 @@ from ..format.messages.datatype import (
 from .dtypes import is_converted, needs_conversion, npy_dtype, numpy_dtype
 from .numeric_conversion import convert
 
-MAX_SELECTION_ITEMS = 1 << 22     # points or blocks in one serialized selection
+MAX_SELECTION_ITEMS = 1 << 22
+MAX_VIEW_BYTES = 512 * 1024 * 1024     # one decoded fixed-width array (a .npy view, an attribute)     # points or blocks in one serialized selection
 
 # ------------------------------------------------------------------------------------ strings
 
@@ -58,8 +59,17 @@ def _text(b: bytes, charset: int, errors: str) -> str:
     return b.decode("utf-8" if charset == UTF8 else "ascii", errors)
 
 
+def check_view_size(count: int, dtype: np.dtype) -> None:
+    """Refuse a fixed-width array of decoded values larger than MAX_VIEW_BYTES: its size follows
+    the longest value, so one long string among many short ones could ask for gigabytes."""
+    nbytes = count * dtype.itemsize
+    if nbytes > MAX_VIEW_BYTES:
+        raise Unsupported(f"{count} values as {dtype} would take {nbytes} bytes (at most {MAX_VIEW_BYTES})")
+
+
 def _str_array(items: list[str], shape=None) -> np.ndarray:
     width = max((len(s) for s in items), default=0)
+    check_view_size(len(items), np.dtype(f"<U{max(width, 1)}"))
     out = np.array(items, dtype=f"<U{max(width, 1)}")
     return out.reshape(shape) if shape is not None else out
 
@@ -360,6 +370,7 @@ def to_npy(raw: bytes | memoryview, dt: Datatype, heap: GlobalHeapReader | None,
     raw = bytes(raw)
     items = [_value(raw[i * dt.size:(i + 1) * dt.size], dt, heap, sizes, ref_text, errors, w) for i in range(n)]
     out_dt = npy_dtype(dt, w.text, w.seq)
+    check_view_size(n, out_dt)
     out = np.zeros(n, out_dt)
     for i, v in enumerate(items):
         out[i] = _fill(v, dt, out_dt, w)

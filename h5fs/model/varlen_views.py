@@ -3,10 +3,11 @@ numbers NumPy cannot hold as stored (non-IEEE floats, integers with padding bits
 
 - `.npy` view: the array `values.to_npy` builds (vlen strings and references as fixed-width
   unicode, vlen sequences as {length, values} records, numbers converted; see dtypes.py).
-- raw view: for types without vlen data or references the stored bytes (the contract: raw
-  element bytes; only the `.npy` view holds converted numbers); for text-valued data (vlen
-  strings, references) the values as UTF-8 text, one per line, so `cat` shows them; for other
-  vlen data (vlen sequences, compounds holding vlen members) the `.npy` body.
+  Datasets of fixed-size converted numbers convert per read (Dataset._converted_range) and keep
+  their stored bytes as the raw view; only vlen and reference data is decoded here as a whole.
+- raw view of vlen/reference data: for text-valued data (vlen strings, references) the values
+  as UTF-8 text, one per line, so `cat` shows them; for other vlen data (vlen sequences,
+  compounds holding vlen members) the `.npy` body.
 References are shown as the path of the object they point to (the first path found by a walk
 from the root), with `[selection]` for region and `@name` for attribute references.
 """
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import H5fsError
-from .dtypes import is_converted, needs_conversion, npy_dtype
+from .dtypes import is_converted, needs_conversion
 from .values import Ref, to_npy
 
 if TYPE_CHECKING:
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 MAX_WALK = 1_000_000   # objects visited to turn reference addresses into paths
 
 
-def needs_materializing(dt) -> bool:
-    """True when the views must be computed from decoded values (see the module docstring)."""
+def needs_decoding(dt) -> bool:
+    """True when values differ from the stored bytes: they go through `decode_elements`."""
     return is_converted(dt) or needs_conversion(dt)
 
 
@@ -40,12 +41,10 @@ def decode_elements(file: H5File, dt, raw: bytes, count: int, what: str) -> np.n
 
 
 def dataset_views(ds: Dataset) -> tuple[bytes, np.dtype, bytes]:
-    """(raw view bytes, .npy dtype, .npy body bytes) for a dataset that needs materializing."""
+    """(raw view bytes, .npy dtype, .npy body bytes) for a dataset holding vlen data or references."""
     stored = ds.source.read(0, ds.source.size)
     arr = decode_elements(ds.file, ds.datatype, stored, ds.dataspace.count, ds.path)
     body = arr.tobytes()
-    if not is_converted(ds.datatype):           # numbers only: the raw view is the stored bytes
-        return bytes(stored), npy_dtype(ds.datatype), body
     if arr.dtype.kind == "U":
         text = "".join(f"{s}\n" for s in arr.ravel().tolist()).encode("utf-8", "surrogateescape")
         return text, arr.dtype, body

@@ -827,8 +827,8 @@ class _Plan:
 
 
 def _check_type(ds) -> None:
-    from .varlen_views import needs_materializing
-    if needs_materializing(ds.datatype):
+    from .dtypes import is_converted
+    if is_converted(ds.datatype):
         from .dtypes import describe
         raise Unsupported(f"{ds.path}: virtual dataset of {describe(ds.datatype)} (variable-length or reference "
                           f"data pointing into source files)")

@@ -251,7 +251,8 @@ def decode(c: Cursor, _depth: int = 0) -> Datatype:
         _check_bits(off, prec, size, "floating-point")
         if esize == 0 or msize == 0:
             raise FormatError("datatype: floating-point with empty exponent or mantissa")
-        if epos + esize > prec or mpos + msize > prec or sign >= prec:
+        top = off + prec  # field locations are bit positions in the element, above the offset
+        if epos + esize > top or mpos + msize > top or sign >= top:
             raise FormatError("datatype: floating-point fields lie outside its precision")
         return FloatingPoint(version, size, order, flags >> 1 & 1, flags >> 2 & 1, flags >> 3 & 1,
                              norm, sign, off, prec, epos, esize, mpos, msize, bias)
