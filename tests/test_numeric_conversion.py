@@ -169,7 +169,7 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> None:
 
 # ------------------------------------------------------------------------------------ floats
 
-@pytest.mark.parametrize("name", float_params(FLOATS))
+@pytest.mark.parametrize("name", list(FLOATS))
 def test_float_bit_patterns_match_libhdf5(tmp_path, name):
     """Every stored pattern (zeros, denormals, inf, NaN, rounding edges, out of float64's range)
     reads as libhdf5 converts it to a native double."""
