@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import FormatError
-from .cursor import Cursor
 
 
 @dataclass(frozen=True)

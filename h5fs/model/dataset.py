@@ -6,7 +6,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..errors import FormatError, Unsupported
+from ..errors import FormatError, H5fsError, Unsupported
 from ..format.messages import dataspace as S
 from ..format.messages import layout as L
 from ..storage.chunked import ChunkedSource
@@ -251,8 +251,11 @@ class Dataset(H5Object):
         if fill is None:
             return "0 (default)"
         try:
+            if self.converted:
+                from .varlen_views import decode_elements
+                return str(decode_elements(self.file, self.datatype, fill, 1, self.path)[0])
             return str(np.frombuffer(fill, self.dtype)[0])
-        except (TypeError, ValueError, Unsupported):
+        except (TypeError, ValueError, H5fsError):
             return fill.hex()
 
 

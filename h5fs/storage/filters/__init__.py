@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...format.messages.filter_pipeline import FilterSpec
-
 
 @dataclass(frozen=True)
 class ChunkInfo:
