@@ -34,7 +34,7 @@ def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, reado
     log.info("mounted %s on %s (options %s)", source, mountpoint, ",".join(sorted(fuse_options)))
     status = 0
     try:
-        trio.run(_main, mountpoint, readahead_kb, on_ready, on_fail)
+        trio.run(_main, ops, mountpoint, readahead_kb, on_ready, on_fail)
     except BaseException:
         log.exception("main loop failed")
         status = 1
@@ -50,8 +50,9 @@ def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, reado
     return status
 
 
-async def _main(mountpoint: str, readahead_kb: int, on_ready, on_fail) -> None:
+async def _main(ops: Operations, mountpoint: str, readahead_kb: int, on_ready, on_fail) -> None:
     async with trio.open_nursery() as nursery:
+        ops.prefetcher.nursery = nursery
         nursery.start_soon(_signals)
         nursery.start_soon(_announce, mountpoint, readahead_kb, on_ready, on_fail)
         await pyfuse3.main()

@@ -25,6 +25,7 @@ from ..errors import H5fsError
 from . import offload, views
 from .errors import boundary
 from .inodes import BROKEN, DIR, DTYPE, NPY, RAW, SYMLINK, InodeTable, Node
+from .prefetch import Prefetcher
 
 log = logging.getLogger("h5fs.fuse")
 
@@ -79,6 +80,7 @@ class Operations(pyfuse3.Operations):
         self.mtime_ns = st.st_mtime_ns
         self.ctime_ns = st.st_ctime_ns
         self.table = InodeTable()
+        self.prefetcher = Prefetcher()  # started with the daemon's nursery (daemon._main)
         root = h5file.root
         self.table.add_root(root, root.address)
 
@@ -503,6 +505,8 @@ class Operations(pyfuse3.Operations):
             data = ds.read_cached(off, end - off)
             if data is None:
                 data = await offload.run_sync(ds.read_raw, off, end - off)
+                if ds.prefetchable:
+                    self.prefetcher.after_read(fh, ds.read_raw, off, end - off, int(ds.raw_size))
             return data
         if node.kind == NPY:
             return await self._read_npy(node, off, size)
@@ -519,15 +523,16 @@ class Operations(pyfuse3.Operations):
         bsize = min(size - len(out), int(ds.npy_body_size) - boff)
         if bsize <= 0:
             return out
-        cached = getattr(ds, "read_npy_cached", None)
-        body = cached(boff, bsize) if cached is not None else None
+        body = ds.read_npy_cached(boff, bsize)
         if body is None:
             body = await offload.run_sync(ds.read_npy_body, boff, bsize)
+            if ds.prefetchable:  # the body is the raw view: decode ahead through it
+                self.prefetcher.after_read(node.ino, ds.read_raw, boff, bsize, int(ds.raw_size))
         return out + body if out else body
 
     @boundary
     async def release(self, fh: int) -> None:
-        return None
+        self.prefetcher.forget(fh)
 
     @boundary
     async def flush(self, fh: int) -> None:

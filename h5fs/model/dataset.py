@@ -130,6 +130,13 @@ class Dataset(H5Object):
                              self.fill_value, self.file.chunk_cache, self.address, self.path,
                              edge_unfiltered=bool(lay.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS))
 
+    @cached_property
+    def prefetchable(self) -> bool:
+        """Reads decode filtered chunks into the shared cache, and the `.npy` body is the raw
+        view: decoding ahead of a sequential reader pays off."""
+        return (self.materialized is None and not self.converted and bool(self.filters)
+                and isinstance(self.source, ChunkedSource))
+
     @property
     @guarded
     def storage_size(self) -> int:
