@@ -72,6 +72,8 @@ def build_everything(path, libver: str) -> None:
         many = f.create_dataset("layout/many_chunks", shape=(3000,), chunks=(2,), dtype="u1")
         many[::3] = 7
         f.create_dataset("layout/3d", data=rng.integers(0, 1000, (7, 8, 9)), chunks=(3, 4, 5))
+        f.create_dataset("layout/full_rows", data=rng.random((30, 20)), chunks=(4, 20), compression="gzip")
+        f.create_dataset("layout/full_planes", data=rng.integers(0, 9, (9, 6, 5), dtype="i2"), chunks=(2, 6, 5))
         # links and groups
         g = f.create_group("links")
         g["target"] = np.arange(3)
@@ -192,7 +194,8 @@ def test_every_dataset_matches_h5py(pair):
 
 
 @pytest.mark.parametrize("name", ["layout/gzip", "layout/3d", "layout/partial", "layout/many_chunks",
-                                  "layout/contiguous", "layout/two_unlimited"])
+                                  "layout/contiguous", "layout/two_unlimited", "layout/full_rows",
+                                  "layout/full_planes"])
 def test_raw_reads_at_odd_offsets(pair, name):
     ours, theirs = pair
     expected = theirs[name][()].tobytes()

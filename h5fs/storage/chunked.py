@@ -105,10 +105,19 @@ class ChunkedSource(RawSource):
             return b""
         isz = self.itemsize
         e0, e1 = offset // isz, -(-(offset + size) // isz)
+        boxes = linear_boxes(self.shape, e0, e1)
+        if len(boxes) == 1:
+            run = self._run_in_one_chunk(boxes[0])
+            if run is not None:
+                coords, first = run
+                data = chunk_at(coords)
+                if data is not None:
+                    start = first * isz + offset - e0 * isz
+                    return bytes(memoryview(data)[start:start + size])
         parts = []
         zero_fill = not self.fill or not any(self.fill)
         element_fill = None if zero_fill or len(self.fill) != isz else np.frombuffer(self.fill, np.uint8)
-        for box in linear_boxes(self.shape, e0, e1):
+        for box in boxes:
             # start from the fill value, so that never-allocated chunks (None) cost no copy
             if zero_fill:
                 out = np.zeros(box[1] + (isz,), np.uint8)
@@ -129,6 +138,24 @@ class ChunkedSource(RawSource):
         data = b"".join(p.tobytes() for p in parts) if len(parts) > 1 else parts[0].tobytes()
         skip = offset - e0 * isz
         return data[skip:skip + size]
+
+    def _run_in_one_chunk(self, box) -> tuple[tuple[int, ...], int] | None:
+        """(chunk coords, first element's linear index in it) when the box is one contiguous run
+        of a single chunk's elements, so a read can slice the chunk instead of copying boxes."""
+        start, count = box
+        coords = tuple(s // c for s, c in zip(start, self.chunk))
+        if coords != tuple((s + n - 1) // c for s, n, c in zip(start, count, self.chunk)):
+            return None
+        inner = [s - k * c for s, k, c in zip(start, coords, self.chunk)]
+        dims = [d for d, n in enumerate(count) if n != 1]
+        # contiguous: below the outermost dimension that spans several elements, every
+        # dimension is taken whole
+        if dims and any(count[d] != self.chunk[d] or inner[d] for d in range(dims[0] + 1, len(count))):
+            return None
+        first = 0
+        for i, c in zip(inner, self.chunk):
+            first = first * c + i
+        return coords, first
 
     def allocated(self) -> int:
         if self._allocated is None:
