@@ -137,3 +137,46 @@ def test_superblock_version_1_with_btree_k_values(tmp_path):
         sb = ours.superblock
         assert (sb.version, sb.indexed_storage_k, sb.group_leaf_k, sb.group_internal_k) == (1, 8, 3, 2)
     assert_same(path)
+
+
+ORDER_NAMES = ["zeta", "alpha", "mid", "beta", "omega", "kappa", "a1", "q", "w", "e", "r", "t"]
+
+
+def test_tracked_but_unindexed_order(tmp_path):
+    """Creation order tracked but not indexed: dense attributes and links still list in creation
+    order (as libhdf5 does), not in the name index's hash order."""
+    path = tmp_path / "order.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_attr_creation_order(h5py.h5p.CRT_ORDER_TRACKED)
+        h5py.h5d.create(f.id, b"d", h5py.h5t.NATIVE_INT32, h5py.h5s.create_simple((1,)), dcpl=dcpl)
+        for name in ORDER_NAMES:
+            f["d"].attrs[name] = 1
+        gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+        gcpl.set_link_creation_order(h5py.h5p.CRT_ORDER_TRACKED)
+        h5py.h5g.create(f.id, b"links", gcpl=gcpl)
+        for name in ORDER_NAMES:
+            f["links"].create_group(name)
+        g = f.create_group("g", track_order=True)  # compact, tracked and indexed, with a deletion
+        for name in ["c", "b", "a"]:
+            g.attrs[name] = 1
+        del g.attrs["c"]
+        g.attrs["zz"] = 2
+    with H5File.open(str(path)) as ours, h5py.File(path) as theirs:
+        assert [a.name for a in ours.resolve("d").attributes()] == list(theirs["d"].attrs) == ORDER_NAMES
+        assert [ln.name for ln in ours.resolve("links").links()] == list(theirs["links"]) == ORDER_NAMES
+        assert [a.name for a in ours.resolve("g").attributes()] == list(theirs["g"].attrs) == ["b", "a", "zz"]
+
+
+def test_utf8_names_under_the_ascii_flag(tmp_path):
+    """libhdf5's default character set is ASCII, yet C programs store UTF-8 names under it: names
+    decode as UTF-8 whatever the flag, so lookups by the kernel's (UTF-8) names find them."""
+    path = tmp_path / "cset.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        h5py.h5g.create(f.id, "é".encode())  # default link creation properties: ASCII
+        d = f.create_dataset("d", data=1)
+        h5py.h5a.create(d.id, "ü".encode(), h5py.h5t.NATIVE_INT32, h5py.h5s.create(h5py.h5s.SCALAR)).write(
+            np.array(7, "i4"))
+    with H5File.open(str(path)) as ours:
+        assert ours.root.link("é") is not None
+        assert [a.name for a in ours.resolve("d").attributes()] == ["ü"]

@@ -23,13 +23,14 @@ class Sizes:
 class Cursor:
     """Sequential little-endian decoding; every read is checked against the buffer's end."""
 
-    __slots__ = ("buf", "pos", "sizes", "what")
+    __slots__ = ("buf", "pos", "sizes", "what", "_bytes")
 
     def __init__(self, buf: bytes | memoryview, pos: int = 0, sizes: Sizes = Sizes(), what: str = "structure"):
         self.buf = memoryview(buf) if not isinstance(buf, memoryview) else buf
         self.pos = pos
         self.sizes = sizes
         self.what = what
+        self._bytes: bytes | None = None
 
     def remaining(self) -> int:
         return len(self.buf) - self.pos
@@ -82,21 +83,11 @@ class Cursor:
     def cstring(self, limit: int | None = None) -> bytes:
         """A NUL-terminated string (the NUL is consumed, not returned)."""
         end = len(self.buf) if limit is None else min(len(self.buf), self.pos + limit)
-        mv = self.buf[self.pos:end]
-        idx = bytes(mv).find(b"\0")
+        if self._bytes is None:  # one copy per cursor, so a run of strings stays linear
+            self._bytes = self.buf.tobytes()
+        idx = self._bytes.find(b"\0", self.pos, end)
         if idx < 0:
             raise FormatError(f"{self.what}: unterminated string at {self.pos}")
-        s = bytes(mv[:idx])
-        self.pos += idx + 1
+        s = self._bytes[self.pos:idx]
+        self.pos = idx + 1
         return s
-
-    def align(self, n: int, base: int = 0) -> None:
-        """Advance to the next multiple of n counted from `base`."""
-        rel = self.pos - base
-        pad = (-rel) % n
-        self.skip(min(pad, self.remaining()))
-
-
-def var_uint_width(max_value: int) -> int:
-    """Bytes needed to encode values up to max_value (at least 1)."""
-    return max(1, (max_value.bit_length() + 7) // 8)

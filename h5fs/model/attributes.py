@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -69,12 +70,12 @@ class Attribute:
 
 def read_attributes(obj: H5Object) -> list[Attribute]:
     """All attributes of `obj`, in creation order when tracked, else by name."""
-    msgs = [obj.decode(raw) for raw in obj.header.find(M.ATTRIBUTE)]
+    msgs = [replace(obj.decode(raw), creation_order=raw.creation_order) for raw in obj.header.find(M.ATTRIBUTE)]
     info = obj.message(M.ATTRIBUTE_INFO)
     if info is not None and info.heap_address is not None:
         msgs += _dense(obj, info)
-    if info is None or not info.track_order:
-        msgs.sort(key=lambda m: m.name)
+    tracked = info is not None and info.track_order and all(m.creation_order is not None for m in msgs)
+    msgs.sort(key=(lambda m: m.creation_order) if tracked else (lambda m: m.name))
     return [Attribute(obj, m) for m in msgs]
 
 
@@ -90,7 +91,7 @@ def _dense(obj: H5Object, info) -> list[attr_msg.AttributeMessage]:
         if rec.flags & 0x02:
             # shared attribute: the ID points into the file's shared-message heap, not this one
             body = obj.file.shared_message_body(SharedRef(IN_SOHM_HEAP, heap_id=rec.heap_id), M.ATTRIBUTE, what)
-            out.append(obj.decode(body))
         else:
-            out.append(obj.decode(RawMessage(M.ATTRIBUTE, 0, heap.get(rec.heap_id))))
+            body = RawMessage(M.ATTRIBUTE, 0, heap.get(rec.heap_id))
+        out.append(replace(obj.decode(body), creation_order=rec.corder))
     return out

@@ -68,7 +68,8 @@ class Group(H5Object):
         links = [link_msg.decode(Cursor(heap.get(rec.heap_id), 0, self.file.sizes, what))
                  for rec in btree_v2.iterate(self.file.reader, index, what=what)]
         if not by_order:
-            links.sort(key=lambda ln: ln.name)
+            tracked = info.track_order and all(ln.creation_order is not None for ln in links)
+            links.sort(key=(lambda ln: ln.creation_order) if tracked else (lambda ln: ln.name))
         return links
 
     def facts(self) -> dict[str, str]:

@@ -27,12 +27,13 @@ def decode(c: Cursor) -> AttributeMessage:
         raise FormatError(f"attribute message version {version}")
     flags = c.u8()
     nsize, tsize, ssize = c.u16(), c.u16(), c.u16()
-    charset = c.u8() if version >= 3 else 0
+    if version >= 3:
+        c.u8()  # character set: only a label, C programs write UTF-8 names under the ASCII default
     pad = (lambda n: (n + 7) & ~7) if version == 1 else (lambda n: n)
     if nsize == 0:
         raise FormatError("attribute message: empty name")
     raw_name = c.bytes(pad(nsize))[:nsize]
-    name = raw_name.split(b"\0", 1)[0].decode("utf-8" if charset == 1 else "ascii", "surrogateescape")
+    name = raw_name.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
     dtype = c.bytes(pad(tsize))[:tsize]
     space = c.bytes(pad(ssize))[:ssize]
     data = c.bytes(c.remaining())

@@ -31,11 +31,12 @@ def decode(c: Cursor) -> Link:
     flags = c.u8()
     ltype = c.u8() if flags & 0x08 else HARD
     order = c.u64() if flags & 0x04 else None
-    charset = c.u8() if flags & 0x10 else 0
+    if flags & 0x10:
+        c.u8()  # character set: only a label, C programs write UTF-8 names under the ASCII default
     nlen = c.uint(1 << (flags & 0x03))
     if nlen == 0:
         raise FormatError("link message: empty link name")
-    name = c.bytes(nlen).decode("utf-8" if charset == 1 else "ascii", "surrogateescape")
+    name = c.bytes(nlen).decode("utf-8", "surrogateescape")
     if ltype == HARD:
         return Link(name, ltype, address=c.offset(), creation_order=order)
     vlen = c.u16()
