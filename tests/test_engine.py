@@ -317,3 +317,21 @@ def test_vlen_view_size_is_bounded(tmp_path, monkeypatch):
     with H5File.open(str(path)) as ours:
         with pytest.raises(Unsupported, match="would take"):
             ours.resolve("s").read_npy_body(0, 100)
+
+
+def test_vlen_payload_is_bounded_before_decoding(tmp_path):
+    """Every element of a vlen string dataset may name the same large heap object: the payload
+    they claim together is refused before anything is gathered."""
+    path = tmp_path / "shared_heap.h5"
+    n = 400
+    with h5py.File(path, "w", libver="earliest") as f:
+        d = f.create_dataset("s", (n,), dtype=h5py.string_dtype())
+        d[0] = "x" * (1 << 20)
+        d[1:] = ["y"] * (n - 1)
+        offset = d.id.get_offset()
+    data = bytearray(path.read_bytes())
+    data[offset:offset + 16 * n] = data[offset:offset + 16] * n  # all descriptors name the 1 MiB string
+    path.write_bytes(bytes(data))
+    with H5File.open(str(path)) as ours:
+        with pytest.raises(Unsupported, match="variable-length data of"):
+            ours.resolve("s").npy_body_size

@@ -39,7 +39,10 @@ from .dtypes import is_converted, needs_conversion, npy_dtype, numpy_dtype
 from .numeric_conversion import convert
 
 MAX_SELECTION_ITEMS = 1 << 22
-MAX_VIEW_BYTES = 512 * 1024 * 1024     # one decoded fixed-width array (a .npy view, an attribute)     # points or blocks in one serialized selection
+MAX_VIEW_BYTES = 256 * 1024 * 1024     # one decoded fixed-width array (a .npy view, an attribute)
+# Variable-length payload one decode may gather: many elements may name one large heap object,
+# so a small file could otherwise claim gigabytes.
+MAX_VLEN_PAYLOAD = 128 * 1024 * 1024     # points or blocks in one serialized selection
 
 # ------------------------------------------------------------------------------------ strings
 
@@ -97,6 +100,13 @@ def vlen_descriptors(raw: bytes | memoryview, sizes: Sizes) -> np.ndarray:
     return np.frombuffer(raw, dtype)
 
 
+def check_vlen_payload(descriptors: np.ndarray, elsize: int) -> None:
+    """Refuse, before reading anything, vlen elements that claim more than MAX_VLEN_PAYLOAD."""
+    total = int(descriptors["len"].astype(np.uint64).sum()) * elsize
+    if total > MAX_VLEN_PAYLOAD:
+        raise Unsupported(f"variable-length data of {total} bytes (at most {MAX_VLEN_PAYLOAD} per view)")
+
+
 def _vlen_bytes(length: int, addr: int, index: int, elsize: int, heap: GlobalHeapReader) -> bytes:
     if length == 0:
         return b""
@@ -113,7 +123,9 @@ def decode_vlen_strings(raw: bytes | memoryview, dt: VarLen, heap: GlobalHeapRea
     if not dt.is_string:
         raise TypeError("decode_vlen_strings needs a variable-length string type")
     items = []
-    for length, addr, index in vlen_descriptors(raw, sizes).tolist():
+    descriptors = vlen_descriptors(raw, sizes)
+    check_vlen_payload(descriptors, dt.base.size)
+    for length, addr, index in descriptors.tolist():
         b = _vlen_bytes(length, addr, index, dt.base.size, heap)
         if dt.padding == NULLTERM:
             b = strip_padding(b, NULLTERM)
@@ -131,7 +143,9 @@ def decode_vlen_sequences(raw: bytes | memoryview, dt: VarLen, heap: GlobalHeapR
         raise Unsupported("variable-length sequences of variable-length data or references (use to_npy)")
     es = dt.base.size
     out = []
-    for length, addr, index in vlen_descriptors(raw, sizes).tolist():
+    descriptors = vlen_descriptors(raw, sizes)
+    check_vlen_payload(descriptors, es)
+    for length, addr, index in descriptors.tolist():
         data = _vlen_bytes(length, addr, index, es, heap)
         out.append(convert(data, dt.base, length) if needs_conversion(dt.base)
                    else np.frombuffer(data, numpy_dtype(dt.base)))
@@ -347,9 +361,17 @@ def default_ref_text(ref: Ref | None) -> str:
 # --------------------------------------------------------------------------------- .npy view
 
 class _Widths:
+    """What a general decode has seen so far: the widest text and sequence, and the payload."""
+
     def __init__(self):
         self.text = 1
         self.seq = 0
+        self.payload = 0
+
+    def spend(self, nbytes: int) -> None:
+        self.payload += nbytes
+        if self.payload > MAX_VLEN_PAYLOAD:
+            raise Unsupported(f"variable-length data of more than {MAX_VLEN_PAYLOAD} bytes in one view")
 
 
 def to_npy(raw: bytes | memoryview, dt: Datatype, heap: GlobalHeapReader | None, sizes: Sizes,
@@ -385,6 +407,7 @@ def _value(b: bytes, dt: Datatype, heap, sizes, ref_text, errors, w: _Widths) ->
         return np.frombuffer(b, npy_dtype(dt), 1)[0]
     if isinstance(dt, VarLen):
         (length, addr, index), = vlen_descriptors(b, sizes).tolist()
+        w.spend(length * dt.base.size)
         data = _vlen_bytes(length, addr, index, dt.base.size, heap)
         if dt.is_string:
             if dt.padding == NULLTERM:
@@ -398,6 +421,7 @@ def _value(b: bytes, dt: Datatype, heap, sizes, ref_text, errors, w: _Widths) ->
     if isinstance(dt, Reference):
         (ref,) = decode_references(b, dt, heap, sizes)
         s = ref_text(ref)
+        w.spend(len(s))  # a region's text lists its selection: bounded like vlen payload
         w.text = max(w.text, len(s))
         return s
     if isinstance(dt, Compound):
