@@ -505,8 +505,8 @@ class Operations(pyfuse3.Operations):
             data = ds.read_cached(off, end - off)
             if data is None:
                 data = await offload.run_sync(ds.read_raw, off, end - off)
-                if ds.prefetchable:
-                    self.prefetcher.after_read(fh, ds.read_raw, off, end - off, int(ds.raw_size))
+            if ds.prefetchable:
+                self.prefetcher.after_read(fh, ds.warm, off, end - off, int(ds.raw_size))
             return data
         if node.kind == NPY:
             return await self._read_npy(node, off, size)
@@ -526,8 +526,8 @@ class Operations(pyfuse3.Operations):
         body = ds.read_npy_cached(boff, bsize)
         if body is None:
             body = await offload.run_sync(ds.read_npy_body, boff, bsize)
-            if ds.prefetchable:  # the body is the raw view: decode ahead through it
-                self.prefetcher.after_read(node.ino, ds.read_raw, boff, bsize, int(ds.raw_size))
+        if ds.prefetchable:  # the body is the raw view: decode ahead through it
+            self.prefetcher.after_read(node.ino, ds.warm, boff, bsize, int(ds.raw_size))
         return out + body if out else body
 
     @boundary

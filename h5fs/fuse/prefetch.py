@@ -2,19 +2,21 @@
 
 libfuse negotiates 128 KiB of kernel readahead, so a sequential reader such as `cat` keeps one
 1 MiB request in flight at a time and, left alone, one core decodes while the other idles.
-After a sequential read that needed decoding, the ranges that follow are decoded ahead into
-the engine's chunk cache; the next request then finds them cached, or waits on the decode
-already in flight (the cache never decodes a chunk twice at once).
+After each sequential read, the ranges that follow are decoded ahead into the engine's chunk
+cache, one task per request-sized piece on worker threads of the prefetcher's own (so both
+cores inflate, and foreground reads never queue behind prefetches); the next request then finds
+its data cached, or waits on the decode already in flight (the cache never decodes a chunk
+twice at once).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Callable
 
 import trio
 
-from . import offload
 
 log = logging.getLogger("h5fs.fuse")
 
@@ -25,11 +27,12 @@ MAX_FILES = 256  # files tracked at once (state is dropped on release, this boun
 class Prefetcher:
     def __init__(self) -> None:
         self.nursery: trio.Nursery | None = None
+        self._limiter: trio.CapacityLimiter | None = None
         # fh -> (end of the last read, end of what was prefetched)
         self._state: dict[int, tuple[int, int]] = {}
 
-    def after_read(self, fh: int, read: Callable[[int, int], bytes], off: int, size: int, limit: int) -> None:
-        """Note a read of [off, off+size) that had to decode; prefetch if it continues the last."""
+    def after_read(self, fh: int, warm: Callable[[int, int], None], off: int, size: int, limit: int) -> None:
+        """Note a read of [off, off+size); decode ahead if it continues the last one."""
         end = off + size
         last, ahead = self._state.get(fh, (-1, 0))
         self._state[fh] = (end, ahead)
@@ -41,14 +44,16 @@ class Prefetcher:
         if len(self._state) > MAX_FILES:
             self._state.clear()
         self._state[fh] = (end, stop)
-        self.nursery.start_soon(self._decode, read, start, stop - start)
+        for piece in range(start, stop, size):
+            self.nursery.start_soon(self._decode, warm, piece, min(size, stop - piece))
 
     def forget(self, fh: int) -> None:
         self._state.pop(fh, None)
 
-    @staticmethod
-    async def _decode(read: Callable[[int, int], bytes], off: int, size: int) -> None:
+    async def _decode(self, warm: Callable[[int, int], None], off: int, size: int) -> None:
+        if self._limiter is None:
+            self._limiter = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
         try:
-            await offload.run_sync(read, off, size)
+            await trio.to_thread.run_sync(warm, off, size, limiter=self._limiter)
         except Exception as exc:  # noqa: BLE001 - the reader's own request reports it, with EIO
             log.debug("prefetch of %d+%d skipped: %s", off, size, exc)

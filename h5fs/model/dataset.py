@@ -137,6 +137,11 @@ class Dataset(H5Object):
         return (self.materialized is None and not self.converted and bool(self.filters)
                 and isinstance(self.source, ChunkedSource))
 
+    @guarded
+    def warm(self, offset: int, size: int) -> None:
+        """Decode the chunks under raw bytes [offset, offset+size) ahead of a reader."""
+        self.source.warm(offset, size)
+
     @property
     @guarded
     def storage_size(self) -> int:

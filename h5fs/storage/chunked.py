@@ -139,6 +139,16 @@ class ChunkedSource(RawSource):
         skip = offset - e0 * isz
         return data[skip:skip + size]
 
+    def warm(self, offset: int, size: int) -> None:
+        """Decode the chunks under bytes [offset, offset+size) into the cache, assembling nothing."""
+        offset, size = self.clip(offset, size)
+        if size == 0:
+            return
+        isz = self.itemsize
+        for box in linear_boxes(self.shape, offset // isz, -(-(offset + size) // isz)):
+            for coords in chunks_in_box(box, self.chunk):
+                self._chunk_or_none(coords)
+
     def _run_in_one_chunk(self, box) -> tuple[tuple[int, ...], int] | None:
         """(chunk coords, first element's linear index in it) when the box is one contiguous run
         of a single chunk's elements, so a read can slice the chunk instead of copying boxes."""
