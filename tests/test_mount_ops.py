@@ -21,6 +21,7 @@ def build(f):
     g = f.create_group("g")
     g["b"] = np.arange(6, dtype="<f8").reshape(2, 3)
     g.attrs["n"] = np.int16(5)
+    g.attrs["huge"] = np.arange(40000, dtype="<i8")  # its text exceeds the 64 KiB xattr limit
     f["link"] = __import__("h5py").SoftLink("/g/b")
 
 
@@ -157,3 +158,10 @@ def test_npy_view_failure_keeps_raw_view(ops, monkeypatch):
     a = run(ops.lookup, pyfuse3.ROOT_INODE, b"a", None)
     assert run(ops.read, a.st_ino, 0, 4) == np.int32(0).tobytes()
     assert fuse_errno(ops.lookup, pyfuse3.ROOT_INODE, b"a.npy", None) == errno.EIO
+
+
+def test_oversized_xattr_is_e2big_and_not_kept(ops):
+    g = run(ops.lookup, pyfuse3.ROOT_INODE, b"g", None)
+    assert fuse_errno(ops.getxattr, g.st_ino, b"user.huge", None) == errno.E2BIG
+    assert not [k for k in ops.table.get(g.st_ino).cache if k == ("xattr", "huge")]
+    assert run(ops.getxattr, g.st_ino, b"user.n", None) == b"5"

@@ -115,6 +115,10 @@ class Operations(pyfuse3.Operations):
             raise FUSEError(errno.EIO)
 
     def _mark_broken(self, node: Node, exc: BaseException) -> None:
+        if not isinstance(exc, H5fsError):
+            # not the file's fault (memory, an interrupted call): EIO now, a fresh try next time
+            log.error("%s: %s: %s", node.path, type(exc).__name__, exc)
+            return
         if node.error is None:
             node.error = exc
             log.error("%s: cannot serve this object, answering EIO: %s: %s",
@@ -338,7 +342,7 @@ class Operations(pyfuse3.Operations):
         a.st_blksize = BLKSIZE
         a.st_rdev = 0
         a.st_ctime_ns = self.ctime_ns
-        w = 0 if self.readonly else 0o200
+        # read-only modes until writes exist (every write answers EROFS)
         if node.kind == SYMLINK:
             a.st_mode = stat.S_IFLNK | 0o777
             a.st_nlink = 1
@@ -352,14 +356,14 @@ class Operations(pyfuse3.Operations):
         a.st_blocks = 0
         a.st_size = 0
         if node.kind == DIR:
-            a.st_mode = stat.S_IFDIR | 0o555 | w
+            a.st_mode = stat.S_IFDIR | 0o555
         elif node.kind == RAW:
-            a.st_mode = stat.S_IFREG | 0o444 | w
+            a.st_mode = stat.S_IFREG | 0o444
             a.st_size = info.size
             a.st_blocks = info.blocks
         elif node.kind == NPY:
             # a view of the same stored bytes: it allocates nothing of its own
-            a.st_mode = stat.S_IFREG | 0o444 | w
+            a.st_mode = stat.S_IFREG | 0o444
             a.st_size = info.npy_size
         elif node.kind == DTYPE:
             a.st_mode = stat.S_IFREG | 0o444
@@ -579,14 +583,14 @@ class Operations(pyfuse3.Operations):
             attr = self._attributes(node).get(attr_name)
             if attr is None:
                 raise FUSEError(pyfuse3.ENOATTR)
-            try:
-                value = views.format_value(attr.value)
+            try:  # decoding and formatting may be heavy: a worker thread, with a size bound
+                value = await offload.run_sync(lambda: views.format_value(attr.value, views.XATTR_SIZE_MAX))
             except H5fsError as exc:
                 log.error("%s: attribute %r cannot be read: %s", node.path, attr_name, exc)
                 raise FUSEError(exc.errno) from None
+            if value is None:
+                raise FUSEError(errno.E2BIG)
             node.cache[key] = value
-        if len(value) > views.XATTR_SIZE_MAX:
-            raise FUSEError(errno.E2BIG)
         return value
 
     # ------------------------------------------------------------------ writes: not yet

@@ -104,9 +104,17 @@ def attribute_name_for_xattr(xname: bytes) -> str | None:
     return None
 
 
-def format_value(value) -> bytes:
-    """The text of an attribute value (see the module docstring)."""
+def format_value(value, limit: int | None = None) -> bytes | None:
+    """The text of an attribute value (see the module docstring); None when it would exceed
+    `limit` bytes, judged before formatting where the element count alone decides it."""
     a = np.asarray(value)
+    if limit is not None and a.size - 1 > limit:  # n elements need at least n - 1 separators
+        return None
+    text = _format(a)
+    return None if limit is not None and len(text) > limit else text
+
+
+def _format(a: np.ndarray) -> bytes:
     if _is_text(a):
         if a.ndim == 0:
             return _text(a[()])
