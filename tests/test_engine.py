@@ -335,3 +335,22 @@ def test_vlen_payload_is_bounded_before_decoding(tmp_path):
     with H5File.open(str(path)) as ours:
         with pytest.raises(Unsupported, match="variable-length data of"):
             ours.resolve("s").npy_body_size
+
+
+def test_each_chunk_decoded_once_in_a_row_major_read(tmp_path, monkeypatch):
+    """Serving row-major bytes revisits every chunk of a row once per element row: the cache
+    grows to hold a row of chunks, so a front-to-back read decodes each chunk once."""
+    from h5fs.storage.chunked import ChunkedSource
+    path = tmp_path / "rows.h5"
+    data = np.arange(64 * 8192, dtype="<f4").reshape(64, 8192)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("d", data=data, chunks=(8, 64), compression="gzip")  # 128 chunks per row
+    loads = []
+    real = ChunkedSource._load
+    monkeypatch.setattr(ChunkedSource, "_load", lambda self, coords, rec: loads.append(coords) or real(self, coords, rec))
+    with H5File.open(str(path)) as ours:
+        ours.chunk_cache.budget = 16 * 1024  # far below one row of chunks (128 x 2 KiB)
+        ds = ours.resolve("d")
+        out = b"".join(ds.read_raw(off, 4096) for off in range(0, ds.raw_size, 4096))
+    assert out == data.tobytes()
+    assert len(loads) == len(set(loads)) == 8 * 128

@@ -122,7 +122,10 @@ class H5File:
 
     def shared_message_body(self, ref: shared.SharedRef, mtype: int, what: str) -> RawMessage:
         if ref.kind == shared.IN_OBJECT_HEADER:
-            header = object_header.read(self.reader, ref.address, f"{what} (shared, in object header {ref.address})")
+            if ref.address is None:
+                raise FormatError(f"{what}: shared in an undefined object header")
+            # usually a committed datatype: through the object cache, read once
+            header = self.get(ref.address, f"{what} (shared, in object header {ref.address})").header
             raw = header.first(mtype)
             if raw is None:
                 raise FormatError(f"{what}: shared object header {ref.address} has no such message")

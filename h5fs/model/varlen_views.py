@@ -14,6 +14,7 @@ from the root), with `[selection]` for region and `@name` for attribute referenc
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -64,19 +65,23 @@ def ref_text(file: H5File, ref: Ref | None) -> str:
     return text
 
 
+_walk_lock = threading.Lock()
+
+
 def _path_of(file: H5File, address: int | None) -> str | None:
-    paths: dict[int, str] = file.__dict__.setdefault("_paths_by_address", {})
-    if address in paths or address is None:
-        return paths.get(address)
-    if not paths:
-        _walk(file, paths)
+    if address is None:
+        return None
+    with _walk_lock:  # built once, whole, before anyone reads it
+        paths = file.__dict__.get("_paths_by_address")
+        if paths is None:
+            paths = file.__dict__["_paths_by_address"] = _walk(file)
     return paths.get(address)
 
 
-def _walk(file: H5File, paths: dict[int, str]) -> None:
+def _walk(file: H5File) -> dict[int, str]:
     """Breadth-first over hard links, so each address gets its shortest path."""
     from .group import Group
-    paths[file.root_address] = "/"
+    paths = {file.root_address: "/"}
     queue = deque([file.root])
     while queue and len(paths) < MAX_WALK:
         group = queue.popleft()
@@ -95,3 +100,4 @@ def _walk(file: H5File, paths: dict[int, str]) -> None:
                 continue
             if isinstance(obj, Group):
                 queue.append(obj)
+    return paths

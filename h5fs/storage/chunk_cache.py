@@ -11,8 +11,12 @@ from collections import OrderedDict
 from typing import Callable, Hashable
 
 
+DEFAULT_BUDGET = 128 * 1024 * 1024   # the daemon's RSS stays near 210 MB reading big files
+MAX_BUDGET = 512 * 1024 * 1024       # what serving one row of huge chunks may raise it to
+
+
 class ChunkCache:
-    def __init__(self, budget: int = 128 * 1024 * 1024):  # daemon RSS stays under ~250 MB
+    def __init__(self, budget: int = DEFAULT_BUDGET):
         self.budget = budget
         self.used = 0
         self._items: OrderedDict[Hashable, bytes] = OrderedDict()
@@ -61,8 +65,9 @@ class ChunkCache:
             _, old = self._items.popitem(last=False)
             self.used -= len(old)
 
-    def drop(self, prefix: Hashable) -> None:
-        """Forget every chunk whose key starts with `prefix` (a dataset's identity)."""
+    def reserve(self, nbytes: int) -> None:
+        """Let the budget hold at least `nbytes` (up to MAX_BUDGET): a row-major read of a chunked
+        array revisits each chunk of a row once per element row, so a cache smaller than one row
+        of chunks would decode every chunk many times over."""
         with self._lock:
-            for key in [k for k in self._items if isinstance(k, tuple) and k[0] == prefix]:
-                self.used -= len(self._items.pop(key))
+            self.budget = max(self.budget, min(nbytes, MAX_BUDGET))

@@ -9,14 +9,14 @@ import numpy as np
 
 from ..errors import FormatError
 from ..format.messages.filter_pipeline import FilterSpec
-from .chunk_cache import ChunkCache
+from .chunk_cache import MAX_BUDGET, ChunkCache
 from .chunk_grid import chunks_in_box, linear_boxes, overlap
 from .filters import ChunkInfo
 from .index import ChunkIndex
 from .sources import RawSource, fill_pattern
 
-# A single chunk larger than this is refused rather than decoded into memory.
-MAX_CHUNK_BYTES = 1 << 31
+# A chunk larger than the cache can ever hold would be decoded again on every read: refused.
+MAX_CHUNK_BYTES = MAX_BUDGET
 
 
 class ChunkedSource(RawSource):
@@ -32,6 +32,8 @@ class ChunkedSource(RawSource):
             raise FormatError(f"{what}: chunk of {self.chunk_bytes} bytes is too large to serve")
         self.index, self.filters, self.fill = index, filters, fill
         self.cache, self.key, self.what = cache, key, what
+        chunks_per_row = prod(-(-d // c) for d, c in zip(shape[1:], chunk[1:]))
+        cache.reserve(self.chunk_bytes * (chunks_per_row + 1))
         self.edge_unfiltered = edge_unfiltered
         self._fill_chunk: bytes | None = None
         self._allocated: int | None = None
