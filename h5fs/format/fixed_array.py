@@ -41,10 +41,6 @@ class ChunkElement:
     filter_mask: int = 0
 
 
-def chunk_element_size(sizes: Sizes, filtered: bool, size_width: int = 0) -> int:
-    return sizes.offset + (size_width + 4 if filtered else 0)
-
-
 def chunk_element_decoder(sizes: Sizes, filtered: bool, size_width: int = 0) -> Callable[[bytes], ChunkElement]:
     """Decoder of raw element bytes into a ChunkElement (client 0 or 1)."""
     width = sizes.offset

@@ -88,10 +88,6 @@ def decode_fixed_strings(raw: bytes | memoryview, dt: String, errors: str = "rep
 
 # ------------------------------------------------------------------------------- vlen elements
 
-def vlen_size(sizes: Sizes) -> int:
-    return 4 + sizes.offset + 4
-
-
 def vlen_descriptors(raw: bytes | memoryview, sizes: Sizes) -> np.ndarray:
     """Parse vlen elements into a record array with fields len, addr, index."""
     dtype = np.dtype([("len", "<u4"), ("addr", f"<u{sizes.offset}"), ("index", "<u4")])

@@ -496,7 +496,6 @@ class _Resolved:
         self.lo, self.hi = (b[0], tuple(x + 1 for x in b[1])) if b else (None, None)
         self._ssel: tuple | None = None         # (source shape, built source selection)
         self.candidates: list | None = None     # [(path, is the virtual dataset's own file)]
-        self._lock = threading.Lock()
 
     def hits(self, start, count) -> bool:
         if self.lo is None:

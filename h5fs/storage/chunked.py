@@ -118,17 +118,13 @@ class ChunkedSource(RawSource):
                     return bytes(memoryview(data)[start:start + size])
         parts = []
         zero_fill = not self.fill or not any(self.fill)
-        element_fill = None if zero_fill or len(self.fill) != isz else np.frombuffer(self.fill, np.uint8)
         for box in boxes:
             # start from the fill value, so that never-allocated chunks (None) cost no copy
             if zero_fill:
                 out = np.zeros(box[1] + (isz,), np.uint8)
             else:
                 out = np.empty(box[1] + (isz,), np.uint8)
-                if element_fill is not None:
-                    out[...] = element_fill
-                else:
-                    out.reshape(-1)[:] = np.frombuffer(fill_pattern(self.fill, isz, 0, out.size), np.uint8)
+                out[...] = np.frombuffer(self.fill, np.uint8)  # one element, broadcast
             for coords in chunks_in_box(box, self.chunk):
                 data = chunk_at(coords)
                 if data is None:  # never allocated: out already holds the fill value

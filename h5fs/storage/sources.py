@@ -11,11 +11,10 @@ from .blockio import BlockReader
 
 
 def fill_pattern(fill: bytes | None, itemsize: int, start: int, size: int) -> bytes:
-    """`size` bytes of the repeated fill value, as seen from byte `start` of the array."""
+    """`size` bytes of the repeated fill value (one element's bytes, or None for zeros), as seen
+    from byte `start` of the array."""
     if not fill or not any(fill):
         return bytes(size)
-    if len(fill) != itemsize:
-        fill = (fill * itemsize)[:itemsize]
     phase = start % itemsize
     reps = (phase + size) // itemsize + 1
     return (fill * reps)[phase:phase + size]

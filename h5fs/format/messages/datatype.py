@@ -53,7 +53,6 @@ COMPLEX_RECTANGULAR, COMPLEX_POLAR, COMPLEX_EXPONENTIAL = 0, 1, 2
 MAX_VERSION = 5
 MAX_DEPTH = 32          # nested compound/array/vlen/enum levels
 MAX_ARRAY_RANK = 32     # H5S_MAX_RANK
-MAX_SIZE = 1 << 32      # the size field is 4 bytes
 
 
 @dataclass(frozen=True)
