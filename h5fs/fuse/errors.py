@@ -42,7 +42,7 @@ def boundary(fn):
         except pyfuse3.FUSEError:
             raise
         except H5fsError as exc:
-            log.warning("%s %s: %s: %s", name, _describe(self, args), type(exc).__name__, exc)
+            _warn_once(f"{name} {_describe(self, args)}: {type(exc).__name__}: {exc}")
             raise fuse_error(exc) from None
         except OSError as exc:
             log.warning("%s %s: %s", name, _describe(self, args), exc)
@@ -52,6 +52,20 @@ def boundary(fn):
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     return wrapper
+
+
+_logged: set[str] = set()
+MAX_LOGGED = 10000
+
+
+def _warn_once(message: str) -> None:
+    """Log a failure once: a reader of a broken dataset repeats the same request many times."""
+    if message in _logged:
+        return
+    if len(_logged) >= MAX_LOGGED:
+        _logged.clear()
+    _logged.add(message)
+    log.warning("%s", message)
 
 
 def _describe(ops, args) -> str:
