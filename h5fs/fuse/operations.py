@@ -385,10 +385,16 @@ class Operations(pyfuse3.Operations):
         a.st_ctime_ns = self.ctime_ns
         return a
 
-    def _facts(self, node: Node) -> dict[str, str]:
+    # Facts and attribute lists may read heaps, B-trees and chunk indexes: they are computed
+    # in a worker thread on first use (touching no table state), then cached on the node.
+
+    async def _facts(self, node: Node) -> dict[str, str]:
         facts = node.cache.get("facts")
-        if facts is not None:
-            return facts
+        if facts is None:
+            facts = node.cache["facts"] = await offload.run_sync(self._compute_facts, node)
+        return facts
+
+    def _compute_facts(self, node: Node) -> dict[str, str]:
         facts = {}
         if node.obj is not None:
             for key, value in node.obj.facts().items():
@@ -403,17 +409,12 @@ class Operations(pyfuse3.Operations):
             facts["view"] = "npy"
         if node.ino == pyfuse3.ROOT_INODE:
             facts.update({k: str(v) for k, v in self.info.items()})
-        node.cache["facts"] = facts
         return facts
 
-    def _attributes(self, node: Node) -> dict[str, object]:
+    async def _attributes(self, node: Node) -> dict[str, object]:
         attrs = node.cache.get("attributes")
         if attrs is None:
-            attrs = {}
-            if node.obj is not None:
-                for attr in node.obj.attributes():
-                    attrs.setdefault(attr.name, attr)
-            node.cache["attributes"] = attrs
+            attrs = node.cache["attributes"] = await offload.run_sync(_attributes_by_name, node.obj)
         return attrs
 
     # ------------------------------------------------------------------ metadata
@@ -553,7 +554,7 @@ class Operations(pyfuse3.Operations):
             # recursive `getfattr -d` dumps each object once (FUSE requests dominate its cost)
             return []
         names = []
-        for name in self._attributes(node):
+        for name in await self._attributes(node):
             xname = views.attribute_xattr_name(name)
             if xname is None:
                 log.warning("%s: attribute %r cannot be shown as an xattr name", node.path, name)
@@ -573,14 +574,14 @@ class Operations(pyfuse3.Operations):
         if attr_name is None:
             prefix = views.FACT_PREFIX.encode()
             if name.startswith(prefix) and not name.startswith(views.ESCAPED_ATTR_PREFIX.encode()):
-                value = self._facts(node).get(name[len(prefix):].decode("utf-8", "replace"))
+                value = (await self._facts(node)).get(name[len(prefix):].decode("utf-8", "replace"))
                 if value is not None:
                     return value.encode("utf-8", "surrogateescape")
             raise FUSEError(pyfuse3.ENOATTR)
         key = ("xattr", attr_name)
         value = node.cache.get(key)
         if value is None:
-            attr = self._attributes(node).get(attr_name)
+            attr = (await self._attributes(node)).get(attr_name)
             if attr is None:
                 raise FUSEError(pyfuse3.ENOATTR)
             try:  # decoding and formatting may be heavy: a worker thread, with a size bound
@@ -642,3 +643,12 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def removexattr(self, inode, name, ctx):
         raise FUSEError(errno.EROFS)
+
+
+def _attributes_by_name(obj) -> dict[str, object]:
+    """Thread-safe: an object's attributes by name (the first of duplicate names wins)."""
+    attrs: dict[str, object] = {}
+    if obj is not None:
+        for attr in obj.attributes():
+            attrs.setdefault(attr.name, attr)
+    return attrs
