@@ -385,13 +385,19 @@ class Operations(pyfuse3.Operations):
         a.st_ctime_ns = self.ctime_ns
         return a
 
-    # Facts and attribute lists may read heaps, B-trees and chunk indexes: they are computed
-    # in a worker thread on first use (touching no table state), then cached on the node.
+    # Facts and attribute lists may read heaps, B-trees and chunk indexes: those are computed in
+    # a worker thread on first use (touching no table state), then cached on the node. What
+    # the parsed object header alone answers is computed inline: a thread hop costs ~120 us,
+    # more than the work, and a recursive getfattr makes hundreds of thousands of these calls.
 
     async def _facts(self, node: Node) -> dict[str, str]:
         facts = node.cache.get("facts")
         if facts is None:
-            facts = node.cache["facts"] = await offload.run_sync(self._compute_facts, node)
+            if node.obj is None or node.obj.facts_from_header:
+                facts = self._compute_facts(node)
+            else:
+                facts = await offload.run_sync(self._compute_facts, node)
+            node.cache["facts"] = facts
         return facts
 
     def _compute_facts(self, node: Node) -> dict[str, str]:
@@ -414,7 +420,11 @@ class Operations(pyfuse3.Operations):
     async def _attributes(self, node: Node) -> dict[str, object]:
         attrs = node.cache.get("attributes")
         if attrs is None:
-            attrs = node.cache["attributes"] = await offload.run_sync(_attributes_by_name, node.obj)
+            if node.obj is None or not node.obj.dense_attributes:
+                attrs = _attributes_by_name(node.obj)
+            else:
+                attrs = await offload.run_sync(_attributes_by_name, node.obj)
+            node.cache["attributes"] = attrs
         return attrs
 
     # ------------------------------------------------------------------ metadata
@@ -584,8 +594,9 @@ class Operations(pyfuse3.Operations):
             attr = (await self._attributes(node)).get(attr_name)
             if attr is None:
                 raise FUSEError(pyfuse3.ENOATTR)
-            try:  # decoding and formatting may be heavy: a worker thread, with a size bound
-                value = await offload.run_sync(lambda: views.format_value(attr.value, views.XATTR_SIZE_MAX))
+            text = lambda: views.format_value(attr.value, views.XATTR_SIZE_MAX)  # noqa: E731
+            try:  # heap reads or a big value: a worker thread; a small value in the header: inline
+                value = text() if attr.value_in_header else await offload.run_sync(text)
             except H5fsError as exc:
                 log.error("%s: attribute %r cannot be read: %s", node.path, attr_name, exc)
                 raise FUSEError(exc.errno) from None

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import FormatError, H5fsError
 from ..format.messages import attribute as attr_msg
 from ..format.messages import dataspace as S
 from ..format.messages.shared import IN_SOHM_HEAP, SharedRef
@@ -44,6 +44,17 @@ class Attribute:
     @cached_property
     def dataspace(self) -> S.Dataspace:
         return self._sub(M.DATASPACE, self.msg.dataspace_raw, self.msg.dataspace_shared)
+
+    @cached_property
+    def value_in_header(self) -> bool:
+        """A small value decoded from the message alone (no shared type, no global heap)."""
+        from .varlen_views import needs_decoding
+        if self.msg.datatype_shared or self.msg.dataspace_shared or len(self.msg.data) > 4096:
+            return False
+        try:
+            return not needs_decoding(self.datatype)
+        except H5fsError:
+            return False  # the decode will report it, from a worker thread
 
     @cached_property
     @guarded

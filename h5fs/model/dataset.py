@@ -131,6 +131,13 @@ class Dataset(H5Object):
                              edge_unfiltered=bool(lay.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS))
 
     @cached_property
+    def facts_from_header(self) -> bool:
+        """Compact and contiguous storage: the facts need no I/O (chunked storage sizes walk the
+        index, external and virtual facts read heaps)."""
+        return (self.layout.layout_class in (L.COMPACT, L.CONTIGUOUS)
+                and self.header.first(M.EXTERNAL) is None)
+
+    @cached_property
     def prefetchable(self) -> bool:
         """Reads decode filtered chunks into the shared cache, and the `.npy` body is the raw
         view: decoding ahead of a sequential reader pays off."""

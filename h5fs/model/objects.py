@@ -131,6 +131,14 @@ class H5Object:
         return self.message(M.COMMENT)
 
     @guarded
+    @cached_property
+    def dense_attributes(self) -> bool:
+        """Attributes kept in a fractal heap (reading them is I/O), not all in the header."""
+        info = self.message(M.ATTRIBUTE_INFO)
+        return info is not None and info.heap_address is not None
+
+    facts_from_header = True  # `facts()` needs nothing beyond the parsed header (no I/O)
+
     def attributes(self) -> list[Attribute]:
         from .attributes import read_attributes
         return read_attributes(self)
