@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import ChecksumError
+from ..errors import ChecksumError, Unsupported
+from .cursor import Cursor
 
 _M = 0xFFFFFFFF
 
@@ -79,3 +80,15 @@ def verify(data: bytes | memoryview, what: str) -> None:
     actual = checksum(data[:-4])
     if stored != actual:
         raise ChecksumError(f"{what}: checksum mismatch (stored {stored:#010x}, computed {actual:#010x})")
+
+
+def checked_block(buf: bytes, sizes, signature: bytes, label: str,
+                  versions: tuple[int, ...] = (0,)) -> tuple[Cursor, int]:
+    """A Cursor past the signature and version byte of a checksummed block, all verified."""
+    c = Cursor(buf, 0, sizes, label)
+    c.signature(signature)
+    verify(buf, label)
+    version = c.u8()
+    if version not in versions:
+        raise Unsupported(f"{label}: version {version}")
+    return c, version

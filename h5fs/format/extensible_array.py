@@ -28,8 +28,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..errors import FormatError, Unsupported
-from .checksum import verify
+from ..errors import FormatError
+from .checksum import checked_block, verify
 from .cursor import Cursor, Sizes
 
 SIG_HEADER, SIG_IBLOCK, SIG_SBLOCK, SIG_DBLOCK = b"EAHD", b"EAIB", b"EASB", b"EADB"
@@ -79,12 +79,7 @@ def header_size(sizes: Sizes) -> int:
 def read_header(reader, address: int | None, what: str = "extensible array") -> ExtensibleArrayHeader:
     label = f"{what} header at {address}"
     buf = reader.read(address, header_size(reader.sizes), label)
-    c = Cursor(buf, 0, reader.sizes, label)
-    c.signature(SIG_HEADER)
-    verify(buf, label)
-    version = c.u8()
-    if version not in (0, 1):
-        raise Unsupported(f"{label}: version {version}")
+    c, version = checked_block(buf, reader.sizes, SIG_HEADER, label, (0, 1))
     vals = [c.u8() for _ in range(7)]
     stats = [c.length() for _ in range(6)]
     iblock = c.offset()

@@ -21,8 +21,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..errors import FormatError, Unsupported
-from .checksum import verify
+from ..errors import FormatError
+from .checksum import checked_block, verify
 from .cursor import Cursor, Sizes
 
 SIG_HEADER, SIG_DBLOCK = b"FAHD", b"FADB"
@@ -78,12 +78,7 @@ def header_size(sizes: Sizes) -> int:
 def read_header(reader, address: int | None, what: str = "fixed array") -> FixedArrayHeader:
     label = f"{what} header at {address}"
     buf = reader.read(address, header_size(reader.sizes), label)
-    c = Cursor(buf, 0, reader.sizes, label)
-    c.signature(SIG_HEADER)
-    verify(buf, label)
-    version = c.u8()
-    if version not in (0, 1):
-        raise Unsupported(f"{label}: version {version}")
+    c, version = checked_block(buf, reader.sizes, SIG_HEADER, label, (0, 1))
     client = c.u8()
     esize = c.u8()
     page_bits = c.u8()
