@@ -31,6 +31,7 @@ from typing import Iterator
 from ..errors import FormatError
 from .checksum import checked_block, verify
 from .cursor import Cursor, Sizes
+from .fixed_array import check_block_prefix
 
 SIG_HEADER, SIG_IBLOCK, SIG_SBLOCK, SIG_DBLOCK = b"EAHD", b"EAIB", b"EASB", b"EADB"
 _CACHE = 16
@@ -140,18 +141,6 @@ class ExtensibleArray:
             while len(self._cache) > _CACHE:
                 self._cache.popitem(last=False)
 
-    def _prefix(self, c: Cursor, sig: bytes, label: str) -> None:
-        h = self.header
-        c.signature(sig)
-        version = c.u8()
-        if version != h.version:
-            raise FormatError(f"{label}: version {version} differs from the header's {h.version}")
-        client = c.u8()
-        if client != h.client_id:
-            raise FormatError(f"{label}: client {client} differs from the header's {h.client_id}")
-        if c.offset() != h.address:
-            raise FormatError(f"{label}: belongs to another extensible array")
-
     def index_block(self) -> tuple[bytes, tuple[int | None, ...], tuple[int | None, ...]]:
         """(element bytes, data block addresses, super block addresses) of the index block."""
         if self._iblock is not None:
@@ -163,7 +152,7 @@ class ExtensibleArray:
         buf = self.reader.read(h.iblock_address, size, label)
         c = Cursor(buf, 0, s, label)
         verify(buf, label)
-        self._prefix(c, SIG_IBLOCK, label)
+        check_block_prefix(c, SIG_IBLOCK, h, label)
         elements = c.bytes(h.idx_blk_elmts * h.element_size)
         dblks = tuple(c.offset() for _ in range(self.iblock_ndblk_addrs))
         sblks = tuple(c.offset() for _ in range(self.iblock_nsblk_addrs))
@@ -191,7 +180,7 @@ class ExtensibleArray:
         buf = self.reader.read(address, size, label)
         c = Cursor(buf, 0, self.sizes, label)
         verify(buf, label)
-        self._prefix(c, SIG_SBLOCK, label)
+        check_block_prefix(c, SIG_SBLOCK, self.header, label)
         c.uint(self.arr_off_size)  # block offset: informational
         bitmap = c.bytes(bitmap_size)
         dblks = tuple(c.offset() for _ in range(info.ndblks))
@@ -212,7 +201,7 @@ class ExtensibleArray:
         buf = self.reader.read(address, self._dblock_prefix_size() + nelmts * h.element_size, label)
         c = Cursor(buf, 0, self.sizes, label)
         verify(buf, label)
-        self._prefix(c, SIG_DBLOCK, label)
+        check_block_prefix(c, SIG_DBLOCK, self.header, label)
         c.uint(self.arr_off_size)
         data = c.bytes(nelmts * h.element_size)
         self._store(("d", address), data)
@@ -242,7 +231,7 @@ class ExtensibleArray:
         buf = self.reader.read(address, self._dblock_prefix_size(), label)
         c = Cursor(buf, 0, self.sizes, label)
         verify(buf, label)
-        self._prefix(c, SIG_DBLOCK, label)
+        check_block_prefix(c, SIG_DBLOCK, self.header, label)
         self._store(("P", address), True)
 
     # -- elements -------------------------------------------------------------------------------

@@ -75,6 +75,20 @@ def header_size(sizes: Sizes) -> int:
     return 4 + 1 + 1 + 1 + 1 + sizes.length + sizes.offset + 4
 
 
+def check_block_prefix(c: Cursor, signature: bytes, header, label: str) -> None:
+    """The prefix every block of a fixed or extensible array starts with: signature, then the
+    version, client and header address its array header records."""
+    c.signature(signature)
+    version = c.u8()
+    if version != header.version:
+        raise FormatError(f"{label}: version {version} differs from the header's {header.version}")
+    client = c.u8()
+    if client != header.client_id:
+        raise FormatError(f"{label}: client {client} differs from the header's {header.client_id}")
+    if c.offset() != header.address:
+        raise FormatError(f"{label}: belongs to another array (header at {header.address})")
+
+
 def read_header(reader, address: int | None, what: str = "fixed array") -> FixedArrayHeader:
     label = f"{what} header at {address}"
     buf = reader.read(address, header_size(reader.sizes), label)
@@ -123,15 +137,7 @@ class FixedArray:
         buf = self.reader.read(h.dblock_address, self.prefix_size + esize, label)
         c = Cursor(buf, 0, self.sizes, label)
         verify(buf, label)
-        c.signature(SIG_DBLOCK)
-        version = c.u8()
-        if version != h.version:
-            raise FormatError(f"{label}: version {version} differs from the header's {h.version}")
-        client = c.u8()
-        if client != h.client_id:
-            raise FormatError(f"{label}: client {client} differs from the header's {h.client_id}")
-        if c.offset() != h.address:
-            raise FormatError(f"{label}: belongs to another fixed array")
+        check_block_prefix(c, SIG_DBLOCK, h, label)
         self._bitmap = c.bytes(self.bitmap_size)
         self._elements = None if self.paged else c.bytes(esize)
         self._loaded = True
