@@ -14,7 +14,7 @@ import pytest
 from h5fs.errors import ChecksumError, FormatError
 from h5fs.format import btree_v2 as bt
 from h5fs.format.checksum import lookup3
-from h5fs.format.cursor import Cursor, Sizes
+from h5fs.format.codec import Reader, Sizes
 from h5fs.format.fractal_heap import FractalHeap
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
@@ -129,7 +129,7 @@ def test_attribute_indexes(links_file):
 
 def test_record_decoders():
     s = Sizes(8, 8)
-    c = lambda b: Cursor(b, 0, s, "rec")   # noqa: E731
+    c = lambda b: Reader(b, 0, s, "rec")   # noqa: E731
     addr, length, key = (4096).to_bytes(8, "little"), (300).to_bytes(8, "little"), (5).to_bytes(8, "little")
     assert bt.decode_huge_indirect(c(addr + length + key)) == bt.HugeObjectRecord(4096, 300, id=5)
     rec = bt.decode_huge_indirect_filtered(c(addr + length + struct.pack("<I", 2) + (900).to_bytes(8, "little") + key))

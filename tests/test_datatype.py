@@ -19,7 +19,7 @@ from h5py import h5t
 
 from h5fs.errors import FormatError, Unsupported
 from h5fs.format import object_header, superblock
-from h5fs.format.cursor import Cursor, Sizes
+from h5fs.format.codec import Reader, Sizes
 from h5fs.format.global_heap import GlobalHeapReader
 from h5fs.format.messages import datatype as D
 from h5fs.model import values as V
@@ -37,7 +37,7 @@ def encoded(tid) -> bytes:
 
 def dec(tid) -> D.Datatype:
     msg = encoded(tid)
-    c = Cursor(msg, 0, Sizes(), "datatype")
+    c = Reader(msg, 0, Sizes(), "datatype")
     dt = D.decode(c)
     assert c.remaining() == 0, "decoder must consume exactly the message"
     return dt
@@ -297,7 +297,7 @@ def test_truncated_messages(tid):
     msg = encoded(tid)
     for n in range(len(msg)):
         with pytest.raises(FormatError):
-            D.decode(Cursor(msg[:n], 0, Sizes(), "datatype"))
+            D.decode(Reader(msg[:n], 0, Sizes(), "datatype"))
 
 
 def _header(version, cls, flags, size):
@@ -309,39 +309,39 @@ INT4 = _header(1, D.FIXED, 0x08, 4) + (0).to_bytes(2, "little") + (32).to_bytes(
 
 def test_unknown_class_and_versions():
     with pytest.raises(Unsupported, match="unsupported datatype class 12"):
-        D.decode(Cursor(_header(1, 12, 0, 4) + bytes(8)))
+        D.decode(Reader(_header(1, 12, 0, 4) + bytes(8)))
     with pytest.raises(Unsupported, match="version 6"):
-        D.decode(Cursor(_header(6, D.FIXED, 0, 4) + bytes(4)))
+        D.decode(Reader(_header(6, D.FIXED, 0, 4) + bytes(4)))
     with pytest.raises(FormatError):
-        D.decode(Cursor(_header(0, D.FIXED, 0, 4) + bytes(4)))
+        D.decode(Reader(_header(0, D.FIXED, 0, 4) + bytes(4)))
 
 
 def test_absurd_member_counts():
     # 65535 compound members claimed in a message holding one
     msg = _header(3, D.COMPOUND, 0xFFFF, 4) + b"a\0" + b"\0" + INT4
     with pytest.raises(FormatError, match="members"):
-        D.decode(Cursor(msg))
+        D.decode(Reader(msg))
     msg = _header(1, D.COMPOUND, 0xFFFF, 4) + b"a".ljust(8, b"\0") + bytes(4) + INT4
     with pytest.raises(FormatError, match="members"):
-        D.decode(Cursor(msg))
+        D.decode(Reader(msg))
     msg = _header(3, D.ENUM, 0xFFFF, 4) + INT4 + b"A\0" + bytes(4)
     with pytest.raises(FormatError, match="members"):
-        D.decode(Cursor(msg))
+        D.decode(Reader(msg))
 
 
 def test_absurd_array():
     big = _header(3, D.ARRAY, 0, 4) + bytes([1]) + (0xFFFFFFFF).to_bytes(4, "little") + INT4
     with pytest.raises(FormatError):
-        D.decode(Cursor(big))
+        D.decode(Reader(big))
     rank = _header(3, D.ARRAY, 0, 4) + bytes([200]) + bytes(800) + INT4
     with pytest.raises(FormatError, match="rank"):
-        D.decode(Cursor(rank))
+        D.decode(Reader(rank))
 
 
 def test_member_outside_compound():
     msg = _header(3, D.COMPOUND, 1, 4) + b"a\0" + bytes([2]) + INT4
     with pytest.raises(FormatError, match="outside"):
-        D.decode(Cursor(msg))
+        D.decode(Reader(msg))
 
 
 def test_deep_nesting():
@@ -349,18 +349,18 @@ def test_deep_nesting():
     for _ in range(200):      # vlen of vlen of ... of int
         msg = _header(1, D.VLEN, 0, 16) + msg
     with pytest.raises(FormatError, match="nesting"):
-        D.decode(Cursor(msg))
+        D.decode(Reader(msg))
     ok = INT4
     for _ in range(10):
         ok = _header(1, D.VLEN, 0, 16) + ok
-    assert isinstance(D.decode(Cursor(ok)), D.VarLen)
+    assert isinstance(D.decode(Reader(ok)), D.VarLen)
 
 
 def test_bad_bit_fields():
     with pytest.raises(FormatError):   # precision beyond the size
-        D.decode(Cursor(_header(1, D.FIXED, 0, 4) + (0).to_bytes(2, "little") + (40).to_bytes(2, "little")))
+        D.decode(Reader(_header(1, D.FIXED, 0, 4) + (0).to_bytes(2, "little") + (40).to_bytes(2, "little")))
     with pytest.raises(FormatError):   # reserved float byte order (bit 6 without bit 0)
-        D.decode(Cursor(_header(1, D.FLOAT, 0x40, 4) + bytes(12)))
+        D.decode(Reader(_header(1, D.FLOAT, 0x40, 4) + bytes(12)))
 
 
 # ------------------------------------------------------------------------------ from files
@@ -379,7 +379,7 @@ def _dataset_dtype(path, name):
         hdr = object_header.read(reader, addr, name)
         msg = hdr.first(0x0003)
         assert msg is not None and not msg.shared
-        c = Cursor(msg.data, 0, sb.sizes, "datatype")
+        c = Reader(msg.data, 0, sb.sizes, "datatype")
         dt = D.decode(c)
         raw = reader.read(off - sb.location, nbytes, "data") if off is not None else b""
         return dt, raw, sb.sizes, hdr

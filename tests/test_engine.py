@@ -354,3 +354,17 @@ def test_each_chunk_decoded_once_in_a_row_major_read(tmp_path, monkeypatch):
         out = b"".join(ds.read_raw(off, 4096) for off in range(0, ds.raw_size, 4096))
     assert out == data.tobytes()
     assert len(loads) == len(set(loads)) == 8 * 128
+
+
+def test_dense_attributes_flag_is_a_bool(tmp_path):
+    """`dense_attributes` decides whether listing attributes takes a worker-thread hop: it must be
+    the value (False for attributes in the header), not a bound method that is always true."""
+    path = tmp_path / "attrs.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.attrs["a"] = 1
+        g = f.create_group("dense")
+        for i in range(20):   # past the compact maximum (8): a fractal heap holds them
+            g.attrs[f"x{i}"] = i
+    with H5File.open(str(path)) as hf:
+        assert hf.root.dense_attributes is False
+        assert hf.resolve("/dense").dense_attributes is True

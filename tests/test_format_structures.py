@@ -11,7 +11,7 @@ import pytest
 h5py = pytest.importorskip("h5py")
 
 from h5fs.format import btree_v1, local_heap, object_header, superblock, symbol_table_node  # noqa: E402
-from h5fs.format.cursor import Cursor  # noqa: E402
+from h5fs.format.codec import Reader  # noqa: E402
 from h5fs.format.messages import dataspace, fill_value, filter_pipeline, layout, link  # noqa: E402
 from h5fs.model import messages as M  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
@@ -84,7 +84,7 @@ def test_object_headers(sample):
 def message(ours, name, mtype, decoder):
     raw = ours.resolve(name).header.first(mtype)
     assert raw is not None, (name, mtype)
-    return decoder(Cursor(raw.data, 0, ours.sizes, name))
+    return decoder(Reader(raw.data, 0, ours.sizes, name))
 
 
 @pytest.mark.parametrize("name", ["contig", "chunked", "sparse", "scalar", "null"])

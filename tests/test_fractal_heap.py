@@ -13,7 +13,7 @@ import pytest
 from h5fs.errors import ChecksumError, FormatError, Unsupported
 from h5fs.format import btree_v2
 from h5fs.format.checksum import lookup3
-from h5fs.format.cursor import Sizes
+from h5fs.format.codec import Sizes
 from h5fs.format.fractal_heap import FractalHeap
 from h5fs.model import messages as M
 from h5fs.model.file import H5File

@@ -12,7 +12,7 @@ import pytest
 
 from h5fs.errors import FormatError
 from h5fs.format import superblock
-from h5fs.format.cursor import Cursor, Sizes
+from h5fs.format.codec import Reader, Sizes
 from h5fs.format.global_heap import (
     GlobalHeapReader, HeapID, decode_collection, decode_heap_id, header_size, heap_id_size,
     object_header_size)
@@ -75,7 +75,7 @@ def test_reader_follows_heap_ids(vlen_file):
         assert sb.sizes == sizes
         heap = GlobalHeapReader(BlockReader(fd, sb.location, sb.sizes))
         raw = os.pread(fd, n, off)
-        c = Cursor(raw, 0, sizes, "vlen")
+        c = Reader(raw, 0, sizes, "vlen")
         got = []
         for _ in WORDS:
             length = c.u32()
@@ -224,7 +224,7 @@ def test_reader_size_beyond_eof(tmp_path):
 
 
 def test_heap_id():
-    c = Cursor(struct.pack("<II", 4096, 3), 0, Sizes(4, 4))
+    c = Reader(struct.pack("<II", 4096, 3), 0, Sizes(4, 4))
     assert decode_heap_id(c) == HeapID(4096, 3)
-    nil = decode_heap_id(Cursor(bytes(12), 0, S8))
+    nil = decode_heap_id(Reader(bytes(12), 0, S8))
     assert nil.is_nil

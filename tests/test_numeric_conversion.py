@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from h5py import h5t
 
-from h5fs.format.cursor import Cursor, Sizes
+from h5fs.format.codec import Reader, Sizes
 from h5fs.format.messages import datatype as D
 from h5fs.model.dtypes import describe, needs_conversion, npy_dtype
 from h5fs.model.file import H5File
@@ -491,7 +491,7 @@ def test_attributes(tmp_path):
 # ------------------------------------------------------------------------- types and wiring
 
 def _dec(tid) -> D.Datatype:
-    return D.decode(Cursor(tid.encode()[2:], 0, Sizes(), "datatype"))
+    return D.decode(Reader(tid.encode()[2:], 0, Sizes(), "datatype"))
 
 
 def test_wiring_and_dtypes():

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ..errors import FormatError
-from .cursor import Cursor
+from .codec import Reader
 
 GROUP, CHUNK = 0, 1
 MAX_ENTRIES = 65536
@@ -44,7 +44,7 @@ def read_node(reader, address: int | None, node_type: int, rank: int, what: str)
     head.skip(2 * s.offset)  # sibling addresses: traversal goes through the parents
     ks = key_size(node_type, s, rank)
     body_size = (used + 1) * ks + used * s.offset
-    c = Cursor(reader.read(address, head.pos + body_size, f"{what}: B-tree node"), head.pos, s, what)
+    c = Reader(reader.read(address, head.pos + body_size, f"{what}: B-tree node"), head.pos, s, what)
     keys, children = [], []
     for i in range(used + 1):
         keys.append(_key(c, node_type, rank))
@@ -56,7 +56,7 @@ def read_node(reader, address: int | None, node_type: int, rank: int, what: str)
     return Node(ntype, level, tuple(keys), tuple(children))
 
 
-def _key(c: Cursor, node_type: int, rank: int):
+def _key(c: Reader, node_type: int, rank: int):
     if node_type == GROUP:
         return c.length()
     return ChunkKey(c.u32(), c.u32(), tuple(c.u64() for _ in range(rank + 1)))

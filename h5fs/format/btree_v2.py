@@ -28,7 +28,7 @@ from typing import Callable, Iterator, TypeVar
 
 from ..errors import FormatError, Unsupported
 from .checksum import verify
-from .cursor import Cursor, Sizes
+from .codec import Reader, Sizes
 
 R = TypeVar("R")
 
@@ -97,7 +97,7 @@ def _levels(node_size: int, record_size: int, depth: int, sizes: Sizes, what: st
 
 
 def decode_header(buf: bytes | memoryview, address: int, sizes: Sizes, what: str = "v2 B-tree header") -> BTreeV2Header:
-    c = Cursor(buf, 0, sizes, what)
+    c = Reader(buf, 0, sizes, what)
     c.signature(SIG_HEADER)
     version = c.u8()
     if version not in (0, 1):
@@ -196,7 +196,7 @@ def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth:
     kind = "internal node" if depth else "leaf node"
     label = f"{what} {kind} at {address}"
     buf = reader.read(address, used + 4, label)
-    c = Cursor(buf, 0, hdr.sizes, label)
+    c = Reader(buf, 0, hdr.sizes, label)
     c.signature(SIG_INTERNAL if depth else SIG_LEAF)
     version = c.u8()
     if version != 0:
@@ -222,10 +222,10 @@ def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth:
     return Node(address, depth, records, tuple(children))
 
 
-def _decode_all(hdr: BTreeV2Header, node: Node, decode_record: Callable[[Cursor], R], what: str) -> list[R]:
+def _decode_all(hdr: BTreeV2Header, node: Node, decode_record: Callable[[Reader], R], what: str) -> list[R]:
     out = []
     for raw in node.records:
-        out.append(decode_record(Cursor(raw, 0, hdr.sizes, f"{what} record")))
+        out.append(decode_record(Reader(raw, 0, hdr.sizes, f"{what} record")))
     return out
 
 
@@ -244,7 +244,7 @@ def _decoded(reader, hdr: BTreeV2Header, addr: int, nrec: int, depth: int, decod
     return hit
 
 
-def iterate(reader, address: int | None, decode_record: Callable[[Cursor], R] | str | None = None,
+def iterate(reader, address: int | None, decode_record: Callable[[Reader], R] | str | None = None,
             what: str = "v2 B-tree", expect_type: int | None = None,
             header: BTreeV2Header | None = None, cache: NodeCache | None = None) -> Iterator[R]:
     """Every record of the tree whose header is at `address`, in key order.
@@ -286,7 +286,7 @@ def iterate(reader, address: int | None, decode_record: Callable[[Cursor], R] | 
 
 
 def find(reader, address: int | None, compare: Callable[[R], int],
-         decode_record: Callable[[Cursor], R] | None = None, what: str = "v2 B-tree",
+         decode_record: Callable[[Reader], R] | None = None, what: str = "v2 B-tree",
          header: BTreeV2Header | None = None, cache: NodeCache | None = None) -> R | None:
     """The record for which compare(record) == 0, descending from the root only.
 
@@ -378,33 +378,33 @@ class ChunkRecordV2:        # types 10 and 11
     filter_mask: int = 0
 
 
-def decode_huge_indirect(c: Cursor) -> HugeObjectRecord:
+def decode_huge_indirect(c: Reader) -> HugeObjectRecord:
     return HugeObjectRecord(c.offset(), c.length(), id=c.length())
 
 
-def decode_huge_indirect_filtered(c: Cursor) -> HugeObjectRecord:
+def decode_huge_indirect_filtered(c: Reader) -> HugeObjectRecord:
     addr, length, mask, msize = c.offset(), c.length(), c.u32(), c.length()
     return HugeObjectRecord(addr, length, id=c.length(), filter_mask=mask, memory_size=msize)
 
 
-def decode_huge_direct(c: Cursor) -> HugeObjectRecord:
+def decode_huge_direct(c: Reader) -> HugeObjectRecord:
     return HugeObjectRecord(c.offset(), c.length())
 
 
-def decode_huge_direct_filtered(c: Cursor) -> HugeObjectRecord:
+def decode_huge_direct_filtered(c: Reader) -> HugeObjectRecord:
     addr, length, mask = c.offset(), c.length(), c.u32()
     return HugeObjectRecord(addr, length, filter_mask=mask, memory_size=c.length())
 
 
-def decode_link_name(c: Cursor) -> LinkNameRecord:
+def decode_link_name(c: Reader) -> LinkNameRecord:
     return LinkNameRecord(c.u32(), c.bytes(7))
 
 
-def decode_link_corder(c: Cursor) -> LinkCorderRecord:
+def decode_link_corder(c: Reader) -> LinkCorderRecord:
     return LinkCorderRecord(c.u64(), c.bytes(7))
 
 
-def decode_sohm(c: Cursor) -> SharedMessageRecord:
+def decode_sohm(c: Reader) -> SharedMessageRecord:
     loc = c.u8()
     h = c.u32()
     if loc == 0:
@@ -417,11 +417,11 @@ def decode_sohm(c: Cursor) -> SharedMessageRecord:
     raise FormatError(f"{c.what}: unknown shared message location {loc}")
 
 
-def decode_attr_name(c: Cursor) -> AttrNameRecord:
+def decode_attr_name(c: Reader) -> AttrNameRecord:
     return AttrNameRecord(c.bytes(8), c.u8(), c.u32(), c.u32())
 
 
-def decode_attr_corder(c: Cursor) -> AttrCorderRecord:
+def decode_attr_corder(c: Reader) -> AttrCorderRecord:
     return AttrCorderRecord(c.bytes(8), c.u8(), c.u32())
 
 
@@ -438,14 +438,14 @@ def chunk_size_width(chunk_nbytes: int, sizes: Sizes, wide: bool = False) -> int
     return min(8, 1 + ((max(chunk_nbytes, 1).bit_length() - 1) + 8) // 8)
 
 
-def chunk_record_decoder(rank: int, filtered: bool, size_width: int = 0) -> Callable[[Cursor], ChunkRecordV2]:
+def chunk_record_decoder(rank: int, filtered: bool, size_width: int = 0) -> Callable[[Reader], ChunkRecordV2]:
     """Decoder for type 10 (filtered=False) or 11 records of a `rank`-dimensional dataset."""
     if not 1 <= rank <= 32:
         raise FormatError(f"v2 B-tree chunk records: rank {rank} out of range")
     if filtered and not 1 <= size_width <= 8:
         raise FormatError(f"v2 B-tree chunk records: chunk size width {size_width} out of range")
 
-    def decode(c: Cursor) -> ChunkRecordV2:
+    def decode(c: Reader) -> ChunkRecordV2:
         addr = c.offset()
         if filtered:
             size = c.uint(size_width)
@@ -462,7 +462,7 @@ def chunk_record_size(sizes: Sizes, rank: int, filtered: bool, size_width: int =
     return sizes.offset + (size_width + 4 if filtered else 0) + 8 * rank
 
 
-RECORD_DECODERS: dict[int, Callable[[Cursor], object]] = {
+RECORD_DECODERS: dict[int, Callable[[Reader], object]] = {
     HUGE_INDIRECT: decode_huge_indirect, HUGE_INDIRECT_FILTERED: decode_huge_indirect_filtered,
     HUGE_DIRECT: decode_huge_direct, HUGE_DIRECT_FILTERED: decode_huge_direct_filtered,
     LINK_NAME: decode_link_name, LINK_CORDER: decode_link_corder, SOHM: decode_sohm,
@@ -470,7 +470,7 @@ RECORD_DECODERS: dict[int, Callable[[Cursor], object]] = {
 }
 
 
-def record_decoder(btype: int, rank: int = 0, size_width: int = 0) -> Callable[[Cursor], object]:
+def record_decoder(btype: int, rank: int = 0, size_width: int = 0) -> Callable[[Reader], object]:
     """The decoder for records of B-tree type `btype` (types 10/11 need the rank, 11 the width)."""
     if btype in RECORD_DECODERS:
         return RECORD_DECODERS[btype]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ChecksumError, Unsupported
-from .cursor import Cursor
+from .codec import Reader
 
 _M = 0xFFFFFFFF
 
@@ -83,9 +83,9 @@ def verify(data: bytes | memoryview, what: str) -> None:
 
 
 def checked_block(buf: bytes, sizes, signature: bytes, label: str,
-                  versions: tuple[int, ...] = (0,)) -> tuple[Cursor, int]:
-    """A Cursor past the signature and version byte of a checksummed block, all verified."""
-    c = Cursor(buf, 0, sizes, label)
+                  versions: tuple[int, ...] = (0,)) -> tuple[Reader, int]:
+    """A Reader past the signature and version byte of a checksummed block, all verified."""
+    c = Reader(buf, 0, sizes, label)
     c.signature(signature)
     verify(buf, label)
     version = c.u8()

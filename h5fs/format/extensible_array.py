@@ -30,7 +30,7 @@ from typing import Iterator
 
 from ..errors import FormatError
 from .checksum import checked_block, verify
-from .cursor import Cursor, Sizes
+from .codec import Reader, Sizes
 from .fixed_array import check_block_prefix
 
 SIG_HEADER, SIG_IBLOCK, SIG_SBLOCK, SIG_DBLOCK = b"EAHD", b"EAIB", b"EASB", b"EADB"
@@ -150,7 +150,7 @@ class ExtensibleArray:
         size = 4 + 1 + 1 + s.offset + h.idx_blk_elmts * h.element_size \
             + (self.iblock_ndblk_addrs + self.iblock_nsblk_addrs) * s.offset + 4
         buf = self.reader.read(h.iblock_address, size, label)
-        c = Cursor(buf, 0, s, label)
+        c = Reader(buf, 0, s, label)
         verify(buf, label)
         check_block_prefix(c, SIG_IBLOCK, h, label)
         elements = c.bytes(h.idx_blk_elmts * h.element_size)
@@ -178,7 +178,7 @@ class ExtensibleArray:
         npages, bitmap_size, size = self._sblock_geometry(sblk_idx)
         label = f"{self.what} super block {sblk_idx} at {address}"
         buf = self.reader.read(address, size, label)
-        c = Cursor(buf, 0, self.sizes, label)
+        c = Reader(buf, 0, self.sizes, label)
         verify(buf, label)
         check_block_prefix(c, SIG_SBLOCK, self.header, label)
         c.uint(self.arr_off_size)  # block offset: informational
@@ -199,7 +199,7 @@ class ExtensibleArray:
         h = self.header
         label = f"{self.what} data block at {address}"
         buf = self.reader.read(address, self._dblock_prefix_size() + nelmts * h.element_size, label)
-        c = Cursor(buf, 0, self.sizes, label)
+        c = Reader(buf, 0, self.sizes, label)
         verify(buf, label)
         check_block_prefix(c, SIG_DBLOCK, self.header, label)
         c.uint(self.arr_off_size)
@@ -229,7 +229,7 @@ class ExtensibleArray:
             return
         label = f"{self.what} data block at {address}"
         buf = self.reader.read(address, self._dblock_prefix_size(), label)
-        c = Cursor(buf, 0, self.sizes, label)
+        c = Reader(buf, 0, self.sizes, label)
         verify(buf, label)
         check_block_prefix(c, SIG_DBLOCK, self.header, label)
         self._store(("P", address), True)

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 from ..errors import FormatError
 from .checksum import checked_block, verify
-from .cursor import Cursor, Sizes
+from .codec import Reader, Sizes
 
 SIG_HEADER, SIG_DBLOCK = b"FAHD", b"FADB"
 CLIENT_CHUNKS, CLIENT_FILTERED_CHUNKS = 0, 1
@@ -75,7 +75,7 @@ def header_size(sizes: Sizes) -> int:
     return 4 + 1 + 1 + 1 + 1 + sizes.length + sizes.offset + 4
 
 
-def check_block_prefix(c: Cursor, signature: bytes, header, label: str) -> None:
+def check_block_prefix(c: Reader, signature: bytes, header, label: str) -> None:
     """The prefix every block of a fixed or extensible array starts with: signature, then the
     version, client and header address its array header records."""
     c.signature(signature)
@@ -135,7 +135,7 @@ class FixedArray:
             return
         esize = 0 if self.paged else h.nelmts * h.element_size
         buf = self.reader.read(h.dblock_address, self.prefix_size + esize, label)
-        c = Cursor(buf, 0, self.sizes, label)
+        c = Reader(buf, 0, self.sizes, label)
         verify(buf, label)
         check_block_prefix(c, SIG_DBLOCK, h, label)
         self._bitmap = c.bytes(self.bitmap_size)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from ..errors import FormatError, Unsupported
 from . import btree_v2
 from .checksum import checksum, verify
-from .cursor import Cursor, Sizes
+from .codec import Reader, Sizes
 
 SIG_HEADER, SIG_DIRECT, SIG_INDIRECT = b"FRHP", b"FHDB", b"FHIB"
 MAX_BLOCK = 1 << 28        # largest direct block h5fs accepts (libhdf5's default is 64 KiB)
@@ -86,7 +86,7 @@ class FractalHeapHeader:
 
 
 def decode_header(buf: bytes | memoryview, address: int, sizes: Sizes, what: str) -> FractalHeapHeader:
-    c = Cursor(buf, 0, sizes, what)
+    c = Reader(buf, 0, sizes, what)
     c.signature(SIG_HEADER)
     version = c.u8()
     if version != 0:
@@ -165,7 +165,7 @@ class FractalHeap:
         self.filters = None
         if h.filter_len:
             from .messages import filter_pipeline
-            self.filters = filter_pipeline.decode(Cursor(h.filter_info, 0, self.sizes, f"{self.what} I/O filters"))
+            self.filters = filter_pipeline.decode(Reader(h.filter_info, 0, self.sizes, f"{self.what} I/O filters"))
 
     def _header_size(self, filter_len: int) -> int:
         s = self.sizes
@@ -256,7 +256,7 @@ class FractalHeap:
         h, s = self.header, self.sizes
         label = f"{self.what} indirect block at {address}"
         buf = self.reader.read(address, self.indirect_block_size(nrows), label)
-        c = Cursor(buf, 0, s, label)
+        c = Reader(buf, 0, s, label)
         c.signature(SIG_INDIRECT)
         version = c.u8()
         if version != 0:
@@ -313,7 +313,7 @@ class FractalHeap:
                 raise FormatError(f"{label}: de-filtered to {len(buf)} bytes, expected {block_size}")
         else:
             buf = self.reader.read(address, block_size, label)
-        c = Cursor(buf, 0, s, label)
+        c = Reader(buf, 0, s, label)
         c.signature(SIG_DIRECT)
         version = c.u8()
         if version != 0:
@@ -393,7 +393,7 @@ class FractalHeap:
 
     def _get_managed(self, heap_id: bytes) -> bytes:
         h = self.header
-        c = Cursor(heap_id, 1, self.sizes, f"{self.what} heap ID")
+        c = Reader(heap_id, 1, self.sizes, f"{self.what} heap ID")
         off = c.uint(self.heap_off_size)
         length = c.uint(self.heap_len_size)
         if off == 0 or off >= max(h.managed_size, 1) or off >= 1 << h.max_heap_bits:
@@ -424,7 +424,7 @@ class FractalHeap:
 
     def _get_huge(self, heap_id: bytes) -> bytes:
         h, s = self.header, self.sizes
-        c = Cursor(heap_id, 1, s, f"{self.what} huge heap ID")
+        c = Reader(heap_id, 1, s, f"{self.what} huge heap ID")
         if self.huge_direct:
             addr = c.offset()
             length = c.length()

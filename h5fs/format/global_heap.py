@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..errors import FormatError
-from .cursor import Cursor, Sizes
+from .codec import Reader, Sizes
 
 SIGNATURE = b"GCOL"
 MIN_COLLECTION = 4096          # what libhdf5 allocates; smaller ones are accepted on read
@@ -78,14 +78,14 @@ def heap_id_size(sizes: Sizes) -> int:
     return sizes.offset + 4
 
 
-def decode_heap_id(c: Cursor) -> HeapID:
+def decode_heap_id(c: Reader) -> HeapID:
     addr = c.offset()
     return HeapID(addr, c.u32())
 
 
 def collection_size(head: bytes, sizes: Sizes, address: int | None = None) -> int:
     """The collection size from its first header_size(sizes) bytes (checks the header)."""
-    c = Cursor(head, 0, sizes, f"global heap collection at {address}")
+    c = Reader(head, 0, sizes, f"global heap collection at {address}")
     c.signature(SIGNATURE)
     version = c.u8()
     if version != 1:
@@ -103,7 +103,7 @@ def decode_collection(buf: bytes | memoryview, sizes: Sizes, address: int | None
     size = collection_size(bytes(buf[:header_size(sizes)]), sizes, address)
     if len(buf) < size:
         raise FormatError(f"{what}: truncated ({len(buf)} of {size} bytes)")
-    c = Cursor(memoryview(buf)[:size], header_size(sizes), sizes, what)
+    c = Reader(memoryview(buf)[:size], header_size(sizes), sizes, what)
     ohdr = object_header_size(sizes)
     objects: dict[int, HeapObject] = {}
     free = 0

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import FormatError, Unsupported
 from . import checksum
-from .cursor import Cursor
+from .codec import Reader
 
 MAX_BLOCKS = 1024          # continuation blocks per object
 MAX_MESSAGES = 65536
@@ -65,7 +65,7 @@ def read(reader, address: int, what: str) -> ObjectHeader:
 
 
 def _continuation(data: bytes, reader, what: str) -> tuple[int, int]:
-    c = Cursor(data, 0, reader.sizes, f"{what}: continuation message")
+    c = Reader(data, 0, reader.sizes, f"{what}: continuation message")
     addr = c.offset()
     length = c.length()
     if addr is None or length <= 0 or length > MAX_HEADER_BYTES:
@@ -99,7 +99,7 @@ class _Walk:
 
 
 def _read_v1(reader, address: int, first: bytes, what: str) -> ObjectHeader:
-    c = Cursor(first, 0, reader.sizes, f"{what}: object header")
+    c = Reader(first, 0, reader.sizes, f"{what}: object header")
     c.u8()
     c.u8()
     nmesg = c.u16()
@@ -110,7 +110,7 @@ def _read_v1(reader, address: int, first: bytes, what: str) -> ObjectHeader:
     while pending:
         addr, length = pending.pop(0)
         walk.block(addr, length)
-        blk = Cursor(reader.read(addr, length, f"{what}: object header block"), 0, reader.sizes, what)
+        blk = Reader(reader.read(addr, length, f"{what}: object header block"), 0, reader.sizes, what)
         while blk.remaining() >= 8:
             mtype = blk.u16()
             msize = blk.u16()
@@ -126,7 +126,7 @@ def _read_v1(reader, address: int, first: bytes, what: str) -> ObjectHeader:
 
 
 def _read_v2(reader, address: int, first: bytes, what: str) -> ObjectHeader:
-    c = Cursor(first, 4, reader.sizes, f"{what}: object header")
+    c = Reader(first, 4, reader.sizes, f"{what}: object header")
     version = c.u8()
     if version != 2:
         raise Unsupported(f"{what}: object header version {version}")
@@ -157,7 +157,7 @@ def _read_v2(reader, address: int, first: bytes, what: str) -> ObjectHeader:
 
 
 def _messages_v2(buf: bytes, start: int, end: int, track_order: bool, walk: _Walk, reader) -> list[tuple[int, int]]:
-    c = Cursor(buf[:end], start, reader.sizes, f"{walk.what}: object header")
+    c = Reader(buf[:end], start, reader.sizes, f"{walk.what}: object header")
     head = 6 if track_order else 4
     pending = []
     while c.remaining() >= head:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FormatError, Unsupported
-from .cursor import Cursor
+from .codec import Reader
 
 MAX_RANK = 32
 MAX_ITEMS = 1 << 22          # points or blocks in one serialized selection
@@ -97,7 +97,7 @@ def _width(w: int, what: str) -> int:
     return w
 
 
-def _array(c: Cursor, n: int, width: int, what: str) -> np.ndarray:
+def _array(c: Reader, n: int, width: int, what: str) -> np.ndarray:
     if n > MAX_ITEMS * 2 * MAX_RANK or n * width > c.remaining():
         raise FormatError(f"{what}: {n} values of {width} bytes do not fit in {c.remaining()} bytes")
     raw = c.bytes(n * width)
@@ -107,7 +107,7 @@ def _array(c: Cursor, n: int, width: int, what: str) -> np.ndarray:
     return a.astype(np.int64)
 
 
-def decode(c: Cursor, what: str = "dataspace selection") -> Selection:
+def decode(c: Reader, what: str = "dataspace selection") -> Selection:
     """Decode one selection serialization, leaving the cursor just past it."""
     sel_type = c.u32()
     version = c.u32()

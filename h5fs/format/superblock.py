@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..errors import FormatError, Unsupported
 from . import checksum, symbol_table_entry
-from .cursor import Cursor, Sizes
+from .codec import Reader, Sizes
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 MAX_SEARCH = 1 << 40
@@ -42,7 +42,7 @@ def find_signature(fd: int) -> int:
 def read(fd: int) -> Superblock:
     loc = find_signature(fd)
     head = os.pread(fd, 256 + 2 * 8 * 8, loc)
-    c = Cursor(head, len(SIGNATURE), what="superblock")
+    c = Reader(head, len(SIGNATURE), what="superblock")
     version = c.u8()
     if version in (0, 1):
         return _decode_v0_v1(c, version, loc)
@@ -59,7 +59,7 @@ def _sizes(offset: int, length: int) -> Sizes:
     return Sizes(offset, length)
 
 
-def _decode_v0_v1(c: Cursor, version: int, loc: int) -> Superblock:
+def _decode_v0_v1(c: Reader, version: int, loc: int) -> Superblock:
     c.u8()  # free-space version
     c.u8()  # root group symbol table entry version
     c.u8()
@@ -88,7 +88,7 @@ def _decode_v0_v1(c: Cursor, version: int, loc: int) -> Superblock:
                       eof_address=eof)
 
 
-def _decode_v2_v3(c: Cursor, version: int, loc: int) -> Superblock:
+def _decode_v2_v3(c: Reader, version: int, loc: int) -> Superblock:
     sizes = _sizes(c.u8(), c.u8())
     c.u8()  # consistency flags
     c.sizes = sizes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cursor import Cursor
+from .codec import Reader
 
 CACHE_NONE, CACHE_STAB, CACHE_SOFTLINK = 0, 1, 2
 
@@ -23,7 +23,7 @@ def size(sizes) -> int:
     return sizes.length + sizes.offset + 24
 
 
-def decode(c: Cursor) -> SymbolTableEntry:
+def decode(c: Reader) -> SymbolTableEntry:
     name_off = c.length()  # a heap offset: `size of lengths` wide, as libhdf5's H5G_ent_decode reads it
     addr = c.offset()
     cache = c.u32()

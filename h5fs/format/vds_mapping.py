@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ..errors import FormatError, Unsupported
 from . import selection as S
 from .checksum import verify
-from .cursor import Cursor, Sizes
+from .codec import Reader, Sizes
 
 MAX_ENTRIES = 1 << 20
 FILE_SHARED, DSET_SHARED, SAME_FILE = 0x01, 0x02, 0x04
@@ -56,7 +56,7 @@ def decode(data: bytes, sizes: Sizes, what: str = "virtual dataset mapping") -> 
     if len(data) < 1 + sizes.length + 4:
         raise FormatError(f"{what}: block of {len(data)} bytes is too short")
     verify(data, what)
-    c = Cursor(memoryview(data)[:-4], 0, sizes, what)
+    c = Reader(memoryview(data)[:-4], 0, sizes, what)
     version = c.u8()
     if version not in (0, 1):
         raise Unsupported(f"{what}: mapping block version {version}")

@@ -9,11 +9,12 @@ from functools import cached_property
 
 from ..errors import FormatError, NotFound
 from ..format import object_header, superblock
-from ..format.cursor import Cursor
+from ..format.codec import Reader
 from ..format.messages import shared, sohm_table
 from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
 from ..storage.chunk_cache import ChunkCache
+from ..storage.metadata_cache import MetadataCache
 from . import messages as M
 from .dataset import Dataset
 from .group import Group
@@ -28,7 +29,8 @@ class H5File:
         self.fd = fd
         self.superblock = sb
         self.sizes = sb.sizes
-        self.reader = BlockReader(fd, sb.location, sb.sizes)
+        self.meta = MetadataCache()
+        self.reader = BlockReader(fd, sb.location, sb.sizes, self.meta)
         self.root_address = sb.root_header_address
         self.root_entry = sb.root_entry
         self.chunk_cache = ChunkCache()
@@ -117,7 +119,7 @@ class H5File:
         raw = ext.first(M.SOHM_TABLE) if ext is not None else None
         if raw is None:
             return []
-        msg = sohm_table.decode(Cursor(raw.data, 0, self.sizes, "shared message table message"))
+        msg = sohm_table.decode(Reader(raw.data, 0, self.sizes, "shared message table message"))
         return sohm_table.read_table(self.reader, msg)
 
     def shared_message_body(self, ref: shared.SharedRef, mtype: int, what: str) -> RawMessage:

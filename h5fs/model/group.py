@@ -6,7 +6,7 @@ from functools import cached_property
 
 from ..errors import FormatError
 from ..format import btree_v1, local_heap, symbol_table_node
-from ..format.cursor import Cursor
+from ..format.codec import Reader
 from ..format.messages import link as link_msg
 from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
@@ -65,7 +65,7 @@ class Group(H5Object):
         heap = FractalHeap(self.file.reader, info.heap_address, what)
         by_order = info.index_order and info.order_index_address is not None
         index = info.order_index_address if by_order else info.name_index_address
-        links = [link_msg.decode(Cursor(heap.get(rec.heap_id), 0, self.file.sizes, what))
+        links = [link_msg.decode(Reader(heap.get(rec.heap_id), 0, self.file.sizes, what))
                  for rec in btree_v2.iterate(self.file.reader, index, what=what)]
         if not by_order:
             tracked = info.track_order and all(ln.creation_order is not None for ln in links)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..errors import FormatError, H5fsError
 from ..format import object_header
-from ..format.cursor import Cursor
+from ..format.codec import Reader
 from ..format.messages import shared
 from . import messages as M
 
@@ -81,7 +81,7 @@ class H5Object:
             if depth >= MAX_SHARED_DEPTH:
                 raise FormatError(f"{what}: shared message chain too deep")
             try:
-                ref = shared.decode(Cursor(raw.data, 0, self.file.sizes, what))
+                ref = shared.decode(Reader(raw.data, 0, self.file.sizes, what))
                 body = self.file.shared_message_body(ref, raw.type, what)
             except UNEXPECTED as e:
                 raise internal_error(what, e) from e
@@ -90,7 +90,7 @@ class H5Object:
         if decoder is None:
             raise FormatError(f"{what}: no decoder")
         try:
-            return decoder(Cursor(raw.data, 0, self.file.sizes, what))
+            return decoder(Reader(raw.data, 0, self.file.sizes, what))
         except H5fsError as e:
             if str(e).startswith(self.path):
                 raise
@@ -130,8 +130,8 @@ class H5Object:
     def comment(self) -> str | None:
         return self.message(M.COMMENT)
 
-    @guarded
     @cached_property
+    @guarded
     def dense_attributes(self) -> bool:
         """Attributes kept in a fractal heap (reading them is I/O), not all in the header."""
         info = self.message(M.ATTRIBUTE_INFO)

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import FormatError, Unsupported
-from ..format.cursor import Cursor, Sizes
+from ..format.codec import Reader, Sizes
 from ..format.global_heap import GlobalHeapReader
 from ..format.messages.datatype import (
     NULLPAD, NULLTERM, REF_ATTR, REF_OBJECT1, REF_OBJECT2, REF_REGION1, REF_REGION2, SPACEPAD, UTF8,
@@ -176,12 +176,12 @@ class Selection:
             "(" + ",".join(f"{a}:{b + 1}" for a, b in zip(s, e)) + ")" for s, e in self.blocks)
 
 
-def _bounded(n: int, per: int, c: Cursor, what: str) -> None:
+def _bounded(n: int, per: int, c: Reader, what: str) -> None:
     if n > MAX_SELECTION_ITEMS or n * per > c.remaining():
         raise FormatError(f"{what}: {n} items do not fit in {c.remaining()} bytes")
 
 
-def decode_selection(c: Cursor, rank: int | None = None) -> Selection:
+def decode_selection(c: Reader, rank: int | None = None) -> Selection:
     """An H5S selection serialization (Appendix D): u32 type, u32 version, then per type."""
     what = "dataspace selection"
     sel_type = c.u32()
@@ -279,7 +279,7 @@ def decode_references(raw: bytes | memoryview, dt: Reference, heap: GlobalHeapRe
     out: list[Ref | None] = []
     for i in range(0, len(raw), dt.size):
         el = raw[i:i + dt.size]
-        c = Cursor(el, 0, sizes, "reference")
+        c = Reader(el, 0, sizes, "reference")
         if dt.ref_type == REF_OBJECT1:
             addr = c.offset()
             out.append(None if not addr else Ref("object", addr))
@@ -291,7 +291,7 @@ def decode_references(raw: bytes | memoryview, dt: Reference, heap: GlobalHeapRe
                 continue
             if heap is None:
                 raise Unsupported("region references need the global heap")
-            hc = Cursor(heap.get(addr, index), 0, sizes, "region reference")
+            hc = Reader(heap.get(addr, index), 0, sizes, "region reference")
             target = hc.offset()
             out.append(Ref("region", target, decode_selection(hc)))
         elif dt.ref_type in (REF_OBJECT2, REF_REGION2, REF_ATTR):
@@ -301,7 +301,7 @@ def decode_references(raw: bytes | memoryview, dt: Reference, heap: GlobalHeapRe
     return out
 
 
-def _revised_ref(c: Cursor, heap: GlobalHeapReader | None, sizes: Sizes) -> Ref | None:
+def _revised_ref(c: Reader, heap: GlobalHeapReader | None, sizes: Sizes) -> Ref | None:
     rtype = c.u8()
     flags = c.u8()
     if rtype == 0:
@@ -322,7 +322,7 @@ def _revised_ref(c: Cursor, heap: GlobalHeapReader | None, sizes: Sizes) -> Ref 
         data = heap.get(addr, index)
         if blob_size > len(data):
             raise FormatError(f"reference: blob of {blob_size} bytes, heap object holds {len(data)}")
-        body = Cursor(data[:blob_size], 0, sizes, "reference block")
+        body = Reader(data[:blob_size], 0, sizes, "reference block")
     tsize = body.u8()
     token = body.bytes(tsize)
     fname = None
@@ -333,7 +333,7 @@ def _revised_ref(c: Cursor, heap: GlobalHeapReader | None, sizes: Sizes) -> Ref 
         kind = "region"
         size = body.u32()           # of the selection serialization (rank not included)
         rank = body.u32()
-        sub = Cursor(body.bytes(size), 0, sizes, "region reference selection")
+        sub = Reader(body.bytes(size), 0, sizes, "region reference selection")
         sel = decode_selection(sub, rank)
     elif rtype == REF_ATTR:
         kind = "attribute"

@@ -6,7 +6,8 @@ import os
 import stat
 
 from ..errors import FormatError
-from ..format.cursor import Cursor, Sizes
+from ..format.codec import Reader, Sizes
+from .metadata_cache import MetadataCache
 
 # No single metadata structure h5fs reads may claim more than this; protects against sizes
 # taken from a hostile file (chunk data has its own bound: the decoded chunk size).
@@ -33,8 +34,9 @@ def open_regular(path: str) -> int:
 class BlockReader:
     """Reads byte ranges at HDF5 addresses (relative to the superblock's base address)."""
 
-    def __init__(self, fd: int, base: int = 0, sizes: Sizes = Sizes()):
+    def __init__(self, fd: int, base: int = 0, sizes: Sizes = Sizes(), meta: MetadataCache | None = None):
         self.fd = fd
+        self.meta = meta if meta is not None else MetadataCache()  # the open file's metadata cache
         self.base = base
         self.sizes = sizes
         self.eof = os.fstat(fd).st_size
@@ -63,8 +65,8 @@ class BlockReader:
         size = min(size, self.eof - start, MAX_METADATA_BLOCK)
         return os.pread(self.fd, size, start)
 
-    def cursor(self, addr: int | None, size: int, what: str = "block") -> Cursor:
-        return Cursor(self.read(addr, size, what), 0, self.sizes, what)
+    def cursor(self, addr: int | None, size: int, what: str = "block") -> Reader:
+        return Reader(self.read(addr, size, what), 0, self.sizes, what)
 
     def check_range(self, addr: int | None, size: int, what: str) -> None:
         """Raise unless [addr, addr+size) lies inside the file."""

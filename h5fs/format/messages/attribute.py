@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError
-from ..cursor import Cursor
+from ..codec import Reader
 
 MAX_NAME = 65535
 
@@ -21,7 +21,7 @@ class AttributeMessage:
     creation_order: int | None = None
 
 
-def decode(c: Cursor) -> AttributeMessage:
+def decode(c: Reader) -> AttributeMessage:
     version = c.u8()
     if version not in (1, 2, 3):
         raise FormatError(f"attribute message version {version}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError
-from ..cursor import Cursor
+from ..codec import Reader
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class AttributeInfo:
     order_index_address: int | None    # v2 B-tree type 9
 
 
-def decode(c: Cursor) -> AttributeInfo:
+def decode(c: Reader) -> AttributeInfo:
     version = c.u8()
     if version != 0:
         raise FormatError(f"attribute info message version {version}")

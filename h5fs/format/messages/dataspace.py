@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError, Unsupported
-from ..cursor import Cursor
+from ..codec import Reader
 
 SCALAR, SIMPLE, NULL = 0, 1, 2
 MAX_RANK = 32
@@ -33,7 +33,7 @@ class Dataspace:
         return n
 
 
-def decode(c: Cursor) -> Dataspace:
+def decode(c: Reader) -> Dataspace:
     version = c.u8()
     rank = c.u8()
     flags = c.u8()

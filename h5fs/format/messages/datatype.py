@@ -1,7 +1,7 @@
 """Datatype message (0x0003), versions 1-5, every class libhdf5 2.0 writes.
 
 One frozen dataclass per datatype class, all derived from `Datatype` (which holds the
-message version and the element size). `decode(c)` reads one message from a Cursor and
+message version and the element size). `decode(c)` reads one message from a Reader and
 leaves the cursor just past it (nested member/base types are decoded recursively from the
 same cursor).
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...errors import FormatError, Unsupported
-from ..cursor import Cursor
+from ..codec import Reader
 
 # Class numbers
 FIXED, FLOAT, TIME, STRING, BITFIELD, OPAQUE, COMPOUND, REFERENCE, ENUM, VLEN, ARRAY, COMPLEX = range(12)
@@ -197,7 +197,7 @@ def _name(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-def _padded_name(c: Cursor, what: str) -> str:
+def _padded_name(c: Reader, what: str) -> str:
     """A NUL-terminated name padded with NULs to a multiple of 8 bytes (messages v1/v2)."""
     start = c.pos
     raw = c.cstring()
@@ -210,7 +210,7 @@ def _order(bits: int) -> str:
     return ">" if bits & 1 else "<"
 
 
-def decode(c: Cursor, _depth: int = 0) -> Datatype:
+def decode(c: Reader, _depth: int = 0) -> Datatype:
     """Decode one datatype message at the cursor (nested types recursively)."""
     if _depth > MAX_DEPTH:
         raise FormatError(f"datatype: nesting deeper than {MAX_DEPTH} levels")
@@ -347,7 +347,7 @@ def _offset_width(size: int) -> int:
     return max(1, (size.bit_length() - 1) // 8 + 1) if size > 0 else 1
 
 
-def _compound(c: Cursor, version: int, flags: int, size: int, depth: int) -> Compound:
+def _compound(c: Reader, version: int, flags: int, size: int, depth: int) -> Compound:
     n = flags & 0xFFFF
     if n == 0:
         raise FormatError("datatype: compound with no members")
@@ -392,7 +392,7 @@ def _compound(c: Cursor, version: int, flags: int, size: int, depth: int) -> Com
     return Compound(version, size, tuple(members))
 
 
-def _enum(c: Cursor, version: int, flags: int, size: int, depth: int) -> Enum:
+def _enum(c: Reader, version: int, flags: int, size: int, depth: int) -> Enum:
     n = flags & 0xFFFF
     base = decode(c, depth + 1)
     if base.size != size:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError
-from ..cursor import Cursor
+from ..codec import Reader
 
 MAX_SLOTS = 65535
 
@@ -23,7 +23,7 @@ class ExternalFiles:
     slots: tuple[ExternalSlot, ...]
 
 
-def decode(c: Cursor) -> ExternalFiles:
+def decode(c: Reader) -> ExternalFiles:
     version = c.u8()
     if version != 1:
         raise FormatError(f"external files message version {version}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError
-from ..cursor import Cursor
+from ..codec import Reader
 
 ALLOC_EARLY, ALLOC_LATE, ALLOC_INCREMENTAL = 1, 2, 3
 WRITE_ON_ALLOC, WRITE_NEVER, WRITE_IF_SET = 0, 1, 2
@@ -19,18 +19,18 @@ class FillValue:
     write_time: int = WRITE_IF_SET
 
 
-def _value(c: Cursor) -> bytes | None:
+def _value(c: Reader) -> bytes | None:
     size = c.u32()
     if size > MAX_FILL:
         raise FormatError(f"fill value of {size} bytes")
     return c.bytes(size) if size else None
 
 
-def decode_old(c: Cursor) -> FillValue:
+def decode_old(c: Reader) -> FillValue:
     return FillValue(_value(c))
 
 
-def decode(c: Cursor) -> FillValue:
+def decode(c: Reader) -> FillValue:
     version = c.u8()
     if version in (1, 2):
         alloc, write, defined = c.u8(), c.u8(), c.u8()

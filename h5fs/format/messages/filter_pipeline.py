@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError, Unsupported
-from ..cursor import Cursor
+from ..codec import Reader
 
 MAX_FILTERS = 32
 MAX_CLIENT_VALUES = 4096
@@ -38,7 +38,7 @@ class FilterPipeline:
     filters: tuple[FilterSpec, ...]
 
 
-def decode(c: Cursor) -> FilterPipeline:
+def decode(c: Reader) -> FilterPipeline:
     version = c.u8()
     nfilters = c.u8()
     if version not in (1, 2):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError, Unsupported
-from ..cursor import Cursor
+from ..codec import Reader
 
 COMPACT, CONTIGUOUS, CHUNKED, VIRTUAL, STRUCTURED = 0, 1, 2, 3, 4
 CLASS_NAMES = {COMPACT: "compact", CONTIGUOUS: "contiguous", CHUNKED: "chunked", VIRTUAL: "virtual",
@@ -73,7 +73,7 @@ class DataLayout:
         return self.version >= 5
 
 
-def decode(c: Cursor) -> DataLayout:
+def decode(c: Reader) -> DataLayout:
     version = c.u8()
     if version in (1, 2):
         return _decode_v1_v2(c, version)
@@ -115,7 +115,7 @@ def _check_chunk_dims(dims: tuple[int, ...]) -> None:
         raise FormatError(f"data layout: zero chunk dimension in {dims}")
 
 
-def _decode_v1_v2(c: Cursor, version: int) -> DataLayout:
+def _decode_v1_v2(c: Reader, version: int) -> DataLayout:
     ndims = c.u8()
     cls = c.u8()
     c.skip(5)
@@ -137,7 +137,7 @@ def _decode_v1_v2(c: Cursor, version: int) -> DataLayout:
     raise FormatError(f"data layout v{version}: unknown layout class {cls}")
 
 
-def _decode_chunked_v4(c: Cursor, version: int) -> DataLayout:
+def _decode_chunked_v4(c: Reader, version: int) -> DataLayout:
     flags = c.u8()
     ndims = c.u8()
     _check_rank(ndims)

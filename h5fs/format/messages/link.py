@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError
-from ..cursor import Cursor
+from ..codec import Reader
 
 HARD, SOFT, EXTERNAL = 0, 1, 64
 
@@ -24,7 +24,7 @@ class Link:
         return {HARD: "hard", SOFT: "soft", EXTERNAL: "external"}.get(self.link_type, "user-defined")
 
 
-def decode(c: Cursor) -> Link:
+def decode(c: Reader) -> Link:
     version = c.u8()
     if version != 1:
         raise FormatError(f"link message version {version}")

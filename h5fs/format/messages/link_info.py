@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError
-from ..cursor import Cursor
+from ..codec import Reader
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class LinkInfo:
     order_index_address: int | None    # v2 B-tree type 6
 
 
-def decode(c: Cursor) -> LinkInfo:
+def decode(c: Reader) -> LinkInfo:
     version = c.u8()
     if version != 0:
         raise FormatError(f"link info message version {version}")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import calendar
 
 from ...errors import FormatError
-from ..cursor import Cursor
+from ..codec import Reader
 
 
-def decode_new(c: Cursor) -> float:
+def decode_new(c: Reader) -> float:
     version = c.u8()
     if version != 1:
         raise FormatError(f"modification time message version {version}")
@@ -16,7 +16,7 @@ def decode_new(c: Cursor) -> float:
     return float(c.u32())
 
 
-def decode_old(c: Cursor) -> float:
+def decode_old(c: Reader) -> float:
     text = c.bytes(14).decode("ascii", "replace")
     try:
         fields = (int(text[0:4]), int(text[4:6]), int(text[6:8]), int(text[8:10]), int(text[10:12]), int(text[12:14]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError
-from ..cursor import Cursor
+from ..codec import Reader
 
 IN_SOHM_HEAP, IN_OBJECT_HEADER = 1, 2
 
@@ -17,7 +17,7 @@ class SharedRef:
     heap_id: bytes = b""           # 8-byte fractal heap ID in the SOHM heap
 
 
-def decode(c: Cursor) -> SharedRef:
+def decode(c: Reader) -> SharedRef:
     version = c.u8()
     if version == 1:
         c.u8()

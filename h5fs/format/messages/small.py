@@ -6,16 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError
-from ..cursor import Cursor
+from ..codec import Reader
 
 
-def decode_refcount(c: Cursor) -> int:
+def decode_refcount(c: Reader) -> int:
     if c.u8() != 0:
         raise FormatError("reference count message: unknown version")
     return c.u32()
 
 
-def decode_comment(c: Cursor) -> str:
+def decode_comment(c: Reader) -> str:
     raw = c.bytes(c.remaining())
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
@@ -27,7 +27,7 @@ class BTreeK:
     group_leaf: int
 
 
-def decode_btree_k(c: Cursor) -> BTreeK:
+def decode_btree_k(c: Reader) -> BTreeK:
     if c.u8() != 0:
         raise FormatError("B-tree 'K' values message: unknown version")
     return BTreeK(c.u16(), c.u16(), c.u16())
@@ -41,7 +41,7 @@ class GroupInfo:
     est_name_len: int
 
 
-def decode_group_info(c: Cursor) -> GroupInfo:
+def decode_group_info(c: Reader) -> GroupInfo:
     if c.u8() != 0:
         raise FormatError("group info message: unknown version")
     flags = c.u8()

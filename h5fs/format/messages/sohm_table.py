@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ...errors import FormatError
 from .. import checksum
-from ..cursor import Cursor
+from ..codec import Reader
 
 MAX_INDEXES = 32
 
@@ -35,7 +35,7 @@ class SohmTableMessage:
     nindexes: int
 
 
-def decode(c: Cursor) -> SohmTableMessage:
+def decode(c: Reader) -> SohmTableMessage:
     if c.u8() != 0:
         raise FormatError("shared message table message: unknown version")
     return SohmTableMessage(c.offset(), c.u8())
@@ -49,7 +49,7 @@ def read_table(reader, msg: SohmTableMessage) -> list[SohmIndex]:
     size = 4 + msg.nindexes * entry + 4
     data = reader.read(msg.table_address, size, "shared message table")
     checksum.verify(data, "shared message table")
-    c = Cursor(data, 0, s, "shared message table")
+    c = Reader(data, 0, s, "shared message table")
     c.signature(b"SMTB")
     out = []
     for _ in range(msg.nindexes):

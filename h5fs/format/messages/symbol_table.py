@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cursor import Cursor
+from ..codec import Reader
 
 
 @dataclass(frozen=True)
@@ -13,5 +13,5 @@ class SymbolTable:
     heap_address: int | None
 
 
-def decode(c: Cursor) -> SymbolTable:
+def decode(c: Reader) -> SymbolTable:
     return SymbolTable(c.offset(), c.offset())

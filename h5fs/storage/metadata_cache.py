@@ -1,0 +1,89 @@
+"""The file's one metadata cache: (address, kind) -> decoded structure, with a byte budget.
+
+Every decoded metadata structure (object headers, B-tree nodes, heap blocks, array blocks...)
+is cached here under the address it was read from and a short kind tag (one address may be read
+as more than one thing, e.g. a header prefix and the whole block). A writer that frees, moves or
+rewrites a structure calls `invalidate(address)` (or `invalidate_range`), so a reused address
+never serves the structure that used to live there. Thread-safe: decoders run in worker threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable, Hashable, TypeVar
+
+T = TypeVar("T")
+
+DEFAULT_BUDGET = 64 * 1024 * 1024
+
+
+class MetadataCache:
+    def __init__(self, budget: int = DEFAULT_BUDGET):
+        self.budget = budget
+        self.used = 0
+        self._items: OrderedDict[tuple[int, Hashable], tuple[object, int]] = OrderedDict()
+        self._kinds: dict[int, set[Hashable]] = {}   # address -> kinds cached there
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def peek(self, address: int, kind: Hashable) -> object | None:
+        with self._lock:
+            hit = self._items.get((address, kind))
+            if hit is None:
+                return None
+            self._items.move_to_end((address, kind))
+            return hit[0]
+
+    def get(self, address: int, kind: Hashable, load: Callable[[], T], nbytes: int | Callable[[T], int]) -> T:
+        """The cached value, or `load()` stored at a cost of `nbytes` (a number or a function of
+        the value). Two threads missing at once may both load: decoding is pure, the first stored
+        value wins, and a lock held across file I/O would serialize the workers."""
+        key = (address, kind)
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit[0]  # type: ignore[return-value]
+        value = load()
+        size = nbytes(value) if callable(nbytes) else nbytes
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                return hit[0]  # type: ignore[return-value]
+            if size <= self.budget:
+                self._items[key] = (value, size)
+                self._kinds.setdefault(address, set()).add(kind)
+                self.used += size
+                while self.used > self.budget:
+                    self._drop(next(iter(self._items)))
+        return value
+
+    def _drop(self, key: tuple[int, Hashable]) -> None:
+        _, size = self._items.pop(key)
+        self.used -= size
+        kinds = self._kinds[key[0]]
+        kinds.discard(key[1])
+        if not kinds:
+            del self._kinds[key[0]]
+
+    def invalidate(self, address: int) -> None:
+        """Forget everything decoded from `address`."""
+        with self._lock:
+            for kind in list(self._kinds.get(address, ())):
+                self._drop((address, kind))
+
+    def invalidate_range(self, start: int, end: int) -> None:
+        """Forget everything decoded from an address in [start, end) (a freed or rewritten extent)."""
+        with self._lock:
+            for address in [a for a in self._kinds if start <= a < end]:
+                for kind in list(self._kinds[address]):
+                    self._drop((address, kind))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._kinds.clear()
+            self.used = 0
