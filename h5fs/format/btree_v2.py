@@ -1,7 +1,12 @@
 """Version 2 B-trees (spec III.A.2): header, internal and leaf nodes, records of types 1-11.
 
-Reading only. Every node's checksum is verified. The widths of the "number of records" fields in
-internal nodes follow libhdf5's H5B2__hdr_init exactly:
+Decoders verify every checksum; encoders recompute it. Whole structures encode to bytes
+(`encode_header`, `encode_node`); records live inside nodes, so their encoders write into a
+Writer (`encode_link_name(w, record)`, ..., `record_encoder(type)`), and `encode_records` packs
+a node's records at the header's record size.
+
+The widths of the "number of records" fields in internal nodes follow libhdf5's H5B2__hdr_init
+exactly:
 
 - leaf capacity  ``max_nrec[0] = (node_size - 10) // record_size``;
 - ``max_nrec_size`` (width of every "number of records in child" field) is the encoded size of
@@ -16,19 +21,23 @@ internal nodes follow libhdf5's H5B2__hdr_init exactly:
 of bytes (255 -> 1, 256 -> 2).
 
 The checksum of a node covers only the bytes actually used (prefix, records, child pointers) and
-sits right after them, not at the end of the node.
+sits right after them, not at the end of the node; libhdf5 zero-fills the rest of the node, and so
+does `encode_node`. A record shorter than the record size (a type 7 record of a message in an
+object header with offsets narrower than 8 bytes) leaves its tail undefined: it encodes as zeros.
+
+Decoded nodes and headers are cached in the file's metadata cache (`reader.meta`).
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Iterator, TypeVar
 
 from ..errors import FormatError, Unsupported
-from .checksum import verify
-from .codec import Reader, Sizes
+from .checksum import checksum, verify
+from .codec import Reader, Sizes, Writer
 
 R = TypeVar("R")
 
@@ -36,6 +45,7 @@ SIG_HEADER, SIG_INTERNAL, SIG_LEAF = b"BTHD", b"BTIN", b"BTLF"
 NODE_PREFIX = 10          # signature + version + type + checksum
 MAX_DEPTH = 64            # libhdf5 could store up to 65535; real trees are < 10 deep
 MAX_NODE_SIZE = 1 << 24   # libhdf5 defaults to 512..4096; refuse absurd sizes
+HEADER_LAYOUT = "4sBBIHHBBOHL"
 
 # Record types
 HUGE_INDIRECT, HUGE_INDIRECT_FILTERED, HUGE_DIRECT, HUGE_DIRECT_FILTERED = 1, 2, 3, 4
@@ -46,6 +56,21 @@ CHUNK, CHUNK_FILTERED = 10, 11
 def limit_enc_size(n: int) -> int:
     """H5VM_limit_enc_size: bytes libhdf5 uses to encode values up to n."""
     return (max(n, 1).bit_length() - 1) // 8 + 1
+
+
+def uint_code(n: int) -> str:
+    """A struct code for an unsigned field of n bytes: a native integer code where one exists,
+    otherwise `{n}s` (read back with int.from_bytes)."""
+    return {1: "B", 2: "H", 4: "I", 8: "Q"}.get(n, f"{n}s")
+
+
+def as_uint(v: int | bytes) -> int:
+    return v if isinstance(v, int) else int.from_bytes(v, "little")
+
+
+def uint_field(v: int, n: int) -> int | bytes:
+    """The value to pack at `uint_code(n)`."""
+    return v if n in (1, 2, 4, 8) else v.to_bytes(n, "little")
 
 
 @dataclass(frozen=True)
@@ -76,6 +101,13 @@ class BTreeV2Header:
         """Bytes of one child pointer stored in an internal node at `depth` (>= 1)."""
         return self.sizes.offset + self.max_nrec_size + (self.levels[depth - 1].cum_max_nrec_size if depth > 1 else 0)
 
+    def pointer_layout(self, depth: int) -> struct.Struct:
+        """The Struct of one child pointer of an internal node at `depth` (>= 1)."""
+        spec = "O" + uint_code(self.max_nrec_size)
+        if depth > 1:
+            spec += uint_code(self.levels[depth - 1].cum_max_nrec_size)
+        return self.sizes.layout(spec)
+
 
 def _levels(node_size: int, record_size: int, depth: int, sizes: Sizes, what: str) -> tuple[int, tuple[LevelInfo, ...]]:
     leaf_max = (node_size - NODE_PREFIX) // record_size
@@ -98,18 +130,12 @@ def _levels(node_size: int, record_size: int, depth: int, sizes: Sizes, what: st
 
 def decode_header(buf: bytes | memoryview, address: int, sizes: Sizes, what: str = "v2 B-tree header") -> BTreeV2Header:
     c = Reader(buf, 0, sizes, what)
-    c.signature(SIG_HEADER)
-    version = c.u8()
+    sig, version, btype, node_size, record_size, depth, split, merge, root, root_nrec, total = c.fields(HEADER_LAYOUT)
+    if sig != SIG_HEADER:
+        raise FormatError(f"{what}: bad signature {sig!r}, expected {SIG_HEADER!r}")
     if version not in (0, 1):
         raise Unsupported(f"{what}: version {version}")
-    btype = c.u8()
-    node_size = c.u32()
-    record_size = c.u16()
-    depth = c.u16()
-    split, merge = c.u8(), c.u8()
-    root = c.offset()
-    root_nrec = c.u16()
-    total = c.length()
+    root = sizes.address(root)
     end = c.pos
     c.skip(4)
     verify(bytes(c.buf[:end + 4]), what)
@@ -128,13 +154,32 @@ def decode_header(buf: bytes | memoryview, address: int, sizes: Sizes, what: str
                          root_nrec, total, sizes, max_nrec_size, levels)
 
 
+def sealed(w: Writer) -> bytes:
+    """The Writer's bytes followed by their checksum."""
+    w.u32(checksum(w.buf))
+    return w.getvalue()
+
+
+def encode_header(hdr: BTreeV2Header) -> bytes:
+    w = Writer(hdr.sizes)
+    w.fields(HEADER_LAYOUT, SIG_HEADER, hdr.version, hdr.type, hdr.node_size, hdr.record_size, hdr.depth,
+             hdr.split_percent, hdr.merge_percent, hdr.sizes.raw_address(hdr.root_address), hdr.root_nrecords,
+             hdr.total_records)
+    return sealed(w)
+
+
 def header_size(sizes: Sizes) -> int:
-    return 4 + 1 + 1 + 4 + 2 + 2 + 1 + 1 + sizes.offset + 2 + sizes.length + 4
+    return sizes.layout(HEADER_LAYOUT).size + 4
 
 
 def read_header(reader, address: int | None, what: str = "v2 B-tree") -> BTreeV2Header:
-    buf = reader.read(address, header_size(reader.sizes), f"{what} header")
-    return decode_header(buf, address, reader.sizes, f"{what} header at {address}")
+    def load() -> BTreeV2Header:
+        buf = reader.read(address, header_size(reader.sizes), f"{what} header")
+        return decode_header(buf, address, reader.sizes, f"{what} header at {address}")
+
+    if address is None:
+        return load()  # raises: undefined address
+    return reader.meta.get(address, "bt2 header", load, 512)
 
 
 @dataclass(frozen=True)
@@ -152,39 +197,12 @@ class Node:
     children: tuple[ChildPointer, ...]   # empty for leaves; len(records) + 1 otherwise
 
 
-class NodeCache:
-    """A small LRU of checked, parsed nodes (and their decoded records), so that repeated lookups
-    in one tree do not re-read, re-checksum and re-decode the upper levels."""
-
-    def __init__(self, capacity: int = 128):
-        self.capacity = capacity
-        self._nodes: OrderedDict[tuple, object] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple):
-        with self._lock:
-            node = self._nodes.get(key)
-            if node is not None:
-                self._nodes.move_to_end(key)
-            return node
-
-    def put(self, key: tuple, node) -> None:
-        with self._lock:
-            self._nodes[key] = node
-            while len(self._nodes) > self.capacity:
-                self._nodes.popitem(last=False)
+def _node_label(hdr: BTreeV2Header, address: int | None, depth: int, what: str) -> str:
+    return f"{what} {'internal node' if depth else 'leaf node'} at {address}"
 
 
-def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth: int, what: str = "v2 B-tree",
-              cache: NodeCache | None = None) -> Node:
-    """One node of `hdr`'s tree holding `nrec` records at `depth` (0 = leaf)."""
-    if cache is not None and address is not None:
-        hit = cache.get((address, nrec, depth))
-        if isinstance(hit, Node):
-            return hit
-        node = read_node(reader, hdr, address, nrec, depth, what)
-        cache.put((address, nrec, depth), node)
-        return node
+def _used_size(hdr: BTreeV2Header, address: int | None, nrec: int, depth: int, what: str) -> int:
+    """Bytes a node holding `nrec` records at `depth` uses, checksum included; checks both."""
     if not 0 <= depth <= hdr.depth:
         raise FormatError(f"{what}: node depth {depth} outside the tree's depth {hdr.depth}")
     if nrec > hdr.levels[depth].max_nrec:
@@ -193,60 +211,113 @@ def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth:
     used = 6 + nrec * hdr.record_size + (nrec + 1) * ptr_size
     if used + 4 > hdr.node_size:
         raise FormatError(f"{what}: node at {address} overflows the node size")
-    kind = "internal node" if depth else "leaf node"
-    label = f"{what} {kind} at {address}"
-    buf = reader.read(address, used + 4, label)
+    return used + 4
+
+
+def decode_node(buf: bytes | memoryview, hdr: BTreeV2Header, address: int | None, nrec: int, depth: int,
+                what: str = "v2 B-tree") -> Node:
+    """A node of `hdr`'s tree holding `nrec` records at `depth` (0 = leaf) from its used bytes
+    (`buf` may run on to the end of the node)."""
+    size = _used_size(hdr, address, nrec, depth, what)
+    label = _node_label(hdr, address, depth, what)
     c = Reader(buf, 0, hdr.sizes, label)
-    c.signature(SIG_INTERNAL if depth else SIG_LEAF)
-    version = c.u8()
+    sig, version, btype = c.fields("4sBB")
+    if sig != (SIG_INTERNAL if depth else SIG_LEAF):
+        raise FormatError(f"{label}: bad signature {sig!r}, expected {SIG_INTERNAL if depth else SIG_LEAF!r}")
     if version != 0:
         raise Unsupported(f"{label}: version {version}")
-    btype = c.u8()
     if btype != hdr.type:
         raise FormatError(f"{label}: type {btype} differs from the header's type {hdr.type}")
-    verify(buf, label)
-    records = tuple(c.bytes(hdr.record_size) for _ in range(nrec))
+    c.need(size - c.pos)
+    verify(c.buf[:size], label)
+    rs = hdr.record_size
+    raw = c.bytes(nrec * rs)
+    records = tuple(raw[i:i + rs] for i in range(0, len(raw), rs))
     children: list[ChildPointer] = []
     if depth:
-        tot_size = hdr.levels[depth - 1].cum_max_nrec_size if depth > 1 else 0
-        child_max = hdr.levels[depth - 1].max_nrec
-        for _ in range(nrec + 1):
-            addr = c.offset()
-            n = c.uint(hdr.max_nrec_size)
-            total = c.uint(tot_size) if depth > 1 else n
+        child = hdr.levels[depth - 1]
+        st = hdr.pointer_layout(depth)
+        for fields in st.iter_unpack(c.bytes((nrec + 1) * st.size)):
+            addr, n = hdr.sizes.address(fields[0]), as_uint(fields[1])
+            total = as_uint(fields[2]) if depth > 1 else n
             if addr is None:
                 raise FormatError(f"{label}: undefined child address")
-            if n > child_max or total > hdr.levels[depth - 1].cum_max_nrec or total < n:
+            if n > child.max_nrec or total > child.cum_max_nrec or total < n:
                 raise FormatError(f"{label}: implausible child record counts {n}/{total}")
             children.append(ChildPointer(addr, n, total))
     return Node(address, depth, records, tuple(children))
 
 
-def _decode_all(hdr: BTreeV2Header, node: Node, decode_record: Callable[[Reader], R], what: str) -> list[R]:
-    out = []
+def encode_node(hdr: BTreeV2Header, node: Node) -> bytes:
+    """The node's whole image (`node_size` bytes): prefix, records, child pointers, checksum,
+    zeros."""
+    w = Writer(hdr.sizes)
+    w.fields("4sBB", SIG_INTERNAL if node.depth else SIG_LEAF, 0, hdr.type)
     for raw in node.records:
-        out.append(decode_record(Reader(raw, 0, hdr.sizes, f"{what} record")))
+        if len(raw) != hdr.record_size:
+            raise ValueError(f"record of {len(raw)} bytes in a tree of {hdr.record_size}-byte records")
+        w.bytes(raw)
+    if node.depth:
+        st = hdr.pointer_layout(node.depth)
+        tot = hdr.levels[node.depth - 1].cum_max_nrec_size
+        for ch in node.children:
+            values = [ch.address, uint_field(ch.nrecords, hdr.max_nrec_size)]
+            if node.depth > 1:
+                values.append(uint_field(ch.total_records, tot))
+            w.pack(st, *values)
+    sealed(w)
+    w.zeros(hdr.node_size - w.pos)
+    return w.getvalue()
+
+
+def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth: int,
+              what: str = "v2 B-tree") -> Node:
+    """One node of `hdr`'s tree holding `nrec` records at `depth` (0 = leaf)."""
+    size = _used_size(hdr, address, nrec, depth, what)
+    return decode_node(reader.read(address, size, _node_label(hdr, address, depth, what)), hdr, address, nrec,
+                       depth, what)
+
+
+def decode_records(hdr: BTreeV2Header, node: Node, decode_record: Callable[[Reader], R], what: str) -> list[R]:
+    """The node's records, decoded by `decode_record`, each within its record size."""
+    rs = hdr.record_size
+    c = Reader(b"".join(node.records), 0, hdr.sizes, f"{what} record")
+    out = []
+    for end in range(rs, rs * len(node.records) + 1, rs):
+        out.append(decode_record(c))
+        if c.pos > end:
+            raise FormatError(f"{what}: record overruns its {rs} bytes")
+        c.pos = end
     return out
 
 
-def _decoded(reader, hdr: BTreeV2Header, addr: int, nrec: int, depth: int, decode_record, what: str,
-             cache: NodeCache | None) -> tuple[Node, list]:
-    """A node and its decoded records, both cached when a cache is given."""
-    if cache is None:
+def encode_records(hdr: BTreeV2Header, encode_record: Callable[[Writer, R], None], records) -> tuple[bytes, ...]:
+    """Raw record bytes for a Node: each record encoded and zero-padded to the record size."""
+    out = []
+    for rec in records:
+        w = Writer(hdr.sizes)
+        encode_record(w, rec)
+        if w.pos > hdr.record_size:
+            raise ValueError(f"record of {w.pos} bytes in a tree of {hdr.record_size}-byte records")
+        w.zeros(hdr.record_size - w.pos)
+        out.append(w.getvalue())
+    return tuple(out)
+
+
+def _decoded(reader, hdr: BTreeV2Header, addr: int, nrec: int, depth: int, decode_record,
+             what: str) -> tuple[Node, list]:
+    """A node and its decoded records, through the file's metadata cache."""
+    def load() -> tuple[Node, list]:
         node = read_node(reader, hdr, addr, nrec, depth, what)
-        return node, _decode_all(hdr, node, decode_record, what)
-    key = (addr, nrec, depth, decode_record)
-    hit = cache.get(key)
-    if hit is None:
-        node = read_node(reader, hdr, addr, nrec, depth, what)
-        hit = (node, _decode_all(hdr, node, decode_record, what))
-        cache.put(key, hit)
-    return hit
+        return node, decode_records(hdr, node, decode_record, what)
+
+    kind = ("bt2 node", hdr.address, nrec, depth, decode_record)
+    return reader.meta.get(addr, kind, load, 200 + nrec * (hdr.record_size + 200))
 
 
 def iterate(reader, address: int | None, decode_record: Callable[[Reader], R] | str | None = None,
             what: str = "v2 B-tree", expect_type: int | None = None,
-            header: BTreeV2Header | None = None, cache: NodeCache | None = None) -> Iterator[R]:
+            header: BTreeV2Header | None = None) -> Iterator[R]:
     """Every record of the tree whose header is at `address`, in key order.
 
     Without `decode_record` the decoder is chosen by the header's type (1-9; types 10/11 need
@@ -269,7 +340,7 @@ def iterate(reader, address: int | None, decode_record: Callable[[Reader], R] | 
         if addr in seen:
             raise FormatError(f"{what}: node at {addr} is reached twice (cycle or shared node)")
         seen.add(addr)
-        node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what, cache)
+        node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what)
         if depth == 0:
             count += len(recs)
             yield from recs
@@ -287,7 +358,7 @@ def iterate(reader, address: int | None, decode_record: Callable[[Reader], R] | 
 
 def find(reader, address: int | None, compare: Callable[[R], int],
          decode_record: Callable[[Reader], R] | None = None, what: str = "v2 B-tree",
-         header: BTreeV2Header | None = None, cache: NodeCache | None = None) -> R | None:
+         header: BTreeV2Header | None = None) -> R | None:
     """The record for which compare(record) == 0, descending from the root only.
 
     `compare(record)` answers the sign of (wanted key - record's key): negative when the wanted
@@ -300,7 +371,7 @@ def find(reader, address: int | None, compare: Callable[[R], int],
         return None
     addr, nrec, depth = hdr.root_address, hdr.root_nrecords, hdr.depth
     for _ in range(hdr.depth + 1):
-        node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what, cache)
+        node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what)
         lo, hi = 0, len(recs)
         while lo < hi:  # first record whose key >= wanted
             mid = (lo + hi) // 2
@@ -379,50 +450,90 @@ class ChunkRecordV2:        # types 10 and 11
 
 
 def decode_huge_indirect(c: Reader) -> HugeObjectRecord:
-    return HugeObjectRecord(c.offset(), c.length(), id=c.length())
+    addr, length, key = c.fields("OLL")
+    return HugeObjectRecord(c.sizes.address(addr), length, id=key)
+
+
+def encode_huge_indirect(w: Writer, r: HugeObjectRecord) -> None:
+    w.fields("OLL", w.sizes.raw_address(r.address), r.length, r.id)
 
 
 def decode_huge_indirect_filtered(c: Reader) -> HugeObjectRecord:
-    addr, length, mask, msize = c.offset(), c.length(), c.u32(), c.length()
-    return HugeObjectRecord(addr, length, id=c.length(), filter_mask=mask, memory_size=msize)
+    addr, length, mask, msize, key = c.fields("OLILL")
+    return HugeObjectRecord(c.sizes.address(addr), length, id=key, filter_mask=mask, memory_size=msize)
+
+
+def encode_huge_indirect_filtered(w: Writer, r: HugeObjectRecord) -> None:
+    w.fields("OLILL", w.sizes.raw_address(r.address), r.length, r.filter_mask, r.memory_size, r.id)
 
 
 def decode_huge_direct(c: Reader) -> HugeObjectRecord:
-    return HugeObjectRecord(c.offset(), c.length())
+    addr, length = c.fields("OL")
+    return HugeObjectRecord(c.sizes.address(addr), length)
+
+
+def encode_huge_direct(w: Writer, r: HugeObjectRecord) -> None:
+    w.fields("OL", w.sizes.raw_address(r.address), r.length)
 
 
 def decode_huge_direct_filtered(c: Reader) -> HugeObjectRecord:
-    addr, length, mask = c.offset(), c.length(), c.u32()
-    return HugeObjectRecord(addr, length, filter_mask=mask, memory_size=c.length())
+    addr, length, mask, msize = c.fields("OLIL")
+    return HugeObjectRecord(c.sizes.address(addr), length, filter_mask=mask, memory_size=msize)
+
+
+def encode_huge_direct_filtered(w: Writer, r: HugeObjectRecord) -> None:
+    w.fields("OLIL", w.sizes.raw_address(r.address), r.length, r.filter_mask, r.memory_size)
 
 
 def decode_link_name(c: Reader) -> LinkNameRecord:
-    return LinkNameRecord(c.u32(), c.bytes(7))
+    return LinkNameRecord(*c.fields("I7s"))
+
+
+def encode_link_name(w: Writer, r: LinkNameRecord) -> None:
+    w.fields("I7s", r.hash, r.heap_id)
 
 
 def decode_link_corder(c: Reader) -> LinkCorderRecord:
-    return LinkCorderRecord(c.u64(), c.bytes(7))
+    return LinkCorderRecord(*c.fields("Q7s"))
+
+
+def encode_link_corder(w: Writer, r: LinkCorderRecord) -> None:
+    w.fields("Q7s", r.corder, r.heap_id)
 
 
 def decode_sohm(c: Reader) -> SharedMessageRecord:
-    loc = c.u8()
-    h = c.u32()
+    loc, h = c.fields("BI")
     if loc == 0:
-        return SharedMessageRecord(loc, h, refcount=c.u32(), heap_id=c.bytes(8))
+        refcount, heap_id = c.fields("I8s")
+        return SharedMessageRecord(loc, h, refcount=refcount, heap_id=heap_id)
     if loc == 1:
-        c.skip(1)
-        mtype = c.u8()
-        idx = c.u16()
-        return SharedMessageRecord(loc, h, msg_type=mtype, oh_index=idx, oh_address=c.offset())
+        _, mtype, idx, addr = c.fields("BBHO")   # a reserved byte first
+        return SharedMessageRecord(loc, h, msg_type=mtype, oh_index=idx, oh_address=c.sizes.address(addr))
     raise FormatError(f"{c.what}: unknown shared message location {loc}")
 
 
+def encode_sohm(w: Writer, r: SharedMessageRecord) -> None:
+    w.fields("BI", r.location, r.hash)
+    if r.location == 0:
+        w.fields("I8s", r.refcount, r.heap_id)
+    else:
+        w.fields("BBHO", 0, r.msg_type, r.oh_index, w.sizes.raw_address(r.oh_address))
+
+
 def decode_attr_name(c: Reader) -> AttrNameRecord:
-    return AttrNameRecord(c.bytes(8), c.u8(), c.u32(), c.u32())
+    return AttrNameRecord(*c.fields("8sBII"))
+
+
+def encode_attr_name(w: Writer, r: AttrNameRecord) -> None:
+    w.fields("8sBII", r.heap_id, r.flags, r.corder, r.hash)
 
 
 def decode_attr_corder(c: Reader) -> AttrCorderRecord:
-    return AttrCorderRecord(c.bytes(8), c.u8(), c.u32())
+    return AttrCorderRecord(*c.fields("8sBI"))
+
+
+def encode_attr_corder(w: Writer, r: AttrCorderRecord) -> None:
+    w.fields("8sBI", r.heap_id, r.flags, r.corder)
 
 
 def chunk_size_width(chunk_nbytes: int, sizes: Sizes, wide: bool = False) -> int:
@@ -438,24 +549,42 @@ def chunk_size_width(chunk_nbytes: int, sizes: Sizes, wide: bool = False) -> int
     return min(8, 1 + ((max(chunk_nbytes, 1).bit_length() - 1) + 8) // 8)
 
 
-def chunk_record_decoder(rank: int, filtered: bool, size_width: int = 0) -> Callable[[Reader], ChunkRecordV2]:
-    """Decoder for type 10 (filtered=False) or 11 records of a `rank`-dimensional dataset."""
+def _chunk_layout(rank: int, filtered: bool, size_width: int) -> str:
     if not 1 <= rank <= 32:
         raise FormatError(f"v2 B-tree chunk records: rank {rank} out of range")
     if filtered and not 1 <= size_width <= 8:
         raise FormatError(f"v2 B-tree chunk records: chunk size width {size_width} out of range")
+    return "O" + (uint_code(size_width) + "I" if filtered else "") + "Q" * rank
+
+
+@lru_cache(maxsize=256)
+def chunk_record_decoder(rank: int, filtered: bool, size_width: int = 0) -> Callable[[Reader], ChunkRecordV2]:
+    """Decoder for type 10 (filtered=False) or 11 records of a `rank`-dimensional dataset (one
+    struct per record; the same function for the same arguments, so it can key a cache)."""
+    spec = _chunk_layout(rank, filtered, size_width)
 
     def decode(c: Reader) -> ChunkRecordV2:
-        addr = c.offset()
+        v = c.fields(spec)
+        addr = c.sizes.address(v[0])
         if filtered:
-            size = c.uint(size_width)
-            mask = c.u32()
-        else:
-            size = mask = 0
-        scaled = tuple(c.u64() for _ in range(rank))
-        return ChunkRecordV2(addr, scaled, size, mask)
+            return ChunkRecordV2(addr, v[3:], as_uint(v[1]), v[2])
+        return ChunkRecordV2(addr, v[1:])
 
     return decode
+
+
+@lru_cache(maxsize=256)
+def chunk_record_encoder(rank: int, filtered: bool, size_width: int = 0) -> Callable[[Writer, ChunkRecordV2], None]:
+    """Encoder for type 10 (filtered=False) or 11 records of a `rank`-dimensional dataset."""
+    spec = _chunk_layout(rank, filtered, size_width)
+
+    def encode(w: Writer, r: ChunkRecordV2) -> None:
+        if len(r.scaled) != rank:
+            raise ValueError(f"chunk record of rank {len(r.scaled)} in a rank-{rank} index")
+        head = (uint_field(r.size, size_width), r.filter_mask) if filtered else ()
+        w.fields(spec, w.sizes.raw_address(r.address), *head, *r.scaled)
+
+    return encode
 
 
 def chunk_record_size(sizes: Sizes, rank: int, filtered: bool, size_width: int = 0) -> int:
@@ -469,13 +598,27 @@ RECORD_DECODERS: dict[int, Callable[[Reader], object]] = {
     ATTR_NAME: decode_attr_name, ATTR_CORDER: decode_attr_corder,
 }
 
+RECORD_ENCODERS: dict[int, Callable[[Writer, object], None]] = {
+    HUGE_INDIRECT: encode_huge_indirect, HUGE_INDIRECT_FILTERED: encode_huge_indirect_filtered,
+    HUGE_DIRECT: encode_huge_direct, HUGE_DIRECT_FILTERED: encode_huge_direct_filtered,
+    LINK_NAME: encode_link_name, LINK_CORDER: encode_link_corder, SOHM: encode_sohm,
+    ATTR_NAME: encode_attr_name, ATTR_CORDER: encode_attr_corder,
+}
+
 
 def record_decoder(btype: int, rank: int = 0, size_width: int = 0) -> Callable[[Reader], object]:
     """The decoder for records of B-tree type `btype` (types 10/11 need the rank, 11 the width)."""
     if btype in RECORD_DECODERS:
         return RECORD_DECODERS[btype]
-    if btype == CHUNK:
-        return chunk_record_decoder(rank, False)
-    if btype == CHUNK_FILTERED:
-        return chunk_record_decoder(rank, True, size_width)
+    if btype in (CHUNK, CHUNK_FILTERED):
+        return chunk_record_decoder(rank, btype == CHUNK_FILTERED, size_width if btype == CHUNK_FILTERED else 0)
+    raise Unsupported(f"v2 B-tree record type {btype}")
+
+
+def record_encoder(btype: int, rank: int = 0, size_width: int = 0) -> Callable[[Writer, object], None]:
+    """The encoder for records of B-tree type `btype` (types 10/11 need the rank, 11 the width)."""
+    if btype in RECORD_ENCODERS:
+        return RECORD_ENCODERS[btype]
+    if btype in (CHUNK, CHUNK_FILTERED):
+        return chunk_record_encoder(rank, btype == CHUNK_FILTERED, size_width if btype == CHUNK_FILTERED else 0)
     raise Unsupported(f"v2 B-tree record type {btype}")

@@ -1,6 +1,9 @@
 """Extensible arrays (spec Appendix C.D): header, index block, super blocks, data blocks, pages.
 
-Reading only; every checksum is verified. Geometry as libhdf5 computes it (H5EAhdr.c
+Decoders verify every checksum; encoders (`encode_header`, `encode_index_block`,
+`encode_super_block`, `encode_data_block`, and the pages' `fixed_array.encode_page`) return whole
+blocks with their checksum. Blocks keep elements as raw bytes (see fixed_array for the chunk
+elements). Decoded blocks are cached in the file's metadata cache. Geometry as libhdf5 computes it (H5EAhdr.c
 H5EA__hdr_init, H5EAiblock.c, H5EAsblock.c, H5EAdblock.c, H5EA.c H5EA__lookup_elmt):
 
 - ``nsblks = 1 + max_nelmts_bits - log2(data_blk_min_elmts)`` super blocks; super block u has
@@ -23,18 +26,17 @@ H5EA__hdr_init, H5EAiblock.c, H5EAsblock.c, H5EAdblock.c, H5EA.c H5EA__lookup_el
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
 from ..errors import FormatError
+from .btree_v2 import as_uint, sealed, uint_code, uint_field
 from .checksum import checked_block, verify
-from .codec import Reader, Sizes
-from .fixed_array import check_block_prefix
+from .codec import Reader, Sizes, Writer
+from .fixed_array import PREFIX_LAYOUT, bit_set, check_block_prefix, decode_page, write_block_prefix
 
 SIG_HEADER, SIG_IBLOCK, SIG_SBLOCK, SIG_DBLOCK = b"EAHD", b"EAIB", b"EASB", b"EADB"
-_CACHE = 16
+HEADER_LAYOUT = "BBBBBBBLLLLLLO"   # after signature and version
 
 
 def _is_pow2(n: int) -> bool:
@@ -64,6 +66,11 @@ class ExtensibleArrayHeader:
     num_elements: int
     iblock_address: int | None
 
+    @property
+    def block_offset_size(self) -> int:
+        """Bytes of the block offset in super and data blocks."""
+        return (self.max_nelmts_bits + 7) // 8
+
 
 @dataclass(frozen=True)
 class SuperBlockInfo:
@@ -74,17 +81,13 @@ class SuperBlockInfo:
 
 
 def header_size(sizes: Sizes) -> int:
-    return 4 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 6 * sizes.length + sizes.offset + 4
+    return 4 + 1 + sizes.layout(HEADER_LAYOUT).size + 4
 
 
-def read_header(reader, address: int | None, what: str = "extensible array") -> ExtensibleArrayHeader:
-    label = f"{what} header at {address}"
-    buf = reader.read(address, header_size(reader.sizes), label)
-    c, version = checked_block(buf, reader.sizes, SIG_HEADER, label, (0, 1))
-    vals = [c.u8() for _ in range(7)]
-    stats = [c.length() for _ in range(6)]
-    iblock = c.offset()
-    h = ExtensibleArrayHeader(address, version, *vals, *stats, iblock)
+def decode_header(buf: bytes | memoryview, address: int, sizes: Sizes, label: str) -> ExtensibleArrayHeader:
+    c, version = checked_block(buf, sizes, SIG_HEADER, label, (0, 1))
+    *vals, iblock = c.fields(HEADER_LAYOUT)
+    h = ExtensibleArrayHeader(address, version, *vals, sizes.address(iblock))
     if h.element_size == 0:
         raise FormatError(f"{label}: zero element size")
     if not 1 <= h.max_nelmts_bits <= 64:
@@ -96,6 +99,136 @@ def read_header(reader, address: int | None, what: str = "extensible array") -> 
     if h.max_dblk_page_nelmts_bits > h.max_nelmts_bits:
         raise FormatError(f"{label}: page bits {h.max_dblk_page_nelmts_bits} exceed the array's bits")
     return h
+
+
+def encode_header(h: ExtensibleArrayHeader, sizes: Sizes) -> bytes:
+    w = Writer(sizes)
+    w.fields("4sB" + HEADER_LAYOUT, SIG_HEADER, h.version, h.client_id, h.element_size, h.max_nelmts_bits,
+             h.idx_blk_elmts, h.data_blk_min_elmts, h.sup_blk_min_data_ptrs, h.max_dblk_page_nelmts_bits,
+             h.num_super_blocks, h.super_block_size, h.num_data_blocks, h.data_block_size, h.max_idx_set,
+             h.num_elements, sizes.raw_address(h.iblock_address))
+    return sealed(w)
+
+
+def read_header(reader, address: int | None, what: str = "extensible array") -> ExtensibleArrayHeader:
+    label = f"{what} header at {address}"
+
+    def load() -> ExtensibleArrayHeader:
+        return decode_header(reader.read(address, header_size(reader.sizes), label), address, reader.sizes, label)
+
+    return load() if address is None else reader.meta.get(address, "ea header", load, 400)
+
+
+# -- blocks -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexBlock:
+    address: int
+    elements: bytes                         # idx_blk_elmts raw elements
+    dblock_addresses: tuple[int | None, ...]
+    sblock_addresses: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class SuperBlock:
+    address: int
+    block_offset: int
+    bitmap: bytes                           # page-init bits of its paged data blocks
+    dblock_addresses: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class DataBlock:
+    address: int
+    block_offset: int
+    elements: bytes                         # empty for a paged data block (its pages follow it)
+
+
+def _addresses(c: Reader, n: int) -> tuple[int | None, ...]:
+    undefined = c.sizes.undefined
+    return tuple(None if a == undefined else a for (a,) in c.sizes.layout("O").iter_unpack(c.bytes(n * c.sizes.offset)))
+
+
+def _write_addresses(w: Writer, addresses) -> None:
+    for a in addresses:
+        w.offset(a)
+
+
+def _offset_layout(h: ExtensibleArrayHeader) -> str:
+    return uint_code(h.block_offset_size)
+
+
+def _open_block(buf, h: ExtensibleArrayHeader, sizes: Sizes, size: int, signature: bytes, label: str) -> Reader:
+    """A Reader past the prefix of a block of `size` bytes, checksum and prefix verified."""
+    c = Reader(buf, 0, sizes, label)
+    c.need(size)
+    verify(bytes(c.buf[:size]), label)
+    check_block_prefix(c, signature, h, label)
+    return c
+
+
+def index_block_size(h: ExtensibleArrayHeader, sizes: Sizes, ndblk_addrs: int, nsblk_addrs: int) -> int:
+    return sizes.layout(PREFIX_LAYOUT).size + h.idx_blk_elmts * h.element_size \
+        + (ndblk_addrs + nsblk_addrs) * sizes.offset + 4
+
+
+def decode_index_block(buf, h: ExtensibleArrayHeader, sizes: Sizes, ndblk_addrs: int, nsblk_addrs: int,
+                       label: str) -> IndexBlock:
+    c = _open_block(buf, h, sizes, index_block_size(h, sizes, ndblk_addrs, nsblk_addrs), SIG_IBLOCK, label)
+    elements = c.bytes(h.idx_blk_elmts * h.element_size)
+    return IndexBlock(h.iblock_address, elements, _addresses(c, ndblk_addrs), _addresses(c, nsblk_addrs))
+
+
+def encode_index_block(ib: IndexBlock, h: ExtensibleArrayHeader, sizes: Sizes) -> bytes:
+    w = Writer(sizes)
+    write_block_prefix(w, SIG_IBLOCK, h)
+    w.bytes(ib.elements)
+    _write_addresses(w, ib.dblock_addresses)
+    _write_addresses(w, ib.sblock_addresses)
+    return sealed(w)
+
+
+def super_block_size(h: ExtensibleArrayHeader, sizes: Sizes, bitmap_size: int, ndblks: int) -> int:
+    return sizes.layout(PREFIX_LAYOUT + _offset_layout(h)).size + bitmap_size + ndblks * sizes.offset + 4
+
+
+def decode_super_block(buf, h: ExtensibleArrayHeader, sizes: Sizes, address: int, bitmap_size: int, ndblks: int,
+                       label: str) -> SuperBlock:
+    c = _open_block(buf, h, sizes, super_block_size(h, sizes, bitmap_size, ndblks), SIG_SBLOCK, label)
+    (off,) = c.fields(_offset_layout(h))
+    bitmap = c.bytes(bitmap_size)
+    return SuperBlock(address, as_uint(off), bitmap, _addresses(c, ndblks))
+
+
+def encode_super_block(sb: SuperBlock, h: ExtensibleArrayHeader, sizes: Sizes) -> bytes:
+    w = Writer(sizes)
+    write_block_prefix(w, SIG_SBLOCK, h)
+    w.fields(_offset_layout(h), uint_field(sb.block_offset, h.block_offset_size))
+    w.bytes(sb.bitmap)
+    _write_addresses(w, sb.dblock_addresses)
+    return sealed(w)
+
+
+def data_block_size(h: ExtensibleArrayHeader, sizes: Sizes, nelmts: int) -> int:
+    """Bytes of a data block storing `nelmts` elements itself (0: a paged block's prefix)."""
+    return sizes.layout(PREFIX_LAYOUT + _offset_layout(h)).size + nelmts * h.element_size + 4
+
+
+def decode_data_block(buf, h: ExtensibleArrayHeader, sizes: Sizes, address: int, nelmts: int,
+                      label: str) -> DataBlock:
+    """A data block holding `nelmts` elements (0 for a paged data block: the prefix only)."""
+    c = _open_block(buf, h, sizes, data_block_size(h, sizes, nelmts), SIG_DBLOCK, label)
+    (off,) = c.fields(_offset_layout(h))
+    return DataBlock(address, as_uint(off), c.bytes(nelmts * h.element_size))
+
+
+def encode_data_block(db: DataBlock, h: ExtensibleArrayHeader, sizes: Sizes) -> bytes:
+    w = Writer(sizes)
+    write_block_prefix(w, SIG_DBLOCK, h)
+    w.fields(_offset_layout(h), uint_field(db.block_offset, h.block_offset_size))
+    w.bytes(db.elements)
+    return sealed(w)
 
 
 class ExtensibleArray:
@@ -115,124 +248,85 @@ class ExtensibleArray:
             start_idx += nd * ne
             start_dblk += nd
         self.sblk_info = tuple(info)
-        self.arr_off_size = (h.max_nelmts_bits + 7) // 8
+        self.arr_off_size = h.block_offset_size
         self.page_nelmts = 1 << h.max_dblk_page_nelmts_bits
         self.iblock_nsblks = 2 * _log2(h.sup_blk_min_data_ptrs)
         self.iblock_ndblk_addrs = 2 * (h.sup_blk_min_data_ptrs - 1)
         self.iblock_nsblk_addrs = self.nsblks - self.iblock_nsblks
         if self.iblock_nsblk_addrs < 0:
             raise FormatError(f"{self.what}: fewer super blocks ({self.nsblks}) than the index block covers")
-        self._iblock: tuple[bytes, tuple[int | None, ...], tuple[int | None, ...]] | None = None
-        self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple[str, int], object] = OrderedDict()
 
     # -- blocks ---------------------------------------------------------------------------------
 
-    def _cached(self, key: tuple[str, int]):
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-            return hit
+    def _cached(self, address: int, kind: str, load, nbytes):
+        return self.reader.meta.get(address, (kind, self.header.address), load, nbytes)
 
-    def _store(self, key: tuple[str, int], value) -> None:
-        with self._lock:
-            self._cache[key] = value
-            while len(self._cache) > _CACHE:
-                self._cache.popitem(last=False)
+    def index_block_record(self) -> IndexBlock:
+        h, s = self.header, self.sizes
+        label = f"{self.what} index block at {h.iblock_address}"
+        nd, ns = self.iblock_ndblk_addrs, self.iblock_nsblk_addrs
+
+        def load() -> IndexBlock:
+            buf = self.reader.read(h.iblock_address, index_block_size(h, s, nd, ns), label)
+            return decode_index_block(buf, h, s, nd, ns, label)
+
+        return self._cached(h.iblock_address, "ea iblock", load, index_block_size(h, s, nd, ns) + 100 * (nd + ns))
 
     def index_block(self) -> tuple[bytes, tuple[int | None, ...], tuple[int | None, ...]]:
         """(element bytes, data block addresses, super block addresses) of the index block."""
-        if self._iblock is not None:
-            return self._iblock
-        h, s = self.header, self.sizes
-        label = f"{self.what} index block at {h.iblock_address}"
-        size = 4 + 1 + 1 + s.offset + h.idx_blk_elmts * h.element_size \
-            + (self.iblock_ndblk_addrs + self.iblock_nsblk_addrs) * s.offset + 4
-        buf = self.reader.read(h.iblock_address, size, label)
-        c = Reader(buf, 0, s, label)
-        verify(buf, label)
-        check_block_prefix(c, SIG_IBLOCK, h, label)
-        elements = c.bytes(h.idx_blk_elmts * h.element_size)
-        dblks = tuple(c.offset() for _ in range(self.iblock_ndblk_addrs))
-        sblks = tuple(c.offset() for _ in range(self.iblock_nsblk_addrs))
-        self._iblock = (elements, dblks, sblks)
-        return self._iblock
+        ib = self.index_block_record()
+        return ib.elements, ib.dblock_addresses, ib.sblock_addresses
 
-    def _sblock_geometry(self, sblk_idx: int) -> tuple[int, int, int]:
-        """(pages per data block, page-init bitmap bytes, super block size) of super block u."""
-        info = self.sblk_info[sblk_idx]
-        npages = info.dblk_nelmts // self.page_nelmts if info.dblk_nelmts > self.page_nelmts else 0
+    def npages(self, sblk_idx: int) -> int:
+        """Pages per data block of super block `sblk_idx` (0: its data blocks are not paged)."""
+        n = self.sblk_info[sblk_idx].dblk_nelmts
+        return n // self.page_nelmts if n > self.page_nelmts else 0
+
+    def bitmap_size(self, sblk_idx: int) -> int:
         # libhdf5 reserves ceil(npages / 8) bytes per data block but numbers the bits contiguously
         # (bit dblk * npages + page), so the tail of the bitmap stays unused
-        bitmap = info.ndblks * ((npages + 7) // 8)
-        size = 4 + 1 + 1 + self.sizes.offset + self.arr_off_size + bitmap + info.ndblks * self.sizes.offset + 4
-        return npages, bitmap, size
+        return self.sblk_info[sblk_idx].ndblks * ((self.npages(sblk_idx) + 7) // 8)
+
+    def super_block_record(self, sblk_idx: int, address: int) -> SuperBlock:
+        h, s = self.header, self.sizes
+        ndblks, bitmap = self.sblk_info[sblk_idx].ndblks, self.bitmap_size(sblk_idx)
+        size = super_block_size(h, s, bitmap, ndblks)
+        label = f"{self.what} super block {sblk_idx} at {address}"
+
+        def load() -> SuperBlock:
+            return decode_super_block(self.reader.read(address, size, label), h, s, address, bitmap, ndblks, label)
+
+        return self._cached(address, f"ea sblock {sblk_idx}", load, size + 100 * ndblks)
 
     def super_block(self, sblk_idx: int, address: int) -> tuple[bytes, tuple[int | None, ...]]:
         """(page-init bitmap, data block addresses) of super block `sblk_idx` at `address`."""
-        hit = self._cached(("s", address))
-        if hit is not None:
-            return hit
-        info = self.sblk_info[sblk_idx]
-        npages, bitmap_size, size = self._sblock_geometry(sblk_idx)
-        label = f"{self.what} super block {sblk_idx} at {address}"
-        buf = self.reader.read(address, size, label)
-        c = Reader(buf, 0, self.sizes, label)
-        verify(buf, label)
-        check_block_prefix(c, SIG_SBLOCK, self.header, label)
-        c.uint(self.arr_off_size)  # block offset: informational
-        bitmap = c.bytes(bitmap_size)
-        dblks = tuple(c.offset() for _ in range(info.ndblks))
-        out = (bitmap, dblks)
-        self._store(("s", address), out)
-        return out
+        sb = self.super_block_record(sblk_idx, address)
+        return sb.bitmap, sb.dblock_addresses
 
-    def _dblock_prefix_size(self) -> int:
-        return 4 + 1 + 1 + self.sizes.offset + self.arr_off_size + 4
+    def data_block_record(self, address: int, nelmts: int) -> DataBlock:
+        """The data block at `address` storing `nelmts` elements (0: a paged block's prefix)."""
+        h, s = self.header, self.sizes
+        size = data_block_size(h, s, nelmts)
+        label = f"{self.what} data block at {address}"
+
+        def load() -> DataBlock:
+            return decode_data_block(self.reader.read(address, size, label), h, s, address, nelmts, label)
+
+        return self._cached(address, f"ea dblock {nelmts}", load, size + 100)
 
     def data_block(self, address: int, nelmts: int) -> bytes:
         """Element bytes of an unpaged data block of `nelmts` elements."""
-        hit = self._cached(("d", address))
-        if hit is not None:
-            return hit
-        h = self.header
-        label = f"{self.what} data block at {address}"
-        buf = self.reader.read(address, self._dblock_prefix_size() + nelmts * h.element_size, label)
-        c = Reader(buf, 0, self.sizes, label)
-        verify(buf, label)
-        check_block_prefix(c, SIG_DBLOCK, self.header, label)
-        c.uint(self.arr_off_size)
-        data = c.bytes(nelmts * h.element_size)
-        self._store(("d", address), data)
-        return data
+        return self.data_block_record(address, nelmts).elements
 
     def data_block_page(self, dblock_address: int, page: int, check_prefix: bool = True) -> bytes:
         """Element bytes of page `page` of the paged data block at `dblock_address`."""
-        h = self.header
-        page_size = self.page_nelmts * h.element_size + 4
-        addr = dblock_address + self._dblock_prefix_size() + page * page_size
-        hit = self._cached(("p", addr))
-        if hit is not None:
-            return hit
+        page_size = self.page_nelmts * self.header.element_size + 4
+        addr = dblock_address + data_block_size(self.header, self.sizes, 0) + page * page_size
         if check_prefix:
-            self._check_paged_prefix(dblock_address)
+            self.data_block_record(dblock_address, 0)
         label = f"{self.what} data block page at {addr}"
-        buf = self.reader.read(addr, page_size, label)
-        verify(buf, label)
-        data = buf[:-4]
-        self._store(("p", addr), data)
-        return data
-
-    def _check_paged_prefix(self, address: int) -> None:
-        if self._cached(("P", address)) is not None:
-            return
-        label = f"{self.what} data block at {address}"
-        buf = self.reader.read(address, self._dblock_prefix_size(), label)
-        c = Reader(buf, 0, self.sizes, label)
-        verify(buf, label)
-        check_block_prefix(c, SIG_DBLOCK, self.header, label)
-        self._store(("P", address), True)
+        return self._cached(addr, "ea page", lambda: decode_page(self.reader.read(addr, page_size, label), label),
+                            page_size + 40)
 
     # -- elements -------------------------------------------------------------------------------
 
@@ -257,16 +351,15 @@ class ExtensibleArray:
             raise FormatError(f"{self.what}: element {idx} beyond the array's capacity")
         info = self.sblk_info[u]
         rel = idx - (h.idx_blk_elmts + info.start_idx)
+        k = rel % info.dblk_nelmts
+        npages = self.npages(u)
         if u < self.iblock_nsblks:
-            dblk_idx = info.start_dblk + rel // info.dblk_nelmts
-            addr = idblks[dblk_idx]
+            addr = idblks[info.start_dblk + rel // info.dblk_nelmts]
             if addr is None:
                 return None
-            if info.dblk_nelmts > self.page_nelmts:
+            if npages:
                 raise FormatError(f"{self.what}: paged data block referenced by the index block")
-            data = self.data_block(addr, info.dblk_nelmts)
-            k = rel % info.dblk_nelmts
-            return data[k * es:(k + 1) * es]
+            return self.data_block(addr, info.dblk_nelmts)[k * es:(k + 1) * es]
         saddr = isblks[u - self.iblock_nsblks]
         if saddr is None:
             return None
@@ -275,12 +368,9 @@ class ExtensibleArray:
         addr = dblks[dblk_idx]
         if addr is None:
             return None
-        k = rel % info.dblk_nelmts
-        npages = info.dblk_nelmts // self.page_nelmts if info.dblk_nelmts > self.page_nelmts else 0
         if npages:
             page, k = divmod(k, self.page_nelmts)
-            bit = dblk_idx * npages + page
-            if not bitmap[bit // 8] & (0x80 >> (bit % 8)):
+            if not bit_set(bitmap, dblk_idx * npages + page):
                 return None
             data = self.data_block_page(addr, page)
         else:
@@ -306,7 +396,7 @@ class ExtensibleArray:
             sbase = h.idx_blk_elmts + info.start_idx
             if sbase >= limit:
                 return
-            npages = info.dblk_nelmts // self.page_nelmts if info.dblk_nelmts > self.page_nelmts else 0
+            npages = self.npages(u)
             if u < self.iblock_nsblks:
                 for j in range(info.ndblks):
                     addr = idblks[info.start_dblk + j]
@@ -328,10 +418,9 @@ class ExtensibleArray:
                 if not npages:
                     yield from run(base, self.data_block(addr, info.dblk_nelmts), info.dblk_nelmts)
                     continue
-                self._check_paged_prefix(addr)
+                self.data_block_record(addr, 0)
                 for p in range(npages):
-                    bit = j * npages + p
                     pbase = base + p * self.page_nelmts
-                    if pbase >= limit or not bitmap[bit // 8] & (0x80 >> (bit % 8)):
+                    if pbase >= limit or not bit_set(bitmap, j * npages + p):
                         continue
                     yield from run(pbase, self.data_block_page(addr, p, False), self.page_nelmts)

@@ -1,6 +1,6 @@
 """Fixed arrays (spec Appendix C.C): header, data block, data block pages; chunk-index elements.
 
-Reading only; every checksum is verified. Layout as libhdf5 writes it (H5FAcache.c, H5FAdblock.c):
+Layout as libhdf5 writes it (H5FAcache.c, H5FAdblock.c):
 
 - header ``FAHD``: version, client ID, element size, page bits, number of elements (length),
   data block address, checksum;
@@ -10,26 +10,30 @@ Reading only; every checksum is verified. Layout as libhdf5 writes it (H5FAcache
   follow the data block prefix contiguously, each ``elements + checksum``, the last one holding
   only the remaining elements. Unpaged, the elements sit inside the data block before its checksum.
 
-The elements of chunk indexes (client 0: address; client 1: address, chunk size, filter mask) are
-decoded by `chunk_element_decoder`, shared with the extensible array.
+Decoders verify every checksum; encoders (`encode_header`, `encode_dblock`, `encode_page`) return
+whole blocks with their checksum. Blocks keep their elements as raw bytes (any client); the
+elements of chunk indexes (client 0: address; client 1: address, chunk size, filter mask) are
+decoded and encoded by `chunk_element_decoder`/`chunk_element_encoder`, shared with the
+extensible array. Decoded blocks and pages are cached in the file's metadata cache.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Iterator
 
 from ..errors import FormatError
+from .btree_v2 import as_uint, sealed, uint_code, uint_field
 from .checksum import checked_block, verify
-from .codec import Reader, Sizes
+from .codec import Reader, Sizes, Writer
 
 SIG_HEADER, SIG_DBLOCK = b"FAHD", b"FADB"
 CLIENT_CHUNKS, CLIENT_FILTERED_CHUNKS = 0, 1
 MAX_ELEMENT_SIZE = 255
 MAX_PAGE_BITS = 32
-_CACHE_PAGES = 16
+HEADER_LAYOUT = "BBBLO"     # after signature and version: client, element size, page bits, count, data block
+PREFIX_LAYOUT = "4sBBO"     # every array block: signature, version, client, header address
 
 
 @dataclass(frozen=True)
@@ -41,23 +45,35 @@ class ChunkElement:
     filter_mask: int = 0
 
 
-def chunk_element_decoder(sizes: Sizes, filtered: bool, size_width: int = 0) -> Callable[[bytes], ChunkElement]:
-    """Decoder of raw element bytes into a ChunkElement (client 0 or 1)."""
-    width = sizes.offset
-    undefined = sizes.undefined
+def _element_layout(filtered: bool, size_width: int) -> str:
     if filtered and not 1 <= size_width <= 8:
         raise FormatError(f"chunk index: chunk size width {size_width} out of range")
+    return "O" + uint_code(size_width) + "I" if filtered else "O"
+
+
+@lru_cache(maxsize=64)
+def chunk_element_decoder(sizes: Sizes, filtered: bool, size_width: int = 0) -> Callable[[bytes], ChunkElement]:
+    """Decoder of raw element bytes into a ChunkElement (client 0 or 1)."""
+    st = sizes.layout(_element_layout(filtered, size_width))
 
     def decode(raw: bytes) -> ChunkElement:
-        addr = int.from_bytes(raw[:width], "little")
-        a = None if addr == undefined else addr
-        if not filtered:
-            return ChunkElement(a)
-        size = int.from_bytes(raw[width:width + size_width], "little")
-        mask = int.from_bytes(raw[width + size_width:width + size_width + 4], "little")
-        return ChunkElement(a, size, mask)
+        v = st.unpack_from(raw)
+        addr = sizes.address(v[0])
+        return ChunkElement(addr, as_uint(v[1]), v[2]) if filtered else ChunkElement(addr)
 
     return decode
+
+
+@lru_cache(maxsize=64)
+def chunk_element_encoder(sizes: Sizes, filtered: bool, size_width: int = 0) -> Callable[[ChunkElement], bytes]:
+    """Encoder of a ChunkElement into raw element bytes (client 0 or 1)."""
+    st = sizes.layout(_element_layout(filtered, size_width))
+
+    def encode(el: ChunkElement) -> bytes:
+        extra = (uint_field(el.size, size_width), el.filter_mask) if filtered else ()
+        return st.pack(sizes.raw_address(el.address), *extra)
+
+    return encode
 
 
 @dataclass(frozen=True)
@@ -70,39 +86,117 @@ class FixedArrayHeader:
     nelmts: int
     dblock_address: int | None
 
+    @property
+    def page_nelmts(self) -> int:
+        return 1 << self.page_bits
+
+    @property
+    def paged(self) -> bool:
+        return self.nelmts > self.page_nelmts
+
+    @property
+    def npages(self) -> int:
+        return -(-self.nelmts // self.page_nelmts) if self.paged else 0
+
+    def page_count(self, page: int) -> int:
+        """Elements held by page `page` (the last one holds the rest)."""
+        return min(self.page_nelmts, self.nelmts - page * self.page_nelmts)
+
 
 def header_size(sizes: Sizes) -> int:
-    return 4 + 1 + 1 + 1 + 1 + sizes.length + sizes.offset + 4
+    return 4 + 1 + sizes.layout(HEADER_LAYOUT).size + 4
+
+
+def decode_header(buf: bytes | memoryview, address: int, sizes: Sizes, label: str) -> FixedArrayHeader:
+    c, version = checked_block(buf, sizes, SIG_HEADER, label, (0, 1))
+    client, esize, page_bits, nelmts, dblock = c.fields(HEADER_LAYOUT)
+    if esize == 0:
+        raise FormatError(f"{label}: zero element size")
+    if page_bits > MAX_PAGE_BITS:
+        raise FormatError(f"{label}: page bits {page_bits} too large")
+    return FixedArrayHeader(address, version, client, esize, page_bits, nelmts, sizes.address(dblock))
+
+
+def encode_header(h: FixedArrayHeader, sizes: Sizes) -> bytes:
+    w = Writer(sizes)
+    w.fields("4sB" + HEADER_LAYOUT, SIG_HEADER, h.version, h.client_id, h.element_size, h.page_bits, h.nelmts,
+             sizes.raw_address(h.dblock_address))
+    return sealed(w)
+
+
+def read_header(reader, address: int | None, what: str = "fixed array") -> FixedArrayHeader:
+    label = f"{what} header at {address}"
+
+    def load() -> FixedArrayHeader:
+        return decode_header(reader.read(address, header_size(reader.sizes), label), address, reader.sizes, label)
+
+    return load() if address is None else reader.meta.get(address, "fa header", load, 300)
 
 
 def check_block_prefix(c: Reader, signature: bytes, header, label: str) -> None:
     """The prefix every block of a fixed or extensible array starts with: signature, then the
     version, client and header address its array header records."""
-    c.signature(signature)
-    version = c.u8()
+    sig, version, client, haddr = c.fields(PREFIX_LAYOUT)
+    if sig != signature:
+        raise FormatError(f"{label}: bad signature {sig!r}, expected {signature!r}")
     if version != header.version:
         raise FormatError(f"{label}: version {version} differs from the header's {header.version}")
-    client = c.u8()
     if client != header.client_id:
         raise FormatError(f"{label}: client {client} differs from the header's {header.client_id}")
-    if c.offset() != header.address:
+    if c.sizes.address(haddr) != header.address:
         raise FormatError(f"{label}: belongs to another array (header at {header.address})")
 
 
-def read_header(reader, address: int | None, what: str = "fixed array") -> FixedArrayHeader:
-    label = f"{what} header at {address}"
-    buf = reader.read(address, header_size(reader.sizes), label)
-    c, version = checked_block(buf, reader.sizes, SIG_HEADER, label, (0, 1))
-    client = c.u8()
-    esize = c.u8()
-    page_bits = c.u8()
-    nelmts = c.length()
-    dblock = c.offset()
-    if esize == 0:
-        raise FormatError(f"{label}: zero element size")
-    if page_bits > MAX_PAGE_BITS:
-        raise FormatError(f"{label}: page bits {page_bits} too large")
-    return FixedArrayHeader(address, version, client, esize, page_bits, nelmts, dblock)
+def write_block_prefix(w: Writer, signature: bytes, header) -> None:
+    """The mirror of `check_block_prefix`."""
+    w.fields(PREFIX_LAYOUT, signature, header.version, header.client_id, header.address)
+
+
+def decode_page(buf: bytes | memoryview, label: str) -> bytes:
+    """The elements of a data block page (fixed or extensible array), checksum verified."""
+    verify(buf, label)
+    return bytes(buf[:-4])
+
+
+def encode_page(elements: bytes) -> bytes:
+    w = Writer()
+    w.bytes(elements)
+    return sealed(w)
+
+
+@dataclass(frozen=True)
+class FixedArrayDataBlock:
+    address: int
+    bitmap: bytes      # page-init bitmap (paged arrays only)
+    elements: bytes    # raw elements (unpaged arrays only; paged ones keep theirs in the pages)
+
+
+def dblock_size(h: FixedArrayHeader, sizes: Sizes) -> int:
+    body = (h.npages + 7) // 8 if h.paged else h.nelmts * h.element_size
+    return sizes.layout(PREFIX_LAYOUT).size + body + 4
+
+
+def decode_dblock(buf: bytes | memoryview, h: FixedArrayHeader, sizes: Sizes, address: int,
+                  label: str) -> FixedArrayDataBlock:
+    c = Reader(buf, 0, sizes, label)
+    c.need(dblock_size(h, sizes))
+    verify(buf, label)
+    check_block_prefix(c, SIG_DBLOCK, h, label)
+    if h.paged:
+        return FixedArrayDataBlock(address, c.bytes((h.npages + 7) // 8), b"")
+    return FixedArrayDataBlock(address, b"", c.bytes(h.nelmts * h.element_size))
+
+
+def encode_dblock(db: FixedArrayDataBlock, h: FixedArrayHeader, sizes: Sizes) -> bytes:
+    w = Writer(sizes)
+    write_block_prefix(w, SIG_DBLOCK, h)
+    w.bytes(db.bitmap if h.paged else db.elements)
+    return sealed(w)
+
+
+def bit_set(bitmap: bytes, bit: int) -> bool:
+    """Page-init bitmaps number their bits from the most significant bit of each byte."""
+    return bool(bitmap[bit // 8] & (0x80 >> (bit % 8)))
 
 
 class FixedArray:
@@ -113,63 +207,35 @@ class FixedArray:
         self.sizes: Sizes = reader.sizes
         self.what = f"{what} at {address}"
         self.header = h = read_header(reader, address, what)
-        self.page_nelmts = 1 << h.page_bits
-        self.paged = h.nelmts > self.page_nelmts
-        self.npages = -(-h.nelmts // self.page_nelmts) if self.paged else 0
-        self.bitmap_size = (self.npages + 7) // 8
-        self.prefix_size = 4 + 1 + 1 + self.sizes.offset + self.bitmap_size + 4
+        self.page_nelmts = h.page_nelmts
+        self.paged = h.paged
+        self.npages = h.npages
+        self.prefix_size = dblock_size(h, self.sizes) if self.paged else 0
         self.page_size = self.page_nelmts * h.element_size + 4
-        self._bitmap = b""
-        self._elements: bytes | None = None
-        self._loaded = False
-        self._lock = threading.Lock()
-        self._pages: OrderedDict[int, bytes] = OrderedDict()
 
-    def _load_dblock(self) -> None:
-        if self._loaded:
-            return
+    def dblock(self) -> FixedArrayDataBlock:
         h = self.header
         label = f"{self.what} data block at {h.dblock_address}"
-        if h.dblock_address is None:
-            self._loaded = True
-            return
-        esize = 0 if self.paged else h.nelmts * h.element_size
-        buf = self.reader.read(h.dblock_address, self.prefix_size + esize, label)
-        c = Reader(buf, 0, self.sizes, label)
-        verify(buf, label)
-        check_block_prefix(c, SIG_DBLOCK, h, label)
-        self._bitmap = c.bytes(self.bitmap_size)
-        self._elements = None if self.paged else c.bytes(esize)
-        self._loaded = True
 
-    def _page_nelmts(self, page: int) -> int:
-        if page == self.npages - 1:
-            rest = self.header.nelmts - page * self.page_nelmts
-            return rest
-        return self.page_nelmts
+        def load() -> FixedArrayDataBlock:
+            buf = self.reader.read(h.dblock_address, dblock_size(h, self.sizes), label)
+            return decode_dblock(buf, h, self.sizes, h.dblock_address, label)
+
+        return self.reader.meta.get(h.dblock_address, ("fa dblock", h.address), load,
+                                    lambda db: 100 + len(db.bitmap) + len(db.elements))
 
     def page_initialized(self, page: int) -> bool:
-        self._load_dblock()
-        return bool(self._bitmap[page // 8] & (0x80 >> (page % 8)))
+        return bit_set(self.dblock().bitmap, page)
+
+    def page_address(self, page: int) -> int:
+        return self.header.dblock_address + self.prefix_size + page * self.page_size
 
     def _read_page(self, page: int) -> bytes:
-        with self._lock:
-            hit = self._pages.get(page)
-            if hit is not None:
-                self._pages.move_to_end(page)
-                return hit
-        h = self.header
-        addr = h.dblock_address + self.prefix_size + page * self.page_size
-        n = self._page_nelmts(page)
+        addr = self.page_address(page)
+        n = self.header.page_count(page) * self.header.element_size + 4
         label = f"{self.what} data block page {page} at {addr}"
-        buf = self.reader.read(addr, n * h.element_size + 4, label)
-        verify(buf, label)
-        data = buf[:-4]
-        with self._lock:
-            self._pages[page] = data
-            while len(self._pages) > _CACHE_PAGES:
-                self._pages.popitem(last=False)
-        return data
+        return self.reader.meta.get(addr, ("fa page", self.header.address),
+                                    lambda: decode_page(self.reader.read(addr, n, label), label), n + 40)
 
     def __len__(self) -> int:
         return self.header.nelmts
@@ -179,35 +245,31 @@ class FixedArray:
         h = self.header
         if not 0 <= idx < h.nelmts:
             raise FormatError(f"{self.what}: element {idx} outside the array of {h.nelmts}")
-        self._load_dblock()
         if h.dblock_address is None:
             return None
         es = h.element_size
         if not self.paged:
-            assert self._elements is not None
-            return self._elements[idx * es:(idx + 1) * es]
+            return self.dblock().elements[idx * es:(idx + 1) * es]
         page, rel = divmod(idx, self.page_nelmts)
         if not self.page_initialized(page):
             return None
-        data = self._read_page(page)
-        return data[rel * es:(rel + 1) * es]
+        return self._read_page(page)[rel * es:(rel + 1) * es]
 
     def items(self) -> Iterator[tuple[int, bytes]]:
         """(index, raw bytes) of every element that was written, in index order."""
         h = self.header
-        self._load_dblock()
         if h.dblock_address is None:
             return
         es = h.element_size
         if not self.paged:
-            assert self._elements is not None
+            elements = self.dblock().elements
             for i in range(h.nelmts):
-                yield i, self._elements[i * es:(i + 1) * es]
+                yield i, elements[i * es:(i + 1) * es]
             return
         for page in range(self.npages):
             if not self.page_initialized(page):
                 continue
             data = self._read_page(page)
             base = page * self.page_nelmts
-            for j in range(self._page_nelmts(page)):
+            for j in range(h.page_count(page)):
                 yield base + j, data[j * es:(j + 1) * es]

@@ -15,6 +15,10 @@ begins with a flags byte:
 Observed in libhdf5 2.0 files (h5py 3.16): flags 0x04 and no file name for ".". The shared
 forms follow the same description used by other readers; an index that does not point to an
 earlier entry is refused.
+
+`decode(data, sizes)` and `encode(block, sizes)` work on the whole heap object (checksum
+included). Entries keep their flags and shared-name indexes, so a block encodes back as it was
+read. Names are UTF-8; a name that is not (read as Latin-1) encodes back as UTF-8.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from dataclasses import dataclass
 
 from ..errors import FormatError, Unsupported
 from . import selection as S
+from .btree_v2 import sealed
 from .checksum import verify
-from .codec import Reader, Sizes
+from .codec import Reader, Sizes, Writer
 
 MAX_ENTRIES = 1 << 20
 FILE_SHARED, DSET_SHARED, SAME_FILE = 0x01, 0x02, 0x04
@@ -36,6 +41,9 @@ class Mapping:
     source_dataset: str
     source_selection: S.Selection
     virtual_selection: S.Selection
+    flags: int = 0                      # version 1: FILE_SHARED | DSET_SHARED | SAME_FILE
+    file_index: int | None = None       # FILE_SHARED: the entry whose source file name this repeats
+    dataset_index: int | None = None    # DSET_SHARED: likewise for the source dataset name
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,14 @@ def _name(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.decode("latin-1")
+
+
+def _shared(c: Reader, i: int, what: str) -> int:
+    """The index of an earlier entry whose name entry i repeats."""
+    j = c.length()
+    if j >= i:
+        raise FormatError(f"{what} refers to entry {j}")
+    return j
 
 
 def decode(data: bytes, sizes: Sizes, what: str = "virtual dataset mapping") -> MappingBlock:
@@ -70,27 +86,45 @@ def decode(data: bytes, sizes: Sizes, what: str = "virtual dataset mapping") -> 
         flags = c.u8() if version >= 1 else 0
         if flags & ~(FILE_SHARED | DSET_SHARED | SAME_FILE):
             raise Unsupported(f"{ew}: unknown flags {flags:#x}")
+        file_index = dset_index = None
         if flags & SAME_FILE:
             if flags & FILE_SHARED:
                 raise FormatError(f"{ew}: source file both shared and the same file")
             src_file = "."
         elif flags & FILE_SHARED:
-            j = c.length()
-            if j >= i:
-                raise FormatError(f"{ew}: shared source file name refers to entry {j}")
-            src_file = entries[j].source_file
+            file_index = _shared(c, i, f"{ew}: shared source file name")
+            src_file = entries[file_index].source_file
         else:
             src_file = _name(c.cstring())
         if flags & DSET_SHARED:
-            j = c.length()
-            if j >= i:
-                raise FormatError(f"{ew}: shared source dataset name refers to entry {j}")
-            src_dset = entries[j].source_dataset
+            dset_index = _shared(c, i, f"{ew}: shared source dataset name")
+            src_dset = entries[dset_index].source_dataset
         else:
             src_dset = _name(c.cstring())
         src_sel = S.decode(c, f"{ew}: source selection")
         virt_sel = S.decode(c, f"{ew}: virtual selection")
-        entries.append(Mapping(src_file, src_dset, src_sel, virt_sel))
+        entries.append(Mapping(src_file, src_dset, src_sel, virt_sel, flags, file_index, dset_index))
     if c.remaining():
         raise FormatError(f"{what}: {c.remaining()} bytes left after {n} entries")
     return MappingBlock(version, tuple(entries))
+
+
+def encode(block: MappingBlock, sizes: Sizes) -> bytes:
+    """The heap object of a mapping block, checksum included."""
+    w = Writer(sizes)
+    w.u8(block.version)
+    w.length(len(block.entries))
+    for m in block.entries:
+        if block.version >= 1:
+            w.u8(m.flags)
+        if m.flags & FILE_SHARED:
+            w.length(m.file_index)
+        elif not m.flags & SAME_FILE:
+            w.cstring(m.source_file.encode("utf-8"))
+        if m.flags & DSET_SHARED:
+            w.length(m.dataset_index)
+        else:
+            w.cstring(m.source_dataset.encode("utf-8"))
+        S.encode(w, m.source_selection)
+        S.encode(w, m.virtual_selection)
+    return sealed(w)

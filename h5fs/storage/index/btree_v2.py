@@ -25,7 +25,6 @@ class BTreeV2Index(ChunkIndex):
         self.nbytes = chunk_nbytes(ctx)
         self.what = f"{ctx.what}: v2 B-tree chunk index"
         self.header: bt.BTreeV2Header | None = None
-        self.cache = bt.NodeCache(256)
         addr = ctx.layout.index.address if ctx.layout.index else None
         if addr is None:
             return
@@ -61,8 +60,7 @@ class BTreeV2Index(ChunkIndex):
         def compare(r: bt.ChunkRecordV2) -> int:
             return (key > r.scaled) - (key < r.scaled)
 
-        r = bt.find(self.ctx.reader, self.header.address, compare, self.decode, self.what, header=self.header,
-                    cache=self.cache)
+        r = bt.find(self.ctx.reader, self.header.address, compare, self.decode, self.what, header=self.header)
         return None if r is None else self._record(r)
 
     def records(self) -> Iterator[ChunkRecord]:
