@@ -1,0 +1,521 @@
+"""Lossless round trips of the index and heap structures: v2 B-trees (every record type libhdf5
+writes), fractal heaps (blocks and heap IDs), fixed and extensible arrays (blocks, pages,
+elements), VDS mapping blocks and dataspace selections.
+
+Against libhdf5: files written by h5py, each structure found through h5fs's engine, its bytes
+read from the file, decoded and encoded again: the bytes are equal, checksums included; one
+field changed survives encode -> decode. Against themselves: Hypothesis strategies of valid
+records encode, decode back to the record, and encode again to the same bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from dataclasses import dataclass, replace
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from h5fs.format import btree_v2 as bt
+from h5fs.format import extensible_array as ea
+from h5fs.format import fixed_array as fa
+from h5fs.format import fractal_heap as fh
+from h5fs.format import selection as S
+from h5fs.format import vds_mapping
+from h5fs.format.checksum import lookup3
+from h5fs.format.codec import Reader, Sizes, Writer
+from h5fs.format.messages import layout as L
+from h5fs.model import messages as M
+from h5fs.model.file import H5File
+from h5fs.storage.index import IndexContext, open_index
+
+LIBVERS = {"earliest": h5py.h5f.LIBVER_EARLIEST, "v110": h5py.h5f.LIBVER_V110,
+           "v114": h5py.h5f.LIBVER_V114, "latest": h5py.h5f.LIBVER_LATEST}
+HYP = settings(max_examples=100, deadline=None)
+
+
+def new_file(path, libver="latest", sizes=(8, 8), fcpl=None) -> h5py.File:
+    """An h5py File with these format bounds and field widths (skips what libhdf5 refuses)."""
+    fcpl = fcpl or h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_sizes(*sizes)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(LIBVERS[libver], h5py.h5f.LIBVER_LATEST)
+    try:
+        fid = h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    except Exception as e:  # noqa: BLE001 - libhdf5 refuses some combinations of widths
+        pytest.skip(f"libhdf5 refuses sizes {sizes}: {e}")
+    return h5py.File(fid)
+
+
+def addresses(path) -> dict[str, int]:
+    """Object header address of every object in the file, by path."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visit(lambda name: out.update({"/" + name: h5py.h5o.get_info(f[name].id).addr}) and None)
+    return out
+
+
+def libhdf5(name: str):
+    """A function of the libhdf5 h5py bundles (for what h5py does not expose)."""
+    libdir = os.path.join(os.path.dirname(h5py.__file__), os.pardir, "h5py.libs")
+    libs = glob.glob(os.path.join(libdir, "libhdf5-*.so*"))
+    if not libs:
+        pytest.skip("cannot reach the libhdf5 h5py bundles")
+    return getattr(ctypes.CDLL(libs[0]), name)
+
+
+def data(shape, seed=0):
+    return np.random.default_rng(seed).integers(0, 50, size=shape).astype("i4")
+
+
+@dataclass
+class Seen:
+    """What the round trips met, so each test can assert the variants it means to cover."""
+
+    kinds: set
+
+    def add(self, *kind) -> None:
+        self.kinds.add(kind)
+
+
+# -- checkers: bytes libhdf5 wrote -> record -> the same bytes ---------------------------------
+
+
+def check_changed(record, decode, encode, **changes) -> None:
+    """One or more fields changed: encode -> decode gives the changed record back."""
+    changed = replace(record, **changes)
+    assert decode(encode(changed)) == changed
+
+
+def check_btree(reader, address, seen: Seen, decode_record=None, encode_record=None) -> bt.BTreeV2Header:
+    """The header, every node and every record of the v2 B-tree at `address`."""
+    s = reader.sizes
+    raw = reader.read(address, bt.header_size(s))
+    hdr = bt.decode_header(raw, address, s)
+    assert bt.encode_header(hdr) == raw
+    check_changed(hdr, lambda b: bt.decode_header(b, address, s), bt.encode_header,
+                  total_records=hdr.total_records + 7, root_address=12345)
+    decode_record = decode_record or bt.record_decoder(hdr.type)
+    encode_record = encode_record or bt.record_encoder(hdr.type)
+    seen.add("btree", hdr.type, hdr.depth)
+    total = 0
+
+    def walk(addr, nrec, depth):
+        nonlocal total
+        raw = reader.read(addr, hdr.node_size)
+        node = bt.decode_node(raw, hdr, addr, nrec, depth)
+        assert bt.encode_node(hdr, node) == raw
+        recs = bt.decode_records(hdr, node, decode_record, "t")
+        assert bt.encode_records(hdr, encode_record, recs) == node.records
+        total += len(recs)
+        if depth:
+            ch = node.children[0]
+            moved = replace(node, children=(replace(ch, address=ch.address + 8),) + node.children[1:])
+            assert bt.decode_node(bt.encode_node(hdr, moved), hdr, addr, nrec, depth) == moved
+        for ch in node.children:
+            walk(ch.address, ch.nrecords, depth - 1)
+        return recs
+
+    if hdr.root_address is not None:
+        walk(hdr.root_address, hdr.root_nrecords, hdr.depth)
+    assert total == hdr.total_records
+    return hdr
+
+
+def btree_records(reader, address, decode_record=None) -> list:
+    return list(bt.iterate(reader, address, decode_record))
+
+
+def heap_blocks(heap: fh.FractalHeap):
+    """(kind, address, size or rows, block offset, entry) of every block of the heap."""
+    h, g = heap.header, heap.geometry
+    if h.root_address is None:
+        return
+    if h.root_rows == 0:
+        yield "direct", h.root_address, h.start_block_size, 0, \
+            fh.DirectEntry(h.root_address, h.root_filtered_size, h.root_filter_mask)
+        return
+    stack = [(h.root_address, h.root_rows, 0)]
+    while stack:
+        addr, nrows, off = stack.pop()
+        yield "indirect", addr, nrows, off, None
+        ib = heap.read_indirect(addr, nrows, off)
+        for i, entry in enumerate(ib.direct):
+            row, col = divmod(i, g.width)
+            size = g.row_block_size[row]
+            if entry.address is not None:
+                yield "direct", entry.address, size, off + heap._row_offset(row) + col * size, entry
+        for j, child in enumerate(ib.indirect):
+            row, col = divmod(j, g.width)
+            row += g.max_direct_rows
+            size = g.row_block_size[row]
+            if child is not None:
+                stack.append((child, heap.rows_for_block(size), off + heap._row_offset(row) + col * size))
+
+
+def check_heap(reader, address, seen: Seen) -> fh.FractalHeap:
+    """The header and every block of the fractal heap at `address`."""
+    s = reader.sizes
+    heap = fh.FractalHeap(reader, address)
+    h, g = heap.header, heap.geometry
+    raw = reader.read(address, fh.header_size(s, h.filter_len))
+    assert fh.encode_header(h, s) == raw
+    check_changed(h, lambda b: fh.decode_header(b, address, s, "t"), lambda r: fh.encode_header(r, s),
+                  managed_size=h.managed_size + 512, root_address=4096, tiny_count=h.tiny_count + 1)
+    seen.add("heap", "filtered" if h.filter_len else "plain", "indirect root" if h.root_rows else "direct root")
+    for kind, addr, size, off, entry in heap_blocks(heap):
+        if kind == "indirect":
+            raw = reader.read(addr, heap.indirect_block_size(size))
+            ib = fh.decode_indirect(raw, g, addr, size, "t")
+            assert ib.block_offset == off and fh.encode_indirect(ib, g) == raw
+            check_changed(ib, lambda b: fh.decode_indirect(b, g, addr, size, "t"), lambda r: fh.encode_indirect(r, g),
+                          block_offset=off + 64, direct=(fh.DirectEntry(None),) * len(ib.direct))
+            seen.add("heap iblock", "child" if off else "root")
+            continue
+        if h.filter_len:
+            raw = heap._defilter(reader.read(addr, entry.filtered_size), entry.filter_mask, size, "t")
+        else:
+            raw = reader.read(addr, size)
+        db = fh.decode_direct(raw, g, "t")
+        assert db.block_offset == off and fh.encode_direct(db, g) == raw
+        check_changed(db, lambda b: fh.decode_direct(b, g, "t"), lambda r: fh.encode_direct(r, g),
+                      block_offset=off + 8, payload=bytes(len(db.payload)))
+        seen.add("heap dblock", "checksummed" if g.checksummed else "plain")
+    return heap
+
+
+def check_ids(heap: fh.FractalHeap, ids, seen: Seen) -> None:
+    """Heap IDs as libhdf5 stored them in B-tree records: decode -> encode gives them back."""
+    g = heap.geometry
+    for raw in ids:
+        hid = fh.decode_id(raw, g, "t")
+        assert fh.encode_id(hid, g) == raw, hid
+        assert heap.get(raw) == heap.get(fh.encode_id(hid, g))
+        seen.add("heap id", type(hid).__name__, g.huge_direct if isinstance(hid, fh.HugeId) else None)
+
+
+# -- chunk indexes ------------------------------------------------------------------------------
+
+
+def chunk_layout(hf, path):
+    ds = hf.resolve(path)
+    lay, space = ds.layout, ds.dataspace
+    return ds, lay, IndexContext(hf.reader, lay, space.dims, space.maxdims, bool(ds.filters), path)
+
+
+def element_codecs(reader, client_id, element_size):
+    filtered = client_id == fa.CLIENT_FILTERED_CHUNKS
+    width = element_size - reader.sizes.offset - 4 if filtered else 0
+    return fa.chunk_element_decoder(reader.sizes, filtered, width), \
+        fa.chunk_element_encoder(reader.sizes, filtered, width)
+
+
+def check_elements(raw: bytes, element_size: int, codecs, seen: Seen) -> int:
+    decode, encode = codecs
+    n = 0
+    for i in range(0, len(raw), element_size):
+        el = decode(raw[i:i + element_size])
+        assert encode(el) == raw[i:i + element_size]
+        n += el.address is not None
+    seen.add("elements", element_size)
+    return n
+
+
+def check_fixed_array(reader, address, seen: Seen) -> int:
+    """Header, data block, every written page and every element; the allocated chunk count."""
+    s = reader.sizes
+    raw = reader.read(address, fa.header_size(s))
+    h = fa.decode_header(raw, address, s, "t")
+    assert fa.encode_header(h, s) == raw
+    check_changed(h, lambda b: fa.decode_header(b, address, s, "t"), lambda r: fa.encode_header(r, s),
+                  dblock_address=777, nelmts=h.nelmts + 1)
+    raw = reader.read(h.dblock_address, fa.dblock_size(h, s))
+    db = fa.decode_dblock(raw, h, s, h.dblock_address, "t")
+    assert fa.encode_dblock(db, h, s) == raw
+    codecs = element_codecs(reader, h.client_id, h.element_size)
+    seen.add("fixed array", h.client_id, "paged" if h.paged else "unpaged")
+    if not h.paged:
+        check_changed(db, lambda b: fa.decode_dblock(b, h, s, h.dblock_address, "t"),
+                      lambda r: fa.encode_dblock(r, h, s), elements=bytes(len(db.elements)))
+        return check_elements(db.elements, h.element_size, codecs, seen)
+    check_changed(db, lambda b: fa.decode_dblock(b, h, s, h.dblock_address, "t"),
+                  lambda r: fa.encode_dblock(r, h, s), bitmap=b"\xff" * len(db.bitmap))
+    arr = fa.FixedArray(reader, address)
+    n = 0
+    for page in range(h.npages):
+        if arr.page_initialized(page):
+            raw = reader.read(arr.page_address(page), h.page_count(page) * h.element_size + 4)
+            elements = fa.decode_page(raw, "t")
+            assert fa.encode_page(elements) == raw
+            n += check_elements(elements, h.element_size, codecs, seen)
+    seen.add("fixed array page")
+    return n
+
+
+def check_extensible_array(reader, address, seen: Seen) -> int:
+    """Header, index block, super blocks, data blocks, pages, elements; the allocated chunks."""
+    s = reader.sizes
+    raw = reader.read(address, ea.header_size(s))
+    h = ea.decode_header(raw, address, s, "t")
+    assert ea.encode_header(h, s) == raw
+    check_changed(h, lambda b: ea.decode_header(b, address, s, "t"), lambda r: ea.encode_header(r, s),
+                  max_idx_set=h.max_idx_set + 3, iblock_address=None)
+    arr = ea.ExtensibleArray(reader, address)
+    codecs = element_codecs(reader, h.client_id, h.element_size)
+    nd, ns = arr.iblock_ndblk_addrs, arr.iblock_nsblk_addrs
+    raw = reader.read(h.iblock_address, ea.index_block_size(h, s, nd, ns))
+    ib = ea.decode_index_block(raw, h, s, nd, ns, "t")
+    assert ea.encode_index_block(ib, h, s) == raw
+    check_changed(ib, lambda b: ea.decode_index_block(b, h, s, nd, ns, "t"), lambda r: ea.encode_index_block(r, h, s),
+                  dblock_addresses=(None,) * nd)
+    seen.add("extensible array", h.client_id)
+    n = check_elements(ib.elements, h.element_size, codecs, seen)
+
+    def data_block(addr, nelmts, npages, bitmap, j):
+        nonlocal n
+        raw = reader.read(addr, ea.data_block_size(h, s, 0 if npages else nelmts))
+        db = ea.decode_data_block(raw, h, s, addr, 0 if npages else nelmts, "t")
+        assert ea.encode_data_block(db, h, s) == raw
+        check_changed(db, lambda b: ea.decode_data_block(b, h, s, addr, len(db.elements) // h.element_size, "t"),
+                      lambda r: ea.encode_data_block(r, h, s), block_offset=db.block_offset + 1)
+        n += check_elements(db.elements, h.element_size, codecs, seen)
+        seen.add("ea dblock", "paged" if npages else "unpaged")
+        page_size = arr.page_nelmts * h.element_size + 4
+        for p in range(npages):
+            if fa.bit_set(bitmap, j * npages + p):
+                raw = reader.read(addr + len(raw) + p * page_size, page_size)
+                elements = fa.decode_page(raw, "t")
+                assert fa.encode_page(elements) == raw
+                n += check_elements(elements, h.element_size, codecs, seen)
+                seen.add("ea page")
+
+    for u in range(arr.iblock_nsblks):
+        info = arr.sblk_info[u]
+        for j in range(info.ndblks):
+            addr = ib.dblock_addresses[info.start_dblk + j]
+            if addr is not None:
+                data_block(addr, info.dblk_nelmts, 0, b"", 0)
+    for k, saddr in enumerate(ib.sblock_addresses):
+        if saddr is None:
+            continue
+        u = arr.iblock_nsblks + k
+        bitmap_size, ndblks = arr.bitmap_size(u), arr.sblk_info[u].ndblks
+        raw = reader.read(saddr, ea.super_block_size(h, s, bitmap_size, ndblks))
+        sb = ea.decode_super_block(raw, h, s, saddr, bitmap_size, ndblks, "t")
+        assert ea.encode_super_block(sb, h, s) == raw
+        check_changed(sb, lambda b: ea.decode_super_block(b, h, s, saddr, bitmap_size, ndblks, "t"),
+                      lambda r: ea.encode_super_block(r, h, s), dblock_addresses=(None,) * ndblks)
+        seen.add("ea sblock", "bitmap" if bitmap_size else "no bitmap")
+        for j, addr in enumerate(sb.dblock_addresses):
+            if addr is not None:
+                data_block(addr, arr.sblk_info[u].dblk_nelmts, arr.npages(u), sb.bitmap, j)
+    return n
+
+
+def check_chunk_index(hf, path, seen: Seen) -> None:
+    """The dataset's chunk index structures round trip; what they hold matches the index."""
+    ds, lay, ctx = chunk_layout(hf, path)
+    idx = open_index(ctx)
+    allocated = len(list(idx.records()))
+    kind = lay.index.index_type
+    seen.add("index", kind, bool(ds.filters), lay.version)
+    if kind == L.FIXED_ARRAY and lay.index.address is not None:
+        assert check_fixed_array(hf.reader, lay.index.address, seen) == allocated
+    elif kind == L.EXTENSIBLE_ARRAY and lay.index.address is not None:
+        assert check_extensible_array(hf.reader, lay.index.address, seen) == allocated
+    elif kind == L.BTREE_V2 and lay.index.address is not None:
+        rank = len(lay.chunk_dims)
+        hdr = bt.read_header(hf.reader, lay.index.address)
+        width = hdr.record_size - hf.sizes.offset - 4 - 8 * rank if ds.filters else 0
+        assert hdr.type == (bt.CHUNK_FILTERED if ds.filters else bt.CHUNK)
+        check_btree(hf.reader, lay.index.address, seen, bt.record_decoder(hdr.type, rank, width),
+                    bt.record_encoder(hdr.type, rank, width))
+        assert hdr.total_records == allocated
+    else:
+        assert kind in (L.SINGLE, L.IMPLICIT) or lay.index.address is None
+
+
+def _implicit(f, name, shape, maxshape, chunks):
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk(chunks)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    h5py.h5d.create(f.id, name.encode(), h5py.h5t.NATIVE_INT32, h5py.h5s.create_simple(shape, maxshape), dcpl=dcpl)
+    f[name][...] = data(shape)
+
+
+def chunked_datasets(f, unlimited: bool) -> None:
+    """Every chunk index, filtered and not: single, implicit, fixed array (unpaged and paged),
+    extensible array (super blocks, paged data blocks), v2 B-tree (several levels)."""
+    for comp in (None, "gzip"):
+        sfx = comp or "raw"
+        f.create_dataset(f"single_{sfx}", data=data((20, 30)), chunks=(20, 30), compression=comp)
+        f.create_dataset(f"fa_{sfx}", data=data((40, 50)), chunks=(10, 10), compression=comp)
+        p = f.create_dataset(f"fapaged_{sfx}", (5001,), "i2", chunks=(2,), compression=comp)
+        p[0:100] = 7
+        p[4200:5001] = np.arange(801)
+        if not unlimited:
+            continue
+        e = f.create_dataset(f"ea_{sfx}", data=data((600, 7)), chunks=(2, 7), maxshape=(None, 7), compression=comp)
+        e.resize((650, 7))
+        e[640:650] = 5
+        ep = f.create_dataset(f"eapaged_{sfx}", (200000,), "u1", chunks=(1,), maxshape=(None,), compression=comp)
+        for i in (0, 3, 250, 131055, 131061, 160000, 199999):
+            ep[i] = 1 + i % 200
+        b = f.create_dataset(f"bt_{sfx}", (120, 90), "i4", chunks=(1, 1), maxshape=(None, None), compression=comp)
+        b[...] = data((120, 90))
+        f.create_dataset(f"btsmall_{sfx}", data=data((20, 25)), chunks=(3, 4), maxshape=(None, None),
+                         compression=comp)
+    _implicit(f, "implicit", (10, 11), (25, 30), (3, 4))
+
+
+@pytest.mark.parametrize("libver,sizes", [("latest", (8, 8)), ("v114", (8, 8)), ("v110", (8, 8)),
+                                          ("latest", (4, 8)), ("latest", (4, 4)), ("latest", (2, 2)),
+                                          ("latest", (8, 4))])
+def test_chunk_indexes(tmp_path, libver, sizes):
+    p = tmp_path / "c.h5"
+    # libhdf5 2.0 cannot reopen its unlimited dataspaces when `size of lengths` is not 8
+    unlimited = sizes[1] == 8
+    with new_file(p, libver, sizes) as f:
+        chunked_datasets(f, unlimited)
+    seen = Seen(set())
+    with H5File.open(str(p)) as hf:
+        assert (hf.sizes.offset, hf.sizes.length) == sizes
+        for path in addresses(p):
+            check_chunk_index(hf, path, seen)
+    kinds = {k[1:3] for k in seen.kinds if k[0] == "index"}
+    want = {L.SINGLE, L.IMPLICIT, L.FIXED_ARRAY} | ({L.EXTENSIBLE_ARRAY, L.BTREE_V2} if unlimited else set())
+    assert {k for k, _ in kinds} == want
+    assert ("fixed array", 1, "paged") in seen.kinds and ("fixed array", 0, "unpaged") in seen.kinds
+    if unlimited:
+        assert {("ea dblock", "paged"), ("ea page",), ("ea sblock", "bitmap"), ("btree", bt.CHUNK, 2),
+                ("btree", bt.CHUNK_FILTERED, 2)} <= seen.kinds
+
+
+# -- dense groups and attributes, shared messages: fractal heaps and their B-trees --------------
+
+
+def set_deflate(plist, level=6) -> None:
+    fn = libhdf5("H5Pset_deflate")
+    fn.argtypes = [ctypes.c_int64, ctypes.c_uint]
+    assert fn(plist.id, level) >= 0
+
+
+def filtered_group(f, name: str, targets: dict[str, str]) -> None:
+    """A group whose link heap is deflated (h5py does not expose H5Pset_deflate on a gcpl)."""
+    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+    set_deflate(gcpl)
+    h5py.h5g.create(f.id, name.encode(), gcpl=gcpl)
+    for link, target in targets.items():
+        f[name][link] = h5py.SoftLink(target)
+
+
+def dense_file(path, sizes) -> None:
+    """Dense links (name and creation-order indexes, child indirect blocks, a huge link), dense
+    attributes (a huge one, creation order), deflated link heaps (root direct block and
+    indirect blocks, filtered huge objects)."""
+    small = sizes[0] == 2                     # a 64 KiB file
+    n, tlen = (60, 90) if small else (400, 200)
+    if sizes == (8, 8):                       # enough for child indirect blocks
+        n, tlen = 3000, 1
+    with new_file(path, "latest", sizes) as f:
+        f.create_dataset("x", data=[1])
+        g = f.create_group("g", track_order=True)
+        for i in range(n):
+            g[f"link{i:05d}" + "x" * (i % 37)] = h5py.SoftLink("/" + "t" * (i % tlen or 200))
+        g["huge"] = h5py.SoftLink("/" + "h" * 5000)
+        d = f.create_dataset("d", data=[1.0])
+        for i in range(30):
+            d.attrs[f"attr{i:02d}"] = np.full(i + 1, i, dtype="<i8")
+        d.attrs["huge"] = np.arange(3000 if small else 50000, dtype="<i4")
+        o = f.create_group("o", track_order=True)
+        for i in range(20):
+            o.attrs[f"z{20 - i:02d}"] = i
+        filtered_group(f, "fsmall", {f"s{i}": "/q" for i in range(9)} | {"huge": "/" + "w" * 5000})
+        if not small:
+            big = {f"l{i:05d}" + "y" * (i % 50): "/" + "q" * (100 + i % 300) for i in range(600)}
+            big["huge1"] = "/" + "".join(chr(97 + (i * 7) % 26) for i in range(6000))
+            filtered_group(f, "fbig", big)
+
+
+def check_object_heaps(hf, path, address, seen: Seen) -> None:
+    """The link and attribute heaps of one object, their name/creation-order B-trees, their
+    huge-object B-trees and every heap ID the indexes hold."""
+    obj = hf.get(address, path)
+    for mtype in (M.LINK_INFO, M.ATTRIBUTE_INFO):
+        info = obj.message(mtype)
+        if info is None or info.heap_address is None:
+            continue
+        heap = check_heap(hf.reader, info.heap_address, seen)
+        ids = []
+        for index in (info.name_index_address, info.order_index_address):
+            if index is not None:
+                check_btree(hf.reader, index, seen)
+                ids += [r.heap_id for r in btree_records(hf.reader, index)]
+        check_ids(heap, ids, seen)
+        if heap.header.huge_btree_address is not None:
+            hdr = check_btree(hf.reader, heap.header.huge_btree_address, seen)
+            assert hdr.total_records == heap.header.huge_count
+
+
+@pytest.mark.parametrize("sizes", [(8, 8), (4, 4), (2, 4), (2, 8)])
+def test_dense_groups_and_attributes(tmp_path, sizes):
+    p = tmp_path / "dense.h5"
+    dense_file(p, sizes)
+    seen = Seen(set())
+    with H5File.open(str(p)) as hf:
+        for path, address in addresses(p).items():
+            check_object_heaps(hf, path, address, seen)
+    types = {k[1] for k in seen.kinds if k[0] == "btree"}
+    huge = {bt.HUGE_INDIRECT_FILTERED, bt.HUGE_DIRECT if sizes == (2, 4) else bt.HUGE_INDIRECT}
+    assert types == {bt.LINK_NAME, bt.LINK_CORDER, bt.ATTR_NAME, bt.ATTR_CORDER} | huge
+    assert {("heap", "filtered", "direct root"), ("heap", "plain", "indirect root"), ("heap iblock", "root"),
+            ("heap dblock", "checksummed"), ("heap id", "ManagedId", None)} <= seen.kinds
+    if sizes[0] != 2:
+        assert ("heap", "filtered", "indirect root") in seen.kinds
+    if sizes == (8, 8):
+        assert ("heap iblock", "child") in seen.kinds
+    assert ("heap id", "HugeId", sizes == (2, 4)) in seen.kinds
+
+
+def shared_messages_fcpl():
+    """A file creation property list that shares every message type through one v2 B-tree
+    index (no list phase), however small the message."""
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    for name, args in (("H5Pset_shared_mesg_nindexes", (1,)), ("H5Pset_shared_mesg_index", (0, 0x182A, 0)),
+                       ("H5Pset_shared_mesg_phase_change", (0, 0))):
+        fn = libhdf5(name)
+        fn.argtypes = [ctypes.c_int64] + [ctypes.c_uint] * len(args)
+        assert fn(fcpl.id, *args) >= 0
+    return fcpl
+
+
+@pytest.mark.parametrize("sizes", [(8, 8), (4, 4)])
+def test_shared_messages(tmp_path, sizes):
+    """SOHM: the index is a v2 B-tree of type 7 over a fractal heap holding managed and tiny
+    messages (a scalar dataspace fits in a heap ID)."""
+    p = tmp_path / "sohm.h5"
+    with new_file(p, "latest", sizes, shared_messages_fcpl()) as f:
+        for i in range(40):
+            d = f.create_dataset(f"d{i}", data=np.arange(i % 5 + 1, dtype="<f4" if i % 2 else "<i8"),
+                                 compression="gzip" if i % 3 == 0 else None, chunks=(1,) if i % 3 == 0 else None)
+            d.attrs["scalar"] = np.int32(i)
+            d.attrs["text"] = "shared " * (i % 4)
+    seen = Seen(set())
+    with H5File.open(str(p)) as hf:
+        (index,) = hf.sohm_indexes
+        assert index.index_type == 1
+        hdr = check_btree(hf.reader, index.index_address, seen)
+        assert hdr.type == bt.SOHM
+        heap = check_heap(hf.reader, index.heap_address, seen)
+        recs = btree_records(hf.reader, index.index_address)
+        assert recs and all(r.location == 0 for r in recs)
+        check_ids(heap, [r.heap_id for r in recs], seen)
+        # each record's hash is lookup3 of the message its heap ID names, seeded with its type
+        # (dataspace, datatype, fill value, filter pipeline or attribute)
+        assert all(any(r.hash == lookup3(heap.get(r.heap_id), t) for t in (1, 3, 5, 11, 12)) for r in recs)
+    assert {("heap id", "TinyId", None), ("heap id", "ManagedId", None)} <= seen.kinds
