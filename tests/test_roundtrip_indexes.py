@@ -519,3 +519,109 @@ def test_shared_messages(tmp_path, sizes):
         # (dataspace, datatype, fill value, filter pipeline or attribute)
         assert all(any(r.hash == lookup3(heap.get(r.heap_id), t) for t in (1, 3, 5, 11, 12)) for r in recs)
     assert {("heap id", "TinyId", None), ("heap id", "ManagedId", None)} <= seen.kinds
+
+
+# -- virtual dataset mappings and region references: selections in the global heap --------------
+
+
+def select(space, how: str):
+    """Select on a 2-D (10, 12) dataspace: all, none, points, a regular or irregular hyperslab."""
+    if how == "all":
+        space.select_all()
+    elif how == "none":
+        space.select_none()
+    elif how == "points":
+        space.select_elements(np.array([(1, 2), (9, 11), (0, 0), (4, 7)], dtype="u8"))
+    elif how == "regular":
+        space.select_hyperslab((1, 2), (3, 2), (2, 3), (1, 2))
+    else:
+        space.select_hyperslab((0, 0), (2, 3))
+        space.select_hyperslab((5, 6), (3, 1), op=h5py.h5s.SELECT_OR)
+    return space
+
+
+def vds_file(path, libver) -> None:
+    """Virtual datasets whose mappings use all, regular and irregular hyperslab selections,
+    several source files, the file itself (".") and an unlimited mapping."""
+    with new_file(path.parent / "src.h5", libver) as f:
+        f["data"] = np.arange(120, dtype="<i4").reshape(10, 12)
+    with new_file(path, libver) as f:
+        f["s"] = np.arange(120, dtype="<i4").reshape(10, 12)
+        lay = h5py.VirtualLayout((4, 10, 12), "<i4")
+        lay[0] = h5py.VirtualSource("src.h5", "data", shape=(10, 12))
+        lay[1] = h5py.VirtualSource(".", "s", shape=(10, 12))
+        lay[2, 0:5, ::3] = h5py.VirtualSource("src.h5", "data", shape=(10, 12))[::2, 0:4]
+        f.create_virtual_dataset("v", lay, fillvalue=-1)
+        same = h5py.VirtualLayout((3, 10, 12), "<i4")
+        for i in range(3):
+            same[i] = h5py.VirtualSource(".", "s", shape=(10, 12))
+        f.create_virtual_dataset("x", same)
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        for how in ("irregular", "regular"):   # libhdf5 refuses point selections in mappings
+            vspace = select(h5py.h5s.create_simple((10, 12)), how)
+            dcpl.set_virtual(vspace, b"src.h5", b"data", select(h5py.h5s.create_simple((10, 12)), how))
+        h5py.h5d.create(f.id, b"w", h5py.h5t.STD_I32LE, h5py.h5s.create_simple((10, 12)), dcpl=dcpl)
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        vspace = h5py.h5s.create_simple((3, 5), (3, h5py.h5s.UNLIMITED))
+        vspace.select_hyperslab((0, 0), (1, h5py.h5s.UNLIMITED), (1, 5), (3, 5))
+        sspace = h5py.h5s.create_simple((3, 5), (3, h5py.h5s.UNLIMITED))
+        sspace.select_hyperslab((0, 0), (1, h5py.h5s.UNLIMITED), (1, 5), (3, 5))
+        dcpl.set_virtual(vspace, b"src.h5", b"grow", sspace)
+        h5py.h5d.create(f.id, b"u", h5py.h5t.STD_I32LE, vspace, dcpl=dcpl)
+
+
+@pytest.mark.parametrize("libver", ["earliest", "v110", "latest"])
+def test_vds_mapping_blocks(tmp_path, libver):
+    p = tmp_path / "vds.h5"
+    vds_file(p, libver)
+    kinds = set()
+    with H5File.open(str(p)) as hf:
+        for name in ("/v", "/w", "/u", "/x"):
+            lay = hf.resolve(name).layout
+            blob = bytes(hf.global_heap.get(lay.vds_heap_address, lay.vds_heap_index))
+            block = vds_mapping.decode(blob, hf.sizes)
+            assert vds_mapping.encode(block, hf.sizes) == blob
+            kinds.add(("block", block.version))
+            first = replace(block.entries[0], source_dataset="other", virtual_selection=S.Selection("all", version=1))
+            check_changed(block, lambda b: vds_mapping.decode(b, hf.sizes), lambda r: vds_mapping.encode(r, hf.sizes),
+                          entries=(first,) + block.entries[1:])
+            for m in block.entries:
+                for sel in (m.source_selection, m.virtual_selection):
+                    kinds.add((sel.kind, sel.regular is not None, sel.version,
+                               any(v is None for v in sel.regular[2]) if sel.regular else False))
+    want = {("all", False, 1, False), ("block", 0)}
+    if libver == "latest":   # mapping block version 1 where it saves space (source file ".")
+        want |= {("block", 1), ("hyperslab", False, 3, False), ("hyperslab", True, 3, True)}
+    else:
+        want |= {("hyperslab", False, 1, False), ("hyperslab", True, 2, True)}
+    assert want <= kinds
+
+
+@pytest.mark.parametrize("libver,sizes", [("earliest", (8, 8)), ("latest", (8, 8)), ("latest", (4, 4))])
+def test_region_reference_selections(tmp_path, libver, sizes):
+    """Region references keep an object address and a selection in the global heap."""
+    p = tmp_path / "refs.h5"
+    hows = ("all", "none", "points", "regular", "irregular")
+    with new_file(p, libver, sizes) as f:
+        d = f.create_dataset("d", data=np.arange(120).reshape(10, 12))
+        refs = f.create_dataset("refs", (len(hows),), dtype=h5py.regionref_dtype)
+        for i, how in enumerate(hows):
+            refs[i] = h5py.h5r.create(f.id, b"d", h5py.h5r.DATASET_REGION, select(d.id.get_space(), how))
+    kinds = []
+    with H5File.open(str(p)) as hf:
+        lay = hf.resolve("/refs").layout          # contiguous: the stored (address, index) pairs
+        s = hf.sizes
+        raw = hf.reader.read(lay.address, len(hows) * (s.offset + 4))
+        for i in range(len(hows)):
+            addr, index = s.layout("OI").unpack_from(raw, i * (s.offset + 4))
+            blob = bytes(hf.global_heap.get(addr, index))
+            c = Reader(blob, s.offset, s, "t")
+            sel = S.decode(c)
+            assert c.pos == len(blob)
+            w = Writer(s)
+            S.encode(w, sel)
+            assert w.getvalue() == blob[s.offset:]
+            kinds.append((sel.kind, sel.version, sel.regular is not None))
+    point_v, hyper_v = (1, 1) if libver == "earliest" else (2, 3)
+    assert kinds == [("all", 1, False), ("none", 1, False), ("points", point_v, False),
+                     ("hyperslab", hyper_v if hyper_v == 3 else 1, hyper_v == 3), ("hyperslab", hyper_v, False)]
