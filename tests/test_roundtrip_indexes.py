@@ -625,3 +625,337 @@ def test_region_reference_selections(tmp_path, libver, sizes):
     point_v, hyper_v = (1, 1) if libver == "earliest" else (2, 3)
     assert kinds == [("all", 1, False), ("none", 1, False), ("points", point_v, False),
                      ("hyperslab", hyper_v if hyper_v == 3 else 1, hyper_v == 3), ("hyperslab", hyper_v, False)]
+
+
+# -- Hypothesis: valid records -> encode -> decode -> the record, and the same bytes again -------
+
+SIZES = st.sampled_from([Sizes(2, 2), Sizes(4, 4), Sizes(8, 8), Sizes(4, 8), Sizes(2, 8), Sizes(8, 4)])
+
+
+def uint(nbytes: int):
+    return st.integers(0, (1 << (8 * nbytes)) - 1)
+
+
+def address(s: Sizes):
+    return st.none() | st.integers(0, s.undefined - 1)
+
+
+def roundtrip(record, encode, decode) -> None:
+    raw = encode(record)
+    back = decode(raw)
+    assert back == record
+    assert encode(back) == raw
+
+
+@st.composite
+def btree_headers(draw, sizes=None):
+    s = sizes or draw(SIZES)
+    node_size = draw(st.sampled_from([512, 1024, 4096]))
+    record_size = draw(st.integers(1, 64))
+    depth = draw(st.integers(0, 3))
+    try:
+        max_nrec_size, levels = bt._levels(node_size, record_size, depth, s, "t")
+    except Exception:  # noqa: BLE001 - too deep for these sizes
+        depth = 0
+        max_nrec_size, levels = bt._levels(node_size, record_size, 0, s, "t")
+    root = draw(address(s))
+    nrec = draw(st.integers(0, levels[depth].max_nrec)) if root is not None else 0
+    total = draw(uint(s.length)) if root is not None else 0
+    return bt.BTreeV2Header(0, draw(st.sampled_from([0, 1])), draw(st.integers(1, 11)), node_size, record_size,
+                            depth, draw(uint(1)), draw(uint(1)), root, nrec, total, s, max_nrec_size, levels)
+
+
+@HYP
+@given(btree_headers())
+def test_btree_header_encoder(hdr):
+    roundtrip(hdr, bt.encode_header, lambda b: bt.decode_header(b, 0, hdr.sizes))
+
+
+@HYP
+@given(btree_headers(), st.data())
+def test_btree_node_encoder(hdr, data):
+    depth = data.draw(st.integers(0, hdr.depth))
+    nrec = data.draw(st.integers(0, min(8, hdr.levels[depth].max_nrec)))
+    records = tuple(data.draw(st.binary(min_size=hdr.record_size, max_size=hdr.record_size)) for _ in range(nrec))
+    children = ()
+    if depth:
+        child = hdr.levels[depth - 1]
+
+        def pointer(n):
+            total = data.draw(st.integers(n, child.cum_max_nrec)) if depth > 1 else n
+            return bt.ChildPointer(data.draw(st.integers(0, hdr.sizes.undefined - 1)), n, total)
+
+        children = tuple(pointer(data.draw(st.integers(0, child.max_nrec))) for _ in range(nrec + 1))
+    node = bt.Node(4096, depth, records, children)
+    roundtrip(node, lambda n: bt.encode_node(hdr, n), lambda b: bt.decode_node(b, hdr, 4096, nrec, depth))
+
+
+def record_cases(s: Sizes):
+    """(type, record, encode, decode) for every record type, chunk records of any rank/width."""
+    L = uint(s.length)
+    heap_id = {7: st.binary(min_size=7, max_size=7), 8: st.binary(min_size=8, max_size=8)}
+    huge = {
+        bt.HUGE_INDIRECT: st.builds(bt.HugeObjectRecord, address(s), L, id=L),
+        bt.HUGE_INDIRECT_FILTERED: st.builds(bt.HugeObjectRecord, address(s), L, id=L, filter_mask=uint(4),
+                                             memory_size=L),
+        bt.HUGE_DIRECT: st.builds(bt.HugeObjectRecord, address(s), L),
+        bt.HUGE_DIRECT_FILTERED: st.builds(bt.HugeObjectRecord, address(s), L, filter_mask=uint(4), memory_size=L),
+    }
+    fixed = huge | {
+        bt.LINK_NAME: st.builds(bt.LinkNameRecord, uint(4), heap_id[7]),
+        bt.LINK_CORDER: st.builds(bt.LinkCorderRecord, uint(8), heap_id[7]),
+        bt.SOHM: st.builds(bt.SharedMessageRecord, st.just(0), uint(4), refcount=uint(4), heap_id=heap_id[8])
+        | st.builds(bt.SharedMessageRecord, st.just(1), uint(4), msg_type=uint(1), oh_index=uint(2),
+                    oh_address=address(s)),
+        bt.ATTR_NAME: st.builds(bt.AttrNameRecord, heap_id[8], uint(1), uint(4), uint(4)),
+        bt.ATTR_CORDER: st.builds(bt.AttrCorderRecord, heap_id[8], uint(1), uint(4)),
+    }
+    plain = st.sampled_from(sorted(fixed)).flatmap(
+        lambda t: fixed[t].map(lambda r: (t, r, bt.record_encoder(t), bt.record_decoder(t))))
+
+    @st.composite
+    def chunks(draw):
+        rank, width = draw(st.integers(1, 4)), draw(st.integers(1, 8))
+        filtered = draw(st.booleans())
+        t = bt.CHUNK_FILTERED if filtered else bt.CHUNK
+        scaled = tuple(draw(st.lists(uint(8), min_size=rank, max_size=rank)))
+        extra = (draw(uint(width)), draw(uint(4))) if filtered else ()
+        rec = bt.ChunkRecordV2(draw(address(s)), scaled, *extra)
+        return t, rec, bt.record_encoder(t, rank, width), bt.record_decoder(t, rank, width)
+
+    return plain | chunks()
+
+
+@HYP
+@given(SIZES.flatmap(lambda s: st.tuples(st.just(s), record_cases(s))))
+def test_btree_record_encoders(case):
+    s, (btype, rec, encode, decode) = case
+
+    def enc(r):
+        w = Writer(s)
+        encode(w, r)
+        return w.getvalue()
+
+    roundtrip(rec, enc, lambda b: decode(Reader(b, 0, s, "t")))
+    # packed into a node's records at a record size with room to spare
+    hdr = bt.BTreeV2Header(0, 0, btype, 4096, len(enc(rec)) + 3, 0, 100, 40, 1, 1, 1, s, 1, bt._levels(
+        4096, len(enc(rec)) + 3, 0, s, "t")[1])
+    raw = bt.encode_records(hdr, encode, [rec, rec])
+    assert bt.decode_records(hdr, bt.Node(0, 0, raw, ()), decode, "t") == [rec, rec]
+
+
+@st.composite
+def heap_headers(draw):
+    """(sizes, header) of a valid heap (its geometry derives without error)."""
+    s = draw(SIZES)
+    L = uint(s.length)
+    width = 1 << draw(st.integers(0, 2))
+    start_bits = draw(st.integers(6, 12))
+    max_direct_bits = draw(st.integers(start_bits, min(16, 8 * s.length - 1)))
+    first_row_bits = start_bits + width.bit_length() - 1
+    max_heap_bits = draw(st.integers(max(max_direct_bits + 1, first_row_bits), 64))
+    max_root_rows = max_heap_bits - first_row_bits + 1
+    filter_info = draw(st.sampled_from([b"", bytes(range(16))]))
+    h = fh.FractalHeapHeader(
+        0, draw(st.integers(5, 40)), len(filter_info), draw(st.integers(0, 3)), draw(uint(4)), draw(L),
+        draw(address(s)), draw(L), draw(address(s)), draw(L), draw(L), draw(L), draw(L), draw(L), draw(L), draw(L),
+        draw(L), width, 1 << start_bits, 1 << max_direct_bits, max_heap_bits, draw(st.integers(0, max_root_rows)),
+        draw(address(s)), draw(st.integers(0, max_root_rows)), draw(L) if filter_info else 0,
+        draw(uint(4)) if filter_info else 0, filter_info)
+    return s, h
+
+
+@HYP
+@given(heap_headers())
+def test_heap_header_encoder(case):
+    s, h = case
+    roundtrip(h, lambda r: fh.encode_header(r, s), lambda b: fh.decode_header(b, 0, s, "t"))
+
+
+@HYP
+@given(heap_headers(), st.data())
+def test_heap_block_encoders(case, data):
+    s, h = case
+    g = fh.derive(h, s, "t")
+    offset = uint(g.heap_off_size)
+    db = fh.DirectBlock(data.draw(offset), data.draw(st.binary(max_size=200)))
+    roundtrip(db, lambda r: fh.encode_direct(r, g), lambda b: fh.decode_direct(b, g, "t"))
+    nrows = data.draw(st.integers(1, min(g.max_root_rows, 8)))
+    ndirect = min(nrows, g.max_direct_rows) * g.width
+    entry = st.builds(fh.DirectEntry, address(s), uint(s.length), uint(4)) if g.filtered else \
+        st.builds(fh.DirectEntry, address(s))
+    ib = fh.IndirectBlock(0, data.draw(offset), nrows, tuple(data.draw(entry) for _ in range(ndirect)),
+                          tuple(data.draw(address(s)) for _ in range(nrows * g.width - ndirect)))
+    roundtrip(ib, lambda r: fh.encode_indirect(r, g), lambda b: fh.decode_indirect(b, g, 0, nrows, "t"))
+
+
+@HYP
+@given(heap_headers(), st.data())
+def test_heap_id_encoders(case, data):
+    s, h = case
+    g = fh.derive(h, s, "t")
+    kinds = [st.builds(fh.TinyId, st.binary(min_size=1, max_size=g.tiny_max))] if g.tiny_max else []
+    if 1 + g.heap_off_size + g.heap_len_size <= g.id_len:
+        kinds.append(st.builds(fh.ManagedId, uint(g.heap_off_size), uint(g.heap_len_size)))
+    if g.huge_direct:
+        extra = {"filter_mask": uint(4), "memory_size": uint(s.length)} if g.filtered else {}
+        kinds.append(st.builds(fh.HugeId, st.none(), address(s), uint(s.length), **extra))
+    else:
+        kinds.append(st.builds(fh.HugeId, uint(g.huge_id_size)))
+    hid = data.draw(st.one_of(kinds))
+    roundtrip(hid, lambda r: fh.encode_id(r, g), lambda b: fh.decode_id(b, g, "t"))
+    assert len(fh.encode_id(hid, g)) == g.id_len
+
+
+@st.composite
+def fixed_array_headers(draw):
+    s = draw(SIZES)
+    h = fa.FixedArrayHeader(0, draw(st.sampled_from([0, 1])), draw(st.sampled_from([0, 1])),
+                            draw(st.integers(1, 24)), draw(st.integers(0, 8)), draw(st.integers(0, 700)),
+                            draw(address(s)))
+    return s, h
+
+
+@HYP
+@given(fixed_array_headers(), st.data())
+def test_fixed_array_encoders(case, data):
+    s, h = case
+    roundtrip(h, lambda r: fa.encode_header(r, s), lambda b: fa.decode_header(b, 0, s, "t"))
+    if h.paged:
+        db = fa.FixedArrayDataBlock(64, data.draw(st.binary(min_size=(h.npages + 7) // 8,
+                                                            max_size=(h.npages + 7) // 8)), b"")
+    else:
+        n = h.nelmts * h.element_size
+        db = fa.FixedArrayDataBlock(64, b"", data.draw(st.binary(min_size=n, max_size=n)))
+    roundtrip(db, lambda r: fa.encode_dblock(r, h, s), lambda b: fa.decode_dblock(b, h, s, 64, "t"))
+    roundtrip(data.draw(st.binary(max_size=300)), fa.encode_page, lambda b: fa.decode_page(b, "t"))
+
+
+@HYP
+@given(SIZES, st.booleans(), st.integers(1, 8), st.data())
+def test_chunk_element_encoders(s, filtered, width, data):
+    el = data.draw(st.builds(fa.ChunkElement, address(s), uint(width), uint(4)) if filtered else
+                   st.builds(fa.ChunkElement, address(s)))
+    roundtrip(el, fa.chunk_element_encoder(s, filtered, width), fa.chunk_element_decoder(s, filtered, width))
+
+
+@st.composite
+def extensible_array_headers(draw):
+    s = draw(SIZES)
+    L = uint(s.length)
+    bits = draw(st.integers(1, 64))
+    h = ea.ExtensibleArrayHeader(
+        0, draw(st.sampled_from([0, 1])), draw(st.sampled_from([0, 1])), draw(st.integers(1, 24)), bits,
+        draw(st.integers(0, 40)), 1 << draw(st.integers(0, min(bits, 7))), 1 << draw(st.integers(1, 6)),
+        draw(st.integers(0, bits)), draw(L), draw(L), draw(L), draw(L), draw(L), draw(L), draw(address(s)))
+    return s, h
+
+
+@HYP
+@given(extensible_array_headers(), st.data())
+def test_extensible_array_encoders(case, data):
+    s, h = case
+    roundtrip(h, lambda r: ea.encode_header(r, s), lambda b: ea.decode_header(b, 0, s, "t"))
+    addrs = lambda n: tuple(data.draw(address(s)) for _ in range(n))  # noqa: E731
+    nd, ns = data.draw(st.integers(0, 6)), data.draw(st.integers(0, 6))
+    n = h.idx_blk_elmts * h.element_size
+    ib = ea.IndexBlock(h.iblock_address, data.draw(st.binary(min_size=n, max_size=n)), addrs(nd), addrs(ns))
+    roundtrip(ib, lambda r: ea.encode_index_block(r, h, s), lambda b: ea.decode_index_block(b, h, s, nd, ns, "t"))
+    offset = uint(h.block_offset_size)
+    bitmap = data.draw(st.binary(max_size=8))
+    sb = ea.SuperBlock(128, data.draw(offset), bitmap, addrs(nd))
+    roundtrip(sb, lambda r: ea.encode_super_block(r, h, s),
+              lambda b: ea.decode_super_block(b, h, s, 128, len(bitmap), nd, "t"))
+    nelmts = data.draw(st.integers(0, 20))
+    db = ea.DataBlock(256, data.draw(offset), data.draw(st.binary(min_size=nelmts * h.element_size,
+                                                                  max_size=nelmts * h.element_size)))
+    roundtrip(db, lambda r: ea.encode_data_block(r, h, s), lambda b: ea.decode_data_block(b, h, s, 256, nelmts, "t"))
+
+
+# -- selections and mapping blocks --
+
+
+@st.composite
+def selections(draw, rank=None):
+    r = rank or draw(st.integers(1, 4))
+    kind = draw(st.sampled_from(["all", "none", "points", "regular", "irregular", "auto"]))
+    if kind in ("all", "none"):
+        return S.Selection(kind, version=1)
+    if kind == "points":
+        version = draw(st.sampled_from([1, 2]))
+        width = 4 if version == 1 else draw(st.sampled_from([2, 4, 8]))
+        n = draw(st.integers(0, 6))
+        top = min((1 << (8 * width)) - 1, (1 << 63) - 1)
+        pts = np.array(draw(st.lists(st.integers(0, top), min_size=n * r, max_size=n * r)), dtype=np.int64)
+        return S.Selection("points", r, points=pts.reshape(n, r), version=version, width=width)
+    if kind == "irregular":
+        version = draw(st.sampled_from([1, 2, 3]))
+        width = {1: 4, 2: 8}.get(version) or draw(st.sampled_from([2, 4, 8]))
+        n = draw(st.integers(0, 4))
+        top = min((1 << (8 * width)) - 1, (1 << 63) - 1)
+        corners = [sorted(draw(st.lists(st.integers(0, top), min_size=2, max_size=2))) for _ in range(n * r)]
+        blocks = np.array(corners, dtype=np.int64).reshape(n, r, 2).transpose(0, 2, 1)
+        return S.Selection("hyperslab", r, blocks=np.ascontiguousarray(blocks), version=version, width=width)
+    version = draw(st.sampled_from([2, 3]))
+    width = 8 if version == 2 else draw(st.sampled_from([2, 4, 8]))
+    if kind == "auto":
+        version, width = None, None
+    top = (1 << (8 * (width or 2))) - 2
+    unlimited = draw(st.sampled_from([None] + list(range(r))))
+    dims = []
+    for d in range(r):
+        stride = draw(st.integers(1, top))
+        block = draw(st.integers(0, stride))
+        count = draw(st.integers(0, top))
+        if d == unlimited:
+            count, block = (None, block) if draw(st.booleans()) else (count, None)
+        dims.append((draw(st.integers(0, top)), stride, count, block))
+    regular = tuple(tuple(v) for v in zip(*dims))
+    return S.Selection("hyperslab", r, regular=regular, version=version, width=width)
+
+
+def encode_selection(sel: S.Selection) -> bytes:
+    w = Writer()
+    S.encode(w, sel)
+    return w.getvalue()
+
+
+@HYP
+@given(selections())
+def test_selection_encoder(sel):
+    raw = encode_selection(sel)
+    back = S.decode(Reader(raw, 0, Sizes(), "t"))
+    if sel.version is None:   # chosen by the encoder: the smallest width holding every value
+        assert back.version == 3 and back.width in (2, 4, 8)
+        sel = replace(sel, version=back.version, width=back.width)
+    assert back == sel
+    assert encode_selection(back) == raw
+
+
+@st.composite
+def mapping_blocks(draw):
+    s = draw(SIZES)
+    version = draw(st.sampled_from([0, 1]))
+    names = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=8)
+    entries = []
+    for i in range(draw(st.integers(0, 4))):
+        flags = draw(st.sampled_from([0, vds_mapping.SAME_FILE, vds_mapping.FILE_SHARED, vds_mapping.DSET_SHARED,
+                                      vds_mapping.SAME_FILE | vds_mapping.DSET_SHARED])) if version else 0
+        if not i:
+            flags &= vds_mapping.SAME_FILE
+        file_index = draw(st.integers(0, i - 1)) if flags & vds_mapping.FILE_SHARED else None
+        dset_index = draw(st.integers(0, i - 1)) if flags & vds_mapping.DSET_SHARED else None
+        source_file = "." if flags & vds_mapping.SAME_FILE else \
+            entries[file_index].source_file if file_index is not None else draw(names)
+        source_dataset = entries[dset_index].source_dataset if dset_index is not None else draw(names)
+        rank = draw(st.integers(1, 3))
+        sels = [draw(selections(rank).filter(lambda x: x.version is not None)) for _ in range(2)]
+        entries.append(vds_mapping.Mapping(source_file, source_dataset, *sels, flags, file_index, dset_index))
+    return s, vds_mapping.MappingBlock(version, tuple(entries))
+
+
+@HYP
+@given(mapping_blocks())
+def test_mapping_block_encoder(case):
+    s, block = case
+    roundtrip(block, lambda r: vds_mapping.encode(r, s), lambda b: vds_mapping.decode(b, s))
