@@ -92,14 +92,19 @@ def check_changed(record, decode, encode, **changes) -> None:
     assert decode(encode(changed)) == changed
 
 
+def check_bytes(raw: bytes, decode, encode, changes=lambda record: {}):
+    """decode(raw) encodes back to raw; the fields `changes(record)` names survive a round trip."""
+    record = decode(raw)
+    assert encode(record) == raw
+    check_changed(record, decode, encode, **changes(record))
+    return record
+
+
 def check_btree(reader, address, seen: Seen, decode_record=None, encode_record=None) -> bt.BTreeV2Header:
     """The header, every node and every record of the v2 B-tree at `address`."""
     s = reader.sizes
-    raw = reader.read(address, bt.header_size(s))
-    hdr = bt.decode_header(raw, address, s)
-    assert bt.encode_header(hdr) == raw
-    check_changed(hdr, lambda b: bt.decode_header(b, address, s), bt.encode_header,
-                  total_records=hdr.total_records + 7, root_address=12345)
+    hdr = check_bytes(reader.read(address, bt.header_size(s)), lambda b: bt.decode_header(b, address, s),
+                      bt.encode_header, lambda h: {"total_records": h.total_records + 7, "root_address": 12345})
     decode_record = decode_record or bt.record_decoder(hdr.type)
     encode_record = encode_record or bt.record_encoder(hdr.type)
     seen.add("btree", hdr.type, hdr.depth)
@@ -163,28 +168,25 @@ def check_heap(reader, address, seen: Seen) -> fh.FractalHeap:
     s = reader.sizes
     heap = fh.FractalHeap(reader, address)
     h, g = heap.header, heap.geometry
-    raw = reader.read(address, fh.header_size(s, h.filter_len))
-    assert fh.encode_header(h, s) == raw
-    check_changed(h, lambda b: fh.decode_header(b, address, s, "t"), lambda r: fh.encode_header(r, s),
-                  managed_size=h.managed_size + 512, root_address=4096, tiny_count=h.tiny_count + 1)
+    check_bytes(reader.read(address, fh.header_size(s, h.filter_len)), lambda b: fh.decode_header(b, address, s, "t"),
+                lambda r: fh.encode_header(r, s),
+                lambda r: {"managed_size": r.managed_size + 512, "root_address": 4096, "tiny_count": r.tiny_count + 1})
     seen.add("heap", "filtered" if h.filter_len else "plain", "indirect root" if h.root_rows else "direct root")
     for kind, addr, size, off, entry in heap_blocks(heap):
         if kind == "indirect":
-            raw = reader.read(addr, heap.indirect_block_size(size))
-            ib = fh.decode_indirect(raw, g, addr, size, "t")
-            assert ib.block_offset == off and fh.encode_indirect(ib, g) == raw
-            check_changed(ib, lambda b: fh.decode_indirect(b, g, addr, size, "t"), lambda r: fh.encode_indirect(r, g),
-                          block_offset=off + 64, direct=(fh.DirectEntry(None),) * len(ib.direct))
+            ib = check_bytes(reader.read(addr, heap.indirect_block_size(size)),
+                             lambda b: fh.decode_indirect(b, g, addr, size, "t"), lambda r: fh.encode_indirect(r, g),
+                             lambda r: {"block_offset": off + 64, "direct": (fh.DirectEntry(None),) * len(r.direct)})
+            assert ib.block_offset == off
             seen.add("heap iblock", "child" if off else "root")
             continue
         if h.filter_len:
             raw = heap._defilter(reader.read(addr, entry.filtered_size), entry.filter_mask, size, "t")
         else:
             raw = reader.read(addr, size)
-        db = fh.decode_direct(raw, g, "t")
-        assert db.block_offset == off and fh.encode_direct(db, g) == raw
-        check_changed(db, lambda b: fh.decode_direct(b, g, "t"), lambda r: fh.encode_direct(r, g),
-                      block_offset=off + 8, payload=bytes(len(db.payload)))
+        db = check_bytes(raw, lambda b: fh.decode_direct(b, g, "t"), lambda r: fh.encode_direct(r, g),
+                         lambda r: {"block_offset": off + 8, "payload": bytes(len(r.payload))})
+        assert db.block_offset == off
         seen.add("heap dblock", "checksummed" if g.checksummed else "plain")
     return heap
 
@@ -229,22 +231,15 @@ def check_elements(raw: bytes, element_size: int, codecs, seen: Seen) -> int:
 def check_fixed_array(reader, address, seen: Seen) -> int:
     """Header, data block, every written page and every element; the allocated chunk count."""
     s = reader.sizes
-    raw = reader.read(address, fa.header_size(s))
-    h = fa.decode_header(raw, address, s, "t")
-    assert fa.encode_header(h, s) == raw
-    check_changed(h, lambda b: fa.decode_header(b, address, s, "t"), lambda r: fa.encode_header(r, s),
-                  dblock_address=777, nelmts=h.nelmts + 1)
-    raw = reader.read(h.dblock_address, fa.dblock_size(h, s))
-    db = fa.decode_dblock(raw, h, s, h.dblock_address, "t")
-    assert fa.encode_dblock(db, h, s) == raw
+    h = check_bytes(reader.read(address, fa.header_size(s)), lambda b: fa.decode_header(b, address, s, "t"),
+                    lambda r: fa.encode_header(r, s), lambda r: {"dblock_address": 777, "nelmts": r.nelmts + 1})
+    db = check_bytes(reader.read(h.dblock_address, fa.dblock_size(h, s)),
+                     lambda b: fa.decode_dblock(b, h, s, h.dblock_address, "t"), lambda r: fa.encode_dblock(r, h, s),
+                     lambda r: {"bitmap": b"\xff" * len(r.bitmap), "elements": bytes(len(r.elements))})
     codecs = element_codecs(reader, h.client_id, h.element_size)
     seen.add("fixed array", h.client_id, "paged" if h.paged else "unpaged")
     if not h.paged:
-        check_changed(db, lambda b: fa.decode_dblock(b, h, s, h.dblock_address, "t"),
-                      lambda r: fa.encode_dblock(r, h, s), elements=bytes(len(db.elements)))
         return check_elements(db.elements, h.element_size, codecs, seen)
-    check_changed(db, lambda b: fa.decode_dblock(b, h, s, h.dblock_address, "t"),
-                  lambda r: fa.encode_dblock(r, h, s), bitmap=b"\xff" * len(db.bitmap))
     arr = fa.FixedArray(reader, address)
     n = 0
     for page in range(h.npages):
@@ -260,29 +255,23 @@ def check_fixed_array(reader, address, seen: Seen) -> int:
 def check_extensible_array(reader, address, seen: Seen) -> int:
     """Header, index block, super blocks, data blocks, pages, elements; the allocated chunks."""
     s = reader.sizes
-    raw = reader.read(address, ea.header_size(s))
-    h = ea.decode_header(raw, address, s, "t")
-    assert ea.encode_header(h, s) == raw
-    check_changed(h, lambda b: ea.decode_header(b, address, s, "t"), lambda r: ea.encode_header(r, s),
-                  max_idx_set=h.max_idx_set + 3, iblock_address=None)
+    h = check_bytes(reader.read(address, ea.header_size(s)), lambda b: ea.decode_header(b, address, s, "t"),
+                    lambda r: ea.encode_header(r, s), lambda r: {"max_idx_set": r.max_idx_set + 3, "iblock_address": None})
     arr = ea.ExtensibleArray(reader, address)
     codecs = element_codecs(reader, h.client_id, h.element_size)
     nd, ns = arr.iblock_ndblk_addrs, arr.iblock_nsblk_addrs
-    raw = reader.read(h.iblock_address, ea.index_block_size(h, s, nd, ns))
-    ib = ea.decode_index_block(raw, h, s, nd, ns, "t")
-    assert ea.encode_index_block(ib, h, s) == raw
-    check_changed(ib, lambda b: ea.decode_index_block(b, h, s, nd, ns, "t"), lambda r: ea.encode_index_block(r, h, s),
-                  dblock_addresses=(None,) * nd)
+    ib = check_bytes(reader.read(h.iblock_address, ea.index_block_size(h, s, nd, ns)),
+                     lambda b: ea.decode_index_block(b, h, s, nd, ns, "t"), lambda r: ea.encode_index_block(r, h, s),
+                     lambda r: {"dblock_addresses": (None,) * nd})
     seen.add("extensible array", h.client_id)
     n = check_elements(ib.elements, h.element_size, codecs, seen)
 
     def data_block(addr, nelmts, npages, bitmap, j):
         nonlocal n
-        raw = reader.read(addr, ea.data_block_size(h, s, 0 if npages else nelmts))
-        db = ea.decode_data_block(raw, h, s, addr, 0 if npages else nelmts, "t")
-        assert ea.encode_data_block(db, h, s) == raw
-        check_changed(db, lambda b: ea.decode_data_block(b, h, s, addr, len(db.elements) // h.element_size, "t"),
-                      lambda r: ea.encode_data_block(r, h, s), block_offset=db.block_offset + 1)
+        stored = 0 if npages else nelmts
+        raw = reader.read(addr, ea.data_block_size(h, s, stored))
+        db = check_bytes(raw, lambda b: ea.decode_data_block(b, h, s, addr, stored, "t"),
+                         lambda r: ea.encode_data_block(r, h, s), lambda r: {"block_offset": r.block_offset + 1})
         n += check_elements(db.elements, h.element_size, codecs, seen)
         seen.add("ea dblock", "paged" if npages else "unpaged")
         page_size = arr.page_nelmts * h.element_size + 4
@@ -305,11 +294,9 @@ def check_extensible_array(reader, address, seen: Seen) -> int:
             continue
         u = arr.iblock_nsblks + k
         bitmap_size, ndblks = arr.bitmap_size(u), arr.sblk_info[u].ndblks
-        raw = reader.read(saddr, ea.super_block_size(h, s, bitmap_size, ndblks))
-        sb = ea.decode_super_block(raw, h, s, saddr, bitmap_size, ndblks, "t")
-        assert ea.encode_super_block(sb, h, s) == raw
-        check_changed(sb, lambda b: ea.decode_super_block(b, h, s, saddr, bitmap_size, ndblks, "t"),
-                      lambda r: ea.encode_super_block(r, h, s), dblock_addresses=(None,) * ndblks)
+        sb = check_bytes(reader.read(saddr, ea.super_block_size(h, s, bitmap_size, ndblks)),
+                         lambda b: ea.decode_super_block(b, h, s, saddr, bitmap_size, ndblks, "t"),
+                         lambda r: ea.encode_super_block(r, h, s), lambda r: {"dblock_addresses": (None,) * ndblks})
         seen.add("ea sblock", "bitmap" if bitmap_size else "no bitmap")
         for j, addr in enumerate(sb.dblock_addresses):
             if addr is not None:
@@ -640,6 +627,10 @@ def address(s: Sizes):
     return st.none() | st.integers(0, s.undefined - 1)
 
 
+def exactly(n: int):
+    return st.binary(min_size=n, max_size=n)
+
+
 def roundtrip(record, encode, decode) -> None:
     raw = encode(record)
     back = decode(raw)
@@ -676,7 +667,7 @@ def test_btree_header_encoder(hdr):
 def test_btree_node_encoder(hdr, data):
     depth = data.draw(st.integers(0, hdr.depth))
     nrec = data.draw(st.integers(0, min(8, hdr.levels[depth].max_nrec)))
-    records = tuple(data.draw(st.binary(min_size=hdr.record_size, max_size=hdr.record_size)) for _ in range(nrec))
+    records = tuple(data.draw(exactly(hdr.record_size)) for _ in range(nrec))
     children = ()
     if depth:
         child = hdr.levels[depth - 1]
@@ -693,7 +684,7 @@ def test_btree_node_encoder(hdr, data):
 def record_cases(s: Sizes):
     """(type, record, encode, decode) for every record type, chunk records of any rank/width."""
     L = uint(s.length)
-    heap_id = {7: st.binary(min_size=7, max_size=7), 8: st.binary(min_size=8, max_size=8)}
+    heap_id = {7: exactly(7), 8: exactly(8)}
     huge = {
         bt.HUGE_INDIRECT: st.builds(bt.HugeObjectRecord, address(s), L, id=L),
         bt.HUGE_INDIRECT_FILTERED: st.builds(bt.HugeObjectRecord, address(s), L, id=L, filter_mask=uint(4),
@@ -822,11 +813,9 @@ def test_fixed_array_encoders(case, data):
     s, h = case
     roundtrip(h, lambda r: fa.encode_header(r, s), lambda b: fa.decode_header(b, 0, s, "t"))
     if h.paged:
-        db = fa.FixedArrayDataBlock(64, data.draw(st.binary(min_size=(h.npages + 7) // 8,
-                                                            max_size=(h.npages + 7) // 8)), b"")
+        db = fa.FixedArrayDataBlock(64, data.draw(exactly((h.npages + 7) // 8)), b"")
     else:
-        n = h.nelmts * h.element_size
-        db = fa.FixedArrayDataBlock(64, b"", data.draw(st.binary(min_size=n, max_size=n)))
+        db = fa.FixedArrayDataBlock(64, b"", data.draw(exactly(h.nelmts * h.element_size)))
     roundtrip(db, lambda r: fa.encode_dblock(r, h, s), lambda b: fa.decode_dblock(b, h, s, 64, "t"))
     roundtrip(data.draw(st.binary(max_size=300)), fa.encode_page, lambda b: fa.decode_page(b, "t"))
 
@@ -858,8 +847,7 @@ def test_extensible_array_encoders(case, data):
     roundtrip(h, lambda r: ea.encode_header(r, s), lambda b: ea.decode_header(b, 0, s, "t"))
     addrs = lambda n: tuple(data.draw(address(s)) for _ in range(n))  # noqa: E731
     nd, ns = data.draw(st.integers(0, 6)), data.draw(st.integers(0, 6))
-    n = h.idx_blk_elmts * h.element_size
-    ib = ea.IndexBlock(h.iblock_address, data.draw(st.binary(min_size=n, max_size=n)), addrs(nd), addrs(ns))
+    ib = ea.IndexBlock(h.iblock_address, data.draw(exactly(h.idx_blk_elmts * h.element_size)), addrs(nd), addrs(ns))
     roundtrip(ib, lambda r: ea.encode_index_block(r, h, s), lambda b: ea.decode_index_block(b, h, s, nd, ns, "t"))
     offset = uint(h.block_offset_size)
     bitmap = data.draw(st.binary(max_size=8))
@@ -867,8 +855,7 @@ def test_extensible_array_encoders(case, data):
     roundtrip(sb, lambda r: ea.encode_super_block(r, h, s),
               lambda b: ea.decode_super_block(b, h, s, 128, len(bitmap), nd, "t"))
     nelmts = data.draw(st.integers(0, 20))
-    db = ea.DataBlock(256, data.draw(offset), data.draw(st.binary(min_size=nelmts * h.element_size,
-                                                                  max_size=nelmts * h.element_size)))
+    db = ea.DataBlock(256, data.draw(offset), data.draw(exactly(nelmts * h.element_size)))
     roundtrip(db, lambda r: ea.encode_data_block(r, h, s), lambda b: ea.decode_data_block(b, h, s, 256, nelmts, "t"))
 
 

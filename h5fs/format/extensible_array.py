@@ -33,7 +33,7 @@ from ..errors import FormatError
 from .btree_v2 import as_uint, sealed, uint_code, uint_field
 from .checksum import checked_block, verify
 from .codec import Reader, Sizes, Writer
-from .fixed_array import PREFIX_LAYOUT, bit_set, check_block_prefix, decode_page, write_block_prefix
+from .fixed_array import PREFIX_LAYOUT, bit_set, cached_header, check_block_prefix, decode_page, write_block_prefix
 
 SIG_HEADER, SIG_IBLOCK, SIG_SBLOCK, SIG_DBLOCK = b"EAHD", b"EAIB", b"EASB", b"EADB"
 HEADER_LAYOUT = "BBBBBBBLLLLLLO"   # after signature and version
@@ -111,12 +111,8 @@ def encode_header(h: ExtensibleArrayHeader, sizes: Sizes) -> bytes:
 
 
 def read_header(reader, address: int | None, what: str = "extensible array") -> ExtensibleArrayHeader:
-    label = f"{what} header at {address}"
-
-    def load() -> ExtensibleArrayHeader:
-        return decode_header(reader.read(address, header_size(reader.sizes), label), address, reader.sizes, label)
-
-    return load() if address is None else reader.meta.get(address, "ea header", load, 400)
+    return cached_header(reader, address, f"{what} header at {address}", "ea header", header_size(reader.sizes),
+                         decode_header)
 
 
 # -- blocks -------------------------------------------------------------------------------------

@@ -124,13 +124,18 @@ def encode_header(h: FixedArrayHeader, sizes: Sizes) -> bytes:
     return sealed(w)
 
 
+def cached_header(reader, address: int | None, label: str, kind: str, size: int, decode):
+    """An array header through the metadata cache: `decode(bytes, address, sizes, label)` of
+    the `size` bytes at `address` on a miss."""
+    def load():
+        return decode(reader.read(address, size, label), address, reader.sizes, label)
+
+    return load() if address is None else reader.meta.get(address, kind, load, 400)
+
+
 def read_header(reader, address: int | None, what: str = "fixed array") -> FixedArrayHeader:
-    label = f"{what} header at {address}"
-
-    def load() -> FixedArrayHeader:
-        return decode_header(reader.read(address, header_size(reader.sizes), label), address, reader.sizes, label)
-
-    return load() if address is None else reader.meta.get(address, "fa header", load, 300)
+    return cached_header(reader, address, f"{what} header at {address}", "fa header", header_size(reader.sizes),
+                         decode_header)
 
 
 def check_block_prefix(c: Reader, signature: bytes, header, label: str) -> None:
