@@ -279,9 +279,15 @@ def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth:
 
 
 def decode_records(hdr: BTreeV2Header, node: Node, decode_record: Callable[[Reader], R], what: str) -> list[R]:
-    """The node's records, decoded by `decode_record`, each within its record size."""
+    """The node's records, decoded by `decode_record`, each within its record size (all in one
+    struct run when the decoder is one struct filling the record)."""
     rs = hdr.record_size
-    c = Reader(b"".join(node.records), 0, hdr.sizes, f"{what} record")
+    raw = b"".join(node.records)
+    spec = getattr(decode_record, "spec", None)
+    if spec is not None and hdr.sizes.layout(spec).size == rs:
+        build = decode_record.build  # type: ignore[attr-defined]
+        return [build(hdr.sizes, v) for v in hdr.sizes.layout(spec).iter_unpack(raw)]
+    c = Reader(raw, 0, hdr.sizes, f"{what} record")
     out = []
     for end in range(rs, rs * len(node.records) + 1, rs):
         out.append(decode_record(c))
@@ -449,52 +455,54 @@ class ChunkRecordV2:        # types 10 and 11
     filter_mask: int = 0
 
 
-def decode_huge_indirect(c: Reader) -> HugeObjectRecord:
-    addr, length, key = c.fields("OLL")
-    return HugeObjectRecord(c.sizes.address(addr), length, id=key)
+def struct_decoder(spec: str, build: Callable[[Sizes, tuple], R]) -> Callable[[Reader], R]:
+    """A record decoder made of one struct run (`spec`) and a constructor of the record from its
+    fields; `decode_records` decodes a node's records in one run with the two."""
+    def decode(c: Reader) -> R:
+        return build(c.sizes, c.fields(spec))
+
+    decode.spec, decode.build = spec, build  # type: ignore[attr-defined]
+    return decode
+
+
+decode_huge_indirect = struct_decoder("OLL", lambda s, v: HugeObjectRecord(s.address(v[0]), v[1], id=v[2]))
 
 
 def encode_huge_indirect(w: Writer, r: HugeObjectRecord) -> None:
     w.fields("OLL", w.sizes.raw_address(r.address), r.length, r.id)
 
 
-def decode_huge_indirect_filtered(c: Reader) -> HugeObjectRecord:
-    addr, length, mask, msize, key = c.fields("OLILL")
-    return HugeObjectRecord(c.sizes.address(addr), length, id=key, filter_mask=mask, memory_size=msize)
+decode_huge_indirect_filtered = struct_decoder(
+    "OLILL", lambda s, v: HugeObjectRecord(s.address(v[0]), v[1], id=v[4], filter_mask=v[2], memory_size=v[3]))
 
 
 def encode_huge_indirect_filtered(w: Writer, r: HugeObjectRecord) -> None:
     w.fields("OLILL", w.sizes.raw_address(r.address), r.length, r.filter_mask, r.memory_size, r.id)
 
 
-def decode_huge_direct(c: Reader) -> HugeObjectRecord:
-    addr, length = c.fields("OL")
-    return HugeObjectRecord(c.sizes.address(addr), length)
+decode_huge_direct = struct_decoder("OL", lambda s, v: HugeObjectRecord(s.address(v[0]), v[1]))
 
 
 def encode_huge_direct(w: Writer, r: HugeObjectRecord) -> None:
     w.fields("OL", w.sizes.raw_address(r.address), r.length)
 
 
-def decode_huge_direct_filtered(c: Reader) -> HugeObjectRecord:
-    addr, length, mask, msize = c.fields("OLIL")
-    return HugeObjectRecord(c.sizes.address(addr), length, filter_mask=mask, memory_size=msize)
+decode_huge_direct_filtered = struct_decoder(
+    "OLIL", lambda s, v: HugeObjectRecord(s.address(v[0]), v[1], filter_mask=v[2], memory_size=v[3]))
 
 
 def encode_huge_direct_filtered(w: Writer, r: HugeObjectRecord) -> None:
     w.fields("OLIL", w.sizes.raw_address(r.address), r.length, r.filter_mask, r.memory_size)
 
 
-def decode_link_name(c: Reader) -> LinkNameRecord:
-    return LinkNameRecord(*c.fields("I7s"))
+decode_link_name = struct_decoder("I7s", lambda s, v: LinkNameRecord(*v))
 
 
 def encode_link_name(w: Writer, r: LinkNameRecord) -> None:
     w.fields("I7s", r.hash, r.heap_id)
 
 
-def decode_link_corder(c: Reader) -> LinkCorderRecord:
-    return LinkCorderRecord(*c.fields("Q7s"))
+decode_link_corder = struct_decoder("Q7s", lambda s, v: LinkCorderRecord(*v))
 
 
 def encode_link_corder(w: Writer, r: LinkCorderRecord) -> None:
@@ -520,16 +528,14 @@ def encode_sohm(w: Writer, r: SharedMessageRecord) -> None:
         w.fields("BBHO", 0, r.msg_type, r.oh_index, w.sizes.raw_address(r.oh_address))
 
 
-def decode_attr_name(c: Reader) -> AttrNameRecord:
-    return AttrNameRecord(*c.fields("8sBII"))
+decode_attr_name = struct_decoder("8sBII", lambda s, v: AttrNameRecord(*v))
 
 
 def encode_attr_name(w: Writer, r: AttrNameRecord) -> None:
     w.fields("8sBII", r.heap_id, r.flags, r.corder, r.hash)
 
 
-def decode_attr_corder(c: Reader) -> AttrCorderRecord:
-    return AttrCorderRecord(*c.fields("8sBI"))
+decode_attr_corder = struct_decoder("8sBI", lambda s, v: AttrCorderRecord(*v))
 
 
 def encode_attr_corder(w: Writer, r: AttrCorderRecord) -> None:
@@ -562,15 +568,9 @@ def chunk_record_decoder(rank: int, filtered: bool, size_width: int = 0) -> Call
     """Decoder for type 10 (filtered=False) or 11 records of a `rank`-dimensional dataset (one
     struct per record; the same function for the same arguments, so it can key a cache)."""
     spec = _chunk_layout(rank, filtered, size_width)
-
-    def decode(c: Reader) -> ChunkRecordV2:
-        v = c.fields(spec)
-        addr = c.sizes.address(v[0])
-        if filtered:
-            return ChunkRecordV2(addr, v[3:], as_uint(v[1]), v[2])
-        return ChunkRecordV2(addr, v[1:])
-
-    return decode
+    if filtered:
+        return struct_decoder(spec, lambda s, v: ChunkRecordV2(s.address(v[0]), v[3:], as_uint(v[1]), v[2]))
+    return struct_decoder(spec, lambda s, v: ChunkRecordV2(s.address(v[0]), v[1:]))
 
 
 @lru_cache(maxsize=256)
