@@ -37,7 +37,7 @@ from typing import Callable, Iterator, TypeVar
 
 from ..errors import FormatError, Unsupported
 from .checksum import checksum, verify
-from .codec import Reader, Sizes, Writer
+from .codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
 
 R = TypeVar("R")
 
@@ -56,21 +56,6 @@ CHUNK, CHUNK_FILTERED = 10, 11
 def limit_enc_size(n: int) -> int:
     """H5VM_limit_enc_size: bytes libhdf5 uses to encode values up to n."""
     return (max(n, 1).bit_length() - 1) // 8 + 1
-
-
-def uint_code(n: int) -> str:
-    """A struct code for an unsigned field of n bytes: a native integer code where one exists,
-    otherwise `{n}s` (read back with int.from_bytes)."""
-    return {1: "B", 2: "H", 4: "I", 8: "Q"}.get(n, f"{n}s")
-
-
-def as_uint(v: int | bytes) -> int:
-    return v if isinstance(v, int) else int.from_bytes(v, "little")
-
-
-def uint_field(v: int, n: int) -> int | bytes:
-    """The value to pack at `uint_code(n)`."""
-    return v if n in (1, 2, 4, 8) else v.to_bytes(n, "little")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,21 @@ from ..errors import FormatError
 _CODE = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
 
+def uint_code(n: int) -> str:
+    """A struct code for an unsigned field of n bytes: a native integer code where one exists,
+    otherwise `{n}s` (read back with int.from_bytes)."""
+    return _CODE.get(n, f"{n}s")
+
+
+def as_uint(v: int | bytes) -> int:
+    return v if isinstance(v, int) else int.from_bytes(v, "little")
+
+
+def uint_field(v: int, n: int) -> int | bytes:
+    """The value to pack at `uint_code(n)`."""
+    return v if n in (1, 2, 4, 8) else v.to_bytes(n, "little")
+
+
 @dataclass(frozen=True)
 class Sizes:
     """Size of offsets and size of lengths from the superblock (2, 4 or 8 bytes each)."""
@@ -33,7 +48,7 @@ class Sizes:
         """The little-endian Struct of `spec` (`O` = offset, `L` = length), built once per spec."""
         st = self._layouts.get(spec)
         if st is None:
-            fmt = spec.replace("O", _CODE[self.offset]).replace("L", _CODE[self.length])
+            fmt = spec.replace("O", uint_code(self.offset)).replace("L", uint_code(self.length))
             st = self._layouts[spec] = struct.Struct("<" + fmt)
         return st
 

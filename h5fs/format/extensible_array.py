@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..errors import FormatError
-from .btree_v2 import as_uint, sealed, uint_code, uint_field
+from .btree_v2 import sealed
 from .checksum import checked_block, verify
-from .codec import Reader, Sizes, Writer
+from .codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
 from .fixed_array import PREFIX_LAYOUT, bit_set, cached_header, check_block_prefix, decode_page, write_block_prefix
 
 SIG_HEADER, SIG_IBLOCK, SIG_SBLOCK, SIG_DBLOCK = b"EAHD", b"EAIB", b"EASB", b"EADB"

@@ -24,9 +24,9 @@ from functools import lru_cache
 from typing import Callable, Iterator
 
 from ..errors import FormatError
-from .btree_v2 import as_uint, sealed, uint_code, uint_field
+from .btree_v2 import sealed
 from .checksum import checked_block, verify
-from .codec import Reader, Sizes, Writer
+from .codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
 
 SIG_HEADER, SIG_DBLOCK = b"FAHD", b"FADB"
 CLIENT_CHUNKS, CLIENT_FILTERED_CHUNKS = 0, 1

@@ -34,9 +34,8 @@ from dataclasses import dataclass
 
 from ..errors import ChecksumError, FormatError, Unsupported
 from . import btree_v2
-from .btree_v2 import as_uint, uint_code, uint_field
 from .checksum import checksum, verify
-from .codec import Reader, Sizes, Writer
+from .codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
 
 SIG_HEADER, SIG_DIRECT, SIG_INDIRECT = b"FRHP", b"FHDB", b"FHIB"
 MAX_BLOCK = 1 << 28        # largest direct block h5fs accepts (libhdf5's default is 64 KiB)
