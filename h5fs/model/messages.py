@@ -1,9 +1,12 @@
-"""Message type numbers and the decoder for each (IV.A.2), in one table."""
+"""Message type numbers with the decoder and the encoder of each (IV.A.2), in two tables."""
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
+from ..format.codec import Sizes, Writer
 from ..format.messages import (attribute, attribute_info, dataspace, external_files, fill_value, filter_pipeline,
-                               layout, link, link_info, modification_time, small, symbol_table)
+                               layout, link, link_info, modification_time, small, sohm_table, symbol_table)
 
 DATASPACE, LINK_INFO, DATATYPE, FILL_OLD, FILL, LINK, EXTERNAL, LAYOUT = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08
 GROUP_INFO, FILTERS, ATTRIBUTE, COMMENT, MTIME_OLD, SOHM_TABLE = 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F
@@ -21,8 +24,19 @@ DECODERS = {
     GROUP_INFO: small.decode_group_info, FILTERS: filter_pipeline.decode, ATTRIBUTE: attribute.decode,
     COMMENT: small.decode_comment, MTIME_OLD: modification_time.decode_old, SYMBOL_TABLE: symbol_table.decode,
     MTIME: modification_time.decode_new, BTREE_K: small.decode_btree_k, ATTRIBUTE_INFO: attribute_info.decode,
-    REFCOUNT: small.decode_refcount,
+    REFCOUNT: small.decode_refcount, SOHM_TABLE: sohm_table.decode,
 }
+
+# The inverse of DECODERS: ENCODERS[t](w, DECODERS[t](reader)) writes the bytes read back.
+# (Dataspace, datatype, fill value, layout, filter pipeline and external files join when their
+# modules have encoders.)
+ENCODERS: dict[int, Callable[[Writer, Any], None]] = {
+    LINK_INFO: link_info.encode, LINK: link.encode, GROUP_INFO: small.encode_group_info, ATTRIBUTE: attribute.encode,
+    COMMENT: small.encode_comment, MTIME_OLD: modification_time.encode_old, SOHM_TABLE: sohm_table.encode,
+    SYMBOL_TABLE: symbol_table.encode, MTIME: modification_time.encode_new, BTREE_K: small.encode_btree_k,
+    ATTRIBUTE_INFO: attribute_info.encode, REFCOUNT: small.encode_refcount,
+}
+
 
 NAMES = {DATASPACE: "dataspace", LINK_INFO: "link info", DATATYPE: "datatype", FILL_OLD: "fill value (old)",
          FILL: "fill value", LINK: "link", EXTERNAL: "external files", LAYOUT: "data layout",
@@ -30,3 +44,10 @@ NAMES = {DATASPACE: "dataspace", LINK_INFO: "link info", DATATYPE: "datatype", F
          MTIME_OLD: "modification time (old)", SOHM_TABLE: "shared message table", SYMBOL_TABLE: "symbol table",
          MTIME: "modification time", BTREE_K: "B-tree K values", ATTRIBUTE_INFO: "attribute info",
          REFCOUNT: "reference count"}
+
+
+def encode(mtype: int, value: Any, sizes: Sizes) -> bytes:
+    """The body of a message of type `mtype` holding `value` (a record as DECODERS returns it)."""
+    w = Writer(sizes)
+    ENCODERS[mtype](w, value)
+    return w.getvalue()

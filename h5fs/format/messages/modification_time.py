@@ -1,11 +1,18 @@
-"""Modification time: old (0x000E, ASCII YYYYMMDDhhmmss UTC) and new (0x0012, seconds) messages."""
+"""Modification time: old (0x000E, ASCII YYYYMMDDhhmmss UTC) and new (0x0012, seconds) messages.
+
+Both decode to seconds since the epoch (what the model uses) and encode back from them. The old
+message's text is canonical in every file libhdf5 wrote; a text the decoder normalises (a 31st
+of February, a leap second) is written back as the instant it stands for. Its two trailing bytes
+(and the new message's three) are reserved: written as zeros.
+"""
 
 from __future__ import annotations
 
 import calendar
+import time
 
 from ...errors import FormatError
-from ..codec import Reader
+from ..codec import Reader, Writer
 
 
 def decode_new(c: Reader) -> float:
@@ -14,6 +21,10 @@ def decode_new(c: Reader) -> float:
         raise FormatError(f"modification time message version {version}")
     c.skip(3)
     return float(c.u32())
+
+
+def encode_new(w: Writer, seconds: float) -> None:
+    w.fields("B3xI", 1, _whole(seconds))
 
 
 def decode_old(c: Reader) -> float:
@@ -25,3 +36,14 @@ def decode_old(c: Reader) -> float:
     except ValueError:
         raise FormatError(f"old modification time message: invalid time {text!r}") from None
     return float(calendar.timegm(fields + (0, 0, 0)))
+
+
+def encode_old(w: Writer, seconds: float) -> None:
+    t = time.gmtime(_whole(seconds))
+    w.bytes(b"%04d%02d%02d%02d%02d%02d\0\0" % (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec))
+
+
+def _whole(seconds: float) -> int:
+    if seconds != int(seconds):
+        raise ValueError(f"modification time {seconds} is not a whole number of seconds")
+    return int(seconds)

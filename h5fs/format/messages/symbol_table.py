@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..codec import Reader
+from ..codec import Reader, Writer
 
 
 @dataclass(frozen=True)
@@ -14,4 +14,9 @@ class SymbolTable:
 
 
 def decode(c: Reader) -> SymbolTable:
-    return SymbolTable(c.offset(), c.offset())
+    return SymbolTable(*map(c.sizes.address, c.fields("OO")))
+
+
+def encode(w: Writer, stab: SymbolTable) -> None:
+    w.offset(stab.btree_address)
+    w.offset(stab.heap_address)
