@@ -17,33 +17,28 @@ from __future__ import annotations
 
 import calendar
 import ctypes
-from dataclasses import dataclass, replace
 
 import h5py
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_format_features import libhdf5
-from test_roundtrip_indexes import HYP, SIZES, address, addresses, exactly, new_file, roundtrip, uint
+from roundtrip_support import (HYP, SHARED_REF, SIZES, address, check, codec, encoded, exactly, libhdf5, new_file,
+                               roundtrip, sohm_table, structures, uint)
 
 from h5fs.format import btree_v2 as bt
-from h5fs.format.codec import Reader, Sizes, Writer
-from h5fs.format.fractal_heap import FractalHeap
+from h5fs.format.codec import Reader, Sizes
 from h5fs.format.messages import attribute as A
 from h5fs.format.messages import link as L
-from h5fs.format.messages import modification_time as MT
 from h5fs.format.messages import shared
 from h5fs.format.messages import small
 from h5fs.format.messages import sohm_table as T
 from h5fs.format.messages.attribute_info import AttributeInfo
 from h5fs.format.messages.link_info import LinkInfo
 from h5fs.format.messages.symbol_table import SymbolTable
-from h5fs.format.object_header import RawMessage
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
 
-SHARED_REF = -1            # pseudo message type: the body of a message whose 'shared' flag is set
 UD_LINK = 65               # a user-defined link class registered below
 HID = ctypes.c_int64
 FILE_SIZES = [(8, 8), (4, 4), (2, 4)]
@@ -150,113 +145,6 @@ def build(path, libver: str, sizes) -> None:
         fill(f.create_group("many"), d, 20, 12)               # dense, untracked (unless earliest)
 
 
-# -- finding every instance through h5fs's engine ---------------------------------------------
-
-@dataclass(frozen=True)
-class Found:
-    where: str
-    mtype: int
-    data: bytes
-    padded: bool = False        # in a version-1 object header: padded to 8 bytes with zeros
-
-
-def codec(mtype: int, sizes: Sizes):
-    """decode(bytes) and encode(record) of a message type (or of a shared reference)."""
-    dec = shared.decode if mtype == SHARED_REF else M.DECODERS[mtype]
-
-    def decode(raw: bytes):
-        return dec(Reader(raw, 0, sizes, f"message {mtype:#x}"))
-
-    def encode(record) -> bytes:
-        return encoded(shared.encode, record, sizes) if mtype == SHARED_REF else M.encode(mtype, record, sizes)
-
-    return decode, encode
-
-
-def dense(hf: H5File, where: str, info, mtype: int) -> list[Found]:
-    """Dense links or attributes: the objects of the object's heap (a shared attribute's in the
-    SOHM heap), through the name index."""
-    what = f"{where} (dense)"
-    heap = FractalHeap(hf.reader, info.heap_address, what)
-    out = []
-    for rec in bt.iterate(hf.reader, info.name_index_address, what=what):
-        if getattr(rec, "flags", 0) & 0x02:
-            ref = shared.SharedRef(shared.IN_SOHM_HEAP, heap_id=rec.heap_id)
-            body = hf.shared_message_body(ref, mtype, what).data
-        else:
-            body = heap.get(rec.heap_id)
-        out += found_in(hf, what, RawMessage(mtype, 0, body), False)
-    return out
-
-
-def found_in(hf: H5File, where: str, raw, padded: bool) -> list[Found]:
-    """A header message of one of our types (a shared one: its reference, and its body when that
-    is in the SOHM heap), with what lives outside the header: dense links and attributes,
-    shared references inside attributes."""
-    if raw.shared:
-        out = [Found(where, SHARED_REF, raw.data, padded)]
-        ref = shared.decode(Reader(raw.data, 0, hf.sizes))
-        if ref.kind == shared.IN_SOHM_HEAP and raw.type in M.ENCODERS:
-            out += found_in(hf, f"{where} (SOHM heap)", hf.shared_message_body(ref, raw.type, where), False)
-        return out
-    if raw.type not in M.ENCODERS:
-        return []
-    out = [Found(where, raw.type, raw.data, padded)]
-    record = M.DECODERS[raw.type](Reader(raw.data, 0, hf.sizes))
-    if raw.type == M.ATTRIBUTE:
-        out += [Found(where, SHARED_REF, part) for part, is_shared in
-                ((record.datatype_raw, record.datatype_shared), (record.dataspace_raw, record.dataspace_shared))
-                if is_shared]
-    if raw.type in (M.LINK_INFO, M.ATTRIBUTE_INFO) and record.heap_address is not None:
-        out += dense(hf, where, record, M.LINK if raw.type == M.LINK_INFO else M.ATTRIBUTE)
-    return out
-
-
-def every_message(path) -> tuple[Sizes, list[Found]]:
-    with H5File.open(str(path)) as hf:
-        headers = [("superblock extension", hf.extension)] if hf.extension else []
-        headers += [(p, hf.get(a, p).header) for p, a in {"/": hf.root_address, **addresses(path)}.items()]
-        return hf.sizes, [found for where, h in headers for raw in h.messages
-                          for found in found_in(hf, where, raw, h.version == 1)]
-
-
-def changed(mtype: int, record):
-    """`record` with one field changed."""
-    if mtype == SHARED_REF:
-        if record.kind == shared.IN_SOHM_HEAP:
-            return replace(record, heap_id=bytes(b ^ 0xFF for b in record.heap_id))
-        return replace(record, address=0x1234)
-    return {
-        M.LINK: lambda r: replace(r, creation_order=(r.creation_order or 0) + 5),
-        M.LINK_INFO: lambda r: replace(r, heap_address=0x1234),
-        M.ATTRIBUTE_INFO: lambda r: replace(r, name_index_address=0x1234),
-        M.GROUP_INFO: lambda r: replace(r, max_compact=30, min_dense=20),
-        M.ATTRIBUTE: lambda r: replace(r, data=r.data[::-1] + b"\1"),
-        M.COMMENT: lambda r: r + " changed",
-        M.MTIME: lambda r: r + 3600,
-        M.MTIME_OLD: lambda r: r + 3600,
-        M.SYMBOL_TABLE: lambda r: replace(r, heap_address=0x1234),
-        M.BTREE_K: lambda r: replace(r, group_leaf=r.group_leaf + 1),
-        M.REFCOUNT: lambda r: r + 1,
-        M.SOHM_TABLE: lambda r: replace(r, table_address=0x1234),
-    }[mtype](record)
-
-
-def check_found(found: Found, sizes: Sizes):
-    """Round trip of one instance against libhdf5's bytes, and of one changed field."""
-    decode, encode = codec(found.mtype, sizes)
-    record = decode(found.data)
-    raw = encode(record)
-    if found.padded:
-        assert found.data[:len(raw)] == raw, found
-        assert not any(found.data[len(raw):]) and len(found.data) - len(raw) < 8, found
-    else:
-        assert raw == found.data, found
-    other = changed(found.mtype, record)
-    assert other != record and decode(encode(other)) == other
-    return record
-
-
 def variant(mtype: int, r) -> tuple:
     """What distinguishes the encodings of one message type (what the tests mean to cover)."""
     if mtype == M.LINK:
@@ -273,8 +161,15 @@ def variant(mtype: int, r) -> tuple:
 
 
 def seen_variants(path) -> set[tuple]:
-    sizes, found = every_message(path)
-    return {(f.mtype, f.padded) + variant(f.mtype, check_found(f, sizes)) for f in found}
+    """Every structure of the file with an encoder checked against libhdf5's bytes; the
+    messages met: (type, padded) + what distinguishes their encodings."""
+    seen = set()
+    for s in structures(path):
+        if s.encode is not None:
+            record = check(s)
+            if s.kind[0] == "message":
+                seen.add(s.kind[1:] + variant(s.kind[1], record))
+    return seen
 
 
 # -- against libhdf5 ---------------------------------------------------------------------------
@@ -341,35 +236,17 @@ def test_shared_messages_against_libhdf5(tmp_path, index, sizes):
     assert {(M.SOHM_TABLE, False), (SHARED_REF, False, 3, shared.IN_SOHM_HEAP, None),
             (M.ATTRIBUTE, False, 3, 0, True, True)} <= seen
     with H5File.open(str(p)) as hf:
-        ext = hf.extension.first(M.SOHM_TABLE)
-        msg = T.decode(Reader(ext.data, 0, hf.sizes))
-        raw = hf.reader.read(msg.table_address, T.table_size(hf.sizes, msg.nindexes))
-        indexes = T.decode_table(Reader(raw, 0, hf.sizes), msg.nindexes)
-        assert indexes == hf.sohm_indexes and len(indexes) == 2
-        assert encoded(T.encode_table, indexes, hf.sizes) == raw
-        more = [replace(i, num_messages=i.num_messages + 1, min_message_size=7) for i in indexes]
-        assert T.decode_table(Reader(encoded(T.encode_table, more, hf.sizes), 0, hf.sizes), 2) == more
-        assert {i.index_type for i in indexes} == {T.LIST if index == "list" else T.BTREE}
-        for i in indexes:
-            if i.index_type == T.LIST:
-                check_list(hf, i)
-
-
-def check_list(hf: H5File, index: T.SohmIndex) -> None:
-    """An SMLI block: its records, then the checksum, then zeros up to its allocated slots."""
-    block = hf.reader.read(index.index_address, T.list_size(hf.sizes, index.list_cutoff))
-    records = T.decode_list(Reader(block, 0, hf.sizes), index.num_messages)
-    assert records and all(r.location == 0 for r in records)
-    raw = encoded(T.encode_list, records, hf.sizes)
-    assert block[:len(raw)] == raw and not any(block[len(raw):])
-    more = [replace(r, refcount=r.refcount + 1) for r in records]
-    assert T.decode_list(Reader(encoded(T.encode_list, more, hf.sizes), 0, hf.sizes), len(more)) == more
-
-
-def encoded(encode, record, sizes: Sizes) -> bytes:
-    w = Writer(sizes)
-    encode(w, record)
-    return w.getvalue()
+        indexes = hf.sohm_indexes
+        assert len(indexes) == 2 and {i.index_type for i in indexes} == {T.LIST if index == "list" else T.BTREE}
+        lists = 0
+        for s in sohm_table(hf):
+            record = check(s)
+            if s.kind == ("sohm table",):
+                assert record == indexes
+            elif s.kind == ("sohm list",):   # its records, the checksum, zeros up to its allocated slots
+                assert record and all(r.location == 0 for r in record)
+                lists += 1
+        assert lists == (2 if index == "list" else 0)
 
 
 def test_old_modification_time():
@@ -392,7 +269,7 @@ def text(min_size=0, max_size=40):
     return names(min_size, max_size).map(lambda b: b.decode("utf-8", "surrogateescape"))
 
 
-def check(mtype: int, sizes: Sizes, record) -> None:
+def check_encoder(mtype: int, sizes: Sizes, record) -> None:
     decode, encode = codec(mtype, sizes)
     roundtrip(record, encode, decode)
 
@@ -417,7 +294,7 @@ def links(draw, s: Sizes):
 @HYP
 @given(st.data(), SIZES)
 def test_link_encoder(data, s):
-    check(M.LINK, s, data.draw(links(s)))
+    check_encoder(M.LINK, s, data.draw(links(s)))
 
 
 @st.composite
@@ -432,7 +309,7 @@ def index_infos(draw, record, counter: int):
 @given(st.one_of(index_infos(LinkInfo, 8).map(lambda c: (M.LINK_INFO,) + c),
                  index_infos(AttributeInfo, 2).map(lambda c: (M.ATTRIBUTE_INFO,) + c)))
 def test_link_and_attribute_info_encoders(case):
-    check(*case)
+    check_encoder(*case)
 
 
 @st.composite
@@ -443,24 +320,24 @@ def pairs(draw):
 @HYP
 @given(pairs(), pairs(), st.tuples(uint(2), uint(2), uint(2)), uint(4), text(0, 200), SIZES)
 def test_small_message_encoders(phase, estimates, k, count, comment, s):
-    check(M.GROUP_INFO, s, small.GroupInfo(*phase, *estimates))
-    check(M.BTREE_K, s, small.BTreeK(*k))
-    check(M.REFCOUNT, s, count)
-    check(M.COMMENT, s, comment)
+    check_encoder(M.GROUP_INFO, s, small.GroupInfo(*phase, *estimates))
+    check_encoder(M.BTREE_K, s, small.BTreeK(*k))
+    check_encoder(M.REFCOUNT, s, count)
+    check_encoder(M.COMMENT, s, comment)
 
 
 @HYP
 @given(st.data(), SIZES)
 def test_symbol_table_and_sohm_table_message_encoders(data, s):
-    check(M.SYMBOL_TABLE, s, SymbolTable(data.draw(address(s)), data.draw(address(s))))
-    check(M.SOHM_TABLE, s, T.SohmTableMessage(data.draw(address(s)), data.draw(uint(1))))
+    check_encoder(M.SYMBOL_TABLE, s, SymbolTable(data.draw(address(s)), data.draw(address(s))))
+    check_encoder(M.SOHM_TABLE, s, T.SohmTableMessage(data.draw(address(s)), data.draw(uint(1))))
 
 
 @HYP
 @given(uint(4), st.datetimes())
 def test_modification_time_encoders(seconds, when):
-    check(M.MTIME, Sizes(), float(seconds))
-    check(M.MTIME_OLD, Sizes(), float(calendar.timegm(when.timetuple())))
+    check_encoder(M.MTIME, Sizes(), float(seconds))
+    check_encoder(M.MTIME_OLD, Sizes(), float(calendar.timegm(when.timetuple())))
 
 
 @st.composite
@@ -476,14 +353,14 @@ def shared_refs(draw, s: Sizes):
 @HYP
 @given(st.data(), SIZES)
 def test_shared_reference_encoder(data, s):
-    check(SHARED_REF, s, data.draw(shared_refs(s)))
+    check_encoder(SHARED_REF, s, data.draw(shared_refs(s)))
 
 
 @HYP
 @given(st.sampled_from([1, 2, 3]), text(0, 100), st.binary(max_size=60), st.binary(max_size=60),
        st.binary(max_size=100), st.booleans(), st.booleans(), uint(1), SIZES)
 def test_attribute_encoder(version, name, dtype, space, value, dt_shared, ds_shared, charset, s):
-    check(M.ATTRIBUTE, s, A.AttributeMessage(name, dtype, space, value, dt_shared, ds_shared, version=version,
+    check_encoder(M.ATTRIBUTE, s, A.AttributeMessage(name, dtype, space, value, dt_shared, ds_shared, version=version,
                                              charset=charset if version == 3 else 0))
 
 

@@ -1,0 +1,632 @@
+"""What the round-trip tests share: making files with libhdf5, Hypothesis helpers, checking one
+structure against the bytes libhdf5 stored, and a walker that finds every structure of a file.
+
+`structures(path)` opens a file with h5fs's engine and yields every structure instance in it, each
+a `Structure`: its kind, where it lives, the bytes libhdf5 stored, a decoder and an encoder.
+`check(s)` decodes and encodes one: the bytes are equal (checksums included), and a record with
+one field changed survives encode -> decode. The walker starts at the superblock and follows
+every object header (each object once, by address: hard links, shared messages), the messages in
+them, the dense link and attribute storage they name, the shared-message (SOHM) table, indexes
+and heap, every dataset's chunk index, the VDS mapping blobs and the global heap collections that
+vlen data and references use. Each structure is one small generator function below; a kind the
+walker meets but cannot encode yet comes with `encode=None` (`check` refuses it, the tests count
+it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator
+
+import h5py
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from h5fs.format import btree_v2 as bt
+from h5fs.format import extensible_array as ea
+from h5fs.format import fixed_array as fa
+from h5fs.format import fractal_heap as fh
+from h5fs.format import global_heap as gh
+from h5fs.format import selection as S
+from h5fs.format import vds_mapping
+from h5fs.format.codec import Reader, Sizes, Writer
+from h5fs.format.messages import layout as L
+from h5fs.format.messages import shared
+from h5fs.format.messages import sohm_table as T
+from h5fs.format.object_header import FLAG_SHARED, RawMessage
+from h5fs.model import messages as M
+from h5fs.model.dataset import Dataset
+from h5fs.model.file import H5File
+from h5fs.model.group import Group
+from h5fs.model.varlen_views import needs_decoding
+
+# -- files libhdf5 writes ----------------------------------------------------------------------
+
+LIBVERS = {"earliest": h5py.h5f.LIBVER_EARLIEST, "v108": h5py.h5f.LIBVER_V18, "v110": h5py.h5f.LIBVER_V110,
+           "v114": h5py.h5f.LIBVER_V114, "latest": h5py.h5f.LIBVER_LATEST}
+
+
+def new_file(path, libver="latest", sizes=(8, 8), fcpl=None) -> h5py.File:
+    """An h5py File with these format bounds and field widths (skips what libhdf5 refuses)."""
+    fcpl = fcpl or h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_sizes(*sizes)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(LIBVERS[libver], h5py.h5f.LIBVER_LATEST)
+    try:
+        fid = h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    except Exception as e:  # noqa: BLE001 - libhdf5 refuses some combinations of widths
+        pytest.skip(f"libhdf5 refuses sizes {sizes}: {e}")
+    return h5py.File(fid)
+
+
+def libhdf5() -> ctypes.CDLL:
+    """The libhdf5 inside the h5py wheel, for what h5py does not expose."""
+    libdir = os.path.join(os.path.dirname(h5py.__file__), os.pardir, "h5py.libs")
+    libs = glob.glob(os.path.join(libdir, "libhdf5-*.so*"))
+    if not libs:
+        pytest.skip("cannot reach the libhdf5 h5py bundles")
+    return ctypes.CDLL(libs[0])
+
+
+def addresses(path) -> dict[str, int]:
+    """Object header address of every object in the file, by path (h5py's view)."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visit(lambda name: out.update({"/" + name: h5py.h5o.get_info(f[name].id).addr}) and None)
+    return out
+
+
+# -- Hypothesis --------------------------------------------------------------------------------
+
+HYP = settings(max_examples=100, deadline=None)
+SIZES = st.sampled_from([Sizes(2, 2), Sizes(4, 4), Sizes(8, 8), Sizes(4, 8), Sizes(2, 8), Sizes(8, 4)])
+
+
+def uint(nbytes: int):
+    return st.integers(0, (1 << (8 * nbytes)) - 1)
+
+
+def address(s: Sizes):
+    return st.none() | st.integers(0, s.undefined - 1)
+
+
+def exactly(n: int):
+    return st.binary(min_size=n, max_size=n)
+
+
+def roundtrip(record, encode, decode) -> None:
+    """A valid record encodes, decodes back to itself, and encodes again to the same bytes."""
+    raw = encode(record)
+    back = decode(raw)
+    assert back == record
+    assert encode(back) == raw
+
+
+def encoded(encode, record, sizes: Sizes) -> bytes:
+    """What an `encode(w: Writer, record)` writes."""
+    w = Writer(sizes)
+    encode(w, record)
+    return w.getvalue()
+
+
+# -- one structure against libhdf5's bytes -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Structure:
+    kind: tuple                          # kind[0] names the structure; the rest tells variants apart
+    where: str
+    raw: bytes                           # the bytes libhdf5 stored
+    decode: Callable[[bytes], Any]
+    encode: Callable[[Any], bytes] | None   # None: h5fs has no encoder for it (yet)
+    change: Callable[[Any], Any] | None = None   # the record with a field or two changed
+    slack: int = 0                       # undefined bytes (zeros, as libhdf5 writes them) that may follow
+
+
+def check(s: Structure) -> Any:
+    """decode -> encode gives libhdf5's bytes (and at most `slack` zeros less); a changed record
+    survives encode -> decode. Returns the decoded record."""
+    assert s.encode is not None, f"{s.kind} at {s.where}: no encoder"
+    record = s.decode(s.raw)
+    raw = s.encode(record)
+    if raw != s.raw:
+        tail = s.raw[len(raw):]
+        assert s.raw[:len(raw)] == raw and len(tail) <= s.slack and not any(tail), \
+            f"{s.kind} at {s.where}: encoded {raw.hex()}, stored {s.raw.hex()}"
+    if s.change is not None:
+        changed = s.change(record)
+        assert changed != record and s.decode(s.encode(changed)) == changed, f"{s.kind} at {s.where}"
+    return record
+
+
+def changed_fields(**fields) -> Callable[[Any], Any]:
+    return lambda record: replace(record, **fields)
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+SHARED_REF = -1            # pseudo message type: the body of a message whose 'shared' flag is set
+
+
+def codec(mtype: int, sizes: Sizes) -> tuple[Callable[[bytes], Any], Callable[[Any], bytes] | None]:
+    """decode(bytes) and encode(record) of a message type (or of a shared reference); encode is
+    None for a type without an encoder."""
+    dec = shared.decode if mtype == SHARED_REF else M.DECODERS[mtype]
+
+    def decode(raw: bytes):
+        return dec(Reader(raw, 0, sizes, f"message {mtype:#x}"))
+
+    if mtype == SHARED_REF:
+        return decode, lambda record: encoded(shared.encode, record, sizes)
+    if mtype not in M.ENCODERS:
+        return decode, None
+    return decode, lambda record: M.encode(mtype, record, sizes)
+
+
+def _changed_ref(r: shared.SharedRef) -> shared.SharedRef:
+    if r.kind == shared.IN_SOHM_HEAP:
+        return replace(r, heap_id=bytes(b ^ 0xFF for b in r.heap_id))
+    return replace(r, address=0x1234)
+
+
+# message type -> the record with one field changed
+CHANGES: dict[int, Callable[[Any], Any]] = {
+    SHARED_REF: _changed_ref,
+    M.LINK: lambda r: replace(r, creation_order=(r.creation_order or 0) + 5),
+    M.LINK_INFO: changed_fields(heap_address=0x1234),
+    M.ATTRIBUTE_INFO: changed_fields(name_index_address=0x1234),
+    M.GROUP_INFO: changed_fields(max_compact=30, min_dense=20),
+    M.ATTRIBUTE: lambda r: replace(r, data=r.data[::-1] + b"\1"),
+    M.COMMENT: lambda r: r + " changed",
+    M.MTIME: lambda r: r + 3600,
+    M.MTIME_OLD: lambda r: r + 3600,
+    M.SYMBOL_TABLE: changed_fields(heap_address=0x1234),
+    M.BTREE_K: lambda r: replace(r, group_leaf=r.group_leaf + 1),
+    M.REFCOUNT: lambda r: r + 1,
+    M.SOHM_TABLE: changed_fields(table_address=0x1234),
+}
+
+
+def message(raw: RawMessage, where: str, sizes: Sizes, slack: int = 0) -> Structure:
+    """One message body (`slack`: a version-1 header pads it to 8 bytes)."""
+    mtype = SHARED_REF if raw.shared else raw.type
+    decode, encode = codec(mtype, sizes) if mtype == SHARED_REF or mtype in M.DECODERS else (None, None)
+    return Structure(("message", mtype, bool(slack)), where, raw.data, decode, encode, CHANGES.get(mtype), slack)
+
+
+# -- indexes and heaps -------------------------------------------------------------------------
+
+
+def btree_v2(reader, address: int, decode_record=None, encode_record=None) -> Iterator[Structure]:
+    """The header, every node and the records of every node of the v2 B-tree at `address`."""
+    s = reader.sizes
+    raw = reader.read(address, bt.header_size(s))
+    hdr = bt.decode_header(raw, address, s)
+    yield Structure(("btree", hdr.type, hdr.depth), f"v2 B-tree at {address}", raw,
+                    lambda b: bt.decode_header(b, address, s), bt.encode_header,
+                    lambda h: replace(h, total_records=h.total_records + 7, root_address=12345))
+    decode_record = decode_record or bt.record_decoder(hdr.type)
+    encode_record = encode_record or bt.record_encoder(hdr.type)
+    total = 0
+    stack = [] if hdr.root_address is None else [(hdr.root_address, hdr.root_nrecords, hdr.depth)]
+    while stack:
+        addr, nrec, depth = stack.pop()
+        raw = reader.read(addr, hdr.node_size)
+        node = bt.decode_node(raw, hdr, addr, nrec, depth)
+        yield Structure(("btree node", hdr.type, depth), f"v2 B-tree node at {addr}", raw,
+                        lambda b, a=addr, n=nrec, d=depth: bt.decode_node(b, hdr, a, n, d),
+                        lambda r: bt.encode_node(hdr, r), _moved_child if depth else None)
+        yield _records(hdr, node, decode_record, encode_record)
+        total += nrec
+        stack += [(ch.address, ch.nrecords, depth - 1) for ch in node.children]
+    assert total == hdr.total_records, f"v2 B-tree at {address}: {total} records found, {hdr.total_records} counted"
+
+
+def _moved_child(node: bt.Node) -> bt.Node:
+    first = node.children[0]
+    return replace(node, children=(replace(first, address=first.address + 8),) + node.children[1:])
+
+
+def _records(hdr: bt.BTreeV2Header, node: bt.Node, decode_record, encode_record) -> Structure:
+    rs = hdr.record_size
+
+    def decode(raw: bytes) -> list:
+        records = tuple(raw[i:i + rs] for i in range(0, len(raw), rs))
+        return bt.decode_records(hdr, replace(node, records=records), decode_record, "records")
+
+    return Structure(("btree records", hdr.type), f"records of the v2 B-tree node at {node.address}",
+                     b"".join(node.records), decode, lambda recs: b"".join(bt.encode_records(hdr, encode_record, recs)))
+
+
+def btree_records(reader, address: int, decode_record=None) -> list:
+    return list(bt.iterate(reader, address, decode_record))
+
+
+def heap_blocks(heap: fh.FractalHeap) -> Iterator[tuple[str, int, int, int, fh.DirectEntry | None]]:
+    """(kind, address, size or rows, block offset, entry) of every block of the heap."""
+    h, g = heap.header, heap.geometry
+    if h.root_address is None:
+        return
+    if h.root_rows == 0:
+        yield "direct", h.root_address, h.start_block_size, 0, \
+            fh.DirectEntry(h.root_address, h.root_filtered_size, h.root_filter_mask)
+        return
+    stack = [(h.root_address, h.root_rows, 0)]
+    while stack:
+        addr, nrows, off = stack.pop()
+        yield "indirect", addr, nrows, off, None
+        ib = heap.read_indirect(addr, nrows, off)
+        for i, entry in enumerate(ib.direct):
+            row, col = divmod(i, g.width)
+            size = g.row_block_size[row]
+            if entry.address is not None:
+                yield "direct", entry.address, size, off + heap._row_offset(row) + col * size, entry
+        for j, child in enumerate(ib.indirect):
+            row, col = divmod(j, g.width)
+            row += g.max_direct_rows
+            size = g.row_block_size[row]
+            if child is not None:
+                stack.append((child, heap.rows_for_block(size), off + heap._row_offset(row) + col * size))
+
+
+def fractal_heap(reader, address: int) -> Iterator[Structure]:
+    """The header and every block of the fractal heap at `address` (filtered blocks de-filtered:
+    their encoding is the bytes before the filters). Returns the heap."""
+    s = reader.sizes
+    heap = fh.FractalHeap(reader, address)
+    h, g = heap.header, heap.geometry
+    yield Structure(("heap", "filtered" if h.filter_len else "plain", "indirect root" if h.root_rows else "direct root"),
+                    f"fractal heap at {address}", reader.read(address, fh.header_size(s, h.filter_len)),
+                    lambda b: fh.decode_header(b, address, s, "heap"), lambda r: fh.encode_header(r, s),
+                    lambda r: replace(r, managed_size=r.managed_size + 512, root_address=4096,
+                                      tiny_count=r.tiny_count + 1))
+    for kind, addr, size, off, entry in heap_blocks(heap):
+        if kind == "indirect":
+            raw = reader.read(addr, heap.indirect_block_size(size))
+            assert fh.decode_indirect(raw, g, addr, size, "heap").block_offset == off
+            yield Structure(("heap iblock", "child" if off else "root"), f"heap indirect block at {addr}", raw,
+                            lambda b, a=addr, n=size: fh.decode_indirect(b, g, a, n, "heap"),
+                            lambda r: fh.encode_indirect(r, g),
+                            lambda r, o=off: replace(r, block_offset=o + 64,
+                                                     direct=(fh.DirectEntry(None),) * len(r.direct)))
+            continue
+        if h.filter_len:
+            raw = heap._defilter(reader.read(addr, entry.filtered_size), entry.filter_mask, size, "heap")
+        else:
+            raw = reader.read(addr, size)
+        assert fh.decode_direct(raw, g, "heap").block_offset == off
+        yield Structure(("heap dblock", "checksummed" if g.checksummed else "plain"), f"heap direct block at {addr}",
+                        raw, lambda b: fh.decode_direct(b, g, "heap"), lambda r: fh.encode_direct(r, g),
+                        lambda r, o=off: replace(r, block_offset=o + 8, payload=bytes(len(r.payload))))
+    if h.huge_btree_address is not None:
+        assert len(btree_records(reader, h.huge_btree_address)) == h.huge_count
+        yield from btree_v2(reader, h.huge_btree_address)
+    return heap
+
+
+def heap_ids(heap: fh.FractalHeap, ids) -> Iterator[Structure]:
+    """Heap IDs as libhdf5 stored them (in B-tree records, lists)."""
+    g = heap.geometry
+    for raw in ids:
+        hid = fh.decode_id(raw, g, "heap ID")
+        yield Structure(("heap id", type(hid).__name__, g.huge_direct if isinstance(hid, fh.HugeId) else None),
+                        f"heap ID {raw.hex()} of the heap at {g.heap_address}", raw,
+                        lambda b: fh.decode_id(b, g, "heap ID"), lambda r: fh.encode_id(r, g))
+
+
+def elements(raw: bytes, sizes: Sizes, client_id: int, element_size: int, where: str) -> Structure:
+    """The chunk elements of an array block or page, one after the other."""
+    filtered = client_id == fa.CLIENT_FILTERED_CHUNKS
+    width = element_size - sizes.offset - 4 if filtered else 0
+    decode_one = fa.chunk_element_decoder(sizes, filtered, width)
+    encode_one = fa.chunk_element_encoder(sizes, filtered, width)
+    return Structure(("elements", element_size), where, raw,
+                     lambda b: [decode_one(b[i:i + element_size]) for i in range(0, len(b), element_size)],
+                     lambda els: b"".join(map(encode_one, els)),
+                     (lambda els: [replace(e, address=(e.address or 0) + 8) for e in els]) if raw else None)
+
+
+def _flipped(raw: bytes) -> bytes:
+    return bytes(b ^ 0xFF for b in raw)
+
+
+def _moved(addresses: tuple) -> tuple:
+    """Defined addresses undefined, undefined ones defined."""
+    return tuple(8 if a is None else None for a in addresses)
+
+
+def _page(kind: str, raw: bytes, where: str) -> Structure:
+    return Structure((kind,), where, raw, lambda b: fa.decode_page(b, "page"), fa.encode_page)
+
+
+def fixed_array(reader, address: int) -> Iterator[Structure]:
+    """Header, data block, every written page, the elements of each."""
+    s = reader.sizes
+    raw = reader.read(address, fa.header_size(s))
+    h = fa.decode_header(raw, address, s, "fixed array")
+    yield Structure(("fixed array", h.client_id, "paged" if h.paged else "unpaged"), f"fixed array at {address}", raw,
+                    lambda b: fa.decode_header(b, address, s, "fixed array"), lambda r: fa.encode_header(r, s),
+                    changed_fields(dblock_address=777, nelmts=h.nelmts + 1))
+    if h.dblock_address is None:
+        return
+    raw = reader.read(h.dblock_address, fa.dblock_size(h, s))
+    where = f"fixed array data block at {h.dblock_address}"
+    yield Structure(("fixed array dblock",), where, raw,
+                    lambda b: fa.decode_dblock(b, h, s, h.dblock_address, "fixed array"),
+                    lambda r: fa.encode_dblock(r, h, s),
+                    lambda r: replace(r, bitmap=b"\xff" * len(r.bitmap), elements=bytes(len(r.elements))))
+    if not h.paged:
+        yield elements(fa.decode_dblock(raw, h, s, h.dblock_address, "fa").elements, s, h.client_id, h.element_size,
+                       where)
+        return
+    arr = fa.FixedArray(reader, address)
+    for page in range(h.npages):
+        if arr.page_initialized(page):
+            addr = arr.page_address(page)
+            raw = reader.read(addr, h.page_count(page) * h.element_size + 4)
+            yield _page("fixed array page", raw, f"fixed array page at {addr}")
+            yield elements(fa.decode_page(raw, "page"), s, h.client_id, h.element_size, f"page at {addr}")
+
+
+def extensible_array(reader, address: int) -> Iterator[Structure]:
+    """Header, index block, super blocks, data blocks, pages, the elements of each."""
+    s = reader.sizes
+    raw = reader.read(address, ea.header_size(s))
+    h = ea.decode_header(raw, address, s, "extensible array")
+    yield Structure(("extensible array", h.client_id), f"extensible array at {address}", raw,
+                    lambda b: ea.decode_header(b, address, s, "extensible array"), lambda r: ea.encode_header(r, s),
+                    changed_fields(max_idx_set=h.max_idx_set + 3, iblock_address=None))
+    if h.iblock_address is None:
+        return
+    arr = ea.ExtensibleArray(reader, address)
+    nd, ns = arr.iblock_ndblk_addrs, arr.iblock_nsblk_addrs
+    raw = reader.read(h.iblock_address, ea.index_block_size(h, s, nd, ns))
+    ib = ea.decode_index_block(raw, h, s, nd, ns, "ea")
+    yield Structure(("ea iblock",), f"extensible array index block at {h.iblock_address}", raw,
+                    lambda b: ea.decode_index_block(b, h, s, nd, ns, "ea"), lambda r: ea.encode_index_block(r, h, s),
+                    lambda r: replace(r, elements=_flipped(r.elements), dblock_addresses=_moved(r.dblock_addresses)))
+    yield elements(ib.elements, s, h.client_id, h.element_size, "index block")
+
+    def data_block(addr: int, nelmts: int, npages: int, bitmap: bytes, j: int) -> Iterator[Structure]:
+        stored = 0 if npages else nelmts
+        raw = reader.read(addr, ea.data_block_size(h, s, stored))
+        yield Structure(("ea dblock", "paged" if npages else "unpaged"), f"extensible array data block at {addr}", raw,
+                        lambda b: ea.decode_data_block(b, h, s, addr, stored, "ea"),
+                        lambda r: ea.encode_data_block(r, h, s), lambda r: replace(r, block_offset=r.block_offset + 1))
+        yield elements(ea.decode_data_block(raw, h, s, addr, stored, "ea").elements, s, h.client_id, h.element_size,
+                       f"data block at {addr}")
+        page_size = arr.page_nelmts * h.element_size + 4
+        for p in range(npages):
+            if fa.bit_set(bitmap, j * npages + p):
+                at = addr + len(raw) + p * page_size
+                page = reader.read(at, page_size)
+                yield _page("ea page", page, f"extensible array page at {at}")
+                yield elements(fa.decode_page(page, "page"), s, h.client_id, h.element_size, f"page at {at}")
+
+    for u in range(arr.iblock_nsblks):
+        info = arr.sblk_info[u]
+        for j in range(info.ndblks):
+            addr = ib.dblock_addresses[info.start_dblk + j]
+            if addr is not None:
+                yield from data_block(addr, info.dblk_nelmts, 0, b"", 0)
+    for k, saddr in enumerate(ib.sblock_addresses):
+        if saddr is None:
+            continue
+        u = arr.iblock_nsblks + k
+        bitmap_size, ndblks = arr.bitmap_size(u), arr.sblk_info[u].ndblks
+        raw = reader.read(saddr, ea.super_block_size(h, s, bitmap_size, ndblks))
+        sb = ea.decode_super_block(raw, h, s, saddr, bitmap_size, ndblks, "ea")
+        yield Structure(("ea sblock", "bitmap" if bitmap_size else "no bitmap"),
+                        f"extensible array super block at {saddr}", raw,
+                        lambda b, a=saddr, m=bitmap_size, n=ndblks: ea.decode_super_block(b, h, s, a, m, n, "ea"),
+                        lambda r: ea.encode_super_block(r, h, s),
+                        lambda r: replace(r, dblock_addresses=_moved(r.dblock_addresses)))
+        for j, addr in enumerate(sb.dblock_addresses):
+            if addr is not None:
+                yield from data_block(addr, arr.sblk_info[u].dblk_nelmts, arr.npages(u), sb.bitmap, j)
+
+
+def chunk_index(reader, ds: Dataset) -> Iterator[Structure]:
+    """Every node, block and page of a chunked dataset's index."""
+    lay = ds.layout
+    kind, addr = lay.index.index_type, lay.index.address
+    if addr is None or kind in (L.SINGLE, L.IMPLICIT):
+        return
+    if kind == L.FIXED_ARRAY:
+        yield from fixed_array(reader, addr)
+    elif kind == L.EXTENSIBLE_ARRAY:
+        yield from extensible_array(reader, addr)
+    elif kind == L.BTREE_V2:
+        rank = len(lay.chunk_dims)
+        hdr = bt.read_header(reader, addr)
+        width = hdr.record_size - reader.sizes.offset - 4 - 8 * rank if ds.filters else 0
+        yield from btree_v2(reader, addr, bt.record_decoder(hdr.type, rank, width),
+                            bt.record_encoder(hdr.type, rank, width))
+    else:
+        yield Structure(("v1 B-tree", "chunks"), f"{ds.path}: chunk index at {addr}", b"", None, None)
+
+
+def vds_mappings(hf: H5File, ds: Dataset) -> Structure:
+    """The mapping block of a virtual dataset (a global heap object)."""
+    lay, s = ds.layout, hf.sizes
+    first = lambda b: replace(b.entries[0], source_dataset="other", virtual_selection=S.Selection("all", version=1))  # noqa: E731
+    blob = bytes(hf.global_heap.get(lay.vds_heap_address, lay.vds_heap_index))
+    return Structure(("vds mapping",), f"{ds.path}: mapping block", blob,
+                     lambda b: vds_mapping.decode(b, s), lambda r: vds_mapping.encode(r, s),
+                     lambda b: replace(b, entries=(first(b),) + b.entries[1:]))
+
+
+def sohm_table(hf: H5File) -> Iterator[Structure]:
+    """The SOHM master table (SMTB) and each index's record list (SMLI), v2 B-tree and heap."""
+    s, reader = hf.sizes, hf.reader
+    msg = T.decode(Reader(hf.extension.first(M.SOHM_TABLE).data, 0, s))
+    n = msg.nindexes
+    yield Structure(("sohm table",), f"shared message table at {msg.table_address}",
+                    reader.read(msg.table_address, T.table_size(s, n)), lambda b: T.decode_table(Reader(b, 0, s), n),
+                    lambda r: encoded(T.encode_table, r, s),
+                    lambda r: [replace(i, num_messages=i.num_messages + 1, min_message_size=7) for i in r])
+    for index in hf.sohm_indexes:
+        if index.index_type == T.LIST:
+            raw = reader.read(index.index_address, T.list_size(s, index.list_cutoff))
+            records = T.decode_list(Reader(raw, 0, s), index.num_messages)
+            yield Structure(("sohm list",), f"shared message list at {index.index_address}", raw,
+                            lambda b, i=index: T.decode_list(Reader(b, 0, s), i.num_messages),
+                            lambda r: encoded(T.encode_list, r, s),
+                            lambda r: [replace(x, refcount=x.refcount + 1) for x in r], slack=len(raw))
+        else:
+            yield from btree_v2(reader, index.index_address)
+            records = btree_records(reader, index.index_address)
+        if index.heap_address is not None:
+            heap = yield from fractal_heap(reader, index.heap_address)
+            yield from heap_ids(heap, [r.heap_id for r in records if r.location == 0])
+
+
+def global_heap_collection(reader, address: int) -> Structure:
+    s = reader.sizes
+    size = gh.collection_size(reader.read(address, gh.header_size(s)), s, address)
+    return Structure(("global heap",), f"global heap collection at {address}", reader.read(address, size),
+                     lambda b: gh.decode_collection(b, s, address), None)
+
+
+# -- the walker --------------------------------------------------------------------------------
+
+
+class _RecordingHeap(gh.GlobalHeapReader):
+    """The file's global heap reader, noting each collection the engine reads."""
+
+    def __init__(self, reader):
+        super().__init__(reader)
+        self.seen: dict[int, None] = {}
+
+    def collection(self, address):
+        self.seen.setdefault(address)
+        return super().collection(address)
+
+
+class Walk:
+    """One walk over an open file: every object once (by header address), then the global heap
+    collections reading its values touched."""
+
+    def __init__(self, hf: H5File):
+        self.hf = hf
+        self.sizes = hf.sizes
+        self.heap = hf.__dict__["global_heap"] = _RecordingHeap(hf.reader)
+        self.pending: list[tuple[int, str]] = []
+        self.queued: set[int] = set()
+        self.sohm_bodies: set[tuple[int, bytes]] = set()
+
+    def structures(self) -> Iterator[Structure]:
+        hf = self.hf
+        if hf.extension is not None:
+            yield from self.header(hf.extension, "superblock extension")
+            if hf.extension.first(M.SOHM_TABLE) is not None:
+                yield from sohm_table(hf)
+        self.enqueue(hf.root_address, "/")
+        while self.pending:
+            yield from self.object(*self.pending.pop(0))
+        for addr in self.heap.seen:
+            yield global_heap_collection(hf.reader, addr)
+
+    def enqueue(self, address: int | None, path: str) -> None:
+        if address is not None and address not in self.queued:
+            self.queued.add(address)
+            self.pending.append((address, path))
+
+    def object(self, address: int, path: str) -> Iterator[Structure]:
+        obj = self.hf.get(address, path)
+        yield from self.header(obj.header, path)
+        if isinstance(obj, Group):
+            for link in obj.links():
+                self.enqueue(link.address, f"{path.rstrip('/')}/{link.name}")
+        if isinstance(obj, Dataset):
+            yield from self.dataset(obj)
+        for a in obj.attributes():   # values in the global heap: vlen data, references
+            if needs_decoding(a.datatype):
+                a.value
+
+    def header(self, header, where: str) -> Iterator[Structure]:
+        slack = 7 if header.version == 1 else 0
+        for raw in header.messages:
+            yield from self.message(raw, where, slack)
+
+    def message(self, raw: RawMessage, where: str, slack: int = 0) -> Iterator[Structure]:
+        """A message, what its body is when it is shared, and what it points to."""
+        yield message(raw, where, self.sizes, slack)
+        if raw.shared:
+            ref = shared.decode(Reader(raw.data, 0, self.sizes))
+            if ref.kind == shared.IN_OBJECT_HEADER:
+                self.enqueue(ref.address, f"{where} (shared {raw.type:#x})")
+            else:
+                yield from self.sohm_body(raw.type, ref.heap_id, where)
+            return
+        follow = {M.LINK_INFO: self.dense, M.ATTRIBUTE_INFO: self.dense, M.ATTRIBUTE: self.attribute_parts}
+        if raw.type in follow:
+            yield from follow[raw.type](raw, where)
+
+    def sohm_body(self, mtype: int, heap_id: bytes, where: str) -> Iterator[Structure]:
+        if (mtype, heap_id) not in self.sohm_bodies:
+            self.sohm_bodies.add((mtype, heap_id))
+            body = self.hf.shared_message_body(shared.SharedRef(shared.IN_SOHM_HEAP, heap_id=heap_id), mtype, where)
+            yield from self.message(body, f"{where} (SOHM heap)")
+
+    def attribute_parts(self, raw: RawMessage, where: str) -> Iterator[Structure]:
+        """The datatype and dataspace messages inside an attribute message."""
+        a = M.DECODERS[M.ATTRIBUTE](Reader(raw.data, 0, self.sizes))
+        for mtype, body, is_shared in ((M.DATATYPE, a.datatype_raw, a.datatype_shared),
+                                       (M.DATASPACE, a.dataspace_raw, a.dataspace_shared)):
+            yield from self.message(RawMessage(mtype, FLAG_SHARED if is_shared else 0, body), f"{where} @{a.name}")
+
+    def dense(self, raw: RawMessage, where: str) -> Iterator[Structure]:
+        """Dense links or attributes: the heap, its indexes, the messages in it (a shared
+        attribute's in the SOHM heap)."""
+        info = M.DECODERS[raw.type](Reader(raw.data, 0, self.sizes))
+        if info.heap_address is None:
+            return
+        mtype = M.LINK if raw.type == M.LINK_INFO else M.ATTRIBUTE
+        reader, what = self.hf.reader, f"{where} (dense)"
+        heap = yield from fractal_heap(reader, info.heap_address)
+        ids = []
+        for index in (info.name_index_address, info.order_index_address):
+            if index is not None:
+                yield from btree_v2(reader, index)
+                ids += [r.heap_id for r in btree_records(reader, index) if not getattr(r, "flags", 0) & 0x02]
+        yield from heap_ids(heap, ids)
+        for rec in btree_records(reader, info.name_index_address):
+            if getattr(rec, "flags", 0) & 0x02:
+                yield from self.sohm_body(mtype, rec.heap_id, what)
+            else:
+                yield from self.message(RawMessage(mtype, 0, heap.get(rec.heap_id)), what)
+
+    def dataset(self, ds: Dataset) -> Iterator[Structure]:
+        lay = ds.layout
+        if lay.layout_class == L.CHUNKED:
+            yield from chunk_index(self.hf.reader, ds)
+        elif lay.layout_class == L.VIRTUAL:
+            yield vds_mappings(self.hf, ds)
+            return
+        if needs_decoding(ds.datatype):   # vlen data and references: their global heap objects
+            ds.read_array()
+
+
+def structures(path) -> Iterator[Structure]:
+    """Every structure of the file at `path` (see the module's docstring)."""
+    with H5File.open(str(path)) as hf:
+        yield from Walk(hf).structures()
+
+
+def check_all(found) -> tuple[Counter, Counter]:
+    """Check every structure that has an encoder: (checked, met without an encoder), by kind."""
+    done: Counter = Counter()
+    missing: Counter = Counter()
+    for s in found:
+        if s.encode is None:
+            missing[s.kind] += 1
+        else:
+            check(s)
+            done[s.kind] += 1
+    return done, missing
