@@ -52,7 +52,7 @@ def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, reado
 
 async def _main(ops: Operations, mountpoint: str, readahead_kb: int, on_ready, on_fail) -> None:
     async with trio.open_nursery() as nursery:
-        ops.prefetcher.nursery = nursery
+        ops.start(nursery)
         nursery.start_soon(_signals)
         nursery.start_soon(_announce, mountpoint, readahead_kb, on_ready, on_fail)
         await pyfuse3.main()

@@ -3,7 +3,9 @@
 Any exception other than `pyfuse3.FUSEError` escaping a handler stops `pyfuse3.main` under trio,
 so every handler of `Operations` is wrapped by `boundary`: domain errors (`H5fsError`) become
 their errno, `OSError` keeps its errno, anything unexpected is logged with the object it concerns
-and answered with EIO; the daemon keeps serving.
+and answered with EIO; the daemon keeps serving. It also counts the requests served
+(`Operations.requests`, the root fact `user.h5fs.requests`): benchmarks divide the daemon's CPU
+time by it.
 """
 
 from __future__ import annotations
@@ -37,18 +39,19 @@ def boundary(fn):
 
     @functools.wraps(fn)
     async def wrapper(self, *args):
+        self.requests += 1
         try:
             return await fn(self, *args)
         except pyfuse3.FUSEError:
             raise
         except H5fsError as exc:
-            _warn_once(f"{name} {_describe(self, args)}: {type(exc).__name__}: {exc}")
+            warn_once(f"{name} {_describe(self, name, args)}: {type(exc).__name__}: {exc}")
             raise fuse_error(exc) from None
         except OSError as exc:
-            log.warning("%s %s: %s", name, _describe(self, args), exc)
+            log.warning("%s %s: %s", name, _describe(self, name, args), exc)
             raise fuse_error(exc) from None
         except Exception:
-            log.exception("%s %s: unexpected error, answering EIO", name, _describe(self, args))
+            log.exception("%s %s: unexpected error, answering EIO", name, _describe(self, name, args))
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     return wrapper
@@ -58,7 +61,7 @@ _logged: set[str] = set()
 MAX_LOGGED = 10000
 
 
-def _warn_once(message: str) -> None:
+def warn_once(message: str) -> None:
     """Log a failure once: a reader of a broken dataset repeats the same request many times."""
     if message in _logged:
         return
@@ -68,9 +71,9 @@ def _warn_once(message: str) -> None:
     log.warning("%s", message)
 
 
-def _describe(ops, args) -> str:
+def _describe(ops, handler: str, args) -> str:
     """Name the object a request concerns, for the log (never raises)."""
     try:
-        return ops.describe_request(args)
+        return ops.describe_request(handler, args)
     except Exception:  # pragma: no cover - logging must not fail
         return repr(args)[:200]

@@ -1,51 +1,53 @@
-"""The inode table: stable inode numbers for what the mount shows.
+"""The inode table: which inode numbers the kernel knows, and what each one stands for.
 
-- One inode per HDF5 object (keyed by its object header address): a group's directory, a
-  dataset's raw file `D`, a named datatype's file. Hard links to one object share its inode.
-- One more inode per dataset for its `D.npy` view (keyed by the address too, so hard links share it).
-- One inode per soft or external link (keyed by the directory's inode and the link name).
-- The root group is `pyfuse3.ROOT_INODE`.
+- One inode per HDF5 object the kernel knows (keyed by its object header address): a group's
+  directory, a dataset's raw file `D`, a named datatype's file. Hard links to one object share it.
+- One more per dataset `.npy` view the kernel knows (keyed by the address too: hard links share it).
+- One per soft or external link (keyed by its group's address and the link name).
+- The root group is `pyfuse3.ROOT_INODE`, for as long as the mount lives.
 
-Inodes are never reused or freed while mounted (the table only grows with what was visited;
-`forget` needs no bookkeeping). Only the trio thread touches the table.
+A node is a handle (kind, address, path, stat numbers), never an engine object. Each counts
+the kernel's lookups of it (every positive lookup reply and readdirplus entry adds one; `forget`
+takes them back); at zero it is released, and the next lookup of the same object gets a new
+number (numbers are never reused, so the kernel never confuses an old one with a new one).
+Only the trio thread touches the table.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import pyfuse3
 
-# node kinds
-DIR = "dir"          # a group
-RAW = "raw"          # a dataset's raw view
-NPY = "npy"          # a dataset's .npy view
-DTYPE = "dtype"      # a named datatype (a small read-only text file)
-SYMLINK = "symlink"  # a soft or external link
-BROKEN = "broken"    # an object that could not be read: listed, answers EIO
+from ..model.namespace import DIR, NPY, SYMLINK, Entry, Numbers
 
 
-@dataclass(eq=False)
 class Node:
-    ino: int
-    kind: str
-    path: str                      # the mount path it was first found at (logs, symlink depth)
-    obj: Any = None                # engine object (Group, Dataset, NamedDatatype) or None
-    address: int | None = None
-    target: bytes | None = None    # symlink text
-    error: BaseException | None = None  # why a BROKEN node is broken
-    # directory contents, built on first use: ordered (name, ino) and name -> ino
-    entries: list[tuple[bytes, int]] | None = None
-    index: dict[bytes, int] | None = None
-    # per-node caches (immutable engine data)
-    cache: dict = field(default_factory=dict)
+    __slots__ = ("ino", "kind", "key", "address", "path", "numbers", "target", "error", "lookups", "stale")
+
+    def __init__(self, ino: int, kind: str, key: object, entry: Entry) -> None:
+        self.ino = ino
+        self.kind = kind
+        self.key = key                    # its key in the table's index for its kind
+        self.address = entry.address
+        self.path = entry.path            # the path it was first found by (logs, symlink depth)
+        self.numbers = entry.numbers
+        self.target = entry.target        # symlink text
+        self.error = entry.error          # set: the object answers EIO
+        self.lookups = 0                  # how many times the kernel was handed this inode
+        self.stale = False                # the kernel holds an estimate: tell it when the truth is known
+
+    def __repr__(self) -> str:
+        return f"<Node {self.ino} {self.kind} {self.path}>"
 
 
 class InodeTable:
-    def __init__(self) -> None:
-        self._nodes: dict[int, Node] = {}
-        self._keys: dict[tuple, int] = {}
+    def __init__(self, root_address: int, root_numbers: Numbers) -> None:
+        self._objects: dict[int, Node] = {}                # address -> object node
+        self._views: dict[int, Node] = {}                  # address -> .npy view node
+        self._links: dict[tuple[int, bytes], Node] = {}    # (group address, name) -> link node
+        self.root = Node(pyfuse3.ROOT_INODE, DIR, root_address, Entry(b"", DIR, "/", root_address, root_numbers))
+        self.root.lookups = 1  # never released
+        self._objects[root_address] = self.root
+        self._nodes: dict[int, Node] = {self.root.ino: self.root}
         self._next = pyfuse3.ROOT_INODE + 1
 
     def __len__(self) -> int:
@@ -54,36 +56,42 @@ class InodeTable:
     def get(self, ino: int) -> Node | None:
         return self._nodes.get(ino)
 
-    def add_root(self, obj, address: int) -> Node:
-        node = Node(pyfuse3.ROOT_INODE, DIR, "/", obj=obj, address=address)
-        self._nodes[node.ino] = node
-        self._keys[("obj", address)] = node.ino
-        return node
-
-    def _intern(self, key: tuple, make) -> Node:
-        ino = self._keys.get(key)
-        if ino is not None:
-            return self._nodes[ino]
-        ino = self._next
-        self._next += 1
-        node = make(ino)
-        self._nodes[ino] = node
-        self._keys[key] = ino
-        return node
-
     def find_object(self, address: int) -> Node | None:
-        ino = self._keys.get(("obj", address))
-        return None if ino is None else self._nodes[ino]
+        return self._objects.get(address)
 
-    def object_node(self, address: int, kind: str, path: str, obj=None, error=None) -> Node:
-        """The node of the object at `address` (created on first sight)."""
-        return self._intern(("obj", address),
-                            lambda ino: Node(ino, kind, path, obj=obj, address=address, error=error))
+    def _index(self, kind: str, address: int | None) -> dict:
+        if kind == SYMLINK or address is None:
+            return self._links
+        return self._views if kind == NPY else self._objects
 
-    def npy_node(self, raw: Node) -> Node:
-        return self._intern(("npy", raw.address),
-                            lambda ino: Node(ino, NPY, raw.path + ".npy", obj=raw.obj, address=raw.address))
+    def intern(self, parent: Node, entry: Entry) -> Node:
+        """The node of `entry` in the directory `parent`: the one the kernel already knows (inode
+        numbers are stable), or a new one with no lookups yet (`drop_unknown` undoes it)."""
+        index = self._index(entry.kind, entry.address)
+        key = (parent.address, entry.name) if index is self._links else entry.address
+        node = index.get(key)
+        if node is None:
+            node = Node(self._next, entry.kind, key, entry)
+            self._next += 1
+            index[key] = node
+            self._nodes[node.ino] = node
+        return node
 
-    def link_node(self, dir_ino: int, name: bytes, path: str, target: bytes) -> Node:
-        return self._intern(("link", dir_ino, name),
-                            lambda ino: Node(ino, SYMLINK, path, target=target))
+    def drop_unknown(self, node: Node) -> None:
+        """Release a node interned but never handed out (its reply failed)."""
+        if node.lookups == 0:
+            self._release(node)
+
+    def forget(self, ino: int, count: int) -> None:
+        node = self._nodes.get(ino)
+        if node is None or node is self.root:
+            return
+        node.lookups -= count
+        if node.lookups <= 0:
+            self._release(node)
+
+    def _release(self, node: Node) -> None:
+        del self._nodes[node.ino]
+        index = self._index(node.kind, node.address)
+        if index.get(node.key) is node:
+            del index[node.key]

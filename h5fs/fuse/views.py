@@ -1,11 +1,14 @@
-"""What a user reads: the `.npy` header, xattr text, symlink targets, named-datatype files.
+"""How attributes and facts show as xattrs: names and value text.
 
-Pure functions over engine values; no trio, no pyfuse3, no I/O.
+Pure functions over engine values; no trio, no pyfuse3, no I/O. (What a directory shows, stat
+numbers, the `.npy` header and symlink text are the engine's: h5fs/model/namespace.py.)
 
 xattr naming (see also operations.Operations.listxattr):
 - HDF5 attribute `A` -> `user.A`.
 - h5fs facts -> `user.h5fs.<fact>` (dtype, shape, maxshape, chunks, filters, layout, fill_value,
-  storage_size, ... plus `kind`, `address`, `path`; the mount root also has `pid`, `file`, `log`),
+  storage_size, ... plus `kind`, `address`, `path`; the mount root also has `pid`, `file`, `log`,
+  and the daemon's counters `requests` (FUSE requests served), `inodes` (inodes the kernel
+  holds) and `invalidations` (cache invalidations the kernel took)),
   read by name (`getfattr -n user.h5fs.dtype D`); they are not listed, so `getfattr -d` shows
   exactly the HDF5 attributes. `D.npy` answers the same names but lists nothing.
 - An HDF5 attribute whose name starts with `h5fs.` would collide with the facts, so it is shown
@@ -26,10 +29,8 @@ No value gets a trailing newline.
 from __future__ import annotations
 
 import json
-import struct
 
 import numpy as np
-from numpy.lib.format import dtype_to_descr
 
 ATTR_PREFIX = "user."
 FACT_PREFIX = "user.h5fs."
@@ -37,37 +38,7 @@ RESERVED_ATTR_PREFIX = "h5fs."          # HDF5 attribute names starting so are s
 ESCAPED_ATTR_PREFIX = "user.h5fs.attr."  # ... under this xattr prefix, full name kept
 XATTR_NAME_MAX = 255
 XATTR_SIZE_MAX = 65536
-
-
-# ---------------------------------------------------------------------------------------------
-# .npy header
-
-_MAGIC = b"\x93NUMPY"
-
-
-def npy_header(dtype: np.dtype, shape) -> bytes:
-    """A standard NPY header (v1.0, v2.0 when longer than 64 KiB, v3.0 for non-latin-1 field
-    names), padded with spaces and a newline so the data starts on a 64-byte boundary."""
-    dtype = np.dtype(dtype)
-    shape = tuple(int(n) for n in shape)
-    text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (dtype_to_descr(dtype), shape)
-    try:
-        text.encode("latin1")
-        encoding, version = "latin1", 1
-    except UnicodeEncodeError:
-        encoding, version = "utf8", 3
-    body = text.encode(encoding)
-    for ver in ((version,) if version == 3 else (1, 2)):
-        len_size = 2 if ver == 1 else 4
-        pre = len(_MAGIC) + 2 + len_size
-        total = pre + len(body) + 1  # +1 for the trailing newline
-        pad = (-total) % 64
-        hlen = len(body) + pad + 1
-        if ver == 1 and hlen >= 65536:
-            continue
-        fmt = "<H" if len_size == 2 else "<I"
-        return _MAGIC + bytes((ver, 0)) + struct.pack(fmt, hlen) + body + b" " * pad + b"\n"
-    raise ValueError("npy header too large")  # pragma: no cover (v2 holds 4 GiB)
+_FACT, _ESCAPED = FACT_PREFIX.encode(), ESCAPED_ATTR_PREFIX.encode()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,6 +73,13 @@ def attribute_name_for_xattr(xname: bytes) -> str | None:
     if s.startswith(ATTR_PREFIX):
         return s[len(ATTR_PREFIX):]
     return None
+
+
+def fact_for_xattr(xname: bytes) -> str | None:
+    """The fact an xattr name asks for (None: not a fact's name)."""
+    if not xname.startswith(_FACT) or xname.startswith(_ESCAPED):
+        return None
+    return xname[len(_FACT):].decode("utf-8", "replace")
 
 
 def format_value(value, limit: int | None = None) -> bytes | None:
@@ -162,29 +140,3 @@ def _nested(a: np.ndarray) -> str:
     if a.ndim == 1:
         return "[" + ", ".join(_elem(x, a.dtype) for x in a) + "]"
     return "[" + ", ".join(_nested(sub) for sub in a) + "]"
-
-
-# ---------------------------------------------------------------------------------------------
-# links and named datatypes
-
-
-def soft_link_target(dir_path: str, target: str) -> str:
-    """The symlink text for HDF5 soft link `target` found in the group at `dir_path`.
-
-    Absolute HDF5 paths become paths inside the mount, relative to the symlink's directory
-    (`/a/b` linking to `/x/y` -> `../../x/y`); relative ones stay as they are."""
-    if not target.startswith("/"):
-        return target
-    depth = len([c for c in dir_path.split("/") if c])
-    parts = [".."] * depth + [c for c in target.split("/") if c]
-    return "/".join(parts) or "."
-
-
-def external_link_target(filename: str | None, target: str | None) -> str:
-    """An external link shows as `FILE:OBJECT` (a symlink that goes nowhere real)."""
-    return f"{filename or ''}:{target or ''}"
-
-
-def datatype_text(facts: dict) -> bytes:
-    """The content of the small read-only file that shows a named datatype."""
-    return (facts.get("dtype", "") + "\n").encode("utf-8", "surrogateescape")

@@ -1,0 +1,55 @@
+"""File and directory handles: the per-open state of the mount.
+
+- `open` gives each open file its own handle (two readers of one file never share prefetch
+  state): the inode, the engine object it reads (a handle into the file's caches, held only
+  while open), and for a view the bytes that precede the data (the `.npy` header, or a named
+  datatype's whole text).
+- `opendir` gives each open directory a snapshot of its entries, taken at opendir; a readdir
+  cookie is an index into that snapshot, so an entry is never skipped nor repeated however
+  the directory changes while it is read (POSIX: a name added or removed meanwhile may or may
+  not show). `releasedir` drops the snapshot.
+Handle numbers are never reused while mounted. Only the trio thread touches them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.namespace import Entry
+
+
+@dataclass(frozen=True, slots=True)
+class OpenFile:
+    ino: int
+    kind: str
+    obj: object          # the engine object (a dataset or a named datatype)
+    prefix: bytes        # served before the data: the .npy header, a named datatype's text
+    size: int            # bytes of data after the prefix
+
+
+@dataclass(frozen=True, slots=True)
+class OpenDir:
+    ino: int
+    entries: list[Entry]
+
+
+class Handles:
+    def __init__(self) -> None:
+        self.files: dict[int, OpenFile] = {}
+        self.dirs: dict[int, OpenDir] = {}
+        self._next = 1
+
+    def _number(self) -> int:
+        fh = self._next
+        self._next += 1
+        return fh
+
+    def open_file(self, state: OpenFile) -> int:
+        fh = self._number()
+        self.files[fh] = state
+        return fh
+
+    def open_dir(self, state: OpenDir) -> int:
+        fh = self._number()
+        self.dirs[fh] = state
+        return fh

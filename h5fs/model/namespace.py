@@ -1,0 +1,303 @@
+"""The mount's namespace as the engine answers it: what a group shows, what one name means, the
+stat numbers of an object, its facts and its attributes by name.
+
+Plain synchronous code over model objects (no trio, no pyfuse3): the FUSE adapter asks, and
+decides only where to ask (inline or in a worker thread: `numbers_from_header`,
+`Dataset.facts_from_header`, `dense_attributes` say when the parsed header is enough) and how
+to tell the kernel.
+
+What a group shows (`entries`, in the group's link order; `lookup` answers one name alike):
+- a hard link to a group: a directory (DIR); to a named datatype: a small text file (DTYPE);
+  to a dataset `D`: its raw view `D` (RAW) and, right after it, its `.npy` view `D.npy` (NPY),
+  unless the group has a real link of that name (the real link wins) or the name is too long;
+- a soft link: a symlink (SYMLINK); an absolute HDF5 target becomes a path inside the mount,
+  relative to the link's directory (`/x/y` from the group `/a/b` -> `../../x/y`), a relative
+  one stays; an external link: a symlink `FILE:OBJECT` (it goes nowhere real);
+- a hard link whose object cannot be read: listed by its name (BROKEN, answers EIO);
+- names that cannot be file names (empty, `.`, `..`, `/` or NUL inside, over 255 bytes), links of
+  unknown kinds and duplicate names (after the first) are skipped, each with a log line.
+
+Stat numbers (`Numbers`): hard-link count, modification time, the file's size, st_blocks (bytes
+allocated in the file / 512; None when only walking the chunk index can tell: `storage_blocks`),
+and the `.npy` view's size, derived from dtype and shape (`npy_header_size`) without building
+the header. `npy_header` builds exactly the header `numpy.save` writes (format 1.0, 2.0 when it
+is longer than 64 KiB, 3.0 for non-latin-1 field names; spare room to grow the first
+dimension; padded to 64 bytes), so a `D.npy` is byte for byte what `np.save` makes of the data.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.lib.format import dtype_to_descr
+
+from ..errors import FormatError
+from ..format.messages import layout as L
+from .dtypes import is_converted
+
+if TYPE_CHECKING:
+    from ..format.messages.link import Link
+    from .attributes import Attribute
+    from .file import H5File
+    from .group import Group
+    from .objects import H5Object
+
+log = logging.getLogger("h5fs.model")
+
+# entry kinds
+DIR = "dir"          # a group
+RAW = "raw"          # a dataset's raw view
+NPY = "npy"          # a dataset's .npy view
+DTYPE = "dtype"      # a named datatype (a small read-only text file)
+SYMLINK = "symlink"  # a soft or external link
+BROKEN = "broken"    # an object that could not be read: listed, answers EIO
+
+NAME_MAX = 255
+NPY_SUFFIX = ".npy"
+_KINDS = {"group": DIR, "dataset": RAW, "datatype": DTYPE}
+# chunk indexes whose allocated size takes a walk over them (the engine counts an implicit
+# index's chunks one by one); a single-chunk index, or one never allocated, is answered by the
+# layout message
+_WALKED = (L.BTREE_V1, L.IMPLICIT, L.FIXED_ARRAY, L.EXTENSIBLE_ARRAY, L.BTREE_V2)
+# chunk indexes whose opening reads nothing beyond the layout message
+_OPENED_FROM_HEADER = (L.BTREE_V1, L.SINGLE, L.IMPLICIT)
+
+
+@dataclass(frozen=True, slots=True)
+class Numbers:
+    """What stat says about an object (and its `.npy` view)."""
+    nlink: int
+    mtime_ns: int | None              # None: the object records no time
+    size: int = 0                     # the raw view, or a named datatype's text
+    blocks: int | None = 0            # 512-byte blocks allocated; None: `storage_blocks` must walk the index
+    npy_size: int = 0
+    npy_error: BaseException | None = None  # the raw view works, the .npy view cannot be served
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One name a directory shows."""
+    name: bytes
+    kind: str
+    path: str                         # the HDF5 path it was found by (logs, symlink depth)
+    address: int | None = None        # object header address (hard links)
+    numbers: Numbers | None = None    # None for symlinks and broken entries
+    target: bytes | None = None       # symlink text
+    error: BaseException | None = None  # why it is broken (the .npy view: why it cannot be served)
+
+
+def join(dir_path: str, name: str) -> str:
+    return ("/" if dir_path == "/" else dir_path + "/") + name
+
+
+# -- names ------------------------------------------------------------------------------------
+
+def entries(file: H5File, group: Group, dir_path: str) -> list[Entry]:
+    """Every entry of `group` as the mount shows it (reads each child's object header)."""
+    links = group.links()
+    taken = {ln.name for ln in links}
+    out: list[Entry] = []
+    seen: set[bytes] = set()
+    for link in links:
+        entry = _entry(file, dir_path, link)
+        if entry is None:
+            continue
+        if entry.name in seen:
+            log.warning("%s: duplicate link name %r, the first one wins", dir_path, link.name)
+            continue
+        seen.add(entry.name)
+        out.append(entry)
+        if entry.kind == RAW:
+            if link.name + NPY_SUFFIX in taken:
+                log.warning("%s.npy: hidden by a link of that name", entry.path)
+            elif len(entry.name) + len(NPY_SUFFIX) <= NAME_MAX:
+                seen.add(entry.name + NPY_SUFFIX.encode())
+                out.append(npy_entry(entry))
+    return out
+
+
+def lookup(file: H5File, group: Group, dir_path: str, name: bytes) -> Entry | None:
+    """The entry `name` of `group`, without listing the group (None: no such entry)."""
+    text = name.decode("utf-8", "surrogateescape")
+    link = group.link(text)
+    if link is not None:
+        return _entry(file, dir_path, link)
+    if text.endswith(NPY_SUFFIX):
+        link = group.link(text[:-len(NPY_SUFFIX)])
+        if link is not None and link.kind == "hard":
+            entry = _entry(file, dir_path, link)
+            if entry is not None and entry.kind == RAW:
+                return npy_entry(entry)
+    return None
+
+
+def npy_entry(raw: Entry) -> Entry:
+    """The `.npy` view beside the raw view `raw`."""
+    return replace(raw, name=raw.name + NPY_SUFFIX.encode(), kind=NPY, path=raw.path + NPY_SUFFIX,
+                   error=raw.numbers.npy_error)
+
+
+def _entry(file: H5File, dir_path: str, link: Link) -> Entry | None:
+    name = link.name.encode("utf-8", "surrogateescape")
+    if not name or name in (b".", b"..") or len(name) > NAME_MAX or b"/" in name or b"\0" in name:
+        log.warning("%s: link %r cannot be shown as a file name, skipped", dir_path, link.name)
+        return None
+    path = join(dir_path, link.name)
+    if link.kind == "hard":
+        if link.address is None:
+            return Entry(name, BROKEN, path, error=FormatError(f"{path}: hard link without an address"))
+        try:
+            obj = file.get(link.address, path)
+            return Entry(name, _KINDS[obj.kind], path, link.address, numbers(obj))
+        except Exception as exc:  # a broken object must not hide the rest of its group
+            return Entry(name, BROKEN, path, link.address, error=exc)
+    if link.kind == "soft":
+        target = soft_link_target(dir_path, link.target or "")
+    elif link.kind == "external":
+        target = f"{link.filename or ''}:{link.target or ''}"
+    else:
+        log.warning("%s: link of unknown kind %r skipped", path, link.kind)
+        return None
+    return Entry(name, SYMLINK, path, target=target.encode("utf-8", "surrogateescape"))
+
+
+def soft_link_target(dir_path: str, target: str) -> str:
+    """The symlink text for HDF5 soft link `target` found in the group at `dir_path`."""
+    if not target.startswith("/"):
+        return target
+    depth = len([c for c in dir_path.split("/") if c])
+    return "/".join([".."] * depth + [c for c in target.split("/") if c]) or "."
+
+
+# -- stat numbers -----------------------------------------------------------------------------
+
+def numbers(obj: H5Object) -> Numbers:
+    """The stat numbers of `obj`; st_blocks is left None where the chunk index must be walked."""
+    mtime = obj.mtime
+    nlink, mtime_ns = max(1, int(obj.nlink)), None if mtime is None else int(mtime * 1e9)
+    if obj.kind == "datatype":
+        return Numbers(nlink, mtime_ns, size=len(datatype_text(obj)))
+    if obj.kind != "dataset":
+        return Numbers(nlink, mtime_ns)
+    npy_size, npy_error = 0, None
+    try:
+        npy_size = npy_header_size(obj.npy_dtype, obj.npy_shape) + int(obj.npy_body_size)
+    except Exception as exc:  # noqa: BLE001 - only the .npy view is lost
+        npy_error = exc
+    blocks = None if _walks_index(obj) else _blocks(obj.storage_size)
+    return Numbers(nlink, mtime_ns, int(obj.raw_size), blocks, npy_size, npy_error)
+
+
+def storage_blocks(ds) -> int:
+    """st_blocks of a dataset, walking its chunk index if need be (I/O)."""
+    return _blocks(ds.storage_size)
+
+
+def numbers_from_header(obj: H5Object) -> bool:
+    """True when `numbers(obj)` needs nothing beyond the object's header (no heap, no index
+    structure, no other file, no decoding of variable-length data)."""
+    if obj.kind != "dataset":
+        return True
+    try:
+        if is_converted(obj.datatype):
+            return False
+        if obj.facts_from_header:  # compact or contiguous in this file
+            return True
+        lay = obj.layout
+        return lay.layout_class == L.CHUNKED and (lay.index.address is None
+                                                  or lay.index.index_type in _OPENED_FROM_HEADER)
+    except Exception:  # noqa: BLE001 - the worker computing them reports it
+        return False
+
+
+def _walks_index(ds) -> bool:
+    lay = ds.layout
+    return (lay.layout_class == L.CHUNKED and lay.index.address is not None
+            and lay.index.index_type in _WALKED)
+
+
+def _blocks(nbytes: int) -> int:
+    return (int(nbytes) + 511) // 512
+
+
+# -- the .npy header --------------------------------------------------------------------------
+
+_MAGIC = b"\x93NUMPY"
+_ALIGN = 64
+_GROWTH_DIGITS = 21  # numpy leaves room for the first dimension to grow to 21 digits
+_FIXED_TEXT = len("{'descr': , 'fortran_order': False, 'shape': , }")
+
+
+def _npy_parts(dtype, shape) -> tuple[str, str, int]:
+    """The descr and shape texts of numpy's header dict, and its trailing spare room."""
+    shape = tuple(int(n) for n in shape)
+    growth = _GROWTH_DIGITS - len(repr(shape[0])) if shape else 0
+    return repr(dtype_to_descr(np.dtype(dtype))), repr(shape), growth
+
+
+def _npy_format(text_bytes: int, latin1: bool) -> tuple[int, str, int]:
+    """(version, length format, padding) of a header whose dict text has `text_bytes` bytes."""
+    for version, fmt in (((1, "<H"), (2, "<I")) if latin1 else ((3, "<I"),)):
+        hlen = text_bytes + 1  # the final newline
+        pad = _ALIGN - (len(_MAGIC) + 2 + struct.calcsize(fmt) + hlen) % _ALIGN
+        if fmt == "<I" or hlen + pad < 1 << 16:
+            return version, fmt, pad
+    raise AssertionError("unreachable: format 2.0 holds any header")
+
+
+def _latin1(descr: str) -> bool:
+    return descr.isascii() or all(ord(c) < 256 for c in descr)
+
+
+def npy_header_size(dtype, shape) -> int:
+    """len(npy_header(dtype, shape)), computed from the text lengths alone."""
+    descr, shape_text, growth = _npy_parts(dtype, shape)
+    latin1 = _latin1(descr)
+    text = _FIXED_TEXT + (len(descr) if latin1 else len(descr.encode("utf8"))) + len(shape_text) + growth
+    _, fmt, pad = _npy_format(text, latin1)
+    return len(_MAGIC) + 2 + struct.calcsize(fmt) + text + pad + 1
+
+
+def npy_header(dtype, shape) -> bytes:
+    """The header `numpy.save` writes for a C-ordered array of this dtype and shape."""
+    descr, shape_text, growth = _npy_parts(dtype, shape)
+    latin1 = _latin1(descr)
+    text = ("{'descr': %s, 'fortran_order': False, 'shape': %s, }" % (descr, shape_text) + " " * growth)
+    body = text.encode("latin1" if latin1 else "utf8")
+    version, fmt, pad = _npy_format(len(body), latin1)
+    return _MAGIC + bytes((version, 0)) + struct.pack(fmt, len(body) + 1 + pad) + body + b" " * pad + b"\n"
+
+
+# -- facts and attributes ---------------------------------------------------------------------
+
+def facts(obj: H5Object, npy: bool = False) -> dict[str, str]:
+    """The h5fs facts of `obj` (xattrs `user.h5fs.*`), of its `.npy` view when `npy`."""
+    out: dict[str, str] = {}
+    for key, value in obj.facts().items():
+        if key.startswith("attr."):
+            log.warning("%s: engine fact %r clashes with the attribute namespace", obj.path, key)
+            continue
+        out[str(key)] = value if isinstance(value, str) else str(value)
+    out["kind"] = obj.kind
+    out["address"] = str(obj.address)
+    out["path"] = obj.path
+    if npy:
+        out["view"] = "npy"
+    return out
+
+
+def datatype_text(obj: H5Object) -> bytes:
+    """The content of the small read-only file that shows a named datatype."""
+    return (obj.facts().get("dtype", "") + "\n").encode("utf-8", "surrogateescape")
+
+
+def attributes(obj: H5Object) -> dict[str, Attribute]:
+    """An object's attributes by name (the first of duplicate names wins)."""
+    out: dict[str, Attribute] = {}
+    for attr in obj.attributes():
+        out.setdefault(attr.name, attr)
+    return out
