@@ -64,13 +64,14 @@ def new_file(path, libver="latest", sizes=(8, 8), fcpl=None) -> h5py.File:
     return h5py.File(fid)
 
 
-def libhdf5() -> ctypes.CDLL:
-    """The libhdf5 inside the h5py wheel, for what h5py does not expose."""
+def libhdf5(name: str | None = None):
+    """The libhdf5 inside the h5py wheel (or its function `name`), for what h5py does not expose."""
     libdir = os.path.join(os.path.dirname(h5py.__file__), os.pardir, "h5py.libs")
     libs = glob.glob(os.path.join(libdir, "libhdf5-*.so*"))
     if not libs:
         pytest.skip("cannot reach the libhdf5 h5py bundles")
-    return ctypes.CDLL(libs[0])
+    lib = ctypes.CDLL(libs[0])
+    return lib if name is None else getattr(lib, name)
 
 
 def addresses(path) -> dict[str, int]:
@@ -142,6 +143,30 @@ def check(s: Structure) -> Any:
         changed = s.change(record)
         assert changed != record and s.decode(s.encode(changed)) == changed, f"{s.kind} at {s.where}"
     return record
+
+
+def check_changed(record, decode, encode, **changes) -> None:
+    """One or more fields changed: encode -> decode gives the changed record back."""
+    changed = replace(record, **changes)
+    assert decode(encode(changed)) == changed
+
+
+def check_bytes(raw: bytes, decode, encode, changes=lambda record: {}):
+    """decode(raw) encodes back to raw; the fields `changes(record)` names survive a round trip."""
+    record = decode(raw)
+    assert encode(record) == raw
+    check_changed(record, decode, encode, **changes(record))
+    return record
+
+
+@dataclass
+class Seen:
+    """What round trips met, so each test can assert the variants it means to cover."""
+
+    kinds: set
+
+    def add(self, *kind) -> None:
+        self.kinds.add(kind)
 
 
 def changed_fields(**fields) -> Callable[[Any], Any]:

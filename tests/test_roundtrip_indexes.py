@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from roundtrip_support import (HYP, SIZES, address, addresses, btree_records, check, check_all, chunk_index, exactly,
                                libhdf5, new_file, roundtrip, sohm_table, structures, uint, vds_mappings)
+from roundtrip_support import Seen, check_bytes, check_changed  # noqa: F401 - other test modules import them from here
 
 from h5fs.format import btree_v2 as bt
 from h5fs.format import extensible_array as ea
@@ -125,7 +126,7 @@ def test_chunk_indexes(tmp_path, libver, sizes):
 
 
 def set_deflate(plist, level=6) -> None:
-    fn = libhdf5().H5Pset_deflate
+    fn = libhdf5("H5Pset_deflate")
     fn.argtypes = [ctypes.c_int64, ctypes.c_uint]
     assert fn(plist.id, level) >= 0
 
@@ -190,7 +191,7 @@ def shared_messages_fcpl():
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
     for name, args in (("H5Pset_shared_mesg_nindexes", (1,)), ("H5Pset_shared_mesg_index", (0, 0x182A, 0)),
                        ("H5Pset_shared_mesg_phase_change", (0, 0))):
-        fn = getattr(libhdf5(), name)
+        fn = libhdf5(name)
         fn.argtypes = [ctypes.c_int64] + [ctypes.c_uint] * len(args)
         assert fn(fcpl.id, *args) >= 0
     return fcpl
