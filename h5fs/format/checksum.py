@@ -82,6 +82,11 @@ def verify(data: bytes | memoryview, what: str) -> None:
         raise ChecksumError(f"{what}: checksum mismatch (stored {stored:#010x}, computed {actual:#010x})")
 
 
+def sealed(data: bytes | bytearray | memoryview) -> bytes:
+    """`data` followed by its lookup3 checksum: how every checksummed structure ends on disk."""
+    return bytes(data) + checksum(data).to_bytes(4, "little")
+
+
 def checked_block(buf: bytes, sizes, signature: bytes, label: str,
                   versions: tuple[int, ...] = (0,)) -> tuple[Reader, int]:
     """A Reader past the signature and version byte of a checksummed block, all verified."""

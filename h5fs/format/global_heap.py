@@ -1,4 +1,5 @@
-"""Global heap collections ("GCOL", version 1) and a small caching reader.
+"""Global heap collections ("GCOL", version 1), decoded losslessly and encoded back, and a reader
+that caches decoded collections in the file's metadata cache.
 
 A collection: signature, version 1, 3 reserved bytes, collection size (size of lengths, the
 whole collection including this header), then objects. Each object: index (u16), reference
@@ -9,24 +10,29 @@ do not show. Object 0 is free space; its size counts its own header. When the sp
 is too small for an object header it is implied free space (libhdf5 H5HG__cache_heap_deserialize
 reads it so; we do the same).
 
+A record keeps the objects and free-space objects in stored order (`entries`), so it encodes back
+to the same bytes. Undefined bytes encode as zeros, as libhdf5 writes them: reserved fields, the
+padding of headers and data, the free-space object's refcount and the contents of free space
+(libhdf5 may leave old bytes there after removing an object: those may differ).
+
 A global heap ID (what vlen elements and region references store): collection address (size of
 offsets) + object index (u32).
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
 from ..errors import FormatError
-from .codec import Reader, Sizes
+from .codec import DEFAULT_SIZES, Reader, Sizes, Writer
 
 SIGNATURE = b"GCOL"
 MIN_COLLECTION = 4096          # what libhdf5 allocates; smaller ones are accepted on read
 MAX_COLLECTION = 256 * 1024 * 1024
+HEADER = "4sB3xL"          # signature, version, reserved, collection size
+OBJECT = "HH4xL"           # index, refcount, reserved, object size
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,28 @@ class HeapObject:
 
 
 @dataclass(frozen=True)
+class FreeSpace:
+    """An explicit free-space object (index 0)."""
+
+    size: int                  # bytes, its own object header included
+
+
+@dataclass(frozen=True)
 class Collection:
     address: int | None
     size: int
-    objects: Mapping[int, HeapObject]
-    free: int                  # bytes of free space (object 0, explicit or implied)
+    entries: tuple[HeapObject | FreeSpace, ...]   # in stored order
+    sizes: Sizes = DEFAULT_SIZES
+    version: int = 1
+    objects: Mapping[int, HeapObject] = field(init=False, repr=False, compare=False)
+    free: int = field(init=False, repr=False, compare=False)  # free-space objects + the implied tail
+
+    def __post_init__(self) -> None:
+        objects = {e.index: e for e in self.entries if isinstance(e, HeapObject)}
+        explicit = sum(e.size for e in self.entries if isinstance(e, FreeSpace))
+        used = header_size(self.sizes) + sum(entry_size(e, self.sizes) for e in self.entries)
+        object.__setattr__(self, "objects", MappingProxyType(objects))
+        object.__setattr__(self, "free", explicit + self.size - used)
 
     def get(self, index: int) -> bytes:
         obj = self.objects.get(index)
@@ -74,26 +97,36 @@ def object_header_size(sizes: Sizes) -> int:
     return _align8(8 + sizes.length)
 
 
+def entry_size(entry: HeapObject | FreeSpace, sizes: Sizes) -> int:
+    """Bytes an entry takes in its collection."""
+    if isinstance(entry, FreeSpace):
+        return entry.size
+    return object_header_size(sizes) + _align8(len(entry.data))
+
+
 def heap_id_size(sizes: Sizes) -> int:
     return sizes.offset + 4
 
 
 def decode_heap_id(c: Reader) -> HeapID:
-    addr = c.offset()
-    return HeapID(addr, c.u32())
+    addr, index = c.fields("OI")
+    return HeapID(c.sizes.address(addr), index)
+
+
+def encode_heap_id(w: Writer, hid: HeapID) -> None:
+    w.fields("OI", w.sizes.raw_address(hid.address), hid.index)
 
 
 def collection_size(head: bytes, sizes: Sizes, address: int | None = None) -> int:
     """The collection size from its first header_size(sizes) bytes (checks the header)."""
-    c = Reader(head, 0, sizes, f"global heap collection at {address}")
-    c.signature(SIGNATURE)
-    version = c.u8()
+    what = f"global heap collection at {address}"
+    sig, version, size = Reader(head, 0, sizes, what).fields(HEADER)
+    if sig != SIGNATURE:
+        raise FormatError(f"{what}: bad signature {sig!r}, expected {SIGNATURE!r}")
     if version != 1:
-        raise FormatError(f"global heap collection at {address}: version {version}")
-    c.skip(3)
-    size = c.length()
+        raise FormatError(f"{what}: version {version}")
     if size < header_size(sizes) or size > MAX_COLLECTION:
-        raise FormatError(f"global heap collection at {address}: implausible size {size}")
+        raise FormatError(f"{what}: implausible size {size}")
     return size
 
 
@@ -105,68 +138,72 @@ def decode_collection(buf: bytes | memoryview, sizes: Sizes, address: int | None
         raise FormatError(f"{what}: truncated ({len(buf)} of {size} bytes)")
     c = Reader(memoryview(buf)[:size], header_size(sizes), sizes, what)
     ohdr = object_header_size(sizes)
-    objects: dict[int, HeapObject] = {}
-    free = 0
-    while c.remaining() > 0:
+    layout = sizes.layout(OBJECT)
+    entries: list[HeapObject | FreeSpace] = []
+    seen: set[int] = set()
+    while c.remaining() >= ohdr:   # less than an object header left: implied free space
         begin = c.pos
-        if c.remaining() < ohdr:
-            free += c.remaining()
-            break
-        index = c.u16()
-        refcount = c.u16()
-        c.skip(4)
-        osize = c.length()
+        index, refcount, osize = c.unpack(layout)
         if index == 0:
             # free space: its size includes this header
             if osize < ohdr or osize > size - begin:
                 raise FormatError(f"{what}: free-space object of size {osize} at {begin}")
-            free += osize
+            entries.append(FreeSpace(osize))
             c.pos = begin + osize
             continue
-        need = ohdr + ((osize + 7) & ~7)
+        need = ohdr + _align8(osize)
         if need > size - begin:
             raise FormatError(f"{what}: object {index} of {osize} bytes overruns the collection")
-        if index in objects:
+        if index in seen:
             raise FormatError(f"{what}: object index {index} appears twice")
+        seen.add(index)
         c.pos = begin + ohdr
-        objects[index] = HeapObject(index, refcount, c.bytes(osize))
+        entries.append(HeapObject(index, refcount, c.bytes(osize)))
         c.pos = begin + need
-    return Collection(address, size, MappingProxyType(objects), free)
+    return Collection(address, size, tuple(entries), sizes)
+
+
+def encode_collection(col: Collection) -> bytes:
+    """The collection's `size` bytes."""
+    w = Writer(col.sizes)
+    w.fields(HEADER, SIGNATURE, col.version, col.size)
+    w.align(8)
+    for e in col.entries:
+        start = w.pos
+        if isinstance(e, FreeSpace):
+            w.fields(OBJECT, 0, 0, e.size)
+            w.zeros(e.size - (w.pos - start))
+        else:
+            w.fields(OBJECT, e.index, e.refcount, len(e.data))
+            w.align(8)
+            w.bytes(e.data)
+            w.align(8)
+    if w.pos > col.size:
+        raise ValueError(f"global heap collection: {w.pos} bytes of entries in a {col.size}-byte collection")
+    w.zeros(col.size - w.pos)
+    return w.getvalue()
 
 
 class GlobalHeapReader:
-    """Reads global heap objects through a BlockReader, caching decoded collections (LRU,
-    bounded by count and by bytes). Thread-safe."""
+    """Reads global heap objects through a BlockReader; decoded collections live in the file's
+    metadata cache (`reader.meta`). Thread-safe."""
 
-    def __init__(self, reader, max_collections: int = 64, max_bytes: int = 64 * 1024 * 1024):
+    def __init__(self, reader):
         self.reader = reader
         self.sizes: Sizes = reader.sizes
-        self.max_collections = max_collections
-        self.max_bytes = max_bytes
-        self._cache: OrderedDict[int, Collection] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
 
     def collection(self, address: int | None) -> Collection:
         if address is None or address == 0:
             raise FormatError("global heap: undefined collection address")
-        with self._lock:
-            col = self._cache.get(address)
-            if col is not None:
-                self._cache.move_to_end(address)
-                return col
+        # its bytes, plus a record and a bytes object per entry
+        return self.reader.meta.get(address, "global heap collection", lambda: self._load(address),
+                                    lambda col: col.size + 150 * len(col.entries))
+
+    def _load(self, address: int) -> Collection:
         what = f"global heap collection at {address}"
         head = self.reader.read(address, header_size(self.sizes), what)
         size = collection_size(head, self.sizes, address)
-        col = decode_collection(self.reader.read(address, size, what), self.sizes, address)
-        with self._lock:
-            if address not in self._cache:
-                self._cache[address] = col
-                self._bytes += col.size
-                while self._cache and (len(self._cache) > self.max_collections or self._bytes > self.max_bytes):
-                    _, old = self._cache.popitem(last=False)
-                    self._bytes -= old.size
-        return col
+        return decode_collection(self.reader.read(address, size, what), self.sizes, address)
 
     def get(self, collection_addr: int | None, index: int) -> bytes:
         """The data of object `index` in the collection at `collection_addr`."""
@@ -174,8 +211,3 @@ class GlobalHeapReader:
 
     def get_id(self, hid: HeapID) -> bytes:
         return self.get(hid.address, hid.index)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._cache.clear()
-            self._bytes = 0

@@ -1,48 +1,119 @@
-"""Object headers (IV.A.1), versions 1 and 2, with continuation blocks, as raw messages.
+"""Object headers (IV.A.1), versions 1 and 2, decoded losslessly and encoded back block by block.
+
+A header is a chain of blocks: block 0 at the header's address (the prefix, then messages) and
+continuation blocks named by continuation messages (v2: "OCHK" first). Every message is kept with
+where it lives (its block's address and the offset of its message header in the block), NIL and
+continuation messages included (`HeaderBlock.messages`); `ObjectHeader.messages` lists only the
+ones the model reads. Bytes after a block's last message too few for a message header are the
+block's gap (v2; v1 blocks are multiples of 8 and never have one).
 
 Message payloads are decoded lazily by the model (one module per message type under
-`messages/`); this module only finds them, verifying v2 checksums and guarding against
-continuation cycles and absurd sizes.
+`messages/`); this module finds them, verifies v2 checksums and guards against continuation
+cycles and absurd sizes.
+
+Encoding: `encode_block(header, i)` gives block i's bytes (prefix or OCHK signature, messages in
+order, the gap, the checksum); `encode_continuation` a continuation message body. Undefined bytes
+encode as zeros, as libhdf5 writes them: the 4 alignment bytes of the v1 prefix, the 3 reserved
+bytes of each v1 message header, v2 gaps. Message data is kept whole (v1 padding, the old bytes
+of a NIL message), so what libhdf5 left there comes back unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import struct
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator
 
 from ..errors import FormatError, Unsupported
 from . import checksum
-from .codec import Reader
+from .codec import Sizes
 
 MAX_BLOCKS = 1024          # continuation blocks per object
-MAX_MESSAGES = 65536
+MAX_MESSAGES = 65536       # messages per object, NIL and continuation included
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 
 NIL, CONTINUATION = 0x0000, 0x0010
 FLAG_CONSTANT, FLAG_SHARED, FLAG_FAIL_UNKNOWN = 0x01, 0x02, 0x80
+
+# Header flags (v2)
+HDR_CHUNK0_WIDTH = 0x03    # bits 0-1: the size of chunk 0 is 1, 2, 4 or 8 bytes wide
+HDR_TRACK_ORDER, HDR_INDEX_ORDER, HDR_PHASE_CHANGE, HDR_TIMES = 0x04, 0x08, 0x10, 0x20
+
+V2_SIGNATURE, CONTINUATION_SIGNATURE = b"OHDR", b"OCHK"
+V1_PREFIX = struct.Struct("<BBHII4x")   # version, reserved, message count, refcount, header size, alignment
+V1_MESSAGE = struct.Struct("<HHB3x")    # type, size, flags, reserved
+V2_MESSAGE = struct.Struct("<BHB")      # type, size, flags
+V2_MESSAGE_ORDER = struct.Struct("<BHBH")  # ... creation order
+_V2_START = struct.Struct("<4sBB")       # signature, version, flags
+_TIMES = struct.Struct("<4I")
+_PHASE = struct.Struct("<2H")
+_CHUNK0 = {0: struct.Struct("<B"), 1: struct.Struct("<H"), 2: struct.Struct("<I"), 3: struct.Struct("<Q")}
+CHECKSUM_SIZE = 4
 
 
 @dataclass(frozen=True)
 class RawMessage:
     type: int
     flags: int
-    data: bytes
-    creation_order: int | None = None
+    data: bytes                  # the stored message data, `size` bytes (v1: its padding included)
+    creation_order: int | None = None   # v2 headers that track creation order
+    block: int | None = None     # address of the header block holding it (None: not read from a header)
+    offset: int = 0              # offset of its message header in that block
 
     @property
     def shared(self) -> bool:
         return bool(self.flags & FLAG_SHARED)
+
+    @property
+    def size(self) -> int:
+        """The stored size of the message data."""
+        return len(self.data)
+
+
+@dataclass(frozen=True)
+class HeaderBlock:
+    address: int
+    length: int                  # bytes on disk: prefix or signature, messages, gap, checksum
+    messages: tuple[RawMessage, ...]   # every message in stored order, NIL and continuation included
+    gap: int = 0                 # bytes after the last message, too few for a message header
+
+
+@dataclass(frozen=True)
+class Space:
+    """Free space inside a header: a NIL message (header included) or a gap."""
+
+    block: int
+    offset: int
+    size: int
+    nil: bool
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """A continuation message body: where the next header block lives."""
+
+    address: int | None
+    length: int
 
 
 @dataclass(frozen=True)
 class ObjectHeader:
     address: int
     version: int
-    refcount: int
-    messages: tuple[RawMessage, ...]
-    flags: int = 0
+    refcount: int                # v1: the prefix field; v2: 1 (a refcount message holds it)
+    blocks: tuple[HeaderBlock, ...]
+    flags: int = 0               # v2 header flags (HDR_*)
     times: tuple[int, int, int, int] | None = None  # access, modification, change, birth (v2)
     attr_max_compact: int | None = None
     attr_min_dense: int | None = None
+    nmesgs: int = 0              # v1: the stored message count (libhdf5 counts NIL and continuation too)
+    reserved: int = 0            # v1: the byte after the version
+    # the messages the model reads (neither NIL nor continuation), in stored order
+    messages: tuple[RawMessage, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "messages", tuple(
+            m for b in self.blocks for m in b.messages if m.type not in (NIL, CONTINUATION)))
 
     def find(self, mtype: int) -> list[RawMessage]:
         return [m for m in self.messages if m.type == mtype]
@@ -53,124 +124,231 @@ class ObjectHeader:
                 return m
         return None
 
+    @property
+    def track_order(self) -> bool:
+        return self.version == 2 and bool(self.flags & HDR_TRACK_ORDER)
+
+    @property
+    def prefix_size(self) -> int:
+        """Bytes before the first message of block 0."""
+        return prefix_size(self.version, self.flags)
+
+    @property
+    def chunk0_width(self) -> int:
+        """Bytes of the v2 'size of chunk 0' field (v1: 4, the header size field)."""
+        return 4 if self.version == 1 else _CHUNK0[self.flags & HDR_CHUNK0_WIDTH].size
+
+    @property
+    def chunk0_size(self) -> int:
+        """The stored size of chunk 0: block 0's message bytes (gap included, checksum not)."""
+        return self.blocks[0].length - self.prefix_size - _tail(self.version)
+
+    def all_messages(self) -> Iterator[RawMessage]:
+        """Every message of every block in stored order, NIL and continuation included."""
+        for b in self.blocks:
+            yield from b.messages
+
+    def free_space(self) -> tuple[Space, ...]:
+        """NIL messages and gaps, block by block: where a writer can put new messages."""
+        head = message_header_size(self.version, self.track_order)
+        out = []
+        for b in self.blocks:
+            out += [Space(b.address, m.offset, head + m.size, True) for m in b.messages if m.type == NIL]
+            if b.gap:
+                out.append(Space(b.address, b.length - _tail(self.version) - b.gap, b.gap, False))
+        return tuple(out)
+
+
+def prefix_size(version: int, flags: int = 0) -> int:
+    if version == 1:
+        return V1_PREFIX.size
+    return (_V2_START.size + (_TIMES.size if flags & HDR_TIMES else 0) + (_PHASE.size if flags & HDR_PHASE_CHANGE else 0)
+            + _CHUNK0[flags & HDR_CHUNK0_WIDTH].size)
+
+
+def message_header_size(version: int, track_order: bool = False) -> int:
+    return _message_struct(version, track_order).size
+
+
+def _message_struct(version: int, track_order: bool) -> struct.Struct:
+    return V1_MESSAGE if version == 1 else (V2_MESSAGE_ORDER if track_order else V2_MESSAGE)
+
+
+def _tail(version: int) -> int:
+    return CHECKSUM_SIZE if version == 2 else 0
+
+
+def _start(header: ObjectHeader, index: int) -> int:
+    """Offset of the first message in block `index`."""
+    if index == 0:
+        return header.prefix_size
+    return len(CONTINUATION_SIGNATURE) if header.version == 2 else 0
+
+
+# ------------------------------------------------------------------------------------- decoding
 
 def read(reader, address: int, what: str) -> ObjectHeader:
     """Read the object header at `address` (reader: a BlockReader) with all continuation blocks."""
     first = reader.read_upto(address, 16 + 4096, f"{what}: object header")
-    if first[:4] == b"OHDR":
-        return _read_v2(reader, address, first, what)
-    if first[:1] == b"\x01":
-        return _read_v1(reader, address, first, what)
-    raise FormatError(f"{what}: no object header at address {address} (version byte {first[:1].hex()})")
+    length = _prefix(first, address, what)[1]
+    block0 = first[:length] if len(first) >= length else reader.read(address, length, f"{what}: object header")
+    return decode(block0, address, reader.sizes, what,
+                  lambda addr, n: reader.read(addr, n, f"{what}: object header continuation"))
 
 
-def _continuation(data: bytes, reader, what: str) -> tuple[int, int]:
-    c = Reader(data, 0, reader.sizes, f"{what}: continuation message")
-    addr = c.offset()
-    length = c.length()
+def decode(block0: bytes, address: int, sizes: Sizes, what: str,
+           fetch: Callable[[int, int], bytes]) -> ObjectHeader:
+    """The header whose block 0 is `block0`; `fetch(address, length)` gives a continuation block."""
+    header, length = _prefix(block0, address, what)
+    if len(block0) != length:
+        raise FormatError(f"{what}: object header block 0 is {length} bytes, got {len(block0)}")
+    walk = _Walk(what, header, sizes)
+    blocks = [walk.block(block0, address, 0)]
+    while walk.pending:
+        cont = walk.pending.pop(0)
+        if cont.address in walk.seen:
+            raise FormatError(f"{what}: object header continuation cycle at {cont.address}")
+        if len(walk.seen) >= MAX_BLOCKS or walk.total + cont.length > MAX_HEADER_BYTES:
+            raise FormatError(f"{what}: object header too large")
+        blocks.append(walk.block(fetch(cont.address, cont.length), cont.address, len(blocks)))
+    return replace(header, blocks=tuple(blocks))
+
+
+def _prefix(buf: bytes, address: int, what: str) -> tuple[ObjectHeader, int]:
+    """The header's prefix fields (no blocks yet) and block 0's length, from its first bytes."""
+    if buf[:1] == b"\x01":
+        _, reserved, nmesgs, refcount, size = _unpack(V1_PREFIX, buf, 0, what)
+        header = ObjectHeader(address, 1, refcount, (), nmesgs=nmesgs, reserved=reserved)
+        length = V1_PREFIX.size + size
+    elif buf[:4] == V2_SIGNATURE:
+        _, version, flags = _unpack(_V2_START, buf, 0, what)
+        if version != 2:
+            raise Unsupported(f"{what}: object header version {version}")
+        pos = _V2_START.size
+        times = phase = None
+        if flags & HDR_TIMES:
+            times = _unpack(_TIMES, buf, pos, what)
+            pos += _TIMES.size
+        if flags & HDR_PHASE_CHANGE:
+            phase = _unpack(_PHASE, buf, pos, what)
+            pos += _PHASE.size
+        st = _CHUNK0[flags & HDR_CHUNK0_WIDTH]
+        header = ObjectHeader(address, 2, 1, (), flags, times, *(phase or (None, None)))
+        length = pos + st.size + _unpack(st, buf, pos, what)[0] + CHECKSUM_SIZE
+    else:
+        raise FormatError(f"{what}: no object header at address {address} (version byte {buf[:1].hex()})")
+    if length > MAX_HEADER_BYTES:
+        raise FormatError(f"{what}: object header too large")
+    return header, length
+
+
+def _unpack(st: struct.Struct, buf: bytes, pos: int, what: str) -> tuple:
+    if pos + st.size > len(buf):
+        raise FormatError(f"{what}: object header truncated (need {st.size} bytes at {pos}, have {len(buf) - pos})")
+    return st.unpack_from(buf, pos)
+
+
+def decode_continuation(data: bytes, sizes: Sizes, what: str) -> Continuation:
+    """A continuation message body, refused unless it names a plausible block."""
+    st = sizes.layout("OL")
+    if len(data) < st.size:
+        raise FormatError(f"{what}: continuation message of {len(data)} bytes")
+    addr, length = st.unpack_from(data)
+    addr = sizes.address(addr)
     if addr is None or length <= 0 or length > MAX_HEADER_BYTES:
         raise FormatError(f"{what}: bad continuation block ({addr}, {length})")
-    return addr, length
+    return Continuation(addr, length)
 
 
 class _Walk:
-    """Shared bookkeeping of one header read: visited blocks and bounds."""
+    """One header read: blocks seen, bounds, continuation blocks still to read."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str, header: ObjectHeader, sizes: Sizes):
         self.what = what
+        self.header = header
+        self.message = _message_struct(header.version, header.track_order)
+        self.sizes = sizes
         self.seen: set[int] = set()
         self.total = 0
-        self.messages: list[RawMessage] = []
+        self.count = 0
+        self.pending: list[Continuation] = []
 
-    def block(self, addr: int, length: int) -> None:
-        if addr in self.seen:
-            raise FormatError(f"{self.what}: object header continuation cycle at {addr}")
-        self.seen.add(addr)
-        self.total += length
-        if len(self.seen) > MAX_BLOCKS or self.total > MAX_HEADER_BYTES:
-            raise FormatError(f"{self.what}: object header too large")
+    def block(self, buf: bytes, address: int, index: int) -> HeaderBlock:
+        what = f"{self.what}: object header" if index == 0 else f"{self.what}: object header continuation"
+        self.seen.add(address)
+        self.total += len(buf)
+        start, end = _start(self.header, index), len(buf)
+        if self.header.version == 2:
+            if index and buf[:4] != CONTINUATION_SIGNATURE:
+                raise FormatError(f"{self.what}: continuation block at {address} lacks OCHK signature")
+            if len(buf) < start + CHECKSUM_SIZE:
+                raise FormatError(f"{what}: block at {address} of {len(buf)} bytes")
+            checksum.verify(buf, what)
+            end -= CHECKSUM_SIZE
+        messages, gap = self.messages(buf, address, start, end)
+        return HeaderBlock(address, len(buf), messages, gap)
 
-    def add(self, msg: RawMessage) -> None:
-        if len(self.messages) >= MAX_MESSAGES:
-            raise FormatError(f"{self.what}: too many object header messages")
-        if msg.flags & FLAG_FAIL_UNKNOWN and msg.type not in KNOWN_TYPES:
-            raise Unsupported(f"{self.what}: unknown object header message type {msg.type:#x} marked must-understand")
-        self.messages.append(msg)
-
-
-def _read_v1(reader, address: int, first: bytes, what: str) -> ObjectHeader:
-    c = Reader(first, 0, reader.sizes, f"{what}: object header")
-    c.u8()
-    c.u8()
-    nmesg = c.u16()
-    refcount = c.u32()
-    size = c.u32()
-    walk = _Walk(what)
-    pending = [(address + 16, size)]
-    while pending:
-        addr, length = pending.pop(0)
-        walk.block(addr, length)
-        blk = Reader(reader.read(addr, length, f"{what}: object header block"), 0, reader.sizes, what)
-        while blk.remaining() >= 8:
-            mtype = blk.u16()
-            msize = blk.u16()
-            mflags = blk.u8()
-            blk.skip(3)
-            data = blk.bytes(msize)
+    def messages(self, buf: bytes, address: int, pos: int, end: int) -> tuple[tuple[RawMessage, ...], int]:
+        st, head, out = self.message, self.message.size, []
+        track_order = self.header.track_order
+        while end - pos >= head:
+            fields = st.unpack_from(buf, pos)
+            mtype, msize, mflags = fields[0], fields[1], fields[2]
+            body = pos + head
+            if body + msize > end:
+                raise FormatError(f"{self.what}: object header message at {pos} of the block at {address} "
+                                  f"overruns the block ({msize} bytes)")
+            msg = RawMessage(mtype, mflags, buf[body:body + msize], fields[3] if track_order else None, address, pos)
+            self.count += 1
+            if self.count > MAX_MESSAGES:
+                raise FormatError(f"{self.what}: too many object header messages")
             if mtype == CONTINUATION:
-                pending.append(_continuation(data, reader, what))
-            elif mtype != NIL:
-                walk.add(RawMessage(mtype, mflags, data))
-    del nmesg  # libhdf5 itself tolerates a wrong count (it merges NIL messages)
-    return ObjectHeader(address, 1, refcount, tuple(walk.messages))
+                self.pending.append(decode_continuation(msg.data, self.sizes, f"{self.what}: continuation message"))
+            elif mflags & FLAG_FAIL_UNKNOWN and mtype not in KNOWN_TYPES:
+                raise Unsupported(f"{self.what}: unknown object header message type {mtype:#x} marked must-understand")
+            out.append(msg)
+            pos = body + msize
+        return tuple(out), end - pos
 
 
-def _read_v2(reader, address: int, first: bytes, what: str) -> ObjectHeader:
-    c = Reader(first, 4, reader.sizes, f"{what}: object header")
-    version = c.u8()
-    if version != 2:
-        raise Unsupported(f"{what}: object header version {version}")
-    flags = c.u8()
-    times = None
-    if flags & 0x20:
-        times = (c.u32(), c.u32(), c.u32(), c.u32())
-    max_compact = min_dense = None
-    if flags & 0x10:
-        max_compact, min_dense = c.u16(), c.u16()
-    chunk0 = c.uint(1 << (flags & 0x03))
-    prefix = c.pos
-    track_order = bool(flags & 0x04)
-    walk = _Walk(what)
-    walk.block(address, prefix + chunk0 + 4)
-    data = reader.read(address, prefix + chunk0 + 4, f"{what}: object header")
-    checksum.verify(data, f"{what}: object header")
-    pending = _messages_v2(data, prefix, prefix + chunk0, track_order, walk, reader)
-    while pending:
-        addr, length = pending.pop(0)
-        walk.block(addr, length)
-        blk = reader.read(addr, length, f"{what}: object header continuation")
-        if blk[:4] != b"OCHK":
-            raise FormatError(f"{what}: continuation block at {addr} lacks OCHK signature")
-        checksum.verify(blk, f"{what}: object header continuation")
-        pending += _messages_v2(blk, 4, length - 4, track_order, walk, reader)
-    return ObjectHeader(address, 2, 1, tuple(walk.messages), flags, times, max_compact, min_dense)
+# ------------------------------------------------------------------------------------- encoding
+
+def encode_prefix(header: ObjectHeader) -> bytes:
+    """Block 0's prefix (through the v1 alignment bytes or the v2 chunk-0 size)."""
+    if header.version == 1:
+        return V1_PREFIX.pack(1, header.reserved, header.nmesgs, header.refcount, header.chunk0_size)
+    out = _V2_START.pack(V2_SIGNATURE, 2, header.flags)
+    if header.flags & HDR_TIMES:
+        out += _TIMES.pack(*header.times)
+    if header.flags & HDR_PHASE_CHANGE:
+        out += _PHASE.pack(header.attr_max_compact, header.attr_min_dense)
+    return out + _CHUNK0[header.flags & HDR_CHUNK0_WIDTH].pack(header.chunk0_size)
 
 
-def _messages_v2(buf: bytes, start: int, end: int, track_order: bool, walk: _Walk, reader) -> list[tuple[int, int]]:
-    c = Reader(buf[:end], start, reader.sizes, f"{walk.what}: object header")
-    head = 6 if track_order else 4
-    pending = []
-    while c.remaining() >= head:
-        mtype = c.u8()
-        msize = c.u16()
-        mflags = c.u8()
-        order = c.u16() if track_order else None
-        data = c.bytes(msize)
-        if mtype == CONTINUATION:
-            pending.append(_continuation(data, reader, walk.what))
-        elif mtype != NIL:
-            walk.add(RawMessage(mtype, mflags, data, order))
-    return pending
+def encode_block(header: ObjectHeader, index: int) -> bytes:
+    """Block `index` as stored: prefix or signature, messages, gap, checksum. The record must be
+    consistent: each message at its recorded offset, the block filled exactly."""
+    block = header.blocks[index]
+    out = bytearray(encode_prefix(header) if index == 0 else
+                    CONTINUATION_SIGNATURE if header.version == 2 else b"")
+    st = _message_struct(header.version, header.track_order)
+    for m in block.messages:
+        if m.offset != len(out):
+            raise ValueError(f"object header message recorded at {m.offset}, encoded at {len(out)}")
+        out += st.pack(m.type, m.size, m.flags, m.creation_order) if header.track_order else \
+            st.pack(m.type, m.size, m.flags)
+        out += m.data
+    out += bytes(block.gap)
+    if header.version == 2:
+        out = checksum.sealed(out)
+    if len(out) != block.length:
+        raise ValueError(f"object header block at {block.address}: {len(out)} bytes encoded, {block.length} recorded")
+    return bytes(out)
+
+
+def encode_continuation(cont: Continuation, sizes: Sizes) -> bytes:
+    """A continuation message body."""
+    return sizes.layout("OL").pack(sizes.raw_address(cont.address), cont.length)
 
 
 # Message types h5fs decodes or knowingly ignores (IV.A.2).

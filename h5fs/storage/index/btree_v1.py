@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from functools import lru_cache
 from typing import Iterator
 
 from ...errors import FormatError
@@ -16,11 +15,16 @@ class BTreeV1Index(ChunkIndex):
         super().__init__(ctx)
         self.rank = len(ctx.layout.chunk_dims)
         self.root = ctx.layout.index.address if ctx.layout.index else None
-        self._node = lru_cache(maxsize=256)(self._read_node)
 
-    def _read_node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
-        node = btree_v1.read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
-        return node, [tuple(k.offsets[:self.rank]) for k in node.keys]
+    def _node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
+        """A node and its keys' chunk offsets, through the file's metadata cache."""
+        def load() -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
+            node = btree_v1.read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
+            return node, [tuple(k.offsets[:self.rank]) for k in node.keys]
+
+        # per key: a ChunkKey, its offsets, their ints and the offsets tuple kept beside it
+        return self.ctx.reader.meta.get(address, ("v1 B-tree chunk node", self.rank), load,
+                                        lambda v: 256 + len(v[0].keys) * (200 + 60 * self.rank))
 
     def _record(self, key: btree_v1.ChunkKey, child: int) -> ChunkRecord:
         dims = self.ctx.layout.chunk_dims
