@@ -93,29 +93,6 @@ def test_reader_follows_heap_ids(vlen_file):
         os.close(fd)
 
 
-def test_lru_bound(tmp_path):
-    path = str(tmp_path / "many.h5")
-    with h5py.File(path, "w") as f:
-        for k in range(6):   # each 5000-byte string gets a collection of its own
-            f.create_dataset(f"s{k}", data=np.array(["z" * 5000], dtype=h5py.string_dtype()))
-    data = open(path, "rb").read()
-    addrs = list(_collections(data))
-    assert len(addrs) >= 6
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        heap = GlobalHeapReader(BlockReader(fd), max_collections=3)
-        for a in addrs:
-            heap.collection(a)
-        assert len(heap._cache) == 3
-        assert list(heap._cache) == addrs[-3:]
-        heap2 = GlobalHeapReader(BlockReader(fd), max_bytes=9000)
-        for a in addrs:
-            heap2.collection(a)
-        assert heap2._bytes <= 9000 or len(heap2._cache) == 1
-    finally:
-        os.close(fd)
-
-
 # ---------------------------------------------------------------------------- hostile bytes
 
 S8 = Sizes(8, 8)
