@@ -1,9 +1,9 @@
-"""Datatype message (0x0003), versions 1-5, every class libhdf5 2.0 writes.
+"""Datatype message (0x0003), versions 1-5, every class libhdf5 2.0 writes: decode and encode.
 
 One frozen dataclass per datatype class, all derived from `Datatype` (which holds the
 message version and the element size). `decode(c)` reads one message from a Reader and
 leaves the cursor just past it (nested member/base types are decoded recursively from the
-same cursor).
+same cursor); `encode(w, dt)` writes it back: libhdf5's bytes for every type it writes.
 
 Hostile-file bounds: nesting depth is limited to MAX_DEPTH; member counts are checked
 against the bytes left in the message *before* anything is allocated for them; array ranks
@@ -15,18 +15,27 @@ Notes on libhdf5's behaviour (H5Odtype.c) that the 3.0 spec does not spell out:
 - Class 11 (complex, libhdf5 2.0, message version 5): bit 0 of the class bit field is
   "homogeneous" (both parts share the base type, the only form libhdf5 writes), bits 1-2 the
   form (0 rectangular, 1 polar, 2 exponential); the properties are the base (float) type.
-- Opaque tags are NUL-padded to a multiple of 8 bytes; the bit field holds the padded length.
+- Opaque tags are NUL-padded to a multiple of 8 bytes; the bit field holds the padded length
+  (a tag of exactly 8k bytes has no NUL).
 - Revised references (message version 4): bits 0-3 reference type (2 object, 3 region,
   4 attribute), bits 4-7 the reference encoding version (1).
+- Version-1 compounds of libhdf5 before 1.4 stored array members as up to 4 dimensions in the
+  member entry: they decode as Array types (`Member.legacy_array`); libhdf5 since writes rank 0
+  there and array members as Array types in version-2+ messages.
+
+What encode does not reproduce (readers ignore it): class bit-field bits the spec reserves, the
+v1 compound member's permutation, reserved fields and dimension slots past its rank, and the
+bytes after the NUL of a padded name or tag (all written as zeros).
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, Callable, ClassVar
 
 from ...errors import FormatError, Unsupported
-from ..codec import Reader
+from ..codec import Reader, Writer
 
 # Class numbers
 FIXED, FLOAT, TIME, STRING, BITFIELD, OPAQUE, COMPOUND, REFERENCE, ENUM, VLEN, ARRAY, COMPLEX = range(12)
@@ -124,6 +133,7 @@ class Bitfield(Datatype):
 @dataclass(frozen=True)
 class Opaque(Datatype):
     tag: str
+    tag_size: int | None = None   # the stored tag field's length when it is not libhdf5's padding
     class_id: ClassVar[int] = OPAQUE
 
 
@@ -134,6 +144,7 @@ class Member:
     name: str
     offset: int
     type: Datatype
+    legacy_array: bool = False   # version 1: `type` is an Array stored as dimensions in the entry
 
 
 @dataclass(frozen=True)
@@ -145,7 +156,7 @@ class Compound(Datatype):
 @dataclass(frozen=True)
 class Reference(Datatype):
     ref_type: int         # REF_*
-    encoding_version: int = 0   # revised references (message v4+): 1
+    encoding_version: int = 0   # bits 4-7: revised references (message v4+) 1, older ones 0
     class_id: ClassVar[int] = REFERENCE
 
     @property
@@ -157,8 +168,8 @@ class Reference(Datatype):
 class Enum(Datatype):
     base: Datatype
     names: tuple[str, ...]
-    values: tuple[int, ...]       # decoded with the base integer type
-    raw_values: tuple[bytes, ...]
+    values: tuple[int, ...]       # decoded with the base integer type (what encode writes)
+    raw_values: tuple[bytes, ...]  # the same values as stored
     class_id: ClassVar[int] = ENUM
 
 
@@ -193,11 +204,26 @@ class Complex(Datatype):
 
 # ---------------------------------------------------------------------------------------------
 
+_HEADER = struct.Struct("<BHBI")          # class and version, class bit field (bits 0-15, 16-23), size
+_BITS = struct.Struct("<HH")              # bit offset, bit precision
+_FLOAT = struct.Struct("<HHBBBBI")        # bits, exponent/mantissa locations and sizes, exponent bias
+_PRECISION = struct.Struct("<H")
+_V1_MEMBER = struct.Struct("<B3x4x4x4I")  # rank, reserved, permutation, reserved, 4 dimension sizes
+_FLOAT_ORDER = {"<": 0, ">": 1, "vax": 0x41}  # bits 0 and 6
+
+
 def _name(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-def _padded_name(c: Reader, what: str) -> str:
+def _raw_name(name: str, what: str) -> bytes:
+    raw = name.encode("utf-8", "surrogateescape")
+    if b"\0" in raw:
+        raise ValueError(f"datatype: {what} {name!r} contains a NUL")
+    return raw
+
+
+def _padded_name(c: Reader) -> str:
     """A NUL-terminated name padded with NULs to a multiple of 8 bytes (messages v1/v2)."""
     start = c.pos
     raw = c.cstring()
@@ -206,8 +232,20 @@ def _padded_name(c: Reader, what: str) -> str:
     return _name(raw)
 
 
+def _write_name(w: Writer, name: str, version: int, what: str) -> None:
+    """A member or enum name: NUL-terminated, padded to a multiple of 8 bytes before version 3."""
+    start = w.pos
+    w.cstring(_raw_name(name, what))
+    if version < 3:
+        w.align(8, start)
+
+
 def _order(bits: int) -> str:
     return ">" if bits & 1 else "<"
+
+
+def _order_bit(order: str) -> int:
+    return 1 if order == ">" else 0
 
 
 def decode(c: Reader, _depth: int = 0) -> Datatype:
@@ -215,132 +253,139 @@ def decode(c: Reader, _depth: int = 0) -> Datatype:
     if _depth > MAX_DEPTH:
         raise FormatError(f"datatype: nesting deeper than {MAX_DEPTH} levels")
     start = c.pos
-    c.need(8)
-    cv = c.u8()
+    cv, low, high, size = c.unpack(_HEADER)
     version, cls = cv >> 4, cv & 0x0F
-    flags = c.uint(3)
-    size = c.u32()
     if version == 0:
         raise FormatError("datatype: message version 0 is invalid")
     if version > MAX_VERSION:
         raise Unsupported(f"datatype message version {version}")
     if cls > COMPLEX:
         raise Unsupported(f"unsupported datatype class {cls}")
-    if size == 0 and cls not in (OPAQUE,):
+    if size == 0 and cls != OPAQUE:
         raise FormatError(f"datatype: {CLASS_NAMES[cls]} of size 0 at {start}")
+    return _DECODERS[cls](c, version, low | high << 16, size, _depth)
 
-    if cls == FIXED:
-        off, prec = c.u16(), c.u16()
-        _check_bits(off, prec, size, "fixed-point")
-        return FixedPoint(version, size, _order(flags), bool(flags & 8), (flags >> 1) & 1,
-                          (flags >> 2) & 1, off, prec)
 
-    if cls == FLOAT:
-        bo = flags & 1 | (flags >> 5) & 2   # bit 0 | bit 6
-        if bo == 2:
-            raise FormatError("datatype: reserved floating-point byte order")
-        order = {0: "<", 1: ">", 3: "vax"}[bo]
-        norm = (flags >> 4) & 3
-        if norm == 3:
-            raise FormatError("datatype: reserved floating-point normalization")
-        sign = (flags >> 8) & 0xFF
-        off, prec = c.u16(), c.u16()
-        epos, esize, mpos, msize = c.u8(), c.u8(), c.u8(), c.u8()
-        bias = c.u32()
-        _check_bits(off, prec, size, "floating-point")
-        if esize == 0 or msize == 0:
-            raise FormatError("datatype: floating-point with empty exponent or mantissa")
-        top = off + prec  # field locations are bit positions in the element, above the offset
-        if epos + esize > top or mpos + msize > top or sign >= top:
-            raise FormatError("datatype: floating-point fields lie outside its precision")
-        return FloatingPoint(version, size, order, flags >> 1 & 1, flags >> 2 & 1, flags >> 3 & 1,
-                             norm, sign, off, prec, epos, esize, mpos, msize, bias)
-
-    if cls == TIME:
-        prec = c.u16()
-        _check_bits(0, prec, size, "time")
-        return Time(version, size, _order(flags), prec)
-
-    if cls == STRING:
-        pad, cset = flags & 0x0F, (flags >> 4) & 0x0F
-        if pad > SPACEPAD or cset > UTF8:
-            raise FormatError(f"datatype: string with reserved padding {pad} or charset {cset}")
-        return String(version, size, pad, cset)
-
-    if cls == BITFIELD:
-        off, prec = c.u16(), c.u16()
-        _check_bits(off, prec, size, "bitfield")
-        return Bitfield(version, size, _order(flags), flags >> 1 & 1, flags >> 2 & 1, off, prec)
-
-    if cls == OPAQUE:
-        taglen = flags & 0xFF
-        raw = c.bytes(taglen)
-        return Opaque(version, size, _name(raw.split(b"\0", 1)[0]))
-
-    if cls == COMPOUND:
-        return _compound(c, version, flags, size, _depth)
-
-    if cls == REFERENCE:
-        rtype = flags & 0x0F
-        rver = (flags >> 4) & 0x0F
-        if rtype > REF_ATTR:
-            raise FormatError(f"datatype: unknown reference type {rtype}")
-        if rtype >= REF_OBJECT2 and rver != 1:
-            raise Unsupported(f"reference encoding version {rver}")
-        return Reference(version, size, rtype, rver if rtype >= REF_OBJECT2 else 0)
-
-    if cls == ENUM:
-        return _enum(c, version, flags, size, _depth)
-
-    if cls == VLEN:
-        kind = flags & 0x0F
-        if kind > VLEN_STRING:
-            raise FormatError(f"datatype: unknown variable-length type {kind}")
-        pad, cset = (flags >> 4) & 0x0F, (flags >> 8) & 0x0F
-        if kind == VLEN_SEQUENCE:
-            pad = cset = 0
-        elif pad > SPACEPAD or cset > UTF8:
-            raise FormatError(f"datatype: vlen string with reserved padding {pad} or charset {cset}")
-        base = decode(c, _depth + 1)
-        return VarLen(version, size, kind, pad, cset, base)
-
-    if cls == ARRAY:
-        rank = c.u8()
-        if rank == 0 or rank > MAX_ARRAY_RANK:
-            raise FormatError(f"datatype: array rank {rank} outside 1..{MAX_ARRAY_RANK}")
-        perm = None
-        if version < 3:
-            c.skip(3)
-        dims = tuple(c.u32() for _ in range(rank))
-        if version < 3:
-            perm = tuple(c.u32() for _ in range(rank))
-        base = decode(c, _depth + 1)
-        n = 1
-        for d in dims:
-            n *= d
-        if n == 0 or n * base.size != size:
-            raise FormatError(f"datatype: array {dims} of {base.size}-byte elements does not make {size} bytes")
-        return Array(version, size, dims, base, perm)
-
-    # COMPLEX
-    homogeneous = bool(flags & 1)
-    form = (flags >> 1) & 3
-    if not homogeneous:
-        raise Unsupported("heterogeneous complex number datatype")
-    if form == 3:
-        raise FormatError("datatype: reserved complex number form")
-    base = decode(c, _depth + 1)
-    if not isinstance(base, FloatingPoint):
-        raise FormatError(f"datatype: complex number base is {base.class_name}, not floating-point")
-    if base.size * 2 != size:
-        raise FormatError(f"datatype: complex of {base.size}-byte parts has size {size}")
-    return Complex(version, size, homogeneous, form, base)
+def encode(w: Writer, dt: Datatype) -> None:
+    """Write `dt` as a datatype message (nested types recursively)."""
+    start = w.pos
+    w.zeros(_HEADER.size)
+    flags = _ENCODERS[dt.class_id](w, dt)
+    w.patch(start, _HEADER, dt.version << 4 | dt.class_id, flags & 0xFFFF, flags >> 16, dt.size)
 
 
 def _check_bits(off: int, prec: int, size: int, what: str) -> None:
     if prec == 0 or off + prec > 8 * size:
         raise FormatError(f"datatype: {what} bit offset {off} + precision {prec} exceeds {8 * size} bits")
 
+
+# -- atomic classes: (c, version, class bit field, size, depth) -> record; (w, record) -> bit field
+
+def _fixed(c: Reader, version: int, flags: int, size: int, depth: int) -> FixedPoint:
+    off, prec = c.unpack(_BITS)
+    _check_bits(off, prec, size, "fixed-point")
+    return FixedPoint(version, size, _order(flags), bool(flags & 8), (flags >> 1) & 1, (flags >> 2) & 1, off, prec)
+
+
+def _encode_fixed(w: Writer, dt: FixedPoint) -> int:
+    w.pack(_BITS, dt.bit_offset, dt.precision)
+    return _order_bit(dt.order) | dt.lo_pad << 1 | dt.hi_pad << 2 | (8 if dt.signed else 0)
+
+
+def _float(c: Reader, version: int, flags: int, size: int, depth: int) -> FloatingPoint:
+    bo = flags & 1 | (flags >> 5) & 2   # bit 0 | bit 6
+    if bo == 2:
+        raise FormatError("datatype: reserved floating-point byte order")
+    norm = (flags >> 4) & 3
+    if norm == 3:
+        raise FormatError("datatype: reserved floating-point normalization")
+    sign = (flags >> 8) & 0xFF
+    off, prec, epos, esize, mpos, msize, bias = c.unpack(_FLOAT)
+    _check_bits(off, prec, size, "floating-point")
+    if esize == 0 or msize == 0:
+        raise FormatError("datatype: floating-point with empty exponent or mantissa")
+    top = off + prec  # field locations are bit positions in the element, above the offset
+    if epos + esize > top or mpos + msize > top or sign >= top:
+        raise FormatError("datatype: floating-point fields lie outside its precision")
+    return FloatingPoint(version, size, {0: "<", 1: ">", 3: "vax"}[bo], flags >> 1 & 1, flags >> 2 & 1,
+                         flags >> 3 & 1, norm, sign, off, prec, epos, esize, mpos, msize, bias)
+
+
+def _encode_float(w: Writer, dt: FloatingPoint) -> int:
+    w.pack(_FLOAT, dt.bit_offset, dt.precision, dt.exponent_location, dt.exponent_size, dt.mantissa_location,
+           dt.mantissa_size, dt.exponent_bias)
+    return (_FLOAT_ORDER[dt.order] | dt.lo_pad << 1 | dt.hi_pad << 2 | dt.int_pad << 3 | dt.normalization << 4
+            | dt.sign_location << 8)
+
+
+def _time(c: Reader, version: int, flags: int, size: int, depth: int) -> Time:
+    (prec,) = c.unpack(_PRECISION)
+    _check_bits(0, prec, size, "time")
+    return Time(version, size, _order(flags), prec)
+
+
+def _encode_time(w: Writer, dt: Time) -> int:
+    w.pack(_PRECISION, dt.precision)
+    return _order_bit(dt.order)
+
+
+def _string(c: Reader, version: int, flags: int, size: int, depth: int) -> String:
+    pad, cset = flags & 0x0F, (flags >> 4) & 0x0F
+    if pad > SPACEPAD or cset > UTF8:
+        raise FormatError(f"datatype: string with reserved padding {pad} or charset {cset}")
+    return String(version, size, pad, cset)
+
+
+def _encode_string(w: Writer, dt: String) -> int:
+    return dt.padding | dt.charset << 4
+
+
+def _bitfield(c: Reader, version: int, flags: int, size: int, depth: int) -> Bitfield:
+    off, prec = c.unpack(_BITS)
+    _check_bits(off, prec, size, "bitfield")
+    return Bitfield(version, size, _order(flags), flags >> 1 & 1, flags >> 2 & 1, off, prec)
+
+
+def _encode_bitfield(w: Writer, dt: Bitfield) -> int:
+    w.pack(_BITS, dt.bit_offset, dt.precision)
+    return _order_bit(dt.order) | dt.lo_pad << 1 | dt.hi_pad << 2
+
+
+def _tag_size(tag: bytes) -> int:
+    """libhdf5's tag field: the tag NUL-padded to a multiple of 8 bytes."""
+    return (len(tag) + 7) & ~7
+
+
+def _opaque(c: Reader, version: int, flags: int, size: int, depth: int) -> Opaque:
+    raw = c.bytes(flags & 0xFF)
+    tag = raw.split(b"\0", 1)[0]
+    return Opaque(version, size, _name(tag), None if len(raw) == _tag_size(tag) else len(raw))
+
+
+def _encode_opaque(w: Writer, dt: Opaque) -> int:
+    tag = _raw_name(dt.tag, "opaque tag")
+    n = _tag_size(tag) if dt.tag_size is None else dt.tag_size
+    if not len(tag) <= n <= 0xFF:
+        raise ValueError(f"datatype: opaque tag of {len(tag)} bytes in a {n}-byte field")
+    w.bytes(tag.ljust(n, b"\0"))
+    return n
+
+
+def _reference(c: Reader, version: int, flags: int, size: int, depth: int) -> Reference:
+    rtype = flags & 0x0F
+    rver = (flags >> 4) & 0x0F
+    if rtype > REF_ATTR:
+        raise FormatError(f"datatype: unknown reference type {rtype}")
+    if rtype >= REF_OBJECT2 and rver != 1:
+        raise Unsupported(f"reference encoding version {rver}")
+    return Reference(version, size, rtype, rver)
+
+
+def _encode_reference(w: Writer, dt: Reference) -> int:
+    return dt.ref_type | dt.encoding_version << 4
+
+
+# -- classes with nested types ---------------------------------------------------------------
 
 def _offset_width(size: int) -> int:
     """Width of member offsets in version-3 compounds: minimal bytes for the compound size."""
@@ -355,7 +400,7 @@ def _compound(c: Reader, version: int, flags: int, size: int, depth: int) -> Com
     if version >= 3:
         minimum = 1 + 1 + _offset_width(size) + 8
     else:
-        minimum = 8 + 4 + 8 + (28 if version == 1 else 0)
+        minimum = 8 + 4 + 8 + (_V1_MEMBER.size if version == 1 else 0)
     if n * minimum > c.remaining():
         raise FormatError(f"datatype: compound claims {n} members, the message holds at most "
                           f"{c.remaining() // minimum}")
@@ -365,18 +410,14 @@ def _compound(c: Reader, version: int, flags: int, size: int, depth: int) -> Com
             name = _name(c.cstring())
             off = c.uint(_offset_width(size))
         else:
-            name = _padded_name(c, "compound member")
+            name = _padded_name(c)
             off = c.u32()
         ndims, dims = 0, ()
         if version == 1:
-            ndims = c.u8()
-            c.skip(3)
-            c.skip(4)      # dimension permutation (never implemented)
-            c.skip(4)      # reserved
-            dims4 = tuple(c.u32() for _ in range(4))
+            ndims, *dims4 = c.unpack(_V1_MEMBER)
             if ndims > 4:
                 raise FormatError(f"datatype: compound member array rank {ndims} exceeds 4")
-            dims = dims4[:ndims]
+            dims = tuple(dims4[:ndims])
         mtype = decode(c, depth + 1)
         if ndims:
             n_el = 1
@@ -388,8 +429,38 @@ def _compound(c: Reader, version: int, flags: int, size: int, depth: int) -> Com
         if off + mtype.size > size:
             raise FormatError(f"datatype: compound member {name!r} at {off}+{mtype.size} "
                               f"lies outside the {size}-byte compound")
-        members.append(Member(name, off, mtype))
+        members.append(Member(name, off, mtype, bool(ndims)))
     return Compound(version, size, tuple(members))
+
+
+def _encode_compound(w: Writer, dt: Compound) -> int:
+    if not 0 < len(dt.members) <= 0xFFFF:
+        raise ValueError(f"datatype: compound of {len(dt.members)} members")
+    width = _offset_width(dt.size)
+    for m in dt.members:
+        _write_name(w, m.name, dt.version, "member name")
+        if dt.version >= 3:
+            w.uint(m.offset, width)
+        else:
+            w.u32(m.offset)
+        mtype = m.type
+        if m.legacy_array:
+            if dt.version != 1 or not isinstance(mtype, Array) or len(mtype.dims) > 4:
+                raise ValueError(f"datatype: member {m.name!r} cannot keep its dimensions in a "
+                                 f"version-{dt.version} compound entry")
+            w.pack(_V1_MEMBER, len(mtype.dims), *mtype.dims, *(0,) * (4 - len(mtype.dims)))
+            mtype = mtype.base
+        elif dt.version == 1:
+            w.pack(_V1_MEMBER, 0, 0, 0, 0, 0)
+        encode(w, mtype)
+    return len(dt.members)
+
+
+def _enum_ints(base: Datatype) -> tuple[str, bool]:
+    """Byte order and signedness of an enum's integer base type."""
+    if not isinstance(base, (FixedPoint, Bitfield)):
+        raise Unsupported(f"enum over a {base.class_name} base type")
+    return "big" if base.order == ">" else "little", isinstance(base, FixedPoint) and base.signed
 
 
 def _enum(c: Reader, version: int, flags: int, size: int, depth: int) -> Enum:
@@ -401,17 +472,98 @@ def _enum(c: Reader, version: int, flags: int, size: int, depth: int) -> Enum:
     if n * per > c.remaining():
         raise FormatError(f"datatype: enum claims {n} members, the message holds at most {c.remaining() // per}")
     if version < 3:
-        names = tuple(_padded_name(c, "enum name") for _ in range(n))
+        names = tuple(_padded_name(c) for _ in range(n))
     else:
         names = tuple(_name(c.cstring()) for _ in range(n))
     raw = tuple(c.bytes(base.size) for _ in range(n))
-    if isinstance(base, (FixedPoint, Bitfield)):
-        byteorder = "big" if base.order == ">" else "little"
-        signed = isinstance(base, FixedPoint) and base.signed
-        values = tuple(int.from_bytes(r, byteorder, signed=signed) for r in raw)
-    else:
-        raise Unsupported(f"enum over a {base.class_name} base type")
+    byteorder, signed = _enum_ints(base)
+    values = tuple(int.from_bytes(r, byteorder, signed=signed) for r in raw)
     return Enum(version, size, base, names, values, raw)
+
+
+def _encode_enum(w: Writer, dt: Enum) -> int:
+    if len(dt.values) != len(dt.names) or len(dt.names) > 0xFFFF:
+        raise ValueError(f"datatype: enum of {len(dt.names)} names and {len(dt.values)} values")
+    byteorder, signed = _enum_ints(dt.base)
+    encode(w, dt.base)
+    for name in dt.names:
+        _write_name(w, name, dt.version, "enum name")
+    for v in dt.values:
+        w.bytes(v.to_bytes(dt.base.size, byteorder, signed=signed))
+    return len(dt.names)
+
+
+def _varlen(c: Reader, version: int, flags: int, size: int, depth: int) -> VarLen:
+    kind = flags & 0x0F
+    if kind > VLEN_STRING:
+        raise FormatError(f"datatype: unknown variable-length type {kind}")
+    pad, cset = (flags >> 4) & 0x0F, (flags >> 8) & 0x0F
+    if kind == VLEN_STRING and (pad > SPACEPAD or cset > UTF8):
+        raise FormatError(f"datatype: vlen string with reserved padding {pad} or charset {cset}")
+    return VarLen(version, size, kind, pad, cset, decode(c, depth + 1))
+
+
+def _encode_varlen(w: Writer, dt: VarLen) -> int:
+    encode(w, dt.base)
+    return dt.kind | dt.padding << 4 | dt.charset << 8
+
+
+def _array(c: Reader, version: int, flags: int, size: int, depth: int) -> Array:
+    rank = c.u8()
+    if rank == 0 or rank > MAX_ARRAY_RANK:
+        raise FormatError(f"datatype: array rank {rank} outside 1..{MAX_ARRAY_RANK}")
+    perm = None
+    if version < 3:
+        c.skip(3)
+    dims = c.fields(f"{rank}I")
+    if version < 3:
+        perm = c.fields(f"{rank}I")
+    base = decode(c, depth + 1)
+    n = 1
+    for d in dims:
+        n *= d
+    if n == 0 or n * base.size != size:
+        raise FormatError(f"datatype: array {dims} of {base.size}-byte elements does not make {size} bytes")
+    return Array(version, size, dims, base, perm)
+
+
+def _encode_array(w: Writer, dt: Array) -> int:
+    rank = len(dt.dims)
+    w.u8(rank)
+    if dt.version < 3:
+        w.zeros(3)
+    w.fields(f"{rank}I", *dt.dims)
+    if dt.version < 3:
+        w.fields(f"{rank}I", *(range(rank) if dt.permutation is None else dt.permutation))
+    encode(w, dt.base)
+    return 0
+
+
+def _complex(c: Reader, version: int, flags: int, size: int, depth: int) -> Complex:
+    homogeneous = bool(flags & 1)
+    form = (flags >> 1) & 3
+    if not homogeneous:
+        raise Unsupported("heterogeneous complex number datatype")
+    if form == 3:
+        raise FormatError("datatype: reserved complex number form")
+    base = decode(c, depth + 1)
+    if not isinstance(base, FloatingPoint):
+        raise FormatError(f"datatype: complex number base is {base.class_name}, not floating-point")
+    if base.size * 2 != size:
+        raise FormatError(f"datatype: complex of {base.size}-byte parts has size {size}")
+    return Complex(version, size, homogeneous, form, base)
+
+
+def _encode_complex(w: Writer, dt: Complex) -> int:
+    encode(w, dt.base)
+    return int(dt.homogeneous) | dt.form << 1
+
+
+_DECODERS: tuple[Callable[[Reader, int, int, int, int], Datatype], ...] = (
+    _fixed, _float, _time, _string, _bitfield, _opaque, _compound, _reference, _enum, _varlen, _array, _complex)
+_ENCODERS: tuple[Callable[[Writer, Any], int], ...] = (
+    _encode_fixed, _encode_float, _encode_time, _encode_string, _encode_bitfield, _encode_opaque,
+    _encode_compound, _encode_reference, _encode_enum, _encode_varlen, _encode_array, _encode_complex)
 
 
 def walk(dt: Datatype):

@@ -1,15 +1,24 @@
-"""Filter Pipeline message (0x000B), versions 1 and 2."""
+"""Filter Pipeline message (0x000B), versions 1 and 2: decode and encode.
+
+Version 1 stores every filter's name, NUL-padded to a multiple of 8 bytes, and pads odd client
+data counts with 4 bytes; version 2 stores names (NUL-terminated, unpadded) only for filter ids
+>= 256. `FilterSpec.name_length` is None when the name field has the length libhdf5 gives it
+(0 for no name). Reserved bytes, padding and bytes after a name's NUL are written as zeros.
+Names are ASCII by the spec; other bytes decode as Latin-1, so they survive a round trip.
+(Version 3, for structured chunks, is refused as Unsupported.)
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...errors import FormatError, Unsupported
-from ..codec import Reader
+from ..codec import Reader, Writer
 
 MAX_FILTERS = 32
 MAX_CLIENT_VALUES = 4096
 FLAG_OPTIONAL = 0x0001
+NAMED_IDS = 256   # version 2 stores names for filter ids from here on
 
 KNOWN_NAMES = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 6: "scaleoffset",
                307: "bzip2", 32000: "lzf", 32001: "blosc", 32004: "lz4", 32008: "bitshuffle",
@@ -22,6 +31,7 @@ class FilterSpec:
     flags: int
     name: str
     client_data: tuple[int, ...]
+    name_length: int | None = None   # the stored Name Length when it is not libhdf5's
 
     @property
     def optional(self) -> bool:
@@ -36,11 +46,18 @@ class FilterSpec:
 @dataclass(frozen=True)
 class FilterPipeline:
     filters: tuple[FilterSpec, ...]
+    version: int = 2
+
+
+def _name_length(version: int, name: bytes) -> int:
+    """libhdf5's Name Length: the name and its NUL, padded to a multiple of 8 in version 1."""
+    if not name:
+        return 0
+    return (len(name) + 8) & ~7 if version == 1 else len(name) + 1
 
 
 def decode(c: Reader) -> FilterPipeline:
-    version = c.u8()
-    nfilters = c.u8()
+    version, nfilters = c.fields("BB")
     if version not in (1, 2):
         raise Unsupported(f"filter pipeline message version {version}")
     if nfilters > MAX_FILTERS:
@@ -49,18 +66,37 @@ def decode(c: Reader) -> FilterPipeline:
         c.skip(6)
     out = []
     for _ in range(nfilters):
-        fid = c.u16()
-        name_len = c.u16() if (version == 1 or fid >= 256) else 0
-        flags = c.u16()
-        ncd = c.u16()
+        (fid,) = c.fields("H")
+        named = version == 1 or fid >= NAMED_IDS
+        name_len, flags, ncd = c.fields("HHH") if named else (0, *c.fields("HH"))
         if ncd > MAX_CLIENT_VALUES:
             raise FormatError(f"filter pipeline: {ncd} client data values")
-        name = ""
-        if name_len:
-            raw = c.bytes(name_len)
-            name = raw.split(b"\0", 1)[0].decode("ascii", "replace")
-        cd = tuple(c.u32() for _ in range(ncd))
+        name = c.bytes(name_len).split(b"\0", 1)[0] if name_len else b""
+        cd = c.fields(f"{ncd}I")
         if version == 1 and ncd % 2:
             c.skip(4)
-        out.append(FilterSpec(fid, flags, name, cd))
-    return FilterPipeline(tuple(out))
+        stored = name_len if named and name_len != _name_length(version, name) else None
+        out.append(FilterSpec(fid, flags, name.decode("latin-1"), cd, stored))
+    return FilterPipeline(tuple(out), version)
+
+
+def encode(w: Writer, pipe: FilterPipeline) -> None:
+    if pipe.version not in (1, 2) or len(pipe.filters) > MAX_FILTERS:
+        raise ValueError(f"filter pipeline version {pipe.version} of {len(pipe.filters)} filters")
+    w.fields("BB", pipe.version, len(pipe.filters))
+    if pipe.version == 1:
+        w.zeros(6)
+    for f in pipe.filters:
+        name = f.name.encode("latin-1")
+        named = pipe.version == 1 or f.id >= NAMED_IDS
+        n = _name_length(pipe.version, name) if f.name_length is None else f.name_length
+        if b"\0" in name or (named and n < len(name)) or (not named and (name or f.name_length)):
+            raise ValueError(f"filter pipeline v{pipe.version}: filter {f.id} name {f.name!r} in {n} bytes")
+        if named:
+            w.fields("HHHH", f.id, n, f.flags, len(f.client_data))
+            w.bytes((name + b"\0")[:n].ljust(n, b"\0"))
+        else:
+            w.fields("HHH", f.id, f.flags, len(f.client_data))
+        w.fields(f"{len(f.client_data)}I", *f.client_data)
+        if pipe.version == 1 and len(f.client_data) % 2:
+            w.zeros(4)

@@ -1,8 +1,13 @@
-"""Data Layout message (0x0008), versions 1-5.
+"""Data Layout message (0x0008), versions 1-5: decode and encode.
 
 Version 5 means two different things (GUIDE.md section 5): libhdf5 2.0 writes version 5 with
 class 2 (chunked, as version 4 but filtered chunk sizes in the index are `size of lengths` wide);
 the structured-chunk spec uses version 5 with class 4. The pair (version, class) decides.
+
+What a writer derives is None in the record when the message holds libhdf5's value: the width of
+the chunk dimension sizes (versions 4-5; libhdf5 2.x refuses wider ones). Versions 1-2 store
+dimension sizes for contiguous and compact data too (readers skip them: the dataspace decides);
+they are kept in `dims`. Reserved bytes (5 in versions 1-2) are written as zeros.
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import FormatError, Unsupported
-from ..codec import Reader
+from ..btree_v2 import chunk_size_width
+from ..codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
 
 COMPACT, CONTIGUOUS, CHUNKED, VIRTUAL, STRUCTURED = 0, 1, 2, 3, 4
 CLASS_NAMES = {COMPACT: "compact", CONTIGUOUS: "contiguous", CHUNKED: "chunked", VIRTUAL: "virtual",
@@ -26,6 +32,16 @@ DONT_FILTER_PARTIAL_BOUND_CHUNKS = 0x01
 SINGLE_INDEX_WITH_FILTER = 0x02
 
 MAX_RANK = 32
+
+# Index type information after the chunk dimensions (versions 4-5), by index type: struct spec
+# and the ChunkIndexInfo fields it holds (single chunk: only when SINGLE_INDEX_WITH_FILTER).
+_INDEX_INFO: dict[int, tuple[str, tuple[str, ...]]] = {
+    SINGLE: ("LI", ("filtered_size", "filter_mask")),
+    IMPLICIT: ("", ()),
+    FIXED_ARRAY: ("B", ("page_bits",)),
+    EXTENSIBLE_ARRAY: ("BBBBB", ("max_bits", "index_elements", "min_pointers", "min_elements", "page_bits")),
+    BTREE_V2: ("IBB", ("node_size", "split_percent", "merge_percent")),
+}
 
 
 @dataclass(frozen=True)
@@ -54,7 +70,7 @@ class DataLayout:
     version: int
     layout_class: int
     address: int | None = None        # contiguous data
-    size: int = 0                     # contiguous allocated size
+    size: int = 0                     # contiguous allocated size (versions 1-2: -1, not stored)
     compact_data: bytes = b""
     chunk_dims: tuple[int, ...] = ()  # chunk shape in elements (without the element-size entry)
     element_size: int = 0             # the trailing element-size entry of chunked layouts
@@ -62,6 +78,8 @@ class DataLayout:
     index: ChunkIndexInfo | None = None
     vds_heap_address: int | None = None
     vds_heap_index: int = 0
+    dims: tuple[int, ...] = ()        # versions 1-2, contiguous and compact: the stored dimension sizes
+    dim_width: int | None = None      # versions 4-5, chunked: bytes per dimension size; None: minimal
 
     @property
     def class_name(self) -> str:
@@ -71,6 +89,31 @@ class DataLayout:
     def wide_chunk_sizes(self) -> bool:
         """libhdf5 2.0's v5 chunked layout stores filtered chunk sizes `size of lengths` wide."""
         return self.version >= 5
+
+    @property
+    def chunk_nbytes(self) -> int:
+        n = self.element_size
+        for d in self.chunk_dims:
+            n *= d
+        return n
+
+    def filtered_size_width(self, sizes: Sizes) -> int:
+        """Bytes of a filtered chunk's size in this layout's index records (v2 B-tree, arrays)."""
+        return chunk_size_width(self.chunk_nbytes, sizes, self.wide_chunk_sizes)
+
+    @property
+    def encoded_dim_width(self) -> int:
+        """Bytes per chunk dimension size: 4 before version 4, then `dim_width` or libhdf5's minimal."""
+        if self.version < 4:
+            return 4
+        if self.dim_width is not None:
+            return self.dim_width
+        return minimal_dim_width((*self.chunk_dims, self.element_size))
+
+
+def minimal_dim_width(dims: tuple[int, ...]) -> int:
+    """Bytes libhdf5 encodes chunk dimension sizes in: enough for the largest (at least 1)."""
+    return max(1, (max(dims, default=0).bit_length() + 7) // 8)
 
 
 def decode(c: Reader) -> DataLayout:
@@ -84,24 +127,55 @@ def decode(c: Reader) -> DataLayout:
         size = c.u16()
         return DataLayout(version, cls, compact_data=c.bytes(size))
     if cls == CONTIGUOUS:
-        addr = c.offset()
-        return DataLayout(version, cls, address=addr, size=c.length())
+        addr, size = c.fields("OL")
+        return DataLayout(version, cls, address=c.sizes.address(addr), size=size)
     if cls == CHUNKED and version == 3:
         ndims = c.u8()
         _check_rank(ndims)
-        addr = c.offset()
-        dims = tuple(c.u32() for _ in range(ndims))
+        (addr,) = c.fields("O")
+        dims = c.fields(f"{ndims}I")
         _check_chunk_dims(dims)
         return DataLayout(version, cls, chunk_dims=dims[:-1], element_size=dims[-1],
-                          index=ChunkIndexInfo(BTREE_V1, addr))
+                          index=ChunkIndexInfo(BTREE_V1, c.sizes.address(addr)))
     if cls == CHUNKED:
         return _decode_chunked_v4(c, version)
     if cls == VIRTUAL and version >= 4:
-        addr = c.offset()
-        return DataLayout(version, cls, vds_heap_address=addr, vds_heap_index=c.u32())
+        addr, index = c.fields("OI")
+        return DataLayout(version, cls, vds_heap_address=c.sizes.address(addr), vds_heap_index=index)
     if cls == STRUCTURED and version >= 5:
         raise Unsupported("structured-chunk layout (layout class 4)")
     raise FormatError(f"data layout version {version}: unknown layout class {cls}")
+
+
+def encode(w: Writer, lay: DataLayout) -> None:
+    if lay.version in (1, 2):
+        _encode_v1_v2(w, lay)
+        return
+    w.fields("BB", lay.version, lay.layout_class)
+    if lay.layout_class == COMPACT:
+        w.u16(len(lay.compact_data))
+        w.bytes(lay.compact_data)
+    elif lay.layout_class == CONTIGUOUS:
+        w.offset(lay.address)
+        w.length(lay.size)
+    elif lay.layout_class == CHUNKED and lay.version == 3:
+        dims = (*lay.chunk_dims, lay.element_size)
+        w.u8(len(dims))
+        w.offset(_index(lay).address)
+        w.fields(f"{len(dims)}I", *dims)
+    elif lay.layout_class == CHUNKED and lay.version in (4, 5):
+        _encode_chunked_v4(w, lay)
+    elif lay.layout_class == VIRTUAL and lay.version in (4, 5):
+        w.offset(lay.vds_heap_address)
+        w.u32(lay.vds_heap_index)
+    else:
+        raise ValueError(f"data layout version {lay.version} cannot hold layout class {lay.layout_class}")
+
+
+def _index(lay: DataLayout) -> ChunkIndexInfo:
+    if lay.index is None:
+        raise ValueError("data layout: chunked layout without index information")
+    return lay.index
 
 
 def _check_rank(ndims: int) -> None:
@@ -116,13 +190,11 @@ def _check_chunk_dims(dims: tuple[int, ...]) -> None:
 
 
 def _decode_v1_v2(c: Reader, version: int) -> DataLayout:
-    ndims = c.u8()
-    cls = c.u8()
-    c.skip(5)
+    ndims, cls = c.fields("BB5x")
     if not 1 <= ndims <= MAX_RANK + 1:
         raise FormatError(f"data layout v{version}: dimensionality {ndims} out of range")
     addr = c.offset() if cls != COMPACT else None
-    dims = tuple(c.u32() for _ in range(ndims))
+    dims = c.fields(f"{ndims}I")
     if cls == CHUNKED:
         _check_rank(ndims)
         _check_chunk_dims(dims)
@@ -130,38 +202,56 @@ def _decode_v1_v2(c: Reader, version: int) -> DataLayout:
                           index=ChunkIndexInfo(BTREE_V1, addr))
     if cls == CONTIGUOUS:
         # versions 1-2 store no size: the dataset's extent decides it (filled in by the model)
-        return DataLayout(version, cls, address=addr, size=-1)
+        return DataLayout(version, cls, address=addr, size=-1, dims=dims)
     if cls == COMPACT:
         size = c.u32()
-        return DataLayout(version, cls, compact_data=c.bytes(size))
+        return DataLayout(version, cls, compact_data=c.bytes(size), dims=dims)
     raise FormatError(f"data layout v{version}: unknown layout class {cls}")
 
 
+def _encode_v1_v2(w: Writer, lay: DataLayout) -> None:
+    dims = (*lay.chunk_dims, lay.element_size) if lay.layout_class == CHUNKED else lay.dims
+    if lay.layout_class not in (COMPACT, CONTIGUOUS, CHUNKED) or not dims:
+        raise ValueError(f"data layout v{lay.version}: layout class {lay.layout_class} with dimensions {dims}")
+    w.fields("BBB5x", lay.version, len(dims), lay.layout_class)
+    if lay.layout_class != COMPACT:
+        w.offset(_index(lay).address if lay.layout_class == CHUNKED else lay.address)
+    w.fields(f"{len(dims)}I", *dims)
+    if lay.layout_class == COMPACT:
+        w.u32(len(lay.compact_data))
+        w.bytes(lay.compact_data)
+
+
 def _decode_chunked_v4(c: Reader, version: int) -> DataLayout:
-    flags = c.u8()
-    ndims = c.u8()
+    flags, ndims = c.fields("BB")
     _check_rank(ndims)
     width = c.u8()
     if not 1 <= width <= 8:
         raise FormatError(f"data layout: dimension size width {width} out of range")
-    dims = tuple(c.uint(width) for _ in range(ndims))
+    dims = tuple(map(as_uint, c.fields(uint_code(width) * ndims)))
     itype = c.u8()
-    info: dict[str, int] = {}
-    if itype == SINGLE:
-        if flags & SINGLE_INDEX_WITH_FILTER:
-            info = {"filtered_size": c.length(), "filter_mask": c.u32()}
-    elif itype == IMPLICIT:
-        pass
-    elif itype == FIXED_ARRAY:
-        info = {"page_bits": c.u8()}
-    elif itype == EXTENSIBLE_ARRAY:
-        info = {"max_bits": c.u8(), "index_elements": c.u8(), "min_pointers": c.u8(),
-                "min_elements": c.u8(), "page_bits": c.u8()}
-    elif itype == BTREE_V2:
-        info = {"node_size": c.u32(), "split_percent": c.u8(), "merge_percent": c.u8()}
-    else:
+    spec, names = _INDEX_INFO.get(itype, (None, ()))
+    if spec is None:
         raise FormatError(f"data layout: unknown chunk index type {itype}")
-    addr = c.offset()
+    if itype == SINGLE and not flags & SINGLE_INDEX_WITH_FILTER:
+        spec, names = "", ()
+    *values, addr = c.fields(spec + "O")
     _check_chunk_dims(dims)
     return DataLayout(version, CHUNKED, chunk_dims=dims[:-1], element_size=dims[-1], flags=flags,
-                      index=ChunkIndexInfo(itype, addr, **info))
+                      index=ChunkIndexInfo(itype, c.sizes.address(addr), **dict(zip(names, values))),
+                      dim_width=None if width == minimal_dim_width(dims) else width)
+
+
+def _encode_chunked_v4(w: Writer, lay: DataLayout) -> None:
+    index = _index(lay)
+    dims = (*lay.chunk_dims, lay.element_size)
+    width = lay.encoded_dim_width
+    if index.index_type not in _INDEX_INFO or not 1 <= width <= 8:
+        raise ValueError(f"data layout v{lay.version}: index type {index.index_type}, dimension width {width}")
+    w.fields("BBB", lay.flags, len(dims), width)
+    w.fields(uint_code(width) * len(dims), *(uint_field(d, width) for d in dims))
+    w.u8(index.index_type)
+    spec, names = _INDEX_INFO[index.index_type]
+    if index.index_type == SINGLE and not lay.flags & SINGLE_INDEX_WITH_FILTER:
+        spec, names = "", ()
+    w.fields(spec + "O", *(getattr(index, n) for n in names), w.sizes.raw_address(index.address))
