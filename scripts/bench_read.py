@@ -22,6 +22,7 @@ Files are built once, deterministically, and kept in --dir.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -343,7 +344,16 @@ def report_objects(name: str, res: dict[str, list]) -> tuple[list[str], str]:
     return rows, verdict
 
 
+def print_table(rows: list[str], verdicts: list[str]) -> None:
+    print(table_row("file", "tool", "mount s", "find -ls s", "getfattr -R -d s", "whole walk s", "/ visititems",
+                    "/ floor", "daemon CPU s", "FUSE requests", "CPU / request us", "peak RSS MiB"))
+    print(table_row(*["---"] * 12))
+    print("\n".join(rows))
+    print("\n" + "\n".join(verdicts) + "\n", flush=True)
+
+
 def bench_objects(workdir: Path, runs: int, only_small: bool) -> None:
+    print(f"h5fs measured: the package in {Path(importlib.util.find_spec('h5fs').origin).parent}", flush=True)
     rows, verdicts = [], []
     for name, (groups, per_group, group_attrs) in OBJECT_FILES.items():
         if only_small and name != "2000x10":
@@ -353,16 +363,13 @@ def bench_objects(workdir: Path, runs: int, only_small: bool) -> None:
             build_objects(path, groups, per_group, group_attrs)
         print(f"{path}: {groups} groups x {per_group} datasets, {runs} runs", flush=True)
         r, verdict = report_objects(name, measure_objects(path, workdir, runs))
+        print_table(r, [verdict])   # now, in case a later file fails
         rows += r
         verdicts.append(verdict)
-    print(f"\nMetadata walk, medians of {runs} runs, page cache dropped before each measurement; "
+    print(f"Metadata walk, medians of {runs} runs, page cache dropped before each measurement; "
           "whole walk = `find -ls` then `getfattr -R -d` on one fresh mount; daemon CPU and requests "
           "count the walk only (not the mount); the floor's peak RSS is reset after its h5py build.\n")
-    print(table_row("file", "tool", "mount s", "find -ls s", "getfattr -R -d s", "whole walk s", "/ visititems",
-                    "/ floor", "daemon CPU s", "FUSE requests", "CPU / request us", "peak RSS MiB"))
-    print(table_row(*["---"] * 12))
-    print("\n".join(rows))
-    print("\n" + "\n".join(verdicts))
+    print_table(rows, verdicts)
 
 
 def main() -> None:

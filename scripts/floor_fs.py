@@ -6,7 +6,7 @@ pyfuse3, trio and the kernel cost per request.
 
 The tree is built with h5py BEFORE mounting (a benchmark tool, not h5fs run time) and shows what
 an h5fs read-only mount shows for groups, datasets and soft/external links: directories, `D` with
-the raw size and `D.npy` with the NPY header + data size, the attributes as listed `user.*` xattrs
+the raw size and `D.npy` with the size `numpy.save` gives, the attributes as listed `user.*` xattrs
 with h5fs's own names and value text (`h5fs.fuse.views`), `D.npy` answering its dataset's xattrs
 by name but listing none, entry/attr timeouts of 3600 s, cached negative lookups. Every handler
 answers from a dict lookup; data is not served (the walk never opens a file). Simplifications: the
@@ -24,6 +24,7 @@ import argparse
 import errno
 import functools
 import gc
+import io
 import os
 import signal
 import stat
@@ -31,13 +32,14 @@ import sys
 from dataclasses import dataclass, field
 
 import h5py
+import numpy as np
 import pyfuse3
 import trio
+from numpy.lib.format import dtype_to_descr, write_array_header_1_0, write_array_header_2_0
 from pyfuse3 import FUSEError
 
 from h5fs.fuse.mounts import find_mount
-from h5fs.fuse.views import (XATTR_SIZE_MAX, attribute_xattr_name, external_link_target, format_value,
-                             npy_header, soft_link_target)
+from h5fs.fuse.views import XATTR_SIZE_MAX, attribute_xattr_name, format_value
 
 TIMEOUT = 3600.0          # as h5fs read-only
 REQUESTS_XATTR = b"user.floor.requests"
@@ -51,6 +53,32 @@ class Node:
     xattrs: dict[bytes, bytes] = field(default_factory=dict)
     listed: list[bytes] = field(default_factory=list)
     target: bytes | None = None                      # symlinks
+
+
+def npy_header_size(dtype: np.dtype, shape: tuple[int, ...]) -> int:
+    """The length of the header `numpy.save` writes (format 1.0, or 2.0 when that is too small)."""
+    header = {"descr": dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    for write in (write_array_header_1_0, write_array_header_2_0):
+        buf = io.BytesIO()
+        try:
+            write(buf, header)
+            return len(buf.getvalue())
+        except ValueError:
+            continue
+    raise ValueError(f"no .npy header format holds {header}")
+
+
+def symlink_text(dir_path: str, link: h5py.SoftLink | h5py.ExternalLink) -> bytes:
+    """What h5fs shows: an absolute soft link relative to its directory, `FILE:OBJECT` for an
+    external one."""
+    if isinstance(link, h5py.ExternalLink):
+        text = f"{link.filename}:{link.path}"
+    elif link.path.startswith("/"):
+        depth = len([c for c in dir_path.split("/") if c])
+        text = "/".join([".."] * depth + [c for c in link.path.split("/") if c]) or "."
+    else:
+        text = link.path
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _attributes(obj) -> dict[bytes, bytes]:
@@ -98,8 +126,7 @@ class Tree:
         for name in group:
             link = group.get(name, getlink=True)
             if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
-                text = (soft_link_target(dir_path, link.path) if isinstance(link, h5py.SoftLink)
-                        else external_link_target(link.filename, link.path)).encode("utf-8", "surrogateescape")
+                text = symlink_text(dir_path, link)
                 node = self._add(stat.S_IFLNK | 0o777, len(text), listed=False)
                 node.target = text
                 entry(name, node)
@@ -114,7 +141,7 @@ class Tree:
                 nlink, xattrs = _nlink(obj), _attributes(obj)
                 blocks = (obj.id.get_storage_size() + 511) // 512
                 entry(name, self._add(stat.S_IFREG | 0o444, size, blocks, nlink=nlink, xattrs=xattrs))
-                npy_size = len(npy_header(obj.dtype, obj.shape or ())) + size
+                npy_size = npy_header_size(obj.dtype, obj.shape or ()) + size
                 entry(name + ".npy", self._add(stat.S_IFREG | 0o444, npy_size, nlink=nlink, xattrs=xattrs,
                                                listed=False))
 
