@@ -27,18 +27,24 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from h5fs.format import btree_v1 as B1
 from h5fs.format import btree_v2 as bt
 from h5fs.format import extensible_array as ea
 from h5fs.format import fixed_array as fa
 from h5fs.format import fractal_heap as fh
 from h5fs.format import global_heap as gh
+from h5fs.format import local_heap as LH
+from h5fs.format import object_header as OH
 from h5fs.format import selection as S
+from h5fs.format import superblock as SB
+from h5fs.format import symbol_table_node as SNOD
 from h5fs.format import vds_mapping
 from h5fs.format.codec import Reader, Sizes, Writer
 from h5fs.format.messages import layout as L
 from h5fs.format.messages import shared
 from h5fs.format.messages import sohm_table as T
 from h5fs.format.object_header import FLAG_SHARED, RawMessage
+from h5fs.format.symbol_table_entry import CACHE_STAB
 from h5fs.model import messages as M
 from h5fs.model.dataset import Dataset
 from h5fs.model.file import H5File
@@ -181,6 +187,9 @@ SHARED_REF = -1            # pseudo message type: the body of a message whose 's
 def codec(mtype: int, sizes: Sizes) -> tuple[Callable[[bytes], Any], Callable[[Any], bytes] | None]:
     """decode(bytes) and encode(record) of a message type (or of a shared reference); encode is
     None for a type without an encoder."""
+    if mtype == OH.CONTINUATION:
+        return lambda raw: OH.decode_continuation(raw, sizes, "continuation"), \
+            lambda record: OH.encode_continuation(record, sizes)
     dec = shared.decode if mtype == SHARED_REF else M.DECODERS[mtype]
 
     def decode(raw: bytes):
@@ -214,14 +223,118 @@ CHANGES: dict[int, Callable[[Any], Any]] = {
     M.BTREE_K: lambda r: replace(r, group_leaf=r.group_leaf + 1),
     M.REFCOUNT: lambda r: r + 1,
     M.SOHM_TABLE: changed_fields(table_address=0x1234),
+    OH.CONTINUATION: lambda r: replace(r, length=r.length + 8),
 }
 
 
 def message(raw: RawMessage, where: str, sizes: Sizes, slack: int = 0) -> Structure:
     """One message body (`slack`: a version-1 header pads it to 8 bytes)."""
     mtype = SHARED_REF if raw.shared else raw.type
-    decode, encode = codec(mtype, sizes) if mtype == SHARED_REF or mtype in M.DECODERS else (None, None)
+    known = mtype in (SHARED_REF, OH.CONTINUATION) or mtype in M.DECODERS
+    decode, encode = codec(mtype, sizes) if known else (None, None)
     return Structure(("message", mtype, bool(slack)), where, raw.data, decode, encode, CHANGES.get(mtype), slack)
+
+
+# -- headers, the superblock, old-style groups ------------------------------------------------
+
+
+def object_header(reader, header: OH.ObjectHeader, where: str) -> Structure:
+    """A whole object header: its blocks one after the other (block 0, continuation blocks)."""
+    s = reader.sizes
+    raw = b"".join(reader.read(b.address, b.length) for b in header.blocks)
+
+    def decode(buf: bytes) -> OH.ObjectHeader:
+        blocks, pos = {}, 0
+        for b in header.blocks:
+            blocks[b.address], pos = buf[pos:pos + b.length], pos + b.length
+        return OH.decode(blocks[header.address], header.address, s, where, lambda a, n: blocks[a][:n])
+
+    kinds = {m.type for m in header.all_messages()}
+    return Structure(("object header", header.version, "continued" if len(header.blocks) > 1 else "one block",
+                      OH.NIL in kinds, any(b.gap for b in header.blocks)), where, raw, decode,
+                     lambda h: b"".join(OH.encode_block(h, i) for i in range(len(h.blocks))), _changed_header)
+
+
+def _changed_header(h: OH.ObjectHeader) -> OH.ObjectHeader:
+    """The first message's 'constant' flag flipped; the refcount or the times changed too."""
+    first = h.blocks[0]
+    msg = replace(first.messages[0], flags=first.messages[0].flags ^ OH.FLAG_CONSTANT)
+    h = replace(h, blocks=(replace(first, messages=(msg,) + first.messages[1:]),) + h.blocks[1:])
+    if h.version == 1:
+        return replace(h, refcount=h.refcount + 3, nmesgs=h.nmesgs + 1)
+    return replace(h, times=tuple(t + 1 for t in h.times)) if h.times else h
+
+
+def superblock(hf: H5File) -> Iterator[Structure]:
+    """The superblock (the root group's symbol table entry in versions 0-1) and the driver
+    information block it may name."""
+    sb = hf.superblock
+    raw = hf.reader.read(0, len(SB.encode(sb)))
+    change = {"eof_address": sb.eof_address + 4096}
+    if sb.version >= 2:
+        change["root_header_address"] = sb.root_header_address + 8
+    else:
+        change["root_entry"] = replace(sb.root_entry, heap_address=999)
+    yield Structure(("superblock", sb.version), "superblock", raw, lambda b: SB.decode(b, sb.location), SB.encode,
+                    changed_fields(**change))
+    if sb.driver_info is not None:
+        yield Structure(("driver info", sb.driver_info.driver_id), "driver information block",
+                        hf.reader.read(sb.driver_info_address, len(SB.encode_driver_info(sb.driver_info))),
+                        SB.decode_driver_info, SB.encode_driver_info, lambda d: replace(d, data=d.data + b"\1"))
+
+
+def local_heap(reader, address: int) -> Structure:
+    """A local heap: its prefix (padded to 8 bytes) and its data segment, one after the other."""
+    s = reader.sizes
+    heap = LH.read(reader, address, "local heap")
+    size = LH.prefix_size(s)
+    return Structure(("local heap", "free list" if heap.free else "full"), f"local heap at {address}",
+                     reader.read(address, size) + reader.read(heap.data_address, len(heap.data)),
+                     lambda b: LH.decode(b[:size], b[size:], s), lambda h: LH.encode_prefix(h, s) + LH.encode_data(h, s),
+                     lambda h: replace(h, data_address=h.data_address + 8))
+
+
+def btree_v1(reader, address: int, node_type: int, rank: int, k: int) -> Iterator[Structure]:
+    """Every node of a v1 B-tree (group or chunk), parents first; returns the leaves' children."""
+    s, leaves, stack = reader.sizes, [], [address]
+    while stack:
+        addr = stack.pop()
+        node = B1.read_node(reader, addr, node_type, rank, "v1 B-tree")
+        sibling = {"left": 4096, "right": None} if node.left is None else {"left": None}
+        yield Structure(("v1 B-tree", node_type, node.level), f"v1 B-tree node at {addr}",
+                        reader.read(addr, B1.node_size(node_type, s, rank, k)),
+                        lambda b, a=addr: B1.decode_node(b, a, node_type, rank, s), lambda n: B1.encode_node(n, s, k),
+                        changed_fields(**sibling))
+        (stack if node.level else leaves).extend(node.children)
+    return leaves
+
+
+def symbol_table(reader, sb: SB.Superblock, btree: int, heap: int) -> Iterator[Structure]:
+    """A symbol-table group: its local heap, B-tree nodes and symbol table nodes."""
+    s, capacity = reader.sizes, 2 * sb.group_leaf_k
+    yield local_heap(reader, heap)
+    for addr in (yield from btree_v1(reader, btree, B1.GROUP, 0, sb.group_internal_k)):
+        raw = reader.read(addr, SNOD.node_size(s, capacity))
+        yield Structure(("symbol table node", len(SNOD.decode(raw, s, capacity).entries) == capacity),
+                        f"symbol table node at {addr}", raw, lambda b: SNOD.decode(b, s, capacity),
+                        lambda n: SNOD.encode(n, s),
+                        lambda n: replace(n, entries=n.entries[1:] + (replace(n.entries[0], header_address=777),)))
+
+
+def global_heap_collection(reader, address: int) -> Structure:
+    s = reader.sizes
+    size = gh.collection_size(reader.read(address, gh.header_size(s)), s, address)
+    raw = reader.read(address, size)
+    free = any(isinstance(e, gh.FreeSpace) for e in gh.decode_collection(raw, s, address).entries)
+    return Structure(("global heap", "free space" if free else "full"), f"global heap collection at {address}", raw,
+                     lambda b: gh.decode_collection(b, s, address), gh.encode_collection, _more_referenced)
+
+
+def _more_referenced(col: gh.Collection) -> gh.Collection:
+    """The first object referenced once more."""
+    i = next(i for i, e in enumerate(col.entries) if isinstance(e, gh.HeapObject))
+    entry = col.entries[i]
+    return replace(col, entries=col.entries[:i] + (replace(entry, refcount=entry.refcount + 1),) + col.entries[i + 1:])
 
 
 # -- indexes and heaps -------------------------------------------------------------------------
@@ -473,7 +586,7 @@ def chunk_index(reader, ds: Dataset) -> Iterator[Structure]:
         yield from btree_v2(reader, addr, bt.record_decoder(hdr.type, rank, width),
                             bt.record_encoder(hdr.type, rank, width))
     else:
-        yield Structure(("v1 B-tree", "chunks"), f"{ds.path}: chunk index at {addr}", b"", None, None)
+        yield from btree_v1(reader, addr, B1.CHUNK, len(lay.chunk_dims), ds.file.superblock.indexed_storage_k)
 
 
 def vds_mappings(hf: H5File, ds: Dataset) -> Structure:
@@ -511,13 +624,6 @@ def sohm_table(hf: H5File) -> Iterator[Structure]:
             yield from heap_ids(heap, [r.heap_id for r in records if r.location == 0])
 
 
-def global_heap_collection(reader, address: int) -> Structure:
-    s = reader.sizes
-    size = gh.collection_size(reader.read(address, gh.header_size(s)), s, address)
-    return Structure(("global heap",), f"global heap collection at {address}", reader.read(address, size),
-                     lambda b: gh.decode_collection(b, s, address), None)
-
-
 # -- the walker --------------------------------------------------------------------------------
 
 
@@ -544,9 +650,14 @@ class Walk:
         self.pending: list[tuple[int, str]] = []
         self.queued: set[int] = set()
         self.sohm_bodies: set[tuple[int, bytes]] = set()
+        self.symbol_tables: set[tuple[int, int]] = set()
 
     def structures(self) -> Iterator[Structure]:
         hf = self.hf
+        yield from superblock(hf)
+        entry = hf.superblock.root_entry
+        if entry is not None and entry.cache_type == CACHE_STAB:
+            yield from self.symbol_table(entry.btree_address, entry.heap_address)
         if hf.extension is not None:
             yield from self.header(hf.extension, "superblock extension")
             if hf.extension.first(M.SOHM_TABLE) is not None:
@@ -574,10 +685,13 @@ class Walk:
             if needs_decoding(a.datatype):
                 a.value
 
-    def header(self, header, where: str) -> Iterator[Structure]:
+    def header(self, header: OH.ObjectHeader, where: str) -> Iterator[Structure]:
+        """The header and its messages (NIL messages are undefined space: the header's)."""
+        yield object_header(self.hf.reader, header, where)
         slack = 7 if header.version == 1 else 0
-        for raw in header.messages:
-            yield from self.message(raw, where, slack)
+        for raw in header.all_messages():
+            if raw.type != OH.NIL:
+                yield from self.message(raw, where, slack)
 
     def message(self, raw: RawMessage, where: str, slack: int = 0) -> Iterator[Structure]:
         """A message, what its body is when it is shared, and what it points to."""
@@ -589,9 +703,23 @@ class Walk:
             else:
                 yield from self.sohm_body(raw.type, ref.heap_id, where)
             return
-        follow = {M.LINK_INFO: self.dense, M.ATTRIBUTE_INFO: self.dense, M.ATTRIBUTE: self.attribute_parts}
+        follow = {M.LINK_INFO: self.dense, M.ATTRIBUTE_INFO: self.dense, M.ATTRIBUTE: self.attribute_parts,
+                  M.SYMBOL_TABLE: self.group_storage, M.EXTERNAL: self.external_names}
         if raw.type in follow:
             yield from follow[raw.type](raw, where)
+
+    def group_storage(self, raw: RawMessage, where: str) -> Iterator[Structure]:
+        stab = M.DECODERS[M.SYMBOL_TABLE](Reader(raw.data, 0, self.sizes))
+        yield from self.symbol_table(stab.btree_address, stab.heap_address)
+
+    def symbol_table(self, btree: int, heap: int) -> Iterator[Structure]:
+        if (btree, heap) not in self.symbol_tables:
+            self.symbol_tables.add((btree, heap))
+            yield from symbol_table(self.hf.reader, self.hf.superblock, btree, heap)
+
+    def external_names(self, raw: RawMessage, where: str) -> Iterator[Structure]:
+        """The local heap holding the names of a dataset's external files."""
+        yield local_heap(self.hf.reader, M.DECODERS[M.EXTERNAL](Reader(raw.data, 0, self.sizes)).heap_address)
 
     def sohm_body(self, mtype: int, heap_id: bytes, where: str) -> Iterator[Structure]:
         if (mtype, heap_id) not in self.sohm_bodies:
