@@ -15,7 +15,7 @@ writes, included) encode, decode back to the record, and encode again to the sam
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import h5py
 import hdf5plugin
@@ -24,14 +24,14 @@ import pytest
 from h5py import h5t
 from hypothesis import given
 from hypothesis import strategies as st
+from roundtrip_support import HYP, SIZES, Structure, address, check, encoded, libhdf5, new_file, roundtrip, uint
 from test_datatype import PLAIN, bfloat16, custom_float, opaque, partial_int, py, vax_float
-from test_roundtrip_indexes import HYP, SIZES, address, new_file, roundtrip, uint
-from test_roundtrip_messages_links import HID, c_call, libhdf5, names, sohm_fcpl, text
+from test_roundtrip_messages_links import HID, c_call, names, sohm_fcpl, text
 
 from h5fs.format import btree_v2 as bt
 from h5fs.format import extensible_array as ea
 from h5fs.format import fixed_array as fa
-from h5fs.format.codec import Reader, Sizes, Writer
+from h5fs.format.codec import Reader, Sizes
 from h5fs.format.messages import dataspace as S
 from h5fs.format.messages import datatype as D
 from h5fs.format.messages import external_files as E
@@ -57,10 +57,11 @@ def decoded(mtype: int, raw: bytes, sizes: Sizes, whole: bool = True):
     return record
 
 
-def encoded(mtype: int, record, sizes: Sizes) -> bytes:
-    w = Writer(sizes)
-    CODECS[mtype][1](w, record)
-    return w.getvalue()
+def structure(mtype: int, where: str, raw: bytes, sizes: Sizes, slack: int = 0) -> Structure:
+    """One message body (`slack`: a version-1 header pads it to 8 bytes) as the round-trip
+    checker takes it."""
+    return Structure(("message", mtype, bool(slack)), where, raw, lambda b: decoded(mtype, b, sizes, not slack),
+                     lambda record: encoded(CODECS[mtype][1], record, sizes), CHANGES[mtype], slack)
 
 
 # -- files: every variant libhdf5 writes -------------------------------------------------------
@@ -204,14 +205,6 @@ def build_storage(path, libver: str, sizes) -> None:
 
 # -- finding every instance through h5fs's engine ---------------------------------------------
 
-@dataclass(frozen=True)
-class Found:
-    where: str
-    mtype: int
-    data: bytes
-    padded: bool = False        # in a version-1 object header: padded to 8 bytes with zeros
-
-
 def headers(hf: H5File):
     """(path, object header) of every object reachable by hard links, once each."""
     seen: set[int] = set()
@@ -228,17 +221,18 @@ def headers(hf: H5File):
                      if link.address is not None]
 
 
-def in_attribute(where: str, data: bytes) -> list[Found]:
+def in_attribute(where: str, data: bytes, sizes: Sizes) -> list[Structure]:
     """The datatype and dataspace messages inside an attribute message (unless shared)."""
     version, flags, nsize, tsize, ssize = Reader(data).fields("BBHHH")
     pad = (lambda n: (n + 7) & ~7) if version == 1 else (lambda n: n)
     at = 8 + (version >= 3) + pad(nsize)
-    out = [] if flags & 1 else [Found(f"{where} (attribute)", M.DATATYPE, data[at:at + tsize])]
+    where += " (attribute)"
+    out = [] if flags & 1 else [structure(M.DATATYPE, where, data[at:at + tsize], sizes)]
     at += pad(tsize)
-    return out + ([] if flags & 2 else [Found(f"{where} (attribute)", M.DATASPACE, data[at:at + ssize])])
+    return out + ([] if flags & 2 else [structure(M.DATASPACE, where, data[at:at + ssize], sizes)])
 
 
-def every_message(path) -> tuple[Sizes, list[Found]]:
+def every_message(path) -> list[Structure]:
     out = []
     with H5File.open(str(path)) as hf:
         for where, header in headers(hf):
@@ -246,57 +240,51 @@ def every_message(path) -> tuple[Sizes, list[Found]]:
                 if raw.shared:
                     ref = shared.decode(Reader(raw.data, 0, hf.sizes))
                     if ref.kind == shared.IN_SOHM_HEAP and raw.type in CODECS:
-                        out.append(Found(f"{where} (SOHM heap)", raw.type,
-                                         hf.shared_message_body(ref, raw.type, where).data))
+                        body = hf.shared_message_body(ref, raw.type, where).data
+                        out.append(structure(raw.type, f"{where} (SOHM heap)", body, hf.sizes))
                 elif raw.type in CODECS:
-                    out.append(Found(where, raw.type, raw.data, header.version == 1))
+                    out.append(structure(raw.type, where, raw.data, hf.sizes, 7 if header.version == 1 else 0))
                 elif raw.type == M.ATTRIBUTE:
-                    out += in_attribute(where, raw.data)
-        return hf.sizes, out
+                    out += in_attribute(where, raw.data, hf.sizes)
+    return out
 
 
-def changed(mtype: int, r):
-    """`r` with one field changed."""
-    if mtype == M.DATATYPE:
-        if isinstance(r, D.Enum):
-            return replace(r, names=tuple(n + "_" for n in r.names))
-        if isinstance(r, D.Array):
-            return replace(r, dims=(*r.dims[:-1], 2 * r.dims[-1]), size=2 * r.size)
-        if isinstance(r, D.Complex):
-            return replace(r, form=(r.form + 1) % 3)
-        return replace(r, size=r.size + 1)
-    if mtype == M.DATASPACE:
-        if r.kind == S.SIMPLE:
-            return replace(r, dims=tuple(d + 1 for d in r.dims), maxdims=tuple(None for _ in r.dims))
-        return replace(r, has_maxdims=True)
-    if mtype == M.LAYOUT:
-        if r.layout_class == L.CHUNKED:
-            return replace(r, index=replace(r.index, address=0x1234), chunk_dims=(*r.chunk_dims[:-1], 3))
-        return {L.COMPACT: lambda: replace(r, compact_data=r.compact_data[::-1] + b"\1"),
-                L.CONTIGUOUS: lambda: replace(r, address=0x1234, size=r.size + 8),
-                L.VIRTUAL: lambda: replace(r, vds_heap_index=r.vds_heap_index + 1)}[r.layout_class]()
-    if mtype == M.FILTERS:
-        first = r.filters[0]
-        return replace(r, filters=(replace(first, client_data=first.client_data + (7,)),) + r.filters[1:])
-    if mtype == M.FILL:
-        return replace(r, alloc_time=r.alloc_time % 3 + 1)
-    if mtype == M.FILL_OLD:
-        return replace(r, value=(r.value or b"") + b"\x09")
-    return replace(r, slots=r.slots + (E.ExternalSlot(8, 16, 32),))
+def _changed_datatype(r: D.Datatype) -> D.Datatype:
+    if isinstance(r, D.Enum):
+        return replace(r, names=tuple(n + "_" for n in r.names))
+    if isinstance(r, D.Array):
+        return replace(r, dims=(*r.dims[:-1], 2 * r.dims[-1]), size=2 * r.size)
+    if isinstance(r, D.Complex):
+        return replace(r, form=(r.form + 1) % 3)
+    return replace(r, size=r.size + 1)
 
 
-def check_found(found: Found, sizes: Sizes):
-    """Round trip of one instance against libhdf5's bytes, and of one changed field."""
-    record = decoded(found.mtype, found.data, sizes, whole=not found.padded)
-    raw = encoded(found.mtype, record, sizes)
-    if found.padded:
-        assert found.data[:len(raw)] == raw, found
-        assert not any(found.data[len(raw):]) and len(found.data) - len(raw) < 8, found
-    else:
-        assert raw == found.data, found
-    other = changed(found.mtype, record)
-    assert other != record and decoded(found.mtype, encoded(found.mtype, other, sizes), sizes) == other
-    return record
+def _changed_layout(r: L.DataLayout) -> L.DataLayout:
+    if r.layout_class == L.CHUNKED:
+        return replace(r, index=replace(r.index, address=0x1234), chunk_dims=(*r.chunk_dims[:-1], 3))
+    if r.layout_class == L.COMPACT:
+        return replace(r, compact_data=r.compact_data[::-1] + b"\1")
+    if r.layout_class == L.CONTIGUOUS:
+        return replace(r, address=0x1234, size=r.size + 8)
+    return replace(r, vds_heap_index=r.vds_heap_index + 1)
+
+
+def _changed_pipeline(r: P.FilterPipeline) -> P.FilterPipeline:
+    first = r.filters[0]
+    return replace(r, filters=(replace(first, client_data=first.client_data + (7,)),) + r.filters[1:])
+
+
+# message type -> the record with a field or two changed
+CHANGES = {
+    M.DATATYPE: _changed_datatype,
+    M.DATASPACE: lambda r: replace(r, dims=tuple(d + 1 for d in r.dims), maxdims=(None,) * len(r.dims))
+    if r.kind == S.SIMPLE else replace(r, has_maxdims=True),
+    M.LAYOUT: _changed_layout,
+    M.FILTERS: _changed_pipeline,
+    M.FILL: lambda r: replace(r, alloc_time=r.alloc_time % 3 + 1),
+    M.FILL_OLD: lambda r: replace(r, value=(r.value or b"") + b"\x09"),
+    M.EXTERNAL: lambda r: replace(r, slots=r.slots + (E.ExternalSlot(8, 16, 32),)),
+}
 
 
 def variant(mtype: int, r) -> tuple:
@@ -317,8 +305,8 @@ def variant(mtype: int, r) -> tuple:
 
 
 def seen_variants(path) -> set[tuple]:
-    sizes, found = every_message(path)
-    return {(f.mtype,) + variant(f.mtype, check_found(f, sizes)) for f in found}
+    """Every message round trips; what kinds of them there were."""
+    return {(s.kind[1],) + variant(s.kind[1], check(s)) for s in every_message(path)}
 
 
 def classes(seen: set[tuple]) -> set[tuple[int, int]]:
@@ -345,8 +333,7 @@ def test_datatypes_against_libhdf5(tmp_path, libver, sizes):
         | {(D.REFERENCE, 4), (D.COMPLEX, 5), (D.COMPOUND, structured), (D.ENUM, structured)} <= seen
     assert {(D.COMPOUND, 2), (D.ARRAY, 2)} <= seen if libver == "earliest" else \
         {(D.ARRAY, structured), (D.VLEN, structured)} <= seen
-    _, found = every_message(p)
-    where = {(f.mtype, f.where) for f in found}     # the attribute of /typed: of a committed type
+    where = {(s.kind[1], s.where) for s in every_message(p)}    # /typed's attribute: of a committed type
     assert {(M.DATATYPE, "/committed"), (M.DATATYPE, "/committed enum"), (M.DATASPACE, "/typed (attribute)"),
             (M.DATATYPE, f"/t00 {PLAIN[0][0]} (attribute)")} <= where
 
@@ -380,11 +367,11 @@ def test_storage_messages_against_libhdf5(tmp_path, libver, sizes):
     # filter pipelines: version 1 names every filter, version 2 only ids >= 256 (mandatory and
     # optional filters; an unregistered one without a name)
     pipe = 1 if old else 2
-    named = {s[2][:2] for s in seen if s[0] == M.FILTERS}
-    assert {(1, "deflate" if old else ""), (32000, "lzf"), (40000, ""), (4, "szip" if old else "")} <= named
-    assert {(M.FILTERS, pipe, (1, "deflate" if old else "", 0)),
-            (M.FILTERS, pipe, *[(i, n if old else "", f) for i, n, f in
-                                [(2, "shuffle", 1), (1, "deflate", 1), (3, "fletcher32", 0)]])} <= seen
+    name = (lambda n: n) if old else (lambda n: "")
+    assert {(32000, "lzf"), (40000, ""), (4, name("szip")), (5, name("nbit")), (6, name("scaleoffset"))} <= \
+        {s[2][:2] for s in seen if s[0] == M.FILTERS}
+    assert {(M.FILTERS, pipe, (1, name("deflate"), 0)),            # mandatory; optional ones
+            (M.FILTERS, pipe, (2, name("shuffle"), 1), (1, name("deflate"), 1), (3, name("fletcher32"), 0))} <= seen
     # fill values: with and without a value, undefined, every allocation and write time
     late, ifset = F.ALLOC_LATE, F.WRITE_IF_SET
     assert {(M.FILL, 2 if old else 3, *v) for v in [
@@ -393,15 +380,17 @@ def test_storage_messages_against_libhdf5(tmp_path, libver, sizes):
         (True, True, F.ALLOC_INCREMENTAL, ifset)]} <= seen
     assert (M.EXTERNAL, 2) in seen
     assert ((M.FILL_OLD,) in seen) == old       # the old message beside a value, for libhdf5 < 1.6
-    check_index_parameters(p)
+    assert check_index_parameters(p) == {L.FIXED_ARRAY} | ({L.EXTENSIBLE_ARRAY, L.BTREE_V2} if unlimited and not old
+                                                         else set())
     with H5File.open(str(p)) as hf:             # dimension sizes: minimal widths, the element size too
         wide = [hf.resolve(f"/layouts/{name}").layout for name in ("wide dims", "wide element")]
         assert [lay.encoded_dim_width for lay in wide] == ([4, 4] if old else [3, 2])
 
 
-def check_index_parameters(path) -> None:
+def check_index_parameters(path) -> set[int]:
     """The index parameters of chunked layouts are those of the indexes libhdf5 built, and a
-    filtered chunk's size field is as wide as `filtered_size_width` says."""
+    filtered chunk's size field is as wide as `filtered_size_width` says. The index types seen."""
+    seen = set()
     with H5File.open(str(path)) as hf:
         for where, header in headers(hf):
             raw = header.first(M.LAYOUT)
@@ -409,6 +398,7 @@ def check_index_parameters(path) -> None:
             if not lay or lay.layout_class != L.CHUNKED or lay.index.address is None:
                 continue
             info, filtered = lay.index, header.first(M.FILTERS) is not None
+            seen.add(info.index_type)
             width = lay.filtered_size_width(hf.sizes) if filtered else 0
             if info.index_type == L.FIXED_ARRAY:
                 h = fa.read_header(hf.reader, info.address)
@@ -424,6 +414,7 @@ def check_index_parameters(path) -> None:
                 assert (h.node_size, h.split_percent, h.merge_percent, h.record_size) == \
                     (info.node_size, info.split_percent, info.merge_percent,
                      hf.sizes.offset + 8 * len(lay.chunk_dims) + (width + 4) * filtered)
+    return seen - {L.BTREE_V1, L.SINGLE, L.IMPLICIT}
 
 
 @pytest.mark.parametrize("sizes", [(8, 8), (4, 4)])
@@ -435,16 +426,16 @@ def test_shared_messages_against_libhdf5(tmp_path, sizes):
             d = f.create_dataset(f"d{i}", (20,), np.dtype([("a", "<i4"), ("b", "S3")]), chunks=(5,),
                                  compression="gzip", fillvalue=np.array((7, b"x"), dtype=[("a", "<i4"), ("b", "S3")]))
             d.attrs["shared"] = np.arange(10)
-    sizes_, found = every_message(p)
-    for f in found:
-        check_found(f, sizes_)
-    assert {M.DATATYPE, M.DATASPACE, M.FILL, M.FILTERS} <= {f.mtype for f in found if f.where.endswith("(SOHM heap)")}
+    found = every_message(p)
+    for s in found:
+        check(s)
+    assert {M.DATATYPE, M.DATASPACE, M.FILL, M.FILTERS} <= {s.kind[1] for s in found if s.where.endswith("(SOHM heap)")}
 
 
 # -- Hypothesis: valid records -> encode -> decode -> the record, and the same bytes again -------
 
-def check(mtype: int, sizes: Sizes, record) -> None:
-    roundtrip(record, lambda r: encoded(mtype, r, sizes), lambda raw: decoded(mtype, raw, sizes))
+def check_record(mtype: int, sizes: Sizes, record) -> None:
+    roundtrip(record, lambda r: encoded(CODECS[mtype][1], r, sizes), lambda raw: decoded(mtype, raw, sizes))
 
 
 VERSIONS = st.integers(1, 5)
@@ -568,7 +559,7 @@ DATATYPES = st.recursive(ATOMIC | enums() | COMPLEX,
 @HYP
 @given(DATATYPES)
 def test_datatype_encoder(dt):
-    check(M.DATATYPE, Sizes(), dt)
+    check_record(M.DATATYPE, Sizes(), dt)
 
 
 @st.composite
@@ -587,7 +578,7 @@ def dataspaces(draw, s: Sizes):
 @HYP
 @given(st.data(), SIZES)
 def test_dataspace_encoder(data, s):
-    check(M.DATASPACE, s, data.draw(dataspaces(s)))
+    check_record(M.DATASPACE, s, data.draw(dataspaces(s)))
 
 
 CHUNK_DIMS = st.lists(st.integers(1, (1 << 32) - 1), min_size=1, max_size=4).map(tuple)
@@ -638,7 +629,7 @@ def layouts(draw, s: Sizes):
 @HYP
 @given(st.data(), SIZES)
 def test_layout_encoder(data, s):
-    check(M.LAYOUT, s, data.draw(layouts(s)))
+    check_record(M.LAYOUT, s, data.draw(layouts(s)))
 
 
 @st.composite
@@ -660,7 +651,7 @@ def pipelines(draw):
 @HYP
 @given(pipelines())
 def test_filter_pipeline_encoder(pipe):
-    check(M.FILTERS, Sizes(), pipe)
+    check_record(M.FILTERS, Sizes(), pipe)
 
 
 VALUES = st.none() | st.binary(min_size=1, max_size=40)
@@ -676,8 +667,8 @@ def fill_values(draw):
 @HYP
 @given(fill_values(), VALUES)
 def test_fill_value_encoders(fv, old):
-    check(M.FILL, Sizes(), fv)
-    check(M.FILL_OLD, Sizes(), F.FillValue(old))
+    check_record(M.FILL, Sizes(), fv)
+    check_record(M.FILL_OLD, Sizes(), F.FillValue(old))
 
 
 @st.composite
@@ -690,4 +681,4 @@ def external_files(draw, s: Sizes):
 @HYP
 @given(st.data(), SIZES)
 def test_external_files_encoder(data, s):
-    check(M.EXTERNAL, s, data.draw(external_files(s)))
+    check_record(M.EXTERNAL, s, data.draw(external_files(s)))
