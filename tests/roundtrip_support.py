@@ -2,15 +2,20 @@
 structure against the bytes libhdf5 stored, and a walker that finds every structure of a file.
 
 `structures(path)` opens a file with h5fs's engine and yields every structure instance in it, each
-a `Structure`: its kind, where it lives, the bytes libhdf5 stored, a decoder and an encoder.
-`check(s)` decodes and encodes one: the bytes are equal (checksums included), and a record with
-one field changed survives encode -> decode. The walker starts at the superblock and follows
-every object header (each object once, by address: hard links, shared messages), the messages in
-them, the dense link and attribute storage they name, the shared-message (SOHM) table, indexes
-and heap, every dataset's chunk index, the VDS mapping blobs and the global heap collections that
-vlen data and references use. Each structure is one small generator function below; a kind the
-walker meets but cannot encode yet comes with `encode=None` (`check` refuses it, the tests count
-it).
+a `Structure`: its kind, where it lives (and where its bytes start in the file), the bytes
+libhdf5 stored, a decoder and an encoder. `check(s)` decodes and encodes one: the bytes are equal
+(checksums included), and a record with one field changed survives encode -> decode.
+
+The walker starts at the superblock (and its driver information block) and follows every object
+header (each object once, by address: hard links, shared messages in other headers), every
+message in them, and what the messages name: symbol-table groups (local heap, v1 B-tree nodes,
+symbol table nodes), dense link and attribute storage (fractal heap blocks, v2 B-tree nodes, heap
+IDs, the messages in the heap), the shared-message (SOHM) table, lists, index and heap (and the
+message bodies there), every dataset's chunk index (every node, block and page of each index
+type), the names of external files, VDS mapping blocks, and the global heap collections that
+reading vlen data and references touches. Each structure is one small generator function below;
+a kind the walker meets but cannot encode comes with `encode=None` (`check` refuses it, the
+tests count it).
 """
 
 from __future__ import annotations
@@ -133,6 +138,7 @@ class Structure:
     encode: Callable[[Any], bytes] | None   # None: h5fs has no encoder for it (yet)
     change: Callable[[Any], Any] | None = None   # the record with a field or two changed
     slack: int = 0                       # undefined bytes (zeros, as libhdf5 writes them) that may follow
+    at: tuple[int, ...] = ()             # where its bytes start in the file, block by block (none: inside another)
 
 
 def check(s: Structure) -> Any:
@@ -227,12 +233,13 @@ CHANGES: dict[int, Callable[[Any], Any]] = {
 }
 
 
-def message(raw: RawMessage, where: str, sizes: Sizes, slack: int = 0) -> Structure:
-    """One message body (`slack`: a version-1 header pads it to 8 bytes)."""
+def message(raw: RawMessage, where: str, sizes: Sizes, slack: int = 0, changes=CHANGES) -> Structure:
+    """One message body (`slack`: a version-1 header pads it to 8 bytes); `changes`: message type
+    -> the record with a field changed."""
     mtype = SHARED_REF if raw.shared else raw.type
     known = mtype in (SHARED_REF, OH.CONTINUATION) or mtype in M.DECODERS
     decode, encode = codec(mtype, sizes) if known else (None, None)
-    return Structure(("message", mtype, bool(slack)), where, raw.data, decode, encode, CHANGES.get(mtype), slack)
+    return Structure(("message", mtype, bool(slack)), where, raw.data, decode, encode, changes.get(mtype), slack)
 
 
 # -- headers, the superblock, old-style groups ------------------------------------------------
@@ -252,7 +259,8 @@ def object_header(reader, header: OH.ObjectHeader, where: str) -> Structure:
     kinds = {m.type for m in header.all_messages()}
     return Structure(("object header", header.version, "continued" if len(header.blocks) > 1 else "one block",
                       OH.NIL in kinds, any(b.gap for b in header.blocks)), where, raw, decode,
-                     lambda h: b"".join(OH.encode_block(h, i) for i in range(len(h.blocks))), _changed_header)
+                     lambda h: b"".join(OH.encode_block(h, i) for i in range(len(h.blocks))), _changed_header,
+                     at=tuple(b.address for b in header.blocks))
 
 
 def _changed_header(h: OH.ObjectHeader) -> OH.ObjectHeader:
@@ -276,11 +284,12 @@ def superblock(hf: H5File) -> Iterator[Structure]:
     else:
         change["root_entry"] = replace(sb.root_entry, heap_address=999)
     yield Structure(("superblock", sb.version), "superblock", raw, lambda b: SB.decode(b, sb.location), SB.encode,
-                    changed_fields(**change))
+                    changed_fields(**change), at=(0,))
     if sb.driver_info is not None:
         yield Structure(("driver info", sb.driver_info.driver_id), "driver information block",
                         hf.reader.read(sb.driver_info_address, len(SB.encode_driver_info(sb.driver_info))),
-                        SB.decode_driver_info, SB.encode_driver_info, lambda d: replace(d, data=d.data + b"\1"))
+                        SB.decode_driver_info, SB.encode_driver_info, lambda d: replace(d, data=d.data + b"\1"),
+                        at=(sb.driver_info_address,))
 
 
 def local_heap(reader, address: int) -> Structure:
@@ -290,8 +299,9 @@ def local_heap(reader, address: int) -> Structure:
     size = LH.prefix_size(s)
     return Structure(("local heap", "free list" if heap.free else "full"), f"local heap at {address}",
                      reader.read(address, size) + reader.read(heap.data_address, len(heap.data)),
-                     lambda b: LH.decode(b[:size], b[size:], s), lambda h: LH.encode_prefix(h, s) + LH.encode_data(h, s),
-                     lambda h: replace(h, data_address=h.data_address + 8))
+                     lambda b: LH.decode(b[:size], b[size:], s),
+                     lambda h: LH.encode_prefix(h, s) + LH.encode_data(h, s),
+                     lambda h: replace(h, data_address=h.data_address + 8), at=(address, heap.data_address))
 
 
 def btree_v1(reader, address: int, node_type: int, rank: int, k: int) -> Iterator[Structure]:
@@ -304,7 +314,7 @@ def btree_v1(reader, address: int, node_type: int, rank: int, k: int) -> Iterato
         yield Structure(("v1 B-tree", node_type, node.level), f"v1 B-tree node at {addr}",
                         reader.read(addr, B1.node_size(node_type, s, rank, k)),
                         lambda b, a=addr: B1.decode_node(b, a, node_type, rank, s), lambda n: B1.encode_node(n, s, k),
-                        changed_fields(**sibling))
+                        changed_fields(**sibling), at=(addr,))
         (stack if node.level else leaves).extend(node.children)
     return leaves
 
@@ -318,7 +328,8 @@ def symbol_table(reader, sb: SB.Superblock, btree: int, heap: int) -> Iterator[S
         yield Structure(("symbol table node", len(SNOD.decode(raw, s, capacity).entries) == capacity),
                         f"symbol table node at {addr}", raw, lambda b: SNOD.decode(b, s, capacity),
                         lambda n: SNOD.encode(n, s),
-                        lambda n: replace(n, entries=n.entries[1:] + (replace(n.entries[0], header_address=777),)))
+                        lambda n: replace(n, entries=n.entries[1:] + (replace(n.entries[0], header_address=777),)),
+                        at=(addr,))
 
 
 def global_heap_collection(reader, address: int) -> Structure:
@@ -327,7 +338,8 @@ def global_heap_collection(reader, address: int) -> Structure:
     raw = reader.read(address, size)
     free = any(isinstance(e, gh.FreeSpace) for e in gh.decode_collection(raw, s, address).entries)
     return Structure(("global heap", "free space" if free else "full"), f"global heap collection at {address}", raw,
-                     lambda b: gh.decode_collection(b, s, address), gh.encode_collection, _more_referenced)
+                     lambda b: gh.decode_collection(b, s, address), gh.encode_collection, _more_referenced,
+                     at=(address,))
 
 
 def _more_referenced(col: gh.Collection) -> gh.Collection:
@@ -347,7 +359,7 @@ def btree_v2(reader, address: int, decode_record=None, encode_record=None) -> It
     hdr = bt.decode_header(raw, address, s)
     yield Structure(("btree", hdr.type, hdr.depth), f"v2 B-tree at {address}", raw,
                     lambda b: bt.decode_header(b, address, s), bt.encode_header,
-                    lambda h: replace(h, total_records=h.total_records + 7, root_address=12345))
+                    lambda h: replace(h, total_records=h.total_records + 7, root_address=12345), at=(address,))
     decode_record = decode_record or bt.record_decoder(hdr.type)
     encode_record = encode_record or bt.record_encoder(hdr.type)
     total = 0
@@ -358,7 +370,7 @@ def btree_v2(reader, address: int, decode_record=None, encode_record=None) -> It
         node = bt.decode_node(raw, hdr, addr, nrec, depth)
         yield Structure(("btree node", hdr.type, depth), f"v2 B-tree node at {addr}", raw,
                         lambda b, a=addr, n=nrec, d=depth: bt.decode_node(b, hdr, a, n, d),
-                        lambda r: bt.encode_node(hdr, r), _moved_child if depth else None)
+                        lambda r: bt.encode_node(hdr, r), _moved_child if depth else None, at=(addr,))
         yield _records(hdr, node, decode_record, encode_record)
         total += nrec
         stack += [(ch.address, ch.nrecords, depth - 1) for ch in node.children]
@@ -418,11 +430,12 @@ def fractal_heap(reader, address: int) -> Iterator[Structure]:
     s = reader.sizes
     heap = fh.FractalHeap(reader, address)
     h, g = heap.header, heap.geometry
-    yield Structure(("heap", "filtered" if h.filter_len else "plain", "indirect root" if h.root_rows else "direct root"),
+    root = "indirect root" if h.root_rows else "direct root"
+    yield Structure(("heap", "filtered" if h.filter_len else "plain", root),
                     f"fractal heap at {address}", reader.read(address, fh.header_size(s, h.filter_len)),
                     lambda b: fh.decode_header(b, address, s, "heap"), lambda r: fh.encode_header(r, s),
                     lambda r: replace(r, managed_size=r.managed_size + 512, root_address=4096,
-                                      tiny_count=r.tiny_count + 1))
+                                      tiny_count=r.tiny_count + 1), at=(address,))
     for kind, addr, size, off, entry in heap_blocks(heap):
         if kind == "indirect":
             raw = reader.read(addr, heap.indirect_block_size(size))
@@ -431,7 +444,7 @@ def fractal_heap(reader, address: int) -> Iterator[Structure]:
                             lambda b, a=addr, n=size: fh.decode_indirect(b, g, a, n, "heap"),
                             lambda r: fh.encode_indirect(r, g),
                             lambda r, o=off: replace(r, block_offset=o + 64,
-                                                     direct=(fh.DirectEntry(None),) * len(r.direct)))
+                                                     direct=(fh.DirectEntry(None),) * len(r.direct)), at=(addr,))
             continue
         if h.filter_len:
             raw = heap._defilter(reader.read(addr, entry.filtered_size), entry.filter_mask, size, "heap")
@@ -440,7 +453,7 @@ def fractal_heap(reader, address: int) -> Iterator[Structure]:
         assert fh.decode_direct(raw, g, "heap").block_offset == off
         yield Structure(("heap dblock", "checksummed" if g.checksummed else "plain"), f"heap direct block at {addr}",
                         raw, lambda b: fh.decode_direct(b, g, "heap"), lambda r: fh.encode_direct(r, g),
-                        lambda r, o=off: replace(r, block_offset=o + 8, payload=bytes(len(r.payload))))
+                        lambda r, o=off: replace(r, block_offset=o + 8, payload=bytes(len(r.payload))), at=(addr,))
     if h.huge_btree_address is not None:
         assert len(btree_records(reader, h.huge_btree_address)) == h.huge_count
         yield from btree_v2(reader, h.huge_btree_address)
@@ -478,8 +491,9 @@ def _moved(addresses: tuple) -> tuple:
     return tuple(8 if a is None else None for a in addresses)
 
 
-def _page(kind: str, raw: bytes, where: str) -> Structure:
-    return Structure((kind,), where, raw, lambda b: fa.decode_page(b, "page"), fa.encode_page)
+def _page(kind: str, raw: bytes, address: int) -> Structure:
+    return Structure((kind,), f"page at {address}", raw, lambda b: fa.decode_page(b, "page"), fa.encode_page,
+                     at=(address,))
 
 
 def fixed_array(reader, address: int) -> Iterator[Structure]:
@@ -489,7 +503,7 @@ def fixed_array(reader, address: int) -> Iterator[Structure]:
     h = fa.decode_header(raw, address, s, "fixed array")
     yield Structure(("fixed array", h.client_id, "paged" if h.paged else "unpaged"), f"fixed array at {address}", raw,
                     lambda b: fa.decode_header(b, address, s, "fixed array"), lambda r: fa.encode_header(r, s),
-                    changed_fields(dblock_address=777, nelmts=h.nelmts + 1))
+                    changed_fields(dblock_address=777, nelmts=h.nelmts + 1), at=(address,))
     if h.dblock_address is None:
         return
     raw = reader.read(h.dblock_address, fa.dblock_size(h, s))
@@ -497,7 +511,8 @@ def fixed_array(reader, address: int) -> Iterator[Structure]:
     yield Structure(("fixed array dblock",), where, raw,
                     lambda b: fa.decode_dblock(b, h, s, h.dblock_address, "fixed array"),
                     lambda r: fa.encode_dblock(r, h, s),
-                    lambda r: replace(r, bitmap=b"\xff" * len(r.bitmap), elements=bytes(len(r.elements))))
+                    lambda r: replace(r, bitmap=b"\xff" * len(r.bitmap), elements=bytes(len(r.elements))),
+                    at=(h.dblock_address,))
     if not h.paged:
         yield elements(fa.decode_dblock(raw, h, s, h.dblock_address, "fa").elements, s, h.client_id, h.element_size,
                        where)
@@ -507,7 +522,7 @@ def fixed_array(reader, address: int) -> Iterator[Structure]:
         if arr.page_initialized(page):
             addr = arr.page_address(page)
             raw = reader.read(addr, h.page_count(page) * h.element_size + 4)
-            yield _page("fixed array page", raw, f"fixed array page at {addr}")
+            yield _page("fixed array page", raw, addr)
             yield elements(fa.decode_page(raw, "page"), s, h.client_id, h.element_size, f"page at {addr}")
 
 
@@ -518,7 +533,7 @@ def extensible_array(reader, address: int) -> Iterator[Structure]:
     h = ea.decode_header(raw, address, s, "extensible array")
     yield Structure(("extensible array", h.client_id), f"extensible array at {address}", raw,
                     lambda b: ea.decode_header(b, address, s, "extensible array"), lambda r: ea.encode_header(r, s),
-                    changed_fields(max_idx_set=h.max_idx_set + 3, iblock_address=None))
+                    changed_fields(max_idx_set=h.max_idx_set + 3, iblock_address=None), at=(address,))
     if h.iblock_address is None:
         return
     arr = ea.ExtensibleArray(reader, address)
@@ -527,7 +542,8 @@ def extensible_array(reader, address: int) -> Iterator[Structure]:
     ib = ea.decode_index_block(raw, h, s, nd, ns, "ea")
     yield Structure(("ea iblock",), f"extensible array index block at {h.iblock_address}", raw,
                     lambda b: ea.decode_index_block(b, h, s, nd, ns, "ea"), lambda r: ea.encode_index_block(r, h, s),
-                    lambda r: replace(r, elements=_flipped(r.elements), dblock_addresses=_moved(r.dblock_addresses)))
+                    lambda r: replace(r, elements=_flipped(r.elements), dblock_addresses=_moved(r.dblock_addresses)),
+                    at=(h.iblock_address,))
     yield elements(ib.elements, s, h.client_id, h.element_size, "index block")
 
     def data_block(addr: int, nelmts: int, npages: int, bitmap: bytes, j: int) -> Iterator[Structure]:
@@ -535,7 +551,8 @@ def extensible_array(reader, address: int) -> Iterator[Structure]:
         raw = reader.read(addr, ea.data_block_size(h, s, stored))
         yield Structure(("ea dblock", "paged" if npages else "unpaged"), f"extensible array data block at {addr}", raw,
                         lambda b: ea.decode_data_block(b, h, s, addr, stored, "ea"),
-                        lambda r: ea.encode_data_block(r, h, s), lambda r: replace(r, block_offset=r.block_offset + 1))
+                        lambda r: ea.encode_data_block(r, h, s), lambda r: replace(r, block_offset=r.block_offset + 1),
+                        at=(addr,))
         yield elements(ea.decode_data_block(raw, h, s, addr, stored, "ea").elements, s, h.client_id, h.element_size,
                        f"data block at {addr}")
         page_size = arr.page_nelmts * h.element_size + 4
@@ -543,7 +560,7 @@ def extensible_array(reader, address: int) -> Iterator[Structure]:
             if fa.bit_set(bitmap, j * npages + p):
                 at = addr + len(raw) + p * page_size
                 page = reader.read(at, page_size)
-                yield _page("ea page", page, f"extensible array page at {at}")
+                yield _page("ea page", page, at)
                 yield elements(fa.decode_page(page, "page"), s, h.client_id, h.element_size, f"page at {at}")
 
     for u in range(arr.iblock_nsblks):
@@ -563,7 +580,7 @@ def extensible_array(reader, address: int) -> Iterator[Structure]:
                         f"extensible array super block at {saddr}", raw,
                         lambda b, a=saddr, m=bitmap_size, n=ndblks: ea.decode_super_block(b, h, s, a, m, n, "ea"),
                         lambda r: ea.encode_super_block(r, h, s),
-                        lambda r: replace(r, dblock_addresses=_moved(r.dblock_addresses)))
+                        lambda r: replace(r, dblock_addresses=_moved(r.dblock_addresses)), at=(saddr,))
         for j, addr in enumerate(sb.dblock_addresses):
             if addr is not None:
                 yield from data_block(addr, arr.sblk_info[u].dblk_nelmts, arr.npages(u), sb.bitmap, j)
@@ -592,7 +609,8 @@ def chunk_index(reader, ds: Dataset) -> Iterator[Structure]:
 def vds_mappings(hf: H5File, ds: Dataset) -> Structure:
     """The mapping block of a virtual dataset (a global heap object)."""
     lay, s = ds.layout, hf.sizes
-    first = lambda b: replace(b.entries[0], source_dataset="other", virtual_selection=S.Selection("all", version=1))  # noqa: E731
+    everything = S.Selection("all", version=1)
+    first = lambda b: replace(b.entries[0], source_dataset="other", virtual_selection=everything)  # noqa: E731
     blob = bytes(hf.global_heap.get(lay.vds_heap_address, lay.vds_heap_index))
     return Structure(("vds mapping",), f"{ds.path}: mapping block", blob,
                      lambda b: vds_mapping.decode(b, s), lambda r: vds_mapping.encode(r, s),
@@ -607,7 +625,8 @@ def sohm_table(hf: H5File) -> Iterator[Structure]:
     yield Structure(("sohm table",), f"shared message table at {msg.table_address}",
                     reader.read(msg.table_address, T.table_size(s, n)), lambda b: T.decode_table(Reader(b, 0, s), n),
                     lambda r: encoded(T.encode_table, r, s),
-                    lambda r: [replace(i, num_messages=i.num_messages + 1, min_message_size=7) for i in r])
+                    lambda r: [replace(i, num_messages=i.num_messages + 1, min_message_size=7) for i in r],
+                    at=(msg.table_address,))
     for index in hf.sohm_indexes:
         if index.index_type == T.LIST:
             raw = reader.read(index.index_address, T.list_size(s, index.list_cutoff))
@@ -615,7 +634,8 @@ def sohm_table(hf: H5File) -> Iterator[Structure]:
             yield Structure(("sohm list",), f"shared message list at {index.index_address}", raw,
                             lambda b, i=index: T.decode_list(Reader(b, 0, s), i.num_messages),
                             lambda r: encoded(T.encode_list, r, s),
-                            lambda r: [replace(x, refcount=x.refcount + 1) for x in r], slack=len(raw))
+                            lambda r: [replace(x, refcount=x.refcount + 1) for x in r], slack=len(raw),
+                            at=(index.index_address,))
         else:
             yield from btree_v2(reader, index.index_address)
             records = btree_records(reader, index.index_address)
@@ -643,8 +663,9 @@ class Walk:
     """One walk over an open file: every object once (by header address), then the global heap
     collections reading its values touched."""
 
-    def __init__(self, hf: H5File):
+    def __init__(self, hf: H5File, changes: dict[int, Callable[[Any], Any]] = CHANGES):
         self.hf = hf
+        self.changes = changes
         self.sizes = hf.sizes
         self.heap = hf.__dict__["global_heap"] = _RecordingHeap(hf.reader)
         self.pending: list[tuple[int, str]] = []
@@ -695,7 +716,7 @@ class Walk:
 
     def message(self, raw: RawMessage, where: str, slack: int = 0) -> Iterator[Structure]:
         """A message, what its body is when it is shared, and what it points to."""
-        yield message(raw, where, self.sizes, slack)
+        yield message(raw, where, self.sizes, slack, self.changes)
         if raw.shared:
             ref = shared.decode(Reader(raw.data, 0, self.sizes))
             if ref.kind == shared.IN_OBJECT_HEADER:
@@ -766,10 +787,11 @@ class Walk:
             ds.read_array()
 
 
-def structures(path) -> Iterator[Structure]:
-    """Every structure of the file at `path` (see the module's docstring)."""
+def structures(path, changes: dict[int, Callable[[Any], Any]] = CHANGES) -> Iterator[Structure]:
+    """Every structure of the file at `path` (see the module's docstring); `changes`: message
+    type -> the record with a field changed, for the messages `check` changes."""
     with H5File.open(str(path)) as hf:
-        yield from Walk(hf).structures()
+        yield from Walk(hf, changes).structures()
 
 
 def check_all(found) -> tuple[Counter, Counter]:
