@@ -34,6 +34,8 @@ from test_roundtrip_messages_links import sohm_fcpl
 from h5fs.format import btree_v1 as B1
 from h5fs.format import btree_v2 as bt
 from h5fs.format import object_header as OH
+from h5fs.format.messages import datatype as D
+from h5fs.format.messages import layout as L
 from h5fs.model import messages as M
 
 # message types h5fs cannot encode: the test fails on any other kind met without an encoder
@@ -71,8 +73,9 @@ def shared_content(f: h5py.File) -> None:
 
 def data_kinds(f: h5py.File, tmp) -> None:
     """What the other builders leave out: references and vlen data (global heap), external
-    storage, filter pipelines (optional, named and parameterized filters), fill values, a
-    symbol-table group deep enough for internal v1 B-tree nodes."""
+    storage, filter pipelines (optional, named and parameterized filters), fill values, compact
+    storage, bitfields and complex numbers, a symbol-table group deep enough for internal v1
+    B-tree nodes."""
     x = f.create_dataset("x", data=np.arange(12, dtype="<i4").reshape(3, 4))
     f.create_dataset("oref", data=[x.ref, f.ref, h5py.Reference()], dtype=h5py.ref_dtype)
     r = f.create_dataset("rref", (3,), dtype=h5py.regionref_dtype)
@@ -98,6 +101,12 @@ def data_kinds(f: h5py.File, tmp) -> None:
     h5py.h5d.create(f.id, b"nbit_optional", h5py.h5t.STD_I32LE, h5py.h5s.create_simple((400,)), dcpl=dcpl).write(
         h5py.h5s.ALL, h5py.h5s.ALL, np.arange(400, dtype="<i4"))
     f.create_dataset("fill_never", (10,), "<i2", fillvalue=5, chunks=(5,))
+    f.create_dataset("szip", data=np.arange(400, dtype="<i4"), chunks=(100,), compression="szip")
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.COMPACT)
+    h5py.h5d.create(f.id, b"compact", h5py.h5t.STD_I16LE, h5py.h5s.create_simple((6,)), dcpl=dcpl)
+    h5py.h5d.create(f.id, b"bitfield", h5py.h5t.STD_B16LE, h5py.h5s.create_simple((4,)))
+    f.create_dataset("complex", data=np.arange(3) * (1 + 2j), dtype=h5py.h5t.COMPLEX_IEEE_F64LE)
     g = f.create_group("symbols")
     for i in range(60):
         g.create_group(f"group{i:03d}")
@@ -149,6 +158,7 @@ FILES = {
     "data-earliest-4-4": with_data("earliest", (4, 4)),
     "data-v108-8-8": with_data("v108", (8, 8)),
     "data-latest-2-4": with_data("latest", (2, 4)),
+    "data-latest-8-4": with_data("latest", (8, 4)),
     "chunks-earliest-4-8": with_chunks("earliest", (4, 8)),
     "chunks-v108-8-8": with_chunks("v108", (8, 8)),
     "chunks-v110-8-8": with_chunks("v110", (8, 8)),
@@ -193,10 +203,18 @@ def test_every_structure_round_trips(files, name):
 def test_the_walk_meets_every_kind(files):
     """Together the files hold every message type, header, index, heap and block the walker
     knows, in the variants whose encodings differ."""
-    kinds, missing = Counter(), Counter()
+    kinds, missing, layouts, classes = Counter(), Counter(), set(), set()
     for path in files.values():
         for s in structures(path, CHANGES):
             (missing if s.encode is None else kinds)[s.kind] += 1
+            if s.kind[0] == "message" and s.kind[1] == M.LAYOUT:
+                layout = s.decode(s.raw)
+                layouts.add((layout.version, layout.layout_class))
+            elif s.kind[0] == "message" and s.kind[1] == M.DATATYPE:
+                classes |= {t.class_id for t in D.walk(s.decode(s.raw))}
+    assert {c for _, c in layouts} == {L.COMPACT, L.CONTIGUOUS, L.CHUNKED, L.VIRTUAL}
+    assert {v for v, _ in layouts} == {3, 4, 5}
+    assert classes == set(range(D.COMPLEX + 1)) - {D.TIME}    # libhdf5 cannot make a time datatype
     assert {k[1] for k in kinds | missing if k[0] == "message"} == MESSAGES
     assert {k[1] for k in missing if k[0] == "message"} == PENDING_MESSAGES
     assert all(k[1] in CHANGES for k in kinds if k[0] == "message")
