@@ -171,3 +171,52 @@ def test_oversized_xattr_is_e2big_and_not_kept(ops):
     assert fuse_errno(ops.getxattr, g.st_ino, b"user.huge", None) == errno.E2BIG
     assert ops.xattr_values.get((ops.table.get(g.st_ino).address, "huge")) is None
     assert run(ops.getxattr, g.st_ino, b"user.n", None) == b"5"
+
+
+def test_forget_releases_inodes(ops):
+    root = pyfuse3.ROOT_INODE
+    a = run(ops.lookup, root, b"a", None)
+    assert run(ops.lookup, root, b"a", None).st_ino == a.st_ino  # known: the same number, 2 lookups
+    before = len(ops.table)
+    run(ops.forget, [(a.st_ino, 1)])
+    assert ops.table.get(a.st_ino) is not None
+    run(ops.forget, [(a.st_ino, 1), (root, 5)])  # the root is never released
+    assert ops.table.get(a.st_ino) is None and ops.table.get(root) is not None
+    assert len(ops.table) == before - 1
+    assert fuse_errno(ops.getattr, a.st_ino, None) == errno.ESTALE
+    again = run(ops.lookup, root, b"a", None)
+    assert again.st_ino != a.st_ino  # numbers are never reused
+    assert run(ops.getxattr, pyfuse3.ROOT_INODE, b"user.h5fs.inodes", None) == str(len(ops.table)).encode()
+
+
+def test_failed_lookup_leaves_no_inode(ops, monkeypatch):
+    from h5fs.errors import Unsupported
+
+    def refuse(self):
+        raise Unsupported("no .npy form for this type")
+
+    monkeypatch.setattr(Dataset, "npy_dtype", property(refuse))
+    before = len(ops.table)
+    assert fuse_errno(ops.lookup, pyfuse3.ROOT_INODE, b"a.npy", None) == errno.EIO
+    assert len(ops.table) == before
+
+
+def test_each_open_has_its_own_handle(ops):
+    a = run(ops.lookup, pyfuse3.ROOT_INODE, b"a", None)
+    first, second = run(ops.open, a.st_ino, 0, None).fh, run(ops.open, a.st_ino, 0, None).fh
+    assert first != second
+    assert run(ops.read, first, 0, 4) == run(ops.read, second, 0, 4) == np.int32(0).tobytes()
+    run(ops.release, first)
+    assert run(ops.read, second, 396, 4) == np.int32(99).tobytes()
+    assert fuse_errno(ops.read, first, 0, 4) == errno.EBADF
+    one, two = run(ops.opendir, pyfuse3.ROOT_INODE, None), run(ops.opendir, pyfuse3.ROOT_INODE, None)
+    assert one != two and ops.handles.dirs[one].entries is not ops.handles.dirs[two].entries
+    run(ops.releasedir, one)
+    assert one not in ops.handles.dirs and two in ops.handles.dirs
+
+
+def test_requests_are_counted(ops):
+    before = ops.requests
+    run(ops.lookup, pyfuse3.ROOT_INODE, b"nope", None)
+    run(ops.getattr, pyfuse3.ROOT_INODE, None)
+    assert run(ops.getxattr, pyfuse3.ROOT_INODE, b"user.h5fs.requests", None) == str(before + 3).encode()

@@ -9,9 +9,9 @@ Every handler is wrapped by `errors.boundary`: the one place errors become errno
 also counts the requests served (the root fact `user.h5fs.requests`). Only the trio thread runs
 handlers and touches the inode table and the handles. What an object header answers (the stat
 numbers of most objects, attribute lists and small values kept in the header, most facts) is
-answered inline: a thread hop costs more than the work. Listings (every child's header),
-lookups (a group's links may live in heaps and B-trees), heap and index reads, variable-length
-data and chunk decoding go through `offload.run_sync`; st_blocks that take a chunk index walk
+answered inline, and so are lookups in compact groups: a thread hop costs more than the work.
+Listings (every child's header), other lookups, heap and index reads, variable-length data and
+chunk decoding go through `offload.run_sync`; st_blocks that take a chunk index walk
 through `blocks` (stat answers an estimate at once, the inode is invalidated once it is known;
 a lookup or getattr waits up to SETTLE_WAIT for it first).
 
@@ -222,7 +222,11 @@ class Operations(pyfuse3.Operations):
     async def lookup(self, parent_inode: int, name: bytes, ctx=None) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
         try:
-            entry = await offload.run_sync(namespace.lookup, self.f, self._object(parent), parent.path, name)
+            group = self._object(parent)
+            try:  # a compact group, a child its header describes: no thread hop
+                entry = namespace.lookup(self.f, group, parent.path, name, header_only=True)
+            except namespace.BeyondHeader:
+                entry = await offload.run_sync(namespace.lookup, self.f, group, parent.path, name)
         except Exception as exc:
             self._mark_broken(parent, exc)
             raise FUSEError(errno.EIO) from None

@@ -2,9 +2,10 @@
 stat numbers of an object, its facts and its attributes by name.
 
 Plain synchronous code over model objects (no trio, no pyfuse3): the FUSE adapter asks, and
-decides only where to ask (inline or in a worker thread: `numbers_from_header`,
-`Dataset.facts_from_header`, `dense_attributes` say when the parsed header is enough) and how
-to tell the kernel.
+decides only where to ask, inline or from a worker thread (`numbers_from_header`,
+`links_from_header`, `Dataset.facts_from_header` and `dense_attributes` say when object headers
+are enough; `lookup(header_only=True)` raises BeyondHeader when they are not), and how to tell
+the kernel.
 
 What a group shows (`entries`, in the group's link order; `lookup` answers one name alike):
 - a hard link to a group: a directory (DIR); to a named datatype: a small text file (DTYPE);
@@ -37,6 +38,7 @@ from numpy.lib.format import dtype_to_descr
 
 from ..errors import FormatError
 from ..format.messages import layout as L
+from . import messages as M
 from .dtypes import is_converted
 
 if TYPE_CHECKING:
@@ -90,6 +92,11 @@ class Entry:
     error: BaseException | None = None  # why it is broken (the .npy view: why it cannot be served)
 
 
+class BeyondHeader(Exception):
+    """Answering needs more than object headers (heaps, B-trees, index structures, data):
+    ask again from a worker thread."""
+
+
 def join(dir_path: str, name: str) -> str:
     return ("/" if dir_path == "/" else dir_path + "/") + name
 
@@ -120,19 +127,31 @@ def entries(file: H5File, group: Group, dir_path: str) -> list[Entry]:
     return out
 
 
-def lookup(file: H5File, group: Group, dir_path: str, name: bytes) -> Entry | None:
-    """The entry `name` of `group`, without listing the group (None: no such entry)."""
+def lookup(file: H5File, group: Group, dir_path: str, name: bytes, header_only: bool = False) -> Entry | None:
+    """The entry `name` of `group`, without listing the group (None: no such entry).
+    `header_only`: raise BeyondHeader rather than read anything but object headers."""
+    if header_only and not links_from_header(group):
+        raise BeyondHeader
     text = name.decode("utf-8", "surrogateescape")
     link = group.link(text)
     if link is not None:
-        return _entry(file, dir_path, link)
+        return _entry(file, dir_path, link, header_only)
     if text.endswith(NPY_SUFFIX):
         link = group.link(text[:-len(NPY_SUFFIX)])
         if link is not None and link.kind == "hard":
-            entry = _entry(file, dir_path, link)
+            entry = _entry(file, dir_path, link, header_only)
             if entry is not None and entry.kind == RAW:
                 return npy_entry(entry)
     return None
+
+
+def links_from_header(group: Group) -> bool:
+    """True when the group's links are link messages in its own header (compact storage)."""
+    try:
+        info = group.message(M.LINK_INFO)
+        return info is not None and info.heap_address is None and group.header.first(M.SYMBOL_TABLE) is None
+    except Exception:  # noqa: BLE001 - the worker reading the links reports it
+        return False
 
 
 def npy_entry(raw: Entry) -> Entry:
@@ -141,7 +160,7 @@ def npy_entry(raw: Entry) -> Entry:
                    error=raw.numbers.npy_error)
 
 
-def _entry(file: H5File, dir_path: str, link: Link) -> Entry | None:
+def _entry(file: H5File, dir_path: str, link: Link, header_only: bool = False) -> Entry | None:
     name = link.name.encode("utf-8", "surrogateescape")
     if not name or name in (b".", b"..") or len(name) > NAME_MAX or b"/" in name or b"\0" in name:
         log.warning("%s: link %r cannot be shown as a file name, skipped", dir_path, link.name)
@@ -152,7 +171,11 @@ def _entry(file: H5File, dir_path: str, link: Link) -> Entry | None:
             return Entry(name, BROKEN, path, error=FormatError(f"{path}: hard link without an address"))
         try:
             obj = file.get(link.address, path)
+            if header_only and not numbers_from_header(obj):
+                raise BeyondHeader
             return Entry(name, _KINDS[obj.kind], path, link.address, numbers(obj))
+        except BeyondHeader:
+            raise
         except Exception as exc:  # a broken object must not hide the rest of its group
             return Entry(name, BROKEN, path, link.address, error=exc)
     if link.kind == "soft":
