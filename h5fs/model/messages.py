@@ -5,21 +5,17 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..format.codec import Sizes, Writer
-from ..format.messages import (attribute, attribute_info, dataspace, external_files, fill_value, filter_pipeline,
-                               layout, link, link_info, modification_time, small, sohm_table, symbol_table)
+from ..format.messages import (attribute, attribute_info, dataspace, datatype, external_files, fill_value,
+                               filter_pipeline, layout, link, link_info, modification_time, small, sohm_table,
+                               symbol_table)
 
 DATASPACE, LINK_INFO, DATATYPE, FILL_OLD, FILL, LINK, EXTERNAL, LAYOUT = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08
 GROUP_INFO, FILTERS, ATTRIBUTE, COMMENT, MTIME_OLD, SOHM_TABLE = 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F
 SYMBOL_TABLE, MTIME, BTREE_K, ATTRIBUTE_INFO, REFCOUNT = 0x11, 0x12, 0x13, 0x15, 0x16
 
 
-def _datatype(c):
-    from ..format.messages import datatype
-    return datatype.decode(c)
-
-
 DECODERS = {
-    DATASPACE: dataspace.decode, LINK_INFO: link_info.decode, DATATYPE: _datatype, FILL_OLD: fill_value.decode_old,
+    DATASPACE: dataspace.decode, LINK_INFO: link_info.decode, DATATYPE: datatype.decode, FILL_OLD: fill_value.decode_old,
     FILL: fill_value.decode, LINK: link.decode, EXTERNAL: external_files.decode, LAYOUT: layout.decode,
     GROUP_INFO: small.decode_group_info, FILTERS: filter_pipeline.decode, ATTRIBUTE: attribute.decode,
     COMMENT: small.decode_comment, MTIME_OLD: modification_time.decode_old, SYMBOL_TABLE: symbol_table.decode,
@@ -28,9 +24,9 @@ DECODERS = {
 }
 
 # The inverse of DECODERS: ENCODERS[t](w, DECODERS[t](reader)) writes the bytes read back.
-# (Dataspace, datatype, fill value, layout, filter pipeline and external files join when their
-# modules have encoders.)
 ENCODERS: dict[int, Callable[[Writer, Any], None]] = {
+    DATASPACE: dataspace.encode, DATATYPE: datatype.encode, FILL_OLD: fill_value.encode_old, FILL: fill_value.encode,
+    EXTERNAL: external_files.encode, LAYOUT: layout.encode, FILTERS: filter_pipeline.encode,
     LINK_INFO: link_info.encode, LINK: link.encode, GROUP_INFO: small.encode_group_info, ATTRIBUTE: attribute.encode,
     COMMENT: small.encode_comment, MTIME_OLD: modification_time.encode_old, SOHM_TABLE: sohm_table.encode,
     SYMBOL_TABLE: symbol_table.encode, MTIME: modification_time.encode_new, BTREE_K: small.encode_btree_k,
