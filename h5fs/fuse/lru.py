@@ -3,31 +3,43 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Generic, Hashable, TypeVar
+from typing import Callable, Generic, Hashable, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
 class Lru(Generic[K, V]):
-    def __init__(self, limit: int) -> None:
+    """At most `limit` items, or items of at most `limit` total weight when `weigh` is given
+    (an item heavier than that alone is not kept)."""
+
+    def __init__(self, limit: int, weigh: Callable[[V], int] = lambda value: 1) -> None:
         self.limit = limit
-        self._items: OrderedDict[K, V] = OrderedDict()
+        self.weigh = weigh
+        self.weight = 0
+        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._items)
 
     def get(self, key: K) -> V | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
+        item = self._items.get(key)
+        if item is None:
+            return None
+        self._items.move_to_end(key)
+        return item[0]
 
     def put(self, key: K, value: V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        if len(self._items) > self.limit:
-            self._items.popitem(last=False)
+        self.pop(key)
+        weight = self.weigh(value)
+        if weight > self.limit:
+            return
+        self._items[key] = (value, weight)
+        self.weight += weight
+        while self.weight > self.limit:
+            self.weight -= self._items.popitem(last=False)[1][1]
 
     def pop(self, key: K) -> None:
-        self._items.pop(key, None)
+        item = self._items.pop(key, None)
+        if item is not None:
+            self.weight -= item[1]

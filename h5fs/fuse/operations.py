@@ -17,7 +17,9 @@ a lookup or getattr waits up to SETTLE_WAIT for it first).
 
 The kernel is told long entry, attribute and negative-entry timeouts and keeps the page cache
 of open files: nothing changes under the mount while writes answer EROFS, and what does change
-(an estimated st_blocks) is invalidated (`invalidate`).
+(an estimated st_blocks) is invalidated (`invalidate`). For the same reason recent listings,
+attribute tables, facts and formatted values are kept in bounded caches by object address (a
+writer must drop what a commit changes, as it invalidates the kernel's copies).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ SETTLE_WAIT = 0.5       # s a lookup/getattr waits for a chunk index walk before
 ATTRIBUTE_TABLES = 256  # objects whose attributes-by-name are kept (listxattr, then getxattr of each)
 FACT_TABLES = 256
 XATTR_VALUES = 1024     # formatted values kept (getfattr asks each value twice: size, then bytes)
+LISTED_ENTRIES = 131072  # entries of recent listings kept (`find`, then `getfattr -R`, list each group)
 FH_HANDLERS = frozenset({"read", "release", "flush", "write", "readdir", "releasedir"})
 
 
@@ -77,6 +80,7 @@ class Operations(pyfuse3.Operations):
         self.attribute_tables: Lru[int, dict] = Lru(ATTRIBUTE_TABLES)
         self.fact_tables: Lru[tuple[int, bool], dict[str, str]] = Lru(FACT_TABLES)
         self.xattr_values: Lru[tuple[int, str], bytes] = Lru(XATTR_VALUES)
+        self.listings: Lru[int, list[Entry]] = Lru(LISTED_ENTRIES, len)
 
     def start(self, nursery) -> None:
         """Background work (prefetch, st_blocks counts) runs in the daemon's nursery."""
@@ -254,11 +258,14 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def opendir(self, inode: int, ctx=None) -> int:
         node = self._dir(inode)
-        try:
-            entries = await offload.run_sync(namespace.entries, self.f, self._object(node), node.path)
-        except Exception as exc:
-            self._mark_broken(node, exc)
-            raise FUSEError(errno.EIO) from None
+        entries = self.listings.get(node.address)  # nothing changes under a read-only mount
+        if entries is None:
+            try:
+                entries = await offload.run_sync(namespace.entries, self.f, self._object(node), node.path)
+            except Exception as exc:
+                self._mark_broken(node, exc)
+                raise FUSEError(errno.EIO) from None
+            self.listings.put(node.address, entries)
         return self.handles.open_dir(OpenDir(node.ino, entries))
 
     @boundary

@@ -1,9 +1,13 @@
-"""Attributes of an object: compact (in the header) and dense (fractal heap + v2 B-tree)."""
+"""Attributes of an object: compact (in the header) and dense (fractal heap + v2 B-tree).
+
+An object's attribute table (`H5Object.attributes()`) is cached in the file's metadata cache
+under the object's address, and each value decoded from it there too (kind ("attribute", i)),
+so invalidating the object forgets both. An Attribute is immutable: its datatype and dataspace,
+decoded from its own message bytes on first use, are kept on it."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,19 +18,25 @@ from ..format.messages import dataspace as S
 from ..format.messages.shared import IN_SOHM_HEAP, SharedRef
 from ..format.object_header import RawMessage
 from . import messages as M
-from .objects import guarded
+from .objects import approx_size, guarded
 
 if TYPE_CHECKING:
     from .objects import H5Object
 
 MAX_ATTRIBUTE_BYTES = 64 * 1024 * 1024
+DECODED = 900   # memory of an attribute in a table (its records, decoded datatype and dataspace),
+                # beyond the bytes of its name, value, datatype and dataspace
 
 
 class Attribute:
-    def __init__(self, owner: H5Object, msg: attr_msg.AttributeMessage):
+    __slots__ = ("owner", "msg", "name", "index", "_datatype", "_dataspace")
+
+    def __init__(self, owner: H5Object, msg: attr_msg.AttributeMessage, index: int):
         self.owner = owner
         self.msg = msg
         self.name = msg.name
+        self.index = index            # its place in the owner's table: its value's cache kind
+        self._datatype = self._dataspace = None
 
     @property
     def what(self) -> str:
@@ -37,15 +47,19 @@ class Attribute:
     def _sub(self, mtype: int, raw: bytes, shared: bool):
         return self.owner.decode(RawMessage(mtype, 0x02 if shared else 0, raw))
 
-    @cached_property
+    @property
     def datatype(self):
-        return self._sub(M.DATATYPE, self.msg.datatype_raw, self.msg.datatype_shared)
+        if self._datatype is None:
+            self._datatype = self._sub(M.DATATYPE, self.msg.datatype_raw, self.msg.datatype_shared)
+        return self._datatype
 
-    @cached_property
+    @property
     def dataspace(self) -> S.Dataspace:
-        return self._sub(M.DATASPACE, self.msg.dataspace_raw, self.msg.dataspace_shared)
+        if self._dataspace is None:
+            self._dataspace = self._sub(M.DATASPACE, self.msg.dataspace_raw, self.msg.dataspace_shared)
+        return self._dataspace
 
-    @cached_property
+    @property
     def value_in_header(self) -> bool:
         """A small value decoded from the message alone (no shared type, no global heap)."""
         from .varlen_views import needs_decoding
@@ -56,10 +70,14 @@ class Attribute:
         except H5fsError:
             return False  # the decode will report it, from a worker thread
 
-    @cached_property
-    @guarded
+    @property
     def value(self) -> np.ndarray:
-        """The value as stored (0-d for scalars); strings as str (vlen) or bytes ('S')."""
+        """The value as stored (0-d for scalars); strings as str (vlen) or bytes ('S'); read-only:
+        every caller shares it."""
+        return self.owner.cached(("attribute", self.index), self._decode_value, _value_nbytes)
+
+    @guarded
+    def _decode_value(self) -> np.ndarray:
         from .dtypes import npy_dtype
         from .varlen_views import decode_elements, needs_decoding
         space, dt = self.dataspace, self.datatype
@@ -74,12 +92,18 @@ class Attribute:
             values = decode_elements(self.owner.file, dt, raw, count, self.what)
         else:
             values = np.frombuffer(raw, npy_dtype(dt), count)
-        if space.kind == S.NULL:
-            return values[:0]
-        return values.reshape(space.dims if space.kind == S.SIMPLE else ())
+        values = values[:0] if space.kind == S.NULL else values.reshape(space.dims if space.kind == S.SIMPLE else ())
+        values.flags.writeable = False
+        return values
 
 
-def read_attributes(obj: H5Object) -> list[Attribute]:
+def _value_nbytes(value: np.ndarray) -> int:
+    if value.dtype.hasobject:
+        return 150 + approx_size(value)
+    return 400 + value.nbytes   # two array objects (the decoded one and its shape), a dtype
+
+
+def read_attributes(obj: H5Object) -> tuple[Attribute, ...]:
     """All attributes of `obj`, in creation order when tracked, else by name."""
     msgs = [replace(obj.decode(raw), creation_order=raw.creation_order) for raw in obj.header.find(M.ATTRIBUTE)]
     info = obj.message(M.ATTRIBUTE_INFO)
@@ -87,7 +111,13 @@ def read_attributes(obj: H5Object) -> list[Attribute]:
         msgs += _dense(obj, info)
     tracked = info is not None and info.track_order and all(m.creation_order is not None for m in msgs)
     msgs.sort(key=(lambda m: m.creation_order) if tracked else (lambda m: m.name))
-    return [Attribute(obj, m) for m in msgs]
+    return tuple(Attribute(obj, m, i) for i, m in enumerate(msgs))
+
+
+def table_nbytes(table: tuple[Attribute, ...]) -> int:
+    """Memory of an attribute table: the handles' slots, the messages, what decoding adds."""
+    return sum(DECODED + len(a.name) + len(a.msg.data) + len(a.msg.datatype_raw) + len(a.msg.dataspace_raw)
+               for a in table)
 
 
 def _dense(obj: H5Object, info) -> list[attr_msg.AttributeMessage]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import numpy as np
 
 from ..errors import FormatError, H5fsError, Unsupported
@@ -13,36 +11,41 @@ from ..storage.chunked import ChunkedSource
 from ..storage.index import IndexContext, open_index
 from ..storage.sources import CompactSource, ContiguousSource, FillSource, RawSource
 from . import messages as M
-from .objects import H5Object, guarded
+from .objects import H5Object, derived, guarded
 
 # Views whose bytes must be computed as a whole (variable-length data) are refused above this size.
 MAX_MATERIALIZED = 256 * 1024 * 1024
 # st_size is a signed 64-bit number: a (hostile or sparse) extent beyond it cannot be served.
 MAX_VIEW_BYTES = (1 << 63) - 1
+DTYPE_NBYTES = 500    # a NumPy dtype (compound ones hold more, but are rare)
+VIEWS = "materialized views"
+
+
+def _views_nbytes(views: tuple[bytes, np.dtype, bytes]) -> int:
+    raw, _, body = views
+    return DTYPE_NBYTES + len(raw) + (len(body) if body is not raw else 0)
 
 
 class Dataset(H5Object):
+    __slots__ = ()
     kind = "dataset"
 
-    # -- description ------------------------------------------------------------------------
-    @cached_property
-    @guarded
+    # -- description (validated messages: cached decoded, checked on each use) ---------------
+    @property
     def dataspace(self) -> S.Dataspace:
         space = self.message(M.DATASPACE)
         if space is None:
             raise FormatError(f"{self.path}: dataset has no dataspace message")
         return space
 
-    @cached_property
-    @guarded
+    @property
     def datatype(self):
         dt = self.message(M.DATATYPE)
         if dt is None:
             raise FormatError(f"{self.path}: dataset has no datatype message")
         return dt
 
-    @cached_property
-    @guarded
+    @derived(DTYPE_NBYTES)
     def dtype(self) -> np.dtype:
         from .dtypes import numpy_dtype
         return numpy_dtype(self.datatype)
@@ -51,7 +54,7 @@ class Dataset(H5Object):
     def itemsize(self) -> int:
         return self.datatype.size
 
-    @cached_property
+    @property
     def shape(self) -> tuple[int, ...]:
         if self.layout.layout_class == L.VIRTUAL:
             # an unlimited virtual dataset's extent follows its sources, as h5py shows it
@@ -63,22 +66,19 @@ class Dataset(H5Object):
     def maxshape(self) -> tuple[int | None, ...]:
         return self.dataspace.maxdims
 
-    @cached_property
-    @guarded
+    @property
     def layout(self) -> L.DataLayout:
         lay = self.message(M.LAYOUT)
         if lay is None:
             raise FormatError(f"{self.path}: dataset has no data layout message")
         return lay
 
-    @cached_property
-    @guarded
+    @property
     def filters(self):
         pipe = self.message(M.FILTERS)
         return pipe.filters if pipe is not None else ()
 
-    @cached_property
-    @guarded
+    @property
     def fill_value(self) -> bytes | None:
         fv = self.message(M.FILL)
         if fv is None:
@@ -95,9 +95,11 @@ class Dataset(H5Object):
         return self.layout.chunk_dims if self.layout.layout_class == L.CHUNKED else None
 
     # -- storage ----------------------------------------------------------------------------
-    @cached_property
-    @guarded
+    @derived(lambda source: source.footprint())
     def source(self) -> RawSource:
+        # the generation before the header is read: chunks cached under it come from this
+        # version's index or a later one, never an earlier one
+        generation = self.file.generation(self.address)
         space, lay = self.dataspace, self.layout
         size = space.count * self.itemsize
         if size > MAX_VIEW_BYTES:
@@ -114,30 +116,30 @@ class Dataset(H5Object):
                 raise FormatError(f"{self.path}: contiguous storage of {lay.size} bytes for {size} bytes of data")
             return ContiguousSource(size, self.file.reader, lay.address, self.path)
         if lay.layout_class == L.CHUNKED:
-            return self._chunked_source(space, lay)
+            return self._chunked_source(space, lay, generation)
         if lay.layout_class == L.VIRTUAL:
             from .virtual import virtual_source
             return virtual_source(self, size)
         raise Unsupported(f"{self.path}: layout class {lay.layout_class}")
 
-    def _chunked_source(self, space: S.Dataspace, lay: L.DataLayout) -> RawSource:
+    def _chunked_source(self, space: S.Dataspace, lay: L.DataLayout, generation: int) -> RawSource:
         if space.kind != S.SIMPLE:
             raise FormatError(f"{self.path}: chunked dataset with a {('scalar', 'simple', 'null')[space.kind]} dataspace")
         if lay.element_size != self.itemsize:
             raise FormatError(f"{self.path}: chunk element size {lay.element_size} differs from datatype size {self.itemsize}")
         ctx = IndexContext(self.file.reader, lay, space.dims, space.maxdims, bool(self.filters), self.path)
         return ChunkedSource(space.dims, self.itemsize, lay.chunk_dims, open_index(ctx), self.filters,
-                             self.fill_value, self.file.chunk_cache, self.address, self.path,
+                             self.fill_value, self.file.chunk_cache, (self.address, generation), self.path,
                              edge_unfiltered=bool(lay.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS))
 
-    @cached_property
+    @property
     def facts_from_header(self) -> bool:
         """Compact and contiguous storage: the facts need no I/O (chunked storage sizes walk the
         index, external and virtual facts read heaps)."""
         return (self.layout.layout_class in (L.COMPACT, L.CONTIGUOUS)
                 and self.header.first(M.EXTERNAL) is None)
 
-    @cached_property
+    @property
     def prefetchable(self) -> bool:
         """Reads decode filtered chunks into the shared cache, and the `.npy` body is the raw
         view: decoding ahead of a sequential reader pays off."""
@@ -155,21 +157,24 @@ class Dataset(H5Object):
         return self.source.allocated()
 
     # -- views ------------------------------------------------------------------------------
-    @cached_property
-    @guarded
-    def materialized(self) -> "MaterializedView | None":
-        """Variable-length and reference data: the views are computed from decoded values."""
-        from .dtypes import is_converted
-        if not is_converted(self.datatype):
-            return None
-        return MaterializedView(self)
+    @derived(100)
+    def _view_kind(self) -> tuple[MaterializedView | None, bool]:
+        """(`materialized`, `converted`): what the views of this datatype are made of."""
+        from .dtypes import is_converted, needs_conversion
+        if is_converted(self.datatype):
+            return MaterializedView(self), False
+        return None, needs_conversion(self.datatype)
 
-    @cached_property
+    @property
+    def materialized(self) -> MaterializedView | None:
+        """Variable-length and reference data: the views are computed from decoded values."""
+        return self._view_kind[0]
+
+    @property
     def converted(self) -> bool:
         """Fixed-size numbers NumPy cannot hold as stored (non-IEEE floats, padded integers): the
         `.npy` view converts just the elements a read asks for; the raw view is the stored bytes."""
-        from .dtypes import needs_conversion
-        return self.materialized is None and needs_conversion(self.datatype)
+        return self._view_kind[1]
 
     def _converted_range(self, offset: int, size: int) -> bytes:
         from .varlen_views import decode_elements
@@ -243,10 +248,9 @@ class Dataset(H5Object):
         body = self.read_npy_body(0, self.npy_body_size)
         return np.frombuffer(body, self.npy_dtype).reshape(self.npy_shape)
 
-    @guarded
-    def facts(self) -> dict[str, str]:
+    def _compute_facts(self) -> dict[str, str]:
         from .dtypes import describe
-        out = super().facts()
+        out = super()._compute_facts()
         out["dtype"] = describe(self.datatype)
         out["shape"] = _tuple(self.shape)
         out["maxshape"] = _tuple(self.maxshape)
@@ -283,7 +287,8 @@ def _tuple(values) -> str:
 
 
 class MaterializedView:
-    """Views of variable-length/reference data: decoded once, then served from memory."""
+    """Views of variable-length/reference data: decoded once into the file's metadata cache
+    (under the dataset's address), then served from memory."""
 
     def __init__(self, ds: Dataset):
         self.ds = ds
@@ -292,13 +297,13 @@ class MaterializedView:
 
     @property
     def ready(self) -> bool:
-        """True once the views are decoded (reads no longer do I/O)."""
-        return "_views" in self.__dict__
+        """True while the views are cached (reads do no I/O)."""
+        return self.ds.file.meta.peek(self.ds.address, VIEWS) is not None
 
-    @cached_property
+    @property
     def _views(self) -> tuple[bytes, np.dtype, bytes]:
         from .varlen_views import dataset_views
-        return dataset_views(self.ds)
+        return self.ds.cached(VIEWS, lambda: dataset_views(self.ds), _views_nbytes)
 
     @property
     def raw_size(self) -> int:

@@ -113,6 +113,9 @@ class ExternalSource(RawSource):
     def allocated(self) -> int:
         return 0
 
+    def footprint(self) -> int:
+        return 512 + 400 * len(self.extents)
+
     def close(self) -> None:
         with self._lock:
             fds, self._fds = self._fds, {}

@@ -1,15 +1,29 @@
-"""An open HDF5 file: superblock, block reader, object and chunk caches, shared messages."""
+"""An open HDF5 file: superblock, block reader, the metadata and chunk caches, shared messages.
+
+Everything decoded from the file's metadata lives in one MetadataCache (`meta`) under the address
+it was read from: object headers (kind HEADER), and under a header's address what the model
+derives from it, each with a kind of its own (its class, decoded messages, link and attribute
+tables, a dataset's source, VDS plans...). `invalidate(address)` forgets an object's header and
+all of that, drops its dataset's cached chunks and bumps the address's generation;
+`invalidate_range` forgets whatever was decoded from a freed extent (a writer that frees an
+object header also invalidates the object's address). Values derived from several objects are
+not tied to one of them: the table of paths that references are shown as lives at FILE_WIDE and
+goes with any invalidation; a virtual dataset's plan and a message shared from another header
+follow their own object only (datasets that are VDS sources, committed datatypes: a writer that
+changes one invalidates what maps or shares it).
+"""
 
 from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
-from functools import cached_property
+from functools import partial
+from typing import Any, Callable, Hashable
 
 from ..errors import FormatError, NotFound
 from ..format import object_header, superblock
 from ..format.codec import Reader
+from ..format.global_heap import GlobalHeapReader
 from ..format.messages import shared, sohm_table
 from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
@@ -18,9 +32,18 @@ from ..storage.metadata_cache import MetadataCache
 from . import messages as M
 from .dataset import Dataset
 from .group import Group
-from .objects import UNEXPECTED, H5Object, NamedDatatype, internal_error
+from .objects import ENTRY, NONE, UNEXPECTED, H5Object, NamedDatatype, approx_size, internal_error
 
-OBJECT_CACHE = 16384
+HEADER, CLASS = "object header", "object class"
+FILE_WIDE = 0   # the superblock's address: values derived from the whole file are kept there
+
+
+def header_nbytes(header: object_header.ObjectHeader) -> int:
+    """Memory of a decoded object header (calibrated with tracemalloc on libhdf5's headers):
+    its records, one per block and per message, and the message bytes."""
+    messages = sum(len(b.messages) for b in header.blocks)
+    data = sum(len(m.data) for b in header.blocks for m in b.messages)
+    return 300 + 300 * len(header.blocks) + 150 * messages + data
 
 
 class H5File:
@@ -34,8 +57,10 @@ class H5File:
         self.root_address = sb.root_header_address
         self.root_entry = sb.root_entry
         self.chunk_cache = ChunkCache()
-        self._objects: OrderedDict[int, H5Object] = OrderedDict()
-        self._lock = threading.Lock()
+        self.global_heap = GlobalHeapReader(self.reader)
+        self._generations: dict[int, int] = {}   # address -> times it was invalidated
+        self._epoch = 0                           # invalidations so far, of any address
+        self._lock = threading.Lock()             # orders invalidations and cache stores
 
     @classmethod
     def open(cls, path: str) -> H5File:
@@ -63,30 +88,79 @@ class H5File:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @cached_property
+    # -- caches -----------------------------------------------------------------------------
+    def cached(self, address: int, kind: Hashable, compute: Callable[[], Any],
+               nbytes: int | Callable[[Any], int]) -> Any:
+        """The value cached under (address, kind), or `compute()` stored there at a cost of
+        `nbytes` (a number or a function of the value) plus the entry's own. A value computed
+        while any address was invalidated is returned but not stored: it may predate the change."""
+        hit = self.meta.peek(address, kind)
+        if hit is not None:
+            return None if hit is NONE else hit
+        epoch = self._epoch
+        value = compute()
+        size = ENTRY + (nbytes(value) if callable(nbytes) else nbytes)
+        with self._lock:
+            if self._epoch == epoch:
+                self.meta.get(address, kind, lambda: NONE if value is None else value, size)
+        return value
+
+    def generation(self, address: int) -> int:
+        """How many times `address` was invalidated: handles remember it (H5Object.generation)."""
+        return self._generations.get(address, 0)
+
+    def invalidate(self, address: int) -> None:
+        """Forget the object whose header is at `address`: its header, all that was derived from
+        it, its cached chunks; handles of it see a new generation."""
+        with self._lock:
+            generation = self._generations.get(address, 0)
+            self._generations[address] = generation + 1
+            self._epoch += 1
+            self.meta.invalidate(address)
+            self.meta.invalidate(FILE_WIDE)
+        self.chunk_cache.invalidate_owner((address, generation))
+
+    def invalidate_range(self, start: int, end: int) -> None:
+        """Forget every structure decoded from an address in [start, end) (a freed extent)."""
+        with self._lock:
+            self._epoch += 1
+            self.meta.invalidate_range(start, end)
+
+    # -- objects ----------------------------------------------------------------------------
+    @property
     def root(self) -> Group:
         obj = self.get(self.root_address, "/")
         if not isinstance(obj, Group):
             raise FormatError("root object is not a group")
         return obj
 
-    def get(self, address: int, path: str) -> H5Object:
-        """The object whose header is at `address` (cached; `path` names it in messages)."""
-        with self._lock:
-            obj = self._objects.get(address)
-            if obj is not None:
-                self._objects.move_to_end(address)
-                return obj
+    def header(self, address: int, what: str) -> object_header.ObjectHeader:
+        """The object header at `address`, through the metadata cache (`what` names it in errors)."""
+        return self.cached(address, HEADER, partial(self._read_header, address, what), header_nbytes)
+
+    def _read_header(self, address: int, what: str) -> object_header.ObjectHeader:
         try:
-            header = object_header.read(self.reader, address, path)
-            obj = _classify(header, address == self.root_address, path)(self, address, path, header)
+            return object_header.read(self.reader, address, what)
         except UNEXPECTED as e:
-            raise internal_error(path, e) from e
-        with self._lock:
-            self._objects[address] = obj
-            while len(self._objects) > OBJECT_CACHE:
-                self._objects.popitem(last=False)
-        return obj
+            raise internal_error(what, e) from e
+
+    def object_class(self, address: int, path: str) -> type[H5Object]:
+        return self.cached(address, CLASS, partial(self._classify, address, path), 0)
+
+    def _classify(self, address: int, path: str) -> type[H5Object]:
+        header = self.header(address, path)
+        types = {m.type for m in header.messages}
+        if address == self.root_address or types & {M.SYMBOL_TABLE, M.LINK_INFO, M.LINK, M.GROUP_INFO}:
+            return Group
+        if M.LAYOUT in types or (M.DATASPACE in types and M.DATATYPE in types):
+            return Dataset
+        if M.DATATYPE in types:
+            return NamedDatatype
+        raise FormatError(f"{path}: object at {address} is neither a group, a dataset nor a named datatype")
+
+    def get(self, address: int, path: str) -> H5Object:
+        """A handle on the object whose header is at `address` (`path` names it in messages)."""
+        return self.object_class(address, path)(self, address, path, self._generations.get(address, 0))
 
     def resolve(self, path: str) -> H5Object:
         """The object at an absolute HDF5 path, following hard links only."""
@@ -102,21 +176,21 @@ class H5File:
             obj = self.get(link.address, walked)
         return obj
 
-    @cached_property
-    def global_heap(self):
-        from ..format.global_heap import GlobalHeapReader
-        return GlobalHeapReader(self.reader)
-
     # -- shared object header messages ----------------------------------------------------------
-    @cached_property
+    @property
     def extension(self) -> object_header.ObjectHeader | None:
         addr = self.superblock.extension_address
-        return None if addr is None else object_header.read(self.reader, addr, "superblock extension")
+        return None if addr is None else self.header(addr, "superblock extension")
 
-    @cached_property
+    @property
     def sohm_indexes(self) -> list[sohm_table.SohmIndex]:
-        ext = self.extension
-        raw = ext.first(M.SOHM_TABLE) if ext is not None else None
+        addr = self.superblock.extension_address
+        if addr is None:
+            return []
+        return self.cached(addr, "sohm indexes", self._read_sohm_indexes, approx_size)
+
+    def _read_sohm_indexes(self) -> list[sohm_table.SohmIndex]:
+        raw = self.extension.first(M.SOHM_TABLE)
         if raw is None:
             return []
         msg = sohm_table.decode(Reader(raw.data, 0, self.sizes, "shared message table message"))
@@ -126,9 +200,8 @@ class H5File:
         if ref.kind == shared.IN_OBJECT_HEADER:
             if ref.address is None:
                 raise FormatError(f"{what}: shared in an undefined object header")
-            # usually a committed datatype: through the object cache, read once
-            header = self.get(ref.address, f"{what} (shared, in object header {ref.address})").header
-            raw = header.first(mtype)
+            # usually a committed datatype: its header is read once, through the cache
+            raw = self.header(ref.address, f"{what} (shared, in object header {ref.address})").first(mtype)
             if raw is None:
                 raise FormatError(f"{what}: shared object header {ref.address} has no such message")
             return raw
@@ -141,19 +214,5 @@ class H5File:
 
     def _sohm_heap(self, address: int):
         from ..format.fractal_heap import FractalHeap
-        heaps = self.__dict__.setdefault("_sohm_heaps", {})
-        if address not in heaps:
-            heaps[address] = FractalHeap(self.reader, address, "shared message heap")
-        return heaps[address]
-
-
-def _classify(header: object_header.ObjectHeader, is_root: bool, path: str) -> type[H5Object]:
-    types = {m.type for m in header.messages}
-    if is_root or types & {M.SYMBOL_TABLE, M.LINK_INFO, M.LINK, M.GROUP_INFO}:
-        return Group
-    if M.LAYOUT in types or (M.DATASPACE in types and M.DATATYPE in types):
-        return Dataset
-    if M.DATATYPE in types:
-        return NamedDatatype
-    raise FormatError(f"{path}: object at {header.address} is neither a group, a dataset nor a named datatype")
-
+        return self.cached(address, "shared message heap", lambda: FractalHeap(self.reader, address, "shared message heap"),
+                           lambda heap: 1024 + approx_size(heap.header) + approx_size(heap.geometry))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cached_property
-
 from ..errors import FormatError
 from ..format import btree_v1, local_heap, symbol_table_node
 from ..format.codec import Reader
@@ -11,21 +9,23 @@ from ..format.messages import link as link_msg
 from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
 from . import messages as M
-from .objects import H5Object, guarded
+from .objects import H5Object, derived
 
 
 class Group(H5Object):
+    __slots__ = ()
     kind = "group"
 
     def links(self) -> list[Link]:
+        """The links in display order (the cached list: callers do not change it)."""
         return self._links[0]
 
     def link(self, name: str) -> Link | None:
         return self._links[1].get(name)
 
-    @cached_property
-    @guarded
+    @derived()
     def _links(self) -> tuple[list[Link], dict[str, Link]]:
+        """The link table: in display order, and by name (the first of a duplicate name)."""
         links = self._read_links()
         by_name: dict[str, Link] = {}
         for ln in links:
@@ -72,8 +72,8 @@ class Group(H5Object):
             links.sort(key=(lambda ln: ln.creation_order) if tracked else (lambda ln: ln.name))
         return links
 
-    def facts(self) -> dict[str, str]:
-        out = super().facts()
+    def _compute_facts(self) -> dict[str, str]:
+        out = super()._compute_facts()
         if self.header.first(M.SYMBOL_TABLE) is not None:
             out["storage"] = "symbol table"
         else:

@@ -1,15 +1,28 @@
-"""The object every group, dataset and named datatype is: a header, its messages, attributes."""
+"""The object every group, dataset and named datatype is: a header, its messages, attributes.
+
+Objects are handles: a file, a header address, a path (for messages) and the generation of the
+address when the handle was made. They hold nothing else: the header and everything derived from
+it (decoded messages, link and attribute tables, a dataset's source...) live in the file's
+metadata cache under the header's address, so any number of handles of one object see one state,
+making a handle costs nothing, and `H5File.invalidate(address)` makes every handle read again.
+A handle made before its address was invalidated checks, when used, that an object of its kind
+still lives there.
+"""
 
 from __future__ import annotations
 
 import errno
 import functools
+import itertools
 import logging
 import struct
-from functools import cached_property
+import sys
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from ..errors import FormatError, H5fsError
+import numpy as np
+
+from ..errors import FormatError, H5fsError, NotFound
 from ..format import object_header
 from ..format.codec import Reader
 from ..format.messages import shared
@@ -60,17 +73,119 @@ def guarded(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+ENTRY = 300       # bytes of a metadata cache entry's own bookkeeping (key, LRU node, kind set)
+_SAMPLE = 16      # elements of a long container measured; the others are taken to be alike
+_ATOMS = (str, bytes, bytearray, int, float, complex, memoryview)
+
+
+class _Absent:
+    """What the metadata cache holds for a derived value that is None (its `peek` means a miss)."""
+
+
+NONE = _Absent()
+
+
+def approx_size(value: object) -> int:
+    """Bytes of memory `value` holds, for the metadata cache's budget: tuples, lists, dicts, sets,
+    dataclass records and NumPy arrays are followed (a long container through its first _SAMPLE
+    elements), anything else counts for itself alone (handles, readers and files are owned
+    elsewhere). An object met twice counts once."""
+    seen: set[int] = set()
+    total = 0.0
+    stack: list[tuple[object, float]] = [(value, 1.0)]
+    getsizeof, push = sys.getsizeof, stack.append
+    while stack:
+        obj, weight = stack.pop()
+        if obj is None or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        size = getsizeof(obj)
+        if isinstance(obj, _ATOMS):
+            total += size * weight
+            continue
+        if isinstance(obj, (tuple, list, set, frozenset)):
+            items, n = obj, len(obj)
+        elif isinstance(obj, dict):
+            items, n = [x for kv in itertools.islice(obj.items(), _SAMPLE // 2) for x in kv], 2 * len(obj)
+        elif isinstance(obj, np.ndarray):
+            items, n = [obj.base], 1
+            if obj.dtype.hasobject and obj.size:
+                items, n = [obj.base, *obj.flat[:_SAMPLE]], obj.size
+        else:
+            fields = getattr(type(obj), "__dataclass_fields__", None)
+            if fields is None:
+                total += size * weight
+                continue
+            # the instance's attribute values (reading __dict__ would make Python build it)
+            size += 8 * len(fields) + 16
+            items, n = [getattr(obj, name, None) for name in fields], len(fields)
+        total += size * weight
+        if n > _SAMPLE:
+            weight *= n / _SAMPLE
+        for x in itertools.islice(items, _SAMPLE):
+            push((x, weight))
+    return int(total)
+
+
+class derived:
+    """`@derived(nbytes)` over a method: a read-only property computed by the method (guarded)
+    and kept in the file's metadata cache under the object's address, the property's name as its
+    kind. `nbytes`: the value's size, or a function of the value giving it."""
+
+    def __init__(self, nbytes: int | Callable[[Any], int] = approx_size):
+        self.nbytes = nbytes
+
+    def __call__(self, compute: Callable[[Any], Any]) -> derived:
+        self.compute = guarded(compute)
+        self.__doc__ = compute.__doc__
+        return self
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.kind = name
+
+    def __get__(self, obj: H5Object | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return obj.cached(self.kind, partial(self.compute, obj), self.nbytes)
+
+
+def _attribute_table_nbytes(table: tuple[Attribute, ...]) -> int:
+    from .attributes import table_nbytes
+    return table_nbytes(table)
+
+
 class H5Object:
+    __slots__ = ("file", "address", "path", "generation")
     kind = "object"
 
-    def __init__(self, file: H5File, address: int, path: str, header: object_header.ObjectHeader):
+    def __init__(self, file: H5File, address: int, path: str, generation: int = 0):
         self.file = file
         self.address = address
         self.path = path
-        self.header = header
+        self.generation = generation
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path} @{self.address}>"
+
+    # -- the file's caches ------------------------------------------------------------------
+    def _check_current(self) -> None:
+        """When the address was invalidated since this handle was made, an object of the
+        handle's kind must still live there; otherwise the handle's object is gone."""
+        if self.file.generation(self.address) != self.generation:
+            cls = self.file.object_class(self.address, self.path)
+            if cls is not type(self):
+                raise NotFound(f"{self.path}: the {self.kind} at address {self.address} is gone "
+                               f"(a {cls.kind} lives there now)")
+
+    def cached(self, kind: Any, compute: Callable[[], Any], nbytes: int | Callable[[Any], int]) -> Any:
+        """A value derived from this object, through the file's metadata cache (see H5File.cached)."""
+        self._check_current()
+        return self.file.cached(self.address, kind, compute, nbytes)
+
+    @property
+    def header(self) -> object_header.ObjectHeader:
+        self._check_current()
+        return self.file.header(self.address, self.path)
 
     # -- messages ---------------------------------------------------------------------------
     def decode(self, raw: object_header.RawMessage, depth: int = 0) -> Any:
@@ -99,38 +214,46 @@ class H5Object:
             raise internal_error(what, e) from e
 
     def message(self, mtype: int) -> Any:
-        raw = self.header.first(mtype)
-        return None if raw is None else self.decode(raw)
+        """The first message of type `mtype` decoded (cached under the type number), or None.
+        An absent message is not cached: finding that out costs a scan of the cached header.
+        A decoded message takes about 250 bytes, more for long ones (a compound datatype's
+        members: up to ~8 bytes per stored byte)."""
+        self._check_current()
+        hit = self.file.meta.peek(self.address, mtype)
+        if hit is not None:
+            return None if hit is NONE else hit
+        raw = self.file.header(self.address, self.path).first(mtype)
+        if raw is None:
+            return None
+        return self.file.cached(self.address, mtype, partial(self.decode, raw), 250 + 8 * len(raw.data))
 
-    # -- common facts -----------------------------------------------------------------------
-    @cached_property
+    # -- common facts (from the cached header and messages: no decoding on a hit) -----------
+    @property
     @guarded
     def nlink(self) -> int:
-        if self.header.version == 1:
-            return max(1, self.header.refcount)
-        rc = self.message(M.REFCOUNT)
-        return max(1, rc or 1)
+        header = self.header
+        if header.version == 1:
+            return max(1, header.refcount)
+        return max(1, self.message(M.REFCOUNT) or 1)
 
-    @cached_property
+    @property
     @guarded
     def mtime(self) -> float | None:
+        header = self.header
         for mtype in (M.MTIME, M.MTIME_OLD):
-            raw = self.header.first(mtype)
-            if raw is not None:
+            if header.first(mtype) is not None:
                 try:
-                    return self.decode(raw)
+                    return self.message(mtype)
                 except H5fsError:
                     return None
-        if self.header.times:
-            return float(self.header.times[1])
-        return None
+        return float(header.times[1]) if header.times else None
 
-    @cached_property
+    @property
     @guarded
     def comment(self) -> str | None:
         return self.message(M.COMMENT)
 
-    @cached_property
+    @property
     @guarded
     def dense_attributes(self) -> bool:
         """Attributes kept in a fractal heap (reading them is I/O), not all in the header."""
@@ -140,11 +263,22 @@ class H5Object:
     facts_from_header = True  # `facts()` needs nothing beyond the parsed header (no I/O)
 
     def attributes(self) -> list[Attribute]:
+        return list(self._attributes)
+
+    @derived(_attribute_table_nbytes)
+    def _attributes(self) -> tuple[Attribute, ...]:
         from .attributes import read_attributes
         return read_attributes(self)
 
-    @guarded
     def facts(self) -> dict[str, str]:
+        """Readable facts about the object (a copy of the cached ones: callers may add theirs)."""
+        return dict(self._facts)
+
+    @derived(lambda facts: 250 + sum(120 + len(k) + len(v) for k, v in facts.items()))
+    def _facts(self) -> dict[str, str]:
+        return self._compute_facts()
+
+    def _compute_facts(self) -> dict[str, str]:
         out = {"kind": self.kind, "address": str(self.address)}
         if self.comment:
             out["comment"] = self.comment
@@ -152,16 +286,15 @@ class H5Object:
 
 
 class NamedDatatype(H5Object):
+    __slots__ = ()
     kind = "datatype"
 
-    @cached_property
-    @guarded
+    @property
     def datatype(self):
         return self.message(M.DATATYPE)
 
-    @guarded
-    def facts(self) -> dict[str, str]:
+    def _compute_facts(self) -> dict[str, str]:
         from .dtypes import describe
-        out = super().facts()
+        out = super()._compute_facts()
         out["dtype"] = describe(self.datatype)
         return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -69,12 +70,13 @@ _walk_lock = threading.Lock()
 
 
 def _path_of(file: H5File, address: int | None) -> str | None:
+    from .file import FILE_WIDE
     if address is None:
         return None
-    with _walk_lock:  # built once, whole, before anyone reads it
-        paths = file.__dict__.get("_paths_by_address")
-        if paths is None:
-            paths = file.__dict__["_paths_by_address"] = _walk(file)
+    # built whole, once, by one thread; cached file-wide: any invalidation forgets it
+    with _walk_lock:
+        paths = file.cached(FILE_WIDE, "reference paths", partial(_walk, file),
+                            lambda paths: 140 * len(paths) + sum(map(len, paths.values())))
     return paths.get(address)
 
 

@@ -50,6 +50,7 @@ import dataclasses
 import os
 import threading
 from collections import OrderedDict
+from functools import partial
 from math import prod
 
 import numpy as np
@@ -60,6 +61,7 @@ from ..format import vds_mapping
 from ..storage.chunk_grid import chunks_in_box, linear_boxes, overlap
 from ..storage.chunked import ChunkedSource
 from ..storage.sources import RawSource, fill_pattern
+from .objects import approx_size
 
 MAX_DEPTH = 16                 # nesting of virtual datasets whose sources are virtual
 MAX_EXPLICIT = 1 << 22         # elements of an enumerated (non-product) selection
@@ -621,6 +623,9 @@ class VirtualSource(RawSource):
     def allocated(self) -> int:
         return 0
 
+    def footprint(self) -> int:
+        return 1000 + _maps_nbytes(self.maps)   # the maps are the plan's: counted in both
+
 
 def _gather(src, shape: tuple[int, ...], coords: np.ndarray) -> np.ndarray:
     """Stored bytes (M, itemsize) of the source elements at `coords`, read box by box."""
@@ -833,13 +838,29 @@ def _check_type(ds) -> None:
                           f"data pointing into source files)")
 
 
+def _build_plan(ds) -> _Plan:
+    with _Guard(_key(ds), ds.path):
+        return _Plan(ds)
+
+
+def _selection_nbytes(sel) -> int:
+    """Memory of a built selection, with room for what it computes on first use (the sorted
+    index of an ExplicitSel, a source selection built per source shape)."""
+    if isinstance(sel, ExplicitSel):
+        return 300 + 3 * sel.points.nbytes
+    if isinstance(sel, ProductSel):
+        return 300 + sum(300 + (d.starts.nbytes * 4 if isinstance(d, IntDim) else 0) for d in sel.dims)
+    return 0
+
+
+def _maps_nbytes(maps: list[_Resolved]) -> int:
+    return sum(600 + _selection_nbytes(m.vsel) + 2 * approx_size(m.src_spec) for m in maps)
+
+
 def _plan(ds) -> _Plan:
-    plan = ds.__dict__.get("_h5fs_vds_plan")
-    if plan is None:
-        with _Guard(_key(ds), ds.path):
-            plan = _Plan(ds)
-        ds.__dict__["_h5fs_vds_plan"] = plan
-    return plan
+    """The plan, cached in the file's metadata cache under the dataset's address."""
+    return ds.cached("vds plan", partial(_build_plan, ds),
+                     lambda plan: 500 + approx_size(plan.block) + _maps_nbytes(plan.maps))
 
 
 def virtual_extent(ds) -> tuple[int, ...]:

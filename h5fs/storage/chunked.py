@@ -1,4 +1,7 @@
-"""Chunked layout: serve row-major byte ranges from filtered chunks through the shared cache."""
+"""Chunked layout: serve row-major byte ranges from filtered chunks through the shared cache.
+
+Chunks are cached under (owner, chunk coordinates); the owner names this version of the dataset
+(see chunk_cache.py), so a source built after the dataset changed never sees the old chunks."""
 
 from __future__ import annotations
 
@@ -17,11 +20,12 @@ from .sources import RawSource, fill_pattern
 
 # A chunk larger than the cache can ever hold would be decoded again on every read: refused.
 MAX_CHUNK_BYTES = MAX_BUDGET
+FILL = "fill"   # the coordinates under which a source caches its chunk of fill values
 
 
 class ChunkedSource(RawSource):
     def __init__(self, shape: tuple[int, ...], itemsize: int, chunk: tuple[int, ...], index: ChunkIndex,
-                 filters: tuple[FilterSpec, ...], fill: bytes | None, cache: ChunkCache, key: object,
+                 filters: tuple[FilterSpec, ...], fill: bytes | None, cache: ChunkCache, owner: object,
                  what: str, edge_unfiltered: bool = False):
         super().__init__(prod(shape) * itemsize)
         if len(chunk) != len(shape):
@@ -31,11 +35,10 @@ class ChunkedSource(RawSource):
         if self.chunk_bytes > MAX_CHUNK_BYTES:
             raise FormatError(f"{what}: chunk of {self.chunk_bytes} bytes is too large to serve")
         self.index, self.filters, self.fill = index, filters, fill
-        self.cache, self.key, self.what = cache, key, what
+        self.cache, self.owner, self.what = cache, owner, what
         chunks_per_row = prod(-(-d // c) for d, c in zip(shape[1:], chunk[1:]))
         cache.reserve(self.chunk_bytes * (chunks_per_row + 1))
         self.edge_unfiltered = edge_unfiltered
-        self._fill_chunk: bytes | None = None
         self._allocated: int | None = None
 
     # -- chunks ---------------------------------------------------------------------------
@@ -43,9 +46,8 @@ class ChunkedSource(RawSource):
         return any((c + 1) * k > d for c, k, d in zip(coords, self.chunk, self.shape))
 
     def _fill(self) -> bytes:
-        if self._fill_chunk is None:
-            self._fill_chunk = fill_pattern(self.fill, self.itemsize, 0, self.chunk_bytes)
-        return self._fill_chunk
+        """A chunk of fill values, held by the cache (it can be as large as a chunk)."""
+        return self.cache.get((self.owner, FILL), lambda: fill_pattern(self.fill, self.itemsize, 0, self.chunk_bytes))
 
     def _load(self, coords: tuple[int, ...], rec=None) -> bytes:
         if rec is None:
@@ -77,7 +79,7 @@ class ChunkedSource(RawSource):
     def _chunk_or_none(self, coords: tuple[int, ...]) -> bytes | None:
         """The decoded chunk, or None when it was never allocated (never cached: a hostile
         extent of tiny unallocated chunks must neither flood the cache nor cost a decode each)."""
-        key = (self.key, coords)
+        key = (self.owner, coords)
         data = self.cache.peek(key)
         if data is not None:
             return data
@@ -92,7 +94,7 @@ class ChunkedSource(RawSource):
 
     def read_cached(self, offset: int, size: int) -> bytes | None:
         def peek(coords):
-            data = self.cache.peek((self.key, coords))
+            data = self.cache.peek((self.owner, coords))
             if data is None:
                 raise _Miss
             return data
@@ -164,6 +166,9 @@ class ChunkedSource(RawSource):
         for i, c in zip(inner, self.chunk):
             first = first * c + i
         return coords, first
+
+    def footprint(self) -> int:
+        return 1024   # the source and its index object (index blocks live in the metadata cache)
 
     def allocated(self) -> int:
         if self._allocated is None:

@@ -38,6 +38,10 @@ class RawSource(ABC):
     def allocated(self) -> int:
         """Bytes the data occupies in the file."""
 
+    def footprint(self) -> int:
+        """Bytes of memory this source holds (sources are cached in the file's metadata cache)."""
+        return 256
+
     def clip(self, offset: int, size: int) -> tuple[int, int]:
         offset = max(0, offset)
         return offset, max(0, min(size, self.size - offset))
@@ -66,6 +70,9 @@ class CompactSource(RawSource):
         if len(data) < size:
             raise FormatError(f"{what}: compact data holds {len(data)} bytes, dataset needs {size}")
         self.data = data
+
+    def footprint(self) -> int:
+        return 256 + len(self.data)
 
     def read(self, offset: int, size: int) -> bytes:
         offset, size = self.clip(offset, size)
