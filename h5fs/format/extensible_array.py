@@ -47,7 +47,7 @@ def _log2(n: int) -> int:
     return n.bit_length() - 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExtensibleArrayHeader:
     address: int
     version: int
@@ -72,7 +72,7 @@ class ExtensibleArrayHeader:
         return (self.max_nelmts_bits + 7) // 8
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SuperBlockInfo:
     ndblks: int
     dblk_nelmts: int
@@ -118,7 +118,7 @@ def read_header(reader, address: int | None, what: str = "extensible array") -> 
 # -- blocks -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IndexBlock:
     address: int
     elements: bytes                         # idx_blk_elmts raw elements
@@ -126,7 +126,7 @@ class IndexBlock:
     sblock_addresses: tuple[int | None, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SuperBlock:
     address: int
     block_offset: int
@@ -134,7 +134,7 @@ class SuperBlock:
     dblock_addresses: tuple[int | None, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DataBlock:
     address: int
     block_offset: int
