@@ -18,13 +18,13 @@ import pytest
 from h5py import h5t
 
 from h5fs.errors import FormatError, Unsupported
-from h5fs.format import object_header, superblock
 from h5fs.format.codec import Reader, Sizes
-from h5fs.format.global_heap import GlobalHeapReader
 from h5fs.format.messages import datatype as D
 from h5fs.model import values as V
 from h5fs.model.dtypes import describe, is_converted, npy_dtype, numpy_dtype
 from h5fs.storage.blockio import BlockReader
+from h5fs.storage.readers import object_header, superblock
+from h5fs.storage.readers.global_heap import GlobalHeapReader
 
 # ----------------------------------------------------------------------------- helpers
 

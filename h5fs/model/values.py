@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import FormatError, Unsupported
 from ..format.codec import Reader, Sizes
-from ..format.global_heap import GlobalHeapReader
+from ..storage.readers.global_heap import GlobalHeapReader
 from ..format.messages.datatype import (
     NULLPAD, NULLTERM, REF_ATTR, REF_OBJECT1, REF_OBJECT2, REF_REGION1, REF_REGION2, SPACEPAD, UTF8,
     Array, Compound, Datatype, Enum, Reference, String, VarLen)
