@@ -26,14 +26,14 @@ MAX_ENTRIES = 65536
 MAX_DEPTH = 64
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkKey:
     size: int
     filter_mask: int
     offsets: tuple[int, ...]     # element offsets, one per dimension plus a trailing 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     node_type: int
     level: int

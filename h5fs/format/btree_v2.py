@@ -58,14 +58,14 @@ def limit_enc_size(n: int) -> int:
     return (max(n, 1).bit_length() - 1) // 8 + 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LevelInfo:
     max_nrec: int          # records a node at this depth can hold
     cum_max_nrec: int      # records a subtree rooted at this depth can hold
     cum_max_nrec_size: int  # bytes of a "total records" field counting such a subtree
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BTreeV2Header:
     address: int
     version: int
@@ -151,14 +151,14 @@ def header_size(sizes: Sizes) -> int:
     return sizes.layout(HEADER_LAYOUT).size + 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChildPointer:
     address: int
     nrecords: int        # records in the child node itself
     total_records: int   # records in the child's subtree
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     address: int
     depth: int
@@ -274,7 +274,7 @@ def encode_records(hdr: BTreeV2Header, encode_record: Callable[[Writer, R], None
 # Records
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HugeObjectRecord:
     """Types 1-4: a 'huge' fractal heap object stored on its own."""
 
@@ -285,19 +285,19 @@ class HugeObjectRecord:
     memory_size: int | None = None  # types 2 and 4: size once de-filtered
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LinkNameRecord:       # type 5
     hash: int
     heap_id: bytes          # 7 bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LinkCorderRecord:     # type 6
     corder: int
     heap_id: bytes          # 7 bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SharedMessageRecord:  # type 7
     location: int           # 0: in the SOHM heap, 1: in an object header
     hash: int
@@ -308,7 +308,7 @@ class SharedMessageRecord:  # type 7
     oh_address: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AttrNameRecord:       # type 8
     heap_id: bytes          # 8 bytes
     flags: int
@@ -316,14 +316,14 @@ class AttrNameRecord:       # type 8
     hash: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AttrCorderRecord:     # type 9
     heap_id: bytes
     flags: int
     corder: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkRecordV2:        # types 10 and 11
     address: int | None
     scaled: tuple[int, ...]  # chunk-grid coordinates

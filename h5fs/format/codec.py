@@ -31,7 +31,7 @@ def uint_field(v: int, n: int) -> int | bytes:
     return v if n in (1, 2, 4, 8) else v.to_bytes(n, "little")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sizes:
     """Size of offsets and size of lengths from the superblock (2, 4 or 8 bytes each)."""
 

@@ -46,7 +46,7 @@ def _log2(n: int) -> int:
     return n.bit_length() - 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExtensibleArrayHeader:
     address: int
     version: int
@@ -71,7 +71,7 @@ class ExtensibleArrayHeader:
         return (self.max_nelmts_bits + 7) // 8
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SuperBlockInfo:
     ndblks: int
     dblk_nelmts: int
@@ -135,7 +135,7 @@ def encode_header(h: ExtensibleArrayHeader, sizes: Sizes) -> bytes:
 # -- blocks -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IndexBlock:
     address: int
     elements: bytes                         # idx_blk_elmts raw elements
@@ -143,7 +143,7 @@ class IndexBlock:
     sblock_addresses: tuple[int | None, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SuperBlock:
     address: int
     block_offset: int
@@ -151,7 +151,7 @@ class SuperBlock:
     dblock_addresses: tuple[int | None, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DataBlock:
     address: int
     block_offset: int

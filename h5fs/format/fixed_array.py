@@ -37,7 +37,7 @@ HEADER_LAYOUT = "BBBLO"     # after signature and version: client, element size,
 PREFIX_LAYOUT = "4sBBO"     # every array block: signature, version, client, header address
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkElement:
     """One chunk-index element: the chunk's address (None: not allocated), size and filter mask."""
 
@@ -77,7 +77,7 @@ def chunk_element_encoder(sizes: Sizes, filtered: bool, size_width: int = 0) -> 
     return encode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FixedArrayHeader:
     address: int
     version: int
@@ -154,7 +154,7 @@ def encode_page(elements: bytes) -> bytes:
     return sealed(elements)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FixedArrayDataBlock:
     address: int
     bitmap: bytes      # page-init bitmap (paged arrays only)

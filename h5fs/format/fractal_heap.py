@@ -59,7 +59,7 @@ def _log2(n: int) -> int:
     return n.bit_length() - 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FractalHeapHeader:
     address: int
     id_len: int
@@ -146,7 +146,7 @@ def encode_header(h: FractalHeapHeader, sizes: Sizes) -> bytes:
 # -- geometry ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HeapGeometry:
     """Sizes derived from a heap's header: what its blocks and IDs need to be decoded."""
 
@@ -260,7 +260,7 @@ def _write_prefix(w: Writer, g: HeapGeometry, signature: bytes, block_offset: in
 # -- direct blocks ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DirectBlock:
     block_offset: int
     payload: bytes     # everything after the prefix: objects and free space
@@ -296,14 +296,14 @@ def encode_direct(db: DirectBlock, g: HeapGeometry) -> bytes:
 # -- indirect blocks --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DirectEntry:
     address: int | None
     filtered_size: int = 0
     filter_mask: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IndirectBlock:
     address: int
     block_offset: int
@@ -357,18 +357,18 @@ def encode_indirect(ib: IndirectBlock, g: HeapGeometry) -> bytes:
 # -- heap IDs ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ManagedId:
     offset: int
     length: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TinyId:
     data: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HugeId:
     """A huge object's ID: `key` into the huge-object B-tree, or (heaps whose IDs have room)
     the object's address, length, and when filtered its filter mask and de-filtered size."""

@@ -35,21 +35,21 @@ HEADER = "4sB3xL"          # signature, version, reserved, collection size
 OBJECT = "HH4xL"           # index, refcount, reserved, object size
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HeapObject:
     index: int
     refcount: int
     data: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FreeSpace:
     """An explicit free-space object (index 0)."""
 
     size: int                  # bytes, its own object header included
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Collection:
     address: int | None
     size: int
@@ -73,7 +73,7 @@ class Collection:
         return obj.data
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HeapID:
     address: int | None        # None: the undefined address (an empty/nil vlen or reference)
     index: int

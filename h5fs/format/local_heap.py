@@ -27,13 +27,13 @@ PREFIX = "4sB3xLLO"      # signature, version, reserved, data size, free list he
 FREE_NULL = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FreeBlock:
     offset: int
     size: int            # bytes, its own two fields included
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LocalHeap:
     data: bytes
     data_address: int | None = None

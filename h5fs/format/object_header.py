@@ -52,7 +52,7 @@ _CHUNK0 = {0: struct.Struct("<B"), 1: struct.Struct("<H"), 2: struct.Struct("<I"
 CHECKSUM_SIZE = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RawMessage:
     type: int
     flags: int
@@ -71,7 +71,7 @@ class RawMessage:
         return len(self.data)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HeaderBlock:
     address: int
     length: int                  # bytes on disk: prefix or signature, messages, gap, checksum
@@ -79,7 +79,7 @@ class HeaderBlock:
     gap: int = 0                 # bytes after the last message, too few for a message header
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Space:
     """Free space inside a header: a NIL message (header included) or a gap."""
 
@@ -89,7 +89,7 @@ class Space:
     nil: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Continuation:
     """A continuation message body: where the next header block lives."""
 
@@ -97,7 +97,7 @@ class Continuation:
     length: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObjectHeader:
     address: int
     version: int

@@ -32,14 +32,14 @@ _DRIVER = struct.Struct("<B3xI8s")   # version, reserved, size of the driver inf
 DRIVER_HEAD_SIZE = _DRIVER.size
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DriverInfo:
     version: int
     driver_id: bytes               # 8 ASCII bytes, e.g. b"NCSAfami", b"NCSAmult"
     data: bytes                    # the driver-specific information, kept whole
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Superblock:
     version: int
     location: int                  # absolute file position of the signature

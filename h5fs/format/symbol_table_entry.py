@@ -15,7 +15,7 @@ CACHE_NONE, CACHE_STAB, CACHE_SOFTLINK = 0, 1, 2
 SCRATCH_SIZE = 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SymbolTableEntry:
     name_offset: int
     header_address: int | None

@@ -22,7 +22,7 @@ MAX_SYMBOLS = 65536
 HEAD = "4sBxH"   # signature, version, reserved, number of symbols
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SymbolTableNode:
     entries: tuple[SymbolTableEntry, ...]
     capacity: int          # entry slots: 2 * group leaf node K

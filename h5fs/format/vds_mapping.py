@@ -34,7 +34,7 @@ MAX_ENTRIES = 1 << 20
 FILE_SHARED, DSET_SHARED, SAME_FILE = 0x01, 0x02, 0x04
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Mapping:
     source_file: str           # "." means the file holding the virtual dataset
     source_dataset: str
@@ -45,7 +45,7 @@ class Mapping:
     dataset_index: int | None = None    # DSET_SHARED: likewise for the source dataset name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MappingBlock:
     version: int
     entries: tuple[Mapping, ...]

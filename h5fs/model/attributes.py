@@ -111,7 +111,8 @@ def read_attributes(obj: H5Object) -> tuple[Attribute, ...]:
         msgs += _dense(obj, info)
     tracked = info is not None and info.track_order and all(m.creation_order is not None for m in msgs)
     msgs.sort(key=(lambda m: m.creation_order) if tracked else (lambda m: m.name))
-    return tuple(Attribute(obj, m, i) for i, m in enumerate(msgs))
+    owner = obj.detached()  # the table lives in obj's state: no reference back to it
+    return tuple(Attribute(owner, m, i) for i, m in enumerate(msgs))
 
 
 def table_nbytes(table: tuple[Attribute, ...]) -> int:

@@ -17,7 +17,7 @@ from .objects import H5Object, derived, guarded
 MAX_MATERIALIZED = 256 * 1024 * 1024
 # st_size is a signed 64-bit number: a (hostile or sparse) extent beyond it cannot be served.
 MAX_VIEW_BYTES = (1 << 63) - 1
-DTYPE_NBYTES = 500    # a NumPy dtype (compound ones hold more, but are rare)
+DTYPE_NBYTES = 500    # a NumPy dtype NumPy does not share (compound, string): more for each field
 VIEWS = "materialized views"
 
 
@@ -45,7 +45,7 @@ class Dataset(H5Object):
             raise FormatError(f"{self.path}: dataset has no datatype message")
         return dt
 
-    @derived(DTYPE_NBYTES)
+    @derived(lambda dt: DTYPE_NBYTES + 200 * len(dt.fields or ()) if dt.fields is not None or dt.kind in "SUVO" else 0)
     def dtype(self) -> np.dtype:
         from .dtypes import numpy_dtype
         return numpy_dtype(self.datatype)
@@ -162,7 +162,7 @@ class Dataset(H5Object):
         """(`materialized`, `converted`): what the views of this datatype are made of."""
         from .dtypes import is_converted, needs_conversion
         if is_converted(self.datatype):
-            return MaterializedView(self), False
+            return MaterializedView(self.detached()), False
         return None, needs_conversion(self.datatype)
 
     @property
@@ -298,7 +298,7 @@ class MaterializedView:
     @property
     def ready(self) -> bool:
         """True while the views are cached (reads do no I/O)."""
-        return self.ds.file.meta.peek(self.ds.address, VIEWS) is not None
+        return self.ds.has(VIEWS)
 
     @property
     def _views(self) -> tuple[bytes, np.dtype, bytes]:

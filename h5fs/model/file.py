@@ -1,10 +1,10 @@
 """An open HDF5 file: superblock, block reader, the metadata and chunk caches, shared messages.
 
 Everything decoded from the file's metadata lives in one MetadataCache (`meta`) under the address
-it was read from: object headers (kind HEADER), and under a header's address what the model
-derives from it, each with a kind of its own (its class, decoded messages, link and attribute
-tables, a dataset's source, VDS plans...). `invalidate(address)` forgets an object's header and
-all of that, drops its dataset's cached chunks and bumps the address's generation;
+it was read from. An object header is kept with everything the model derives from it (its class,
+decoded messages, link and attribute tables, a dataset's source, VDS plans...) in one
+ObjectState (kind STATE). `invalidate(address)` forgets an object's state, marks it invalid for
+the handles holding it, drops its dataset's cached chunks and bumps the address's generation;
 `invalidate_range` forgets whatever was decoded from a freed extent (a writer that frees an
 object header also invalidates the object's address). Values derived from several objects are
 not tied to one of them: the table of paths that references are shown as lives at FILE_WIDE and
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import threading
-from functools import partial
 from typing import Any, Callable, Hashable
 
 from ..errors import FormatError, NotFound
@@ -35,9 +34,10 @@ from ..storage.readers.sohm_table import read_table
 from . import messages as M
 from .dataset import Dataset
 from .group import Group
-from .objects import ENTRY, NONE, UNEXPECTED, H5Object, NamedDatatype, approx_size, internal_error
+from .objects import ENTRY, UNEXPECTED, H5Object, NamedDatatype, ObjectState, approx_size, internal_error
 
-HEADER, CLASS = "object header", "object class"
+STATE, CLASS = "object", "object class"
+VALUE = 50      # bytes a value kept in an object's state costs beyond its own (its dict slot)
 FILE_WIDE = 0   # the superblock's address: values derived from the whole file are kept there
 
 
@@ -94,19 +94,43 @@ class H5File:
     # -- caches -----------------------------------------------------------------------------
     def cached(self, address: int, kind: Hashable, compute: Callable[[], Any],
                nbytes: int | Callable[[Any], int]) -> Any:
-        """The value cached under (address, kind), or `compute()` stored there at a cost of
+        """A value not derived from one object header (a heap, a table of the whole file),
+        cached under (address, kind), or `compute()` (never None) stored there at a cost of
         `nbytes` (a number or a function of the value) plus the entry's own. A value computed
         while any address was invalidated is returned but not stored: it may predate the change."""
         hit = self.meta.peek(address, kind)
         if hit is not None:
-            return None if hit is NONE else hit
+            return hit
         epoch = self._epoch
         value = compute()
         size = ENTRY + (nbytes(value) if callable(nbytes) else nbytes)
         with self._lock:
             if self._epoch == epoch:
-                self.meta.get(address, kind, lambda: NONE if value is None else value, size)
+                value = self.meta.get(address, kind, lambda: value, size)
         return value
+
+    def state(self, address: int, what: str) -> ObjectState:
+        """The cached state of the object header at `address` (read on a miss; `what` names it
+        in errors). Like `cached`, a state read across an invalidation is not kept."""
+        st = self.meta.peek(address, STATE)
+        if st is not None:
+            return st
+        epoch = self._epoch
+        st = ObjectState(self._read_header(address, what))
+        with self._lock:
+            if self._epoch == epoch:
+                st = self.meta.get(address, STATE, lambda: st, ENTRY + header_nbytes(st.header))
+            else:  # served to this caller once; its handle reads again on the next use
+                st.valid = False
+        return st
+
+    def peek_state(self, address: int) -> ObjectState | None:
+        return self.meta.peek(address, STATE)
+
+    def remember(self, address: int, state: ObjectState, kind: Hashable, value: Any, nbytes: int) -> None:
+        """Keep `value` in the object's state, its size counted in the cache's budget."""
+        state.values[kind] = value
+        self.meta.grow(address, STATE, state, VALUE + nbytes)
 
     def generation(self, address: int) -> int:
         """How many times `address` was invalidated: handles remember it (H5Object.generation)."""
@@ -119,7 +143,7 @@ class H5File:
             generation = self._generations.get(address, 0)
             self._generations[address] = generation + 1
             self._epoch += 1
-            self.meta.invalidate(address)
+            _retire(self.meta.invalidate(address))
             self.meta.invalidate(FILE_WIDE)
         self.chunk_cache.invalidate_owner((address, generation))
 
@@ -127,7 +151,7 @@ class H5File:
         """Forget every structure decoded from an address in [start, end) (a freed extent)."""
         with self._lock:
             self._epoch += 1
-            self.meta.invalidate_range(start, end)
+            _retire(self.meta.invalidate_range(start, end))
 
     # -- objects ----------------------------------------------------------------------------
     @property
@@ -139,7 +163,7 @@ class H5File:
 
     def header(self, address: int, what: str) -> object_header.ObjectHeader:
         """The object header at `address`, through the metadata cache (`what` names it in errors)."""
-        return self.cached(address, HEADER, partial(self._read_header, address, what), header_nbytes)
+        return self.state(address, what).header
 
     def _read_header(self, address: int, what: str) -> object_header.ObjectHeader:
         try:
@@ -148,10 +172,16 @@ class H5File:
             raise internal_error(what, e) from e
 
     def object_class(self, address: int, path: str) -> type[H5Object]:
-        return self.cached(address, CLASS, partial(self._classify, address, path), 0)
+        return self._class(address, path, self.state(address, path))
 
-    def _classify(self, address: int, path: str) -> type[H5Object]:
-        header = self.header(address, path)
+    def _class(self, address: int, path: str, st: ObjectState) -> type[H5Object]:
+        cls = st.values.get(CLASS)
+        if cls is None:
+            cls = self._classify(address, path, st.header)
+            self.remember(address, st, CLASS, cls, 0)
+        return cls
+
+    def _classify(self, address: int, path: str, header: object_header.ObjectHeader) -> type[H5Object]:
         types = {m.type for m in header.messages}
         if address == self.root_address or types & {M.SYMBOL_TABLE, M.LINK_INFO, M.LINK, M.GROUP_INFO}:
             return Group
@@ -163,7 +193,8 @@ class H5File:
 
     def get(self, address: int, path: str) -> H5Object:
         """A handle on the object whose header is at `address` (`path` names it in messages)."""
-        return self.object_class(address, path)(self, address, path, self._generations.get(address, 0))
+        st = self.state(address, path)
+        return self._class(address, path, st)(self, address, path, self._generations.get(address, 0), st)
 
     def resolve(self, path: str) -> H5Object:
         """The object at an absolute HDF5 path, following hard links only."""
@@ -219,3 +250,10 @@ class H5File:
         from ..storage.readers.fractal_heap import FractalHeap
         return self.cached(address, "shared message heap", lambda: FractalHeap(self.reader, address, "shared message heap"),
                            lambda heap: 1024 + approx_size(heap.header) + approx_size(heap.geometry))
+
+
+def _retire(forgotten: list[object]) -> None:
+    """Mark forgotten object states invalid: handles holding one fetch the object anew."""
+    for value in forgotten:
+        if isinstance(value, ObjectState):
+            value.valid = False

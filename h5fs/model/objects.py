@@ -1,12 +1,14 @@
 """The object every group, dataset and named datatype is: a header, its messages, attributes.
 
-Objects are handles: a file, a header address, a path (for messages) and the generation of the
-address when the handle was made. They hold nothing else: the header and everything derived from
-it (decoded messages, link and attribute tables, a dataset's source...) live in the file's
-metadata cache under the header's address, so any number of handles of one object see one state,
-making a handle costs nothing, and `H5File.invalidate(address)` makes every handle read again.
-A handle made before its address was invalidated checks, when used, that an object of its kind
-still lives there.
+Objects are handles: a file, a header address, a path (for messages), the generation of the
+address when the handle was made, and the ObjectState it last used. The header and everything
+derived from it (decoded messages, link and attribute tables, a dataset's source...) live in
+that state, one entry of the file's metadata cache under the header's address, so any number
+of handles of one object see one state, making a handle costs nothing, and
+`H5File.invalidate(address)` makes every handle read again. Handles are made per request (the
+FUSE layer's inodes hold addresses): a handle pins a state only while it is in use. A handle
+made before its address was invalidated checks, when used, that an object of its kind still
+lives there.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import logging
 import struct
 import sys
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Hashable, TypeVar
 
 import numpy as np
 
@@ -78,13 +80,6 @@ _SAMPLE = 16      # elements of a long container measured; the others are taken 
 _ATOMS = (str, bytes, bytearray, int, float, complex, memoryview)
 
 
-class _Absent:
-    """What the metadata cache holds for a derived value that is None (its `peek` means a miss)."""
-
-
-NONE = _Absent()
-
-
 def approx_size(value: object) -> int:
     """Bytes of memory `value` holds, for the metadata cache's budget: tuples, lists, dicts, sets,
     dataclass records and NumPy arrays are followed (a long container through its first _SAMPLE
@@ -127,6 +122,24 @@ def approx_size(value: object) -> int:
     return int(total)
 
 
+class ObjectState:
+    """One object's entry in the file's metadata cache: its header and what was derived from it
+    (kind -> value: decoded messages under their type number, tables, sources...). One entry
+    per object keeps the cache's bookkeeping to one record per object and a derived value one
+    dict lookup away; the entry's size grows with each value added (H5File.remember). `valid`
+    turns False when the file invalidates the address: handles holding the state fetch anew."""
+
+    __slots__ = ("header", "values", "valid")
+
+    def __init__(self, header: object_header.ObjectHeader):
+        self.header = header
+        self.values: dict[Hashable, Any] = {}
+        self.valid = True
+
+
+_MISSING = object()
+
+
 class derived:
     """`@derived(nbytes)` over a method: a read-only property computed by the method (guarded)
     and kept in the file's metadata cache under the object's address, the property's name as its
@@ -146,7 +159,10 @@ class derived:
     def __get__(self, obj: H5Object | None, owner: type | None = None) -> Any:
         if obj is None:
             return self
-        return obj.cached(self.kind, partial(self.compute, obj), self.nbytes)
+        value = obj.state().values.get(self.kind, _MISSING)
+        if value is _MISSING:  # computed from the state's header: the state is fetched once
+            value = obj.cached(self.kind, partial(self.compute, obj), self.nbytes)
+        return value
 
 
 def _attribute_table_nbytes(table: tuple[Attribute, ...]) -> int:
@@ -155,37 +171,58 @@ def _attribute_table_nbytes(table: tuple[Attribute, ...]) -> int:
 
 
 class H5Object:
-    __slots__ = ("file", "address", "path", "generation")
+    __slots__ = ("file", "address", "path", "generation", "_state")
     kind = "object"
 
-    def __init__(self, file: H5File, address: int, path: str, generation: int = 0):
+    def __init__(self, file: H5File, address: int, path: str, generation: int = 0,
+                 state: ObjectState | None = None):
         self.file = file
         self.address = address
         self.path = path
         self.generation = generation
+        self._state = state   # the cached state this handle last used (fetched again once invalid)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path} @{self.address}>"
 
-    # -- the file's caches ------------------------------------------------------------------
-    def _check_current(self) -> None:
-        """When the address was invalidated since this handle was made, an object of the
-        handle's kind must still live there; otherwise the handle's object is gone."""
-        if self.file.generation(self.address) != self.generation:
-            cls = self.file.object_class(self.address, self.path)
-            if cls is not type(self):
-                raise NotFound(f"{self.path}: the {self.kind} at address {self.address} is gone "
-                               f"(a {cls.kind} lives there now)")
+    def detached(self) -> H5Object:
+        """The same handle without its state: for records cached inside that state (attribute
+        tables, views), which must not hold it in a reference cycle."""
+        return type(self)(self.file, self.address, self.path, self.generation)
 
-    def cached(self, kind: Any, compute: Callable[[], Any], nbytes: int | Callable[[Any], int]) -> Any:
-        """A value derived from this object, through the file's metadata cache (see H5File.cached)."""
-        self._check_current()
-        return self.file.cached(self.address, kind, compute, nbytes)
+    # -- the file's caches ------------------------------------------------------------------
+    def state(self) -> ObjectState:
+        """The object's cached state. When the address was invalidated since this handle was
+        made, an object of the handle's kind must still live there; otherwise it is gone."""
+        st = self._state
+        if st is None or not st.valid:
+            file = self.file
+            if file.generation(self.address) != self.generation:
+                cls = file.object_class(self.address, self.path)
+                if cls is not type(self):
+                    raise NotFound(f"{self.path}: the {self.kind} at address {self.address} is gone "
+                                   f"(a {cls.kind} lives there now)")
+            st = self._state = file.state(self.address, self.path)
+        return st
+
+    def cached(self, kind: Hashable, compute: Callable[[], Any], nbytes: int | Callable[[Any], int]) -> Any:
+        """A value derived from this object, kept in its state (`nbytes`: its size, or a
+        function of the value giving it)."""
+        st = self.state()
+        value = st.values.get(kind, _MISSING)
+        if value is _MISSING:
+            value = compute()
+            self.file.remember(self.address, st, kind, value, nbytes(value) if callable(nbytes) else nbytes)
+        return value
+
+    def has(self, kind: Hashable) -> bool:
+        """Whether a value of `kind` is cached (no I/O: an evicted state is not read again)."""
+        st = self._state if self._state is not None and self._state.valid else self.file.peek_state(self.address)
+        return st is not None and kind in st.values
 
     @property
     def header(self) -> object_header.ObjectHeader:
-        self._check_current()
-        return self.file.header(self.address, self.path)
+        return self.state().header
 
     # -- messages ---------------------------------------------------------------------------
     def decode(self, raw: object_header.RawMessage, depth: int = 0) -> Any:
@@ -215,17 +252,15 @@ class H5Object:
 
     def message(self, mtype: int) -> Any:
         """The first message of type `mtype` decoded (cached under the type number), or None.
-        An absent message is not cached: finding that out costs a scan of the cached header.
-        A decoded message takes about 250 bytes, more for long ones (a compound datatype's
-        members: up to ~8 bytes per stored byte)."""
-        self._check_current()
-        hit = self.file.meta.peek(self.address, mtype)
-        if hit is not None:
-            return None if hit is NONE else hit
-        raw = self.file.header(self.address, self.path).first(mtype)
-        if raw is None:
-            return None
-        return self.file.cached(self.address, mtype, partial(self.decode, raw), 250 + 8 * len(raw.data))
+        A decoded message record takes about 60 bytes and twice its stored size (measured with
+        tracemalloc on libhdf5's headers), a datatype up to eight times (compound members)."""
+        st = self.state()
+        value = st.values.get(mtype, _MISSING)
+        if value is _MISSING:
+            raw = st.header.first(mtype)
+            value = None if raw is None else self.decode(raw)
+            self.file.remember(self.address, st, mtype, value, 0 if raw is None else 60 + (8 if mtype == M.DATATYPE else 2) * len(raw.data))
+        return value
 
     # -- common facts (from the cached header and messages: no decoding on a hit) -----------
     @property

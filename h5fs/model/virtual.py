@@ -730,7 +730,7 @@ class _Plan:
     """The mapping list resolved against the sources: extent and concrete mappings."""
 
     def __init__(self, ds):
-        self.ds = ds
+        self.ds = ds.detached()  # the plan is kept in ds's state
         space = ds.dataspace
         self.stored = tuple(space.dims)
         rank = len(self.stored)
@@ -874,7 +874,7 @@ def virtual_source(ds, size: int) -> RawSource:
     the source's size follows virtual_extent(ds)."""
     _check_type(ds)
     plan = _plan(ds)
-    return VirtualSource(ds, plan.shape, plan.maps)
+    return VirtualSource(ds.detached(), plan.shape, plan.maps)  # kept in ds's state
 
 
 def virtual_facts(ds) -> dict[str, str]:

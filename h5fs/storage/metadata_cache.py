@@ -61,26 +61,39 @@ class MetadataCache:
                     self._drop(next(iter(self._items)))
         return value
 
-    def _drop(self, key: tuple[int, Hashable]) -> None:
-        _, size = self._items.pop(key)
+    def grow(self, address: int, kind: Hashable, value: object, nbytes: int) -> None:
+        """Count `nbytes` more for the entry (address, kind) if it still holds `value` (a value
+        that keeps growing, such as an object's state collecting what is derived from it)."""
+        key = (address, kind)
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None or hit[0] is not value:
+                return
+            self._items[key] = (value, hit[1] + nbytes)
+            self.used += nbytes
+            while self.used > self.budget:
+                self._drop(next(iter(self._items)))
+
+    def _drop(self, key: tuple[int, Hashable]) -> object:
+        value, size = self._items.pop(key)
         self.used -= size
         kinds = self._kinds[key[0]]
         kinds.discard(key[1])
         if not kinds:
             del self._kinds[key[0]]
+        return value
 
-    def invalidate(self, address: int) -> None:
-        """Forget everything decoded from `address`."""
+    def invalidate(self, address: int) -> list[object]:
+        """Forget everything decoded from `address`; returns what was forgotten."""
         with self._lock:
-            for kind in list(self._kinds.get(address, ())):
-                self._drop((address, kind))
+            return [self._drop((address, kind)) for kind in list(self._kinds.get(address, ()))]
 
-    def invalidate_range(self, start: int, end: int) -> None:
-        """Forget everything decoded from an address in [start, end) (a freed or rewritten extent)."""
+    def invalidate_range(self, start: int, end: int) -> list[object]:
+        """Forget everything decoded from an address in [start, end) (a freed or rewritten
+        extent); returns what was forgotten."""
         with self._lock:
-            for address in [a for a in self._kinds if start <= a < end]:
-                for kind in list(self._kinds[address]):
-                    self._drop((address, kind))
+            return [self._drop((address, kind)) for address in [a for a in self._kinds if start <= a < end]
+                    for kind in list(self._kinds[address])]
 
     def clear(self) -> None:
         with self._lock:

@@ -18,7 +18,7 @@ MAX_NAME = 65535
 DT_SHARED, DS_SHARED = 0x01, 0x02
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AttributeMessage:
     name: str
     datatype_raw: bytes     # a datatype message (or a shared reference when datatype_shared)

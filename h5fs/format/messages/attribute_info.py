@@ -9,7 +9,7 @@ from ..codec import Reader, Writer
 from .link_info import decode_info, encode_info
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AttributeInfo:
     track_order: bool
     index_order: bool

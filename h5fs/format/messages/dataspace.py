@@ -21,7 +21,7 @@ UNLIMITED = None  # a maximum dimension of all ones (H5S_UNLIMITED)
 MAXDIMS, PERMUTATION = 0x01, 0x02   # flags
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Dataspace:
     kind: int
     dims: tuple[int, ...] = ()

@@ -64,7 +64,7 @@ MAX_DEPTH = 32          # nested compound/array/vlen/enum levels
 MAX_ARRAY_RANK = 32     # H5S_MAX_RANK
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Datatype:
     """Common part of every datatype: message version and element size in bytes."""
 
@@ -77,7 +77,7 @@ class Datatype:
         return CLASS_NAMES[self.class_id]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FixedPoint(Datatype):
     order: str            # '<' or '>'
     signed: bool
@@ -88,7 +88,7 @@ class FixedPoint(Datatype):
     class_id: ClassVar[int] = FIXED
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FloatingPoint(Datatype):
     order: str            # '<', '>' or 'vax'
     lo_pad: int
@@ -106,21 +106,21 @@ class FloatingPoint(Datatype):
     class_id: ClassVar[int] = FLOAT
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Time(Datatype):
     order: str
     precision: int
     class_id: ClassVar[int] = TIME
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class String(Datatype):
     padding: int          # NULLTERM / NULLPAD / SPACEPAD
     charset: int          # ASCII / UTF8
     class_id: ClassVar[int] = STRING
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Bitfield(Datatype):
     order: str
     lo_pad: int
@@ -130,14 +130,14 @@ class Bitfield(Datatype):
     class_id: ClassVar[int] = BITFIELD
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Opaque(Datatype):
     tag: str
     tag_size: int | None = None   # the stored tag field's length when it is not libhdf5's padding
     class_id: ClassVar[int] = OPAQUE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Member:
     """One compound member. Version-1 messages' array members come back as Array types."""
 
@@ -147,13 +147,13 @@ class Member:
     legacy_array: bool = False   # version 1: `type` is an Array stored as dimensions in the entry
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Compound(Datatype):
     members: tuple[Member, ...]
     class_id: ClassVar[int] = COMPOUND
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reference(Datatype):
     ref_type: int         # REF_*
     encoding_version: int = 0   # bits 4-7: revised references (message v4+) 1, older ones 0
@@ -164,7 +164,7 @@ class Reference(Datatype):
         return self.ref_type >= REF_OBJECT2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Enum(Datatype):
     base: Datatype
     names: tuple[str, ...]
@@ -173,7 +173,7 @@ class Enum(Datatype):
     class_id: ClassVar[int] = ENUM
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VarLen(Datatype):
     kind: int             # VLEN_SEQUENCE / VLEN_STRING
     padding: int          # strings only
@@ -186,7 +186,7 @@ class VarLen(Datatype):
         return self.kind == VLEN_STRING
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Array(Datatype):
     dims: tuple[int, ...]
     base: Datatype
@@ -194,7 +194,7 @@ class Array(Datatype):
     class_id: ClassVar[int] = ARRAY
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Complex(Datatype):
     homogeneous: bool
     form: int             # COMPLEX_*

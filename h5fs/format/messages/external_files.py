@@ -14,14 +14,14 @@ from ..codec import Reader, Writer
 MAX_SLOTS = 65535
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExternalSlot:
     name_offset: int
     file_offset: int
     size: int          # bytes reserved in that file; the all-ones value means unlimited
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExternalFiles:
     heap_address: int | None
     slots: tuple[ExternalSlot, ...]

@@ -20,7 +20,7 @@ MAX_FILL = 1 << 20
 UNDEFINED, HAVE_VALUE = 0x10, 0x20   # version 3 flags
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FillValue:
     value: bytes | None          # None: undefined (reads as zeros)
     alloc_time: int = ALLOC_LATE

@@ -25,7 +25,7 @@ KNOWN_NAMES = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit"
                32015: "zstd", 32026: "blosc2"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FilterSpec:
     id: int
     flags: int
@@ -43,7 +43,7 @@ class FilterSpec:
         return KNOWN_NAMES.get(self.id) or self.name or f"filter {self.id}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FilterPipeline:
     filters: tuple[FilterSpec, ...]
     version: int = 2

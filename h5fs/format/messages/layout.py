@@ -44,7 +44,7 @@ _INDEX_INFO: dict[int, tuple[str, tuple[str, ...]]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkIndexInfo:
     """Index parameters for the chunked class; fields unused by a type stay 0."""
 
@@ -65,7 +65,7 @@ class ChunkIndexInfo:
     merge_percent: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DataLayout:
     version: int
     layout_class: int

@@ -20,7 +20,7 @@ WIDTH_BITS = {1: 0, 2: 1, 4: 2, 8: 3}           # name-length field width -> fla
 F_ORDER, F_TYPE, F_CHARSET = 0x04, 0x08, 0x10
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Link:
     name: str
     link_type: int

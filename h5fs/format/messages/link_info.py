@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 TRACKED, INDEXED = 0x01, 0x02
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LinkInfo:
     track_order: bool
     index_order: bool

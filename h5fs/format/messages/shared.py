@@ -14,7 +14,7 @@ from ..codec import Reader, Writer
 IN_SOHM_HEAP, IN_OBJECT_HEADER = 1, 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SharedRef:
     kind: int                      # IN_SOHM_HEAP or IN_OBJECT_HEADER
     address: int | None = None     # object header holding the message (committed datatype)

@@ -33,7 +33,7 @@ def encode_comment(w: Writer, text: str) -> None:
     w.cstring(text.encode("utf-8", "surrogateescape"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BTreeK:
     indexed_storage_internal: int
     group_internal: int
@@ -53,7 +53,7 @@ def encode_btree_k(w: Writer, k: BTreeK) -> None:
 GI_PHASE_CHANGE, GI_ESTIMATES = 0x01, 0x02
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GroupInfo:
     """None: the pair is not stored (libhdf5 then assumes 8/6 links and 4 entries of 8 bytes)."""
 

@@ -34,7 +34,7 @@ def type_bit(mtype: int) -> int:
     return 1 << mtype
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SohmIndex:
     index_type: int          # 0 list, 1 v2 B-tree
     message_types: int
@@ -47,7 +47,7 @@ class SohmIndex:
     num_messages: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SohmTableMessage:
     table_address: int | None
     nindexes: int

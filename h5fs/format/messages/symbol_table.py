@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..codec import Reader, Writer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SymbolTable:
     btree_address: int | None
     heap_address: int | None
