@@ -55,6 +55,13 @@ from h5fs.model.dataset import Dataset
 from h5fs.model.file import H5File
 from h5fs.model.group import Group
 from h5fs.model.varlen_views import needs_decoding
+from h5fs.storage.readers import btree_v1 as b1_reader
+from h5fs.storage.readers import btree_v2 as bt_reader
+from h5fs.storage.readers import extensible_array as ea_reader
+from h5fs.storage.readers import fixed_array as fa_reader
+from h5fs.storage.readers import fractal_heap as fh_reader
+from h5fs.storage.readers import global_heap as gh_reader
+from h5fs.storage.readers import local_heap as lh_reader
 
 # -- files libhdf5 writes ----------------------------------------------------------------------
 
@@ -295,7 +302,7 @@ def superblock(hf: H5File) -> Iterator[Structure]:
 def local_heap(reader, address: int) -> Structure:
     """A local heap: its prefix (padded to 8 bytes) and its data segment, one after the other."""
     s = reader.sizes
-    heap = LH.read(reader, address, "local heap")
+    heap = lh_reader.read(reader, address, "local heap")
     size = LH.prefix_size(s)
     return Structure(("local heap", "free list" if heap.free else "full"), f"local heap at {address}",
                      reader.read(address, size) + reader.read(heap.data_address, len(heap.data)),
@@ -309,7 +316,7 @@ def btree_v1(reader, address: int, node_type: int, rank: int, k: int) -> Iterato
     s, leaves, stack = reader.sizes, [], [address]
     while stack:
         addr = stack.pop()
-        node = B1.read_node(reader, addr, node_type, rank, "v1 B-tree")
+        node = b1_reader.read_node(reader, addr, node_type, rank, "v1 B-tree")
         sibling = {"left": 4096, "right": None} if node.left is None else {"left": None}
         yield Structure(("v1 B-tree", node_type, node.level), f"v1 B-tree node at {addr}",
                         reader.read(addr, B1.node_size(node_type, s, rank, k)),
@@ -394,10 +401,10 @@ def _records(hdr: bt.BTreeV2Header, node: bt.Node, decode_record, encode_record)
 
 
 def btree_records(reader, address: int, decode_record=None) -> list:
-    return list(bt.iterate(reader, address, decode_record))
+    return list(bt_reader.iterate(reader, address, decode_record))
 
 
-def heap_blocks(heap: fh.FractalHeap) -> Iterator[tuple[str, int, int, int, fh.DirectEntry | None]]:
+def heap_blocks(heap: fh_reader.FractalHeap) -> Iterator[tuple[str, int, int, int, fh.DirectEntry | None]]:
     """(kind, address, size or rows, block offset, entry) of every block of the heap."""
     h, g = heap.header, heap.geometry
     if h.root_address is None:
@@ -428,7 +435,7 @@ def fractal_heap(reader, address: int) -> Iterator[Structure]:
     """The header and every block of the fractal heap at `address` (filtered blocks de-filtered:
     their encoding is the bytes before the filters). Returns the heap."""
     s = reader.sizes
-    heap = fh.FractalHeap(reader, address)
+    heap = fh_reader.FractalHeap(reader, address)
     h, g = heap.header, heap.geometry
     root = "indirect root" if h.root_rows else "direct root"
     yield Structure(("heap", "filtered" if h.filter_len else "plain", root),
@@ -460,7 +467,7 @@ def fractal_heap(reader, address: int) -> Iterator[Structure]:
     return heap
 
 
-def heap_ids(heap: fh.FractalHeap, ids) -> Iterator[Structure]:
+def heap_ids(heap: fh_reader.FractalHeap, ids) -> Iterator[Structure]:
     """Heap IDs as libhdf5 stored them (in B-tree records, lists)."""
     g = heap.geometry
     for raw in ids:
@@ -517,7 +524,7 @@ def fixed_array(reader, address: int) -> Iterator[Structure]:
         yield elements(fa.decode_dblock(raw, h, s, h.dblock_address, "fa").elements, s, h.client_id, h.element_size,
                        where)
         return
-    arr = fa.FixedArray(reader, address)
+    arr = fa_reader.FixedArray(reader, address)
     for page in range(h.npages):
         if arr.page_initialized(page):
             addr = arr.page_address(page)
@@ -536,7 +543,7 @@ def extensible_array(reader, address: int) -> Iterator[Structure]:
                     changed_fields(max_idx_set=h.max_idx_set + 3, iblock_address=None), at=(address,))
     if h.iblock_address is None:
         return
-    arr = ea.ExtensibleArray(reader, address)
+    arr = ea_reader.ExtensibleArray(reader, address)
     nd, ns = arr.iblock_ndblk_addrs, arr.iblock_nsblk_addrs
     raw = reader.read(h.iblock_address, ea.index_block_size(h, s, nd, ns))
     ib = ea.decode_index_block(raw, h, s, nd, ns, "ea")
@@ -598,7 +605,7 @@ def chunk_index(reader, ds: Dataset) -> Iterator[Structure]:
         yield from extensible_array(reader, addr)
     elif kind == L.BTREE_V2:
         rank = len(lay.chunk_dims)
-        hdr = bt.read_header(reader, addr)
+        hdr = bt_reader.read_header(reader, addr)
         width = hdr.record_size - reader.sizes.offset - 4 - 8 * rank if ds.filters else 0
         yield from btree_v2(reader, addr, bt.record_decoder(hdr.type, rank, width),
                             bt.record_encoder(hdr.type, rank, width))
@@ -647,7 +654,7 @@ def sohm_table(hf: H5File) -> Iterator[Structure]:
 # -- the walker --------------------------------------------------------------------------------
 
 
-class _RecordingHeap(gh.GlobalHeapReader):
+class _RecordingHeap(gh_reader.GlobalHeapReader):
     """The file's global heap reader, noting each collection the engine reads."""
 
     def __init__(self, reader):

@@ -15,9 +15,10 @@ from h5fs.errors import ChecksumError, FormatError
 from h5fs.format import btree_v2 as bt
 from h5fs.format.checksum import lookup3
 from h5fs.format.codec import Reader, Sizes
-from h5fs.format.fractal_heap import FractalHeap
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
+from h5fs.storage.readers import btree_v2 as rbt
+from h5fs.storage.readers.fractal_heap import FractalHeap
 from message_names import attr_name, link_name
 
 N_LINKS = 3000
@@ -68,9 +69,9 @@ def test_link_name_index(links_file):
     with H5File.open(str(p)) as hf:
         info = hf.get(address(p, "g"), "/g").message(M.LINK_INFO)
         heap = FractalHeap(hf.reader, info.heap_address, "links")
-        hdr = bt.read_header(hf.reader, info.name_index_address)
+        hdr = rbt.read_header(hf.reader, info.name_index_address)
         assert hdr.type == bt.LINK_NAME and hdr.depth == 2 and hdr.total_records == N_LINKS
-        recs = list(bt.iterate(hf.reader, info.name_index_address, bt.decode_link_name, expect_type=bt.LINK_NAME))
+        recs = list(rbt.iterate(hf.reader, info.name_index_address, bt.decode_link_name, expect_type=bt.LINK_NAME))
         assert [r.hash for r in recs] == sorted(r.hash for r in recs)
         by_name = {link_name(heap.get(r.heap_id)): r for r in recs}
         assert sorted(by_name) == sorted(names)
@@ -86,8 +87,8 @@ def test_link_name_index(links_file):
             return compare
 
         for name in names[::37] + [names[0], names[-1]]:
-            assert bt.find(hf.reader, info.name_index_address, finder(name), bt.decode_link_name) == by_name[name]
-        assert bt.find(hf.reader, info.name_index_address, finder("missing"), bt.decode_link_name) is None
+            assert rbt.find(hf.reader, info.name_index_address, finder(name), bt.decode_link_name) == by_name[name]
+        assert rbt.find(hf.reader, info.name_index_address, finder("missing"), bt.decode_link_name) is None
 
 
 def test_creation_order_index(links_file):
@@ -97,14 +98,14 @@ def test_creation_order_index(links_file):
     with H5File.open(str(p)) as hf:
         info = hf.get(address(p, "g"), "/g").message(M.LINK_INFO)
         heap = FractalHeap(hf.reader, info.heap_address, "links")
-        recs = list(bt.iterate(hf.reader, info.order_index_address))     # decoder chosen by type
+        recs = list(rbt.iterate(hf.reader, info.order_index_address))     # decoder chosen by type
         assert all(isinstance(r, bt.LinkCorderRecord) for r in recs)
         assert [r.corder for r in recs] == list(range(N_LINKS))
         assert [link_name(heap.get(r.heap_id)) for r in recs] == names
         for k in (0, 1, 44, 45, 1000, N_LINKS - 1):
-            r = bt.find(hf.reader, info.order_index_address, lambda r, k=k: (k > r.corder) - (k < r.corder))
+            r = rbt.find(hf.reader, info.order_index_address, lambda r, k=k: (k > r.corder) - (k < r.corder))
             assert r == recs[k]
-        assert bt.find(hf.reader, info.order_index_address, lambda r: (N_LINKS > r.corder) - (N_LINKS < r.corder)) is None
+        assert rbt.find(hf.reader, info.order_index_address, lambda r: (N_LINKS > r.corder) - (N_LINKS < r.corder)) is None
 
 
 def test_attribute_indexes(links_file):
@@ -115,15 +116,15 @@ def test_attribute_indexes(links_file):
     with H5File.open(str(p)) as hf:
         info = hf.get(address(p, "d"), "/d").message(M.ATTRIBUTE_INFO)
         heap = FractalHeap(hf.reader, info.heap_address, "attributes")
-        recs = list(bt.iterate(hf.reader, info.name_index_address, bt.decode_attr_name))
+        recs = list(rbt.iterate(hf.reader, info.name_index_address, bt.decode_attr_name))
         got = {attr_name(heap.get(r.heap_id)): r for r in recs}
         assert set(got) == d_names
         assert all(r.hash == lookup3(n.encode()) for n, r in got.items())
         oinfo = hf.get(address(p, "o"), "/o").message(M.ATTRIBUTE_INFO)
         oheap = FractalHeap(hf.reader, oinfo.heap_address, "attributes")
-        orecs = list(bt.iterate(hf.reader, oinfo.order_index_address, bt.decode_attr_corder))
+        orecs = list(rbt.iterate(hf.reader, oinfo.order_index_address, bt.decode_attr_corder))
         assert [attr_name(oheap.get(r.heap_id)) for r in orecs] == o_names
-        r = bt.find(hf.reader, oinfo.order_index_address, lambda r: (7 > r.corder) - (7 < r.corder))
+        r = rbt.find(hf.reader, oinfo.order_index_address, lambda r: (7 > r.corder) - (7 < r.corder))
         assert attr_name(oheap.get(r.heap_id)) == o_names[7]
 
 
@@ -160,9 +161,9 @@ def test_record_decoders():
 def _tree(p):
     with H5File.open(str(p)) as hf:
         info = hf.get(address(p, "g"), "/g").message(M.LINK_INFO)
-        hdr = bt.read_header(hf.reader, info.name_index_address)
-        root = bt.read_node(hf.reader, hdr, hdr.root_address, hdr.root_nrecords, hdr.depth)
-        child = bt.read_node(hf.reader, hdr, root.children[0].address, root.children[0].nrecords, hdr.depth - 1)
+        hdr = rbt.read_header(hf.reader, info.name_index_address)
+        root = rbt.read_node(hf.reader, hdr, hdr.root_address, hdr.root_nrecords, hdr.depth)
+        child = rbt.read_node(hf.reader, hdr, root.children[0].address, root.children[0].nrecords, hdr.depth - 1)
         return info.name_index_address, hdr, root, child, hf.reader.eof
 
 
@@ -186,13 +187,13 @@ def test_corrupt_leaf_checksum(links_file, tmp_path):
     shutil.copy(links_file, q)
     _write(q, leaf.address + 8, b"\x5a")
     with H5File.open(str(q)) as hf, pytest.raises(ChecksumError):
-        list(bt.iterate(hf.reader, addr, bt.decode_link_name))
+        list(rbt.iterate(hf.reader, addr, bt.decode_link_name))
     # the header is checksummed too
     q2 = tmp_path / "h.h5"
     shutil.copy(links_file, q2)
     _write(q2, addr + 8, b"\x01")
     with H5File.open(str(q2)) as hf, pytest.raises(ChecksumError):
-        bt.read_header(hf.reader, addr)
+        rbt.read_header(hf.reader, addr)
 
 
 def _pointer_pos(hdr, node, k):
@@ -211,7 +212,7 @@ def test_child_outside_file(links_file, tmp_path):
     _rechecksum(q, root.address, length)
     with H5File.open(str(q)) as hf:
         with pytest.raises(FormatError, match="outside the file"):
-            list(bt.iterate(hf.reader, addr, bt.decode_link_name))
+            list(rbt.iterate(hf.reader, addr, bt.decode_link_name))
 
 
 def test_cycle(links_file, tmp_path):
@@ -225,11 +226,11 @@ def test_cycle(links_file, tmp_path):
         _rechecksum(q, root.address, length)
         with H5File.open(str(q)) as hf:
             with pytest.raises(FormatError):
-                list(bt.iterate(hf.reader, addr, bt.decode_link_name))
+                list(rbt.iterate(hf.reader, addr, bt.decode_link_name))
             # a lookup descends at most depth + 1 nodes, whatever the pointers say
             try:
                 for h in range(0, 2**32, 2**26):
-                    bt.find(hf.reader, addr, lambda r, h=h: (h > r.hash) - (h < r.hash), bt.decode_link_name)
+                    rbt.find(hf.reader, addr, lambda r, h=h: (h > r.hash) - (h < r.hash), bt.decode_link_name)
             except FormatError:
                 pass
 
@@ -246,11 +247,11 @@ def test_absurd_depth_and_sizes(links_file, tmp_path):
         _write(q, addr + offset, value)
         _rechecksum(q, addr, hsize - 4)
         with H5File.open(str(q)) as hf, pytest.raises(FormatError):
-            list(bt.iterate(hf.reader, addr, bt.decode_link_name))
+            list(rbt.iterate(hf.reader, addr, bt.decode_link_name))
     # a root claiming more records than a node holds
     q = tmp_path / "n.h5"
     shutil.copy(links_file, q)
     _write(q, addr + 16 + 8, struct.pack("<H", 999))
     _rechecksum(q, addr, hsize - 4)
     with H5File.open(str(q)) as hf, pytest.raises(FormatError):
-        list(bt.iterate(hf.reader, addr, bt.decode_link_name))
+        list(rbt.iterate(hf.reader, addr, bt.decode_link_name))

@@ -18,13 +18,14 @@ import pytest
 from h5py import h5t
 
 from h5fs.errors import FormatError, Unsupported
-from h5fs.format import object_header, superblock
 from h5fs.format.codec import Reader, Sizes
-from h5fs.format.global_heap import GlobalHeapReader
 from h5fs.format.messages import datatype as D
+from h5fs.format.selection import Selection
 from h5fs.model import values as V
 from h5fs.model.dtypes import describe, is_converted, npy_dtype, numpy_dtype
 from h5fs.storage.blockio import BlockReader
+from h5fs.storage.readers import object_header, superblock
+from h5fs.storage.readers.global_heap import GlobalHeapReader
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -541,13 +542,13 @@ def test_file_values(sample_file):
         os.close(fd)
 
 
-def _select(arr, sel: V.Selection):
+def _select(arr, sel: Selection):
     if sel.kind == "all":
         return arr.ravel()
     if sel.kind == "none":
         return arr.ravel()[:0]
     if sel.kind == "points":
-        return np.array([arr[p] for p in sel.points])
+        return np.array([arr[tuple(p)] for p in sel.points])
     if sel.regular is not None:
         mask = np.zeros(arr.shape, bool)
         start, stride, count, block = sel.regular

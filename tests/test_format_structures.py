@@ -10,12 +10,14 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
-from h5fs.format import btree_v1, local_heap, object_header, superblock, symbol_table_node  # noqa: E402
+from h5fs.format import btree_v1  # noqa: E402
 from h5fs.format.codec import Reader  # noqa: E402
 from h5fs.format.messages import dataspace, fill_value, filter_pipeline, layout, link  # noqa: E402
 from h5fs.model import messages as M  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
 from h5fs.storage.blockio import BlockReader  # noqa: E402
+from h5fs.storage.readers import local_heap, object_header, superblock, symbol_table_node  # noqa: E402
+from h5fs.storage.readers.btree_v1 import iterate_leaves  # noqa: E402
 
 LIBVERS = ("earliest", "latest")
 
@@ -173,7 +175,7 @@ def test_symbol_table_structures(sample):
     stab = g.message(M.SYMBOL_TABLE)
     heap = local_heap.read(ours.reader, stab.heap_address, "group")
     names, addresses = [], []
-    for _, snod, _ in btree_v1.iterate_leaves(ours.reader, stab.btree_address, btree_v1.GROUP, 0, "group"):
+    for _, snod, _ in iterate_leaves(ours.reader, stab.btree_address, btree_v1.GROUP, 0, "group"):
         for entry in symbol_table_node.read(ours.reader, snod, "group"):
             names.append(heap.string(entry.name_offset).decode())
             addresses.append(entry.header_address)
@@ -191,7 +193,7 @@ def test_chunk_btree_keys(sample):
     ds = ours.resolve("chunked")
     reader = BlockReader(ours.fd, ours.superblock.location, ours.sizes)
     got = {}
-    for key, child, _ in btree_v1.iterate_leaves(reader, ds.layout.index.address, btree_v1.CHUNK, 1, "chunked"):
+    for key, child, _ in iterate_leaves(reader, ds.layout.index.address, btree_v1.CHUNK, 1, "chunked"):
         got[key.offsets[:1]] = (key.size, key.filter_mask, reader.base + child)
     dsid = theirs["chunked"].id
     expected = {}

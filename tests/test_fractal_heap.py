@@ -14,9 +14,10 @@ from h5fs.errors import ChecksumError, FormatError, Unsupported
 from h5fs.format import btree_v2
 from h5fs.format.checksum import lookup3
 from h5fs.format.codec import Sizes
-from h5fs.format.fractal_heap import FractalHeap
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
+from h5fs.storage.readers.btree_v2 import iterate, read_header
+from h5fs.storage.readers.fractal_heap import FractalHeap
 from message_names import attr_name, link_name
 
 
@@ -55,7 +56,7 @@ def test_dense_links_by_name(tmp_path):
         info = hf.get(address(p, "g"), "/g").message(M.LINK_INFO)
         heap = FractalHeap(hf.reader, info.heap_address, "links")
         got = []
-        for rec in btree_v2.iterate(hf.reader, info.name_index_address, btree_v2.decode_link_name):
+        for rec in iterate(hf.reader, info.name_index_address, btree_v2.decode_link_name):
             name = link_name(heap.get(rec.heap_id))
             assert rec.hash == lookup3(name.encode())
             got.append((rec.hash, name))
@@ -69,13 +70,13 @@ def test_big_heap_indirect_blocks(big_group):
         info = hf.get(address(p, "g"), "/g").message(M.LINK_INFO)
         heap = FractalHeap(hf.reader, info.heap_address, "links")
         assert heap.header.root_rows > heap.max_direct_rows        # child indirect blocks in use
-        recs = list(btree_v2.iterate(hf.reader, info.order_index_address, btree_v2.decode_link_corder))
+        recs = list(iterate(hf.reader, info.order_index_address, btree_v2.decode_link_corder))
         assert [r.corder for r in recs] == list(range(len(names)))
         got = [heap.get(r.heap_id) for r in recs]
         assert [link_name(b) for b in got] == names
         assert all(b.endswith(b"/" + b"t" * 200) for b in got)
         # both indexes name the same heap objects
-        by_name = {r.heap_id for r in btree_v2.iterate(hf.reader, info.name_index_address)}
+        by_name = {r.heap_id for r in iterate(hf.reader, info.name_index_address)}
         assert by_name == {r.heap_id for r in recs}
 
 
@@ -95,7 +96,7 @@ def test_dense_attributes_and_huge_object(tmp_path):
         heap = FractalHeap(hf.reader, info.heap_address, "attributes")
         assert heap.header.huge_count == 1 and not heap.huge_direct
         names = {}
-        for rec in btree_v2.iterate(hf.reader, info.name_index_address, btree_v2.decode_attr_name):
+        for rec in iterate(hf.reader, info.name_index_address, btree_v2.decode_attr_name):
             body = heap.get(rec.heap_id)
             name = attr_name(body)
             assert rec.hash == lookup3(name.encode())
@@ -104,14 +105,14 @@ def test_dense_attributes_and_huge_object(tmp_path):
         assert names["huge"].endswith(big.tobytes())
         assert names["attr29"].endswith(np.full(30, 29, dtype="<i8").tobytes())
         # the huge object is found through the heap's own v2 B-tree (type 1)
-        bt = btree_v2.read_header(hf.reader, heap.header.huge_btree_address)
+        bt = read_header(hf.reader, heap.header.huge_btree_address)
         assert bt.type == btree_v2.HUGE_INDIRECT
-        (rec,) = list(btree_v2.iterate(hf.reader, heap.header.huge_btree_address))
+        (rec,) = list(iterate(hf.reader, heap.header.huge_btree_address))
         assert rec.length == len(names["huge"])
 
         oinfo = hf.get(address(p, "o"), "/o").message(M.ATTRIBUTE_INFO)
         oheap = FractalHeap(hf.reader, oinfo.heap_address, "attributes")
-        recs = list(btree_v2.iterate(hf.reader, oinfo.order_index_address, btree_v2.decode_attr_corder))
+        recs = list(iterate(hf.reader, oinfo.order_index_address, btree_v2.decode_attr_corder))
         assert [r.corder for r in recs] == list(range(20))
         assert [attr_name(oheap.get(r.heap_id)) for r in recs] == [f"z{20 - i:02d}" for i in range(20)]
 
@@ -199,7 +200,7 @@ def test_corrupt_direct_block(big_group, tmp_path):
     with H5File.open(str(p)) as hf:
         info = hf.get(gaddr, "/g").message(M.LINK_INFO)
         heap = FractalHeap(hf.reader, info.heap_address, "links")
-        rec = next(iter(btree_v2.iterate(hf.reader, info.order_index_address, btree_v2.decode_link_corder)))
+        rec = next(iter(iterate(hf.reader, info.order_index_address, btree_v2.decode_link_corder)))
         entry, bsize, boff = heap._locate_direct(int.from_bytes(rec.heap_id[1:5], "little"))
     with open(q, "r+b") as fh:
         fh.seek(entry.address + bsize - 3)
@@ -224,7 +225,7 @@ def test_indirect_block_cycle_and_bad_address(big_group, tmp_path):
         s = hf.sizes
         pos = root.address + 4 + 1 + s.offset + heap.heap_off_size + len(root.direct) * s.offset + k * s.offset
         size = heap.indirect_block_size(root.nrows)
-        ids = [r.heap_id for r in btree_v2.iterate(hf.reader, info.order_index_address, btree_v2.decode_link_corder)]
+        ids = [r.heap_id for r in iterate(hf.reader, info.order_index_address, btree_v2.decode_link_corder)]
         eof = hf.reader.eof
     for target in (root.address, eof + 4096):
         q = tmp_path / f"cyc{target}.h5"
@@ -280,9 +281,9 @@ def test_filtered_heap_with_huge_objects(tmp_path):
         heap = FractalHeap(hf.reader, info.heap_address, "links")
         assert heap.filters is not None and heap.header.root_rows > 0
         assert heap.header.huge_count == 2
-        assert btree_v2.read_header(hf.reader, heap.header.huge_btree_address).type == btree_v2.HUGE_INDIRECT_FILTERED
+        assert read_header(hf.reader, heap.header.huge_btree_address).type == btree_v2.HUGE_INDIRECT_FILTERED
         got = {}
-        for rec in btree_v2.iterate(hf.reader, info.name_index_address, btree_v2.decode_link_name):
+        for rec in iterate(hf.reader, info.name_index_address, btree_v2.decode_link_name):
             body = heap.get(rec.heap_id)
             got[link_name(body)] = body
         assert set(got) == set(targets)
@@ -318,9 +319,9 @@ def test_small_offsets_and_lengths(tmp_path, sizes):
         g = hf.get(gaddr, "/g")
         info = g.message(M.LINK_INFO)
         heap = FractalHeap(hf.reader, info.heap_address, "links")
-        recs = list(btree_v2.iterate(hf.reader, info.order_index_address))
+        recs = list(iterate(hf.reader, info.order_index_address))
         assert [link_name(heap.get(r.heap_id)) for r in recs] == names
         ainfo = g.message(M.ATTRIBUTE_INFO)
         aheap = FractalHeap(hf.reader, ainfo.heap_address, "attributes")
-        got = {attr_name(aheap.get(r.heap_id)) for r in btree_v2.iterate(hf.reader, ainfo.name_index_address)}
+        got = {attr_name(aheap.get(r.heap_id)) for r in iterate(hf.reader, ainfo.name_index_address)}
         assert got == anames

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from h5fs.errors import FormatError
-from h5fs.format import superblock
 from h5fs.format.codec import Reader, Sizes
 from h5fs.format.global_heap import (
-    GlobalHeapReader, HeapID, decode_collection, decode_heap_id, header_size, heap_id_size,
+    HeapID, decode_collection, decode_heap_id, header_size, heap_id_size,
     object_header_size)
 from h5fs.storage.blockio import BlockReader
+from h5fs.storage.readers import superblock
+from h5fs.storage.readers.global_heap import GlobalHeapReader
 
 
 def _file(path, sizes):

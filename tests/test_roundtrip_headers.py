@@ -41,6 +41,7 @@ from h5fs.model.file import H5File
 from h5fs.model.group import Group
 from h5fs.storage.blockio import BlockReader
 from h5fs.storage.metadata_cache import MetadataCache
+from h5fs.storage.readers import btree_v1, global_heap, local_heap, superblock, symbol_table_node
 
 # 2-byte lengths only in the earliest format: in the latest, dense link storage uses a fractal heap
 # whose maximum direct block size (65536) libhdf5 writes into a 2-byte field as 0; it cannot read
@@ -209,7 +210,7 @@ def btree_nodes(reader, root: int, node_type: int, rank: int):
     """Every node of a v1 B-tree, parents first."""
     stack = [root]
     while stack:
-        node = B1.read_node(reader, stack.pop(), node_type, rank, "t")
+        node = btree_v1.read_node(reader, stack.pop(), node_type, rank, "t")
         yield node
         if node.level:
             stack += node.children
@@ -235,7 +236,7 @@ def check_btree(reader, root: int, node_type: int, rank: int, k: int, seen: Seen
 
 def check_local_heap(reader, address: int, seen: Seen) -> LH.LocalHeap:
     s = reader.sizes
-    heap = LH.read(reader, address, "t")
+    heap = local_heap.read(reader, address, "t")
     assert LH.encode_prefix(heap, s) == reader.read(address, LH.prefix_size(s))
     assert LH.encode_data(heap, s) == reader.read(heap.data_address, len(heap.data))
     seen.add("local heap", "free list" if heap.free else "full")
@@ -259,12 +260,12 @@ def check_symbol_table(hf: H5File, btree: int, heap: int, seen: Seen) -> None:
     reader, sb, s = hf.reader, hf.superblock, hf.sizes
     check_local_heap(reader, heap, seen)
     for snod in check_btree(reader, btree, B1.GROUP, 0, sb.group_internal_k, seen):
-        node = SNOD.read_node(reader, snod, 2 * sb.group_leaf_k, "t")
+        node = symbol_table_node.read_node(reader, snod, 2 * sb.group_leaf_k, "t")
         raw = reader.read(snod, SNOD.node_size(s, node.capacity))
         entries = node.entries[1:] + (replace(node.entries[0], header_address=777),)
         check_bytes(raw, lambda b: SNOD.decode(b, s, node.capacity), lambda n: SNOD.encode(n, s),
                     lambda n: {"entries": entries})
-        assert list(node.entries) == SNOD.read(reader, snod, "t")
+        assert list(node.entries) == symbol_table_node.read(reader, snod, "t")
         seen.add("symbol table node", len(node.entries) == node.capacity)
         for entry in node.entries:
             seen.add("symbol table entry", entry.cache_type)
@@ -312,7 +313,7 @@ def check_global_heaps(hf: H5File, seen: Seen) -> None:
 def check_superblock(path: str, hf: H5File, seen: Seen) -> SB.Superblock:
     fd = os.open(path, os.O_RDONLY)
     try:
-        sb = SB.read(fd)
+        sb = superblock.read(fd)
         raw = os.pread(fd, len(SB.encode(sb)), sb.location)
         if sb.driver_info is not None:
             drv = SB.encode_driver_info(sb.driver_info)
@@ -423,7 +424,7 @@ def test_global_heap_collections_bounded_by_the_metadata_cache(tmp_path):
         addrs = [heap_ids(hf, hf.resolve(f"/s{k}"))[0].address for k in range(6)]
         assert len(set(addrs)) == 6
         meta = MetadataCache(budget=8000)   # room for one 5 KiB collection
-        heap = GH.GlobalHeapReader(BlockReader(hf.fd, hf.reader.base, hf.sizes, meta))
+        heap = global_heap.GlobalHeapReader(BlockReader(hf.fd, hf.reader.base, hf.sizes, meta))
         for a in addrs:
             assert heap.get(a, 1) == b"z" * 5000
         assert [a for a in addrs if meta.peek(a, "global heap collection")] == addrs[-1:]

@@ -33,6 +33,7 @@ from h5fs.format.codec import Reader, Sizes, Writer
 from h5fs.format.messages import layout as L
 from h5fs.model.file import H5File
 from h5fs.storage.index import IndexContext, open_index
+from h5fs.storage.readers.fractal_heap import FractalHeap
 
 
 def data(shape, seed=0):
@@ -213,7 +214,7 @@ def test_shared_messages(tmp_path, sizes):
         assert index.index_type == 1
         seen = checked(sohm_table(hf))
         assert {k[1] for k in seen if k[0] == "btree"} == {bt.SOHM}
-        heap = fh.FractalHeap(hf.reader, index.heap_address)
+        heap = FractalHeap(hf.reader, index.heap_address)
         recs = btree_records(hf.reader, index.index_address)
         assert recs and all(r.location == 0 for r in recs)
         # each record's hash is lookup3 of the message its heap ID names, seeded with its type

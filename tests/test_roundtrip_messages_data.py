@@ -28,9 +28,6 @@ from roundtrip_support import HYP, SIZES, Structure, address, check, encoded, li
 from test_datatype import PLAIN, bfloat16, custom_float, opaque, partial_int, py, vax_float
 from test_roundtrip_messages_links import HID, c_call, names, sohm_fcpl, text
 
-from h5fs.format import btree_v2 as bt
-from h5fs.format import extensible_array as ea
-from h5fs.format import fixed_array as fa
 from h5fs.format.codec import Reader, Sizes
 from h5fs.format.messages import dataspace as S
 from h5fs.format.messages import datatype as D
@@ -42,6 +39,9 @@ from h5fs.format.messages import shared
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.model.group import Group
+from h5fs.storage.readers import btree_v2 as bt
+from h5fs.storage.readers import extensible_array as ea
+from h5fs.storage.readers import fixed_array as fa
 
 FILE_SIZES = [(8, 8), (4, 4), (2, 4)]
 CODECS = {M.DATATYPE: (D.decode, D.encode), M.DATASPACE: (S.decode, S.encode), M.LAYOUT: (L.decode, L.encode),

@@ -8,12 +8,13 @@ libhdf5 zero-fills them (H5B__cache_serialize), and so does `encode_node`.
 
 Group keys are heap offsets (`size of lengths` wide). Chunk keys: chunk size (u32), filter mask
 (u32) and one u64 element offset per dimension plus a trailing 0 for the element dimension.
+
+Pure bytes <-> records; h5fs.storage.readers.btree_v1 reads nodes and walks trees.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from ..errors import FormatError
 from .codec import Reader, Sizes, Writer
@@ -85,18 +86,6 @@ def _key(node_type: int, fields) -> int | ChunkKey:
     return fields[0] if node_type == GROUP else ChunkKey(fields[0], fields[1], tuple(fields[2:]))
 
 
-def read_node(reader, address: int | None, node_type: int, rank: int, what: str) -> Node:
-    """The node at `address`, reading only its used part (K is not needed)."""
-    s = reader.sizes
-    label = f"{what}: B-tree node"
-    head = reader.read(address, s.layout(HEAD).size, label)
-    used = Reader(head, 0, s, label).fields(HEAD)[3]
-    if used > MAX_ENTRIES:
-        raise FormatError(f"{what}: B-tree node claims {used} entries")
-    size = len(head) + used * (key_size(node_type, s, rank) + s.offset) + key_size(node_type, s, rank)
-    return decode_node(reader.read(address, size, label), address, node_type, rank, s, what)
-
-
 def encode_node(node: Node, sizes: Sizes, k: int) -> bytes:
     """The whole node, with room for 2K children."""
     if len(node.keys) != len(node.children) + 1 or len(node.children) > 2 * k:
@@ -115,32 +104,3 @@ def encode_node(node: Node, sizes: Sizes, k: int) -> bytes:
             w.offset(node.children[i])
     w.zeros(node_size(node.node_type, sizes, rank, k) - w.pos)
     return w.getvalue()
-
-
-def iterate_leaves(reader, address: int, node_type: int, rank: int, what: str,
-                   read: Callable = read_node) -> Iterator[tuple[object, int, object]]:
-    """Yield (left key, child address, right key) for every entry of every leaf, in key order."""
-    seen: set[int] = set()
-    leaves: set[int] = set()
-    stack = [(address, None)]
-    while stack:
-        addr, expect_level = stack.pop()
-        if addr in seen:
-            raise FormatError(f"{what}: B-tree cycle at address {addr}")
-        seen.add(addr)
-        node = read(reader, addr, node_type, rank, what)
-        if expect_level is not None and node.level != expect_level:
-            raise FormatError(f"{what}: B-tree node at {addr} has level {node.level}, expected {expect_level}")
-        if node.level > MAX_DEPTH:
-            raise FormatError(f"{what}: B-tree depth {node.level} is implausible")
-        if node.level == 0:
-            for i, child in enumerate(node.children):
-                # a child shared by two entries is no tree: left alone it multiplies what it
-                # holds (a 4 MB file could list a symbol table node's 65536 links 65536 times)
-                if child in leaves:
-                    raise FormatError(f"{what}: B-tree entries share the child at address {child}")
-                leaves.add(child)
-                yield node.keys[i], child, node.keys[i + 1]
-        else:
-            for child in reversed(node.children):
-                stack.append((child, node.level - 1))

@@ -25,7 +25,7 @@ sits right after them, not at the end of the node; libhdf5 zero-fills the rest o
 does `encode_node`. A record shorter than the record size (a type 7 record of a message in an
 object header with offsets narrower than 8 bytes) leaves its tail undefined: it encodes as zeros.
 
-Decoded nodes and headers are cached in the file's metadata cache (`reader.meta`).
+Pure bytes <-> records; h5fs.storage.readers.btree_v2 reads and walks trees.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, TypeVar
 
 from ..errors import FormatError, Unsupported
-from .checksum import checksum, verify
+from .checksum import sealed, verify
 from .codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
 
 R = TypeVar("R")
@@ -139,32 +139,16 @@ def decode_header(buf: bytes | memoryview, address: int, sizes: Sizes, what: str
                          root_nrec, total, sizes, max_nrec_size, levels)
 
 
-def sealed(w: Writer) -> bytes:
-    """The Writer's bytes followed by their checksum."""
-    w.u32(checksum(w.buf))
-    return w.getvalue()
-
-
 def encode_header(hdr: BTreeV2Header) -> bytes:
     w = Writer(hdr.sizes)
     w.fields(HEADER_LAYOUT, SIG_HEADER, hdr.version, hdr.type, hdr.node_size, hdr.record_size, hdr.depth,
              hdr.split_percent, hdr.merge_percent, hdr.sizes.raw_address(hdr.root_address), hdr.root_nrecords,
              hdr.total_records)
-    return sealed(w)
+    return sealed(w.buf)
 
 
 def header_size(sizes: Sizes) -> int:
     return sizes.layout(HEADER_LAYOUT).size + 4
-
-
-def read_header(reader, address: int | None, what: str = "v2 B-tree") -> BTreeV2Header:
-    def load() -> BTreeV2Header:
-        buf = reader.read(address, header_size(reader.sizes), f"{what} header")
-        return decode_header(buf, address, reader.sizes, f"{what} header at {address}")
-
-    if address is None:
-        return load()  # raises: undefined address
-    return reader.meta.get(address, "bt2 header", load, 512)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +166,11 @@ class Node:
     children: tuple[ChildPointer, ...]   # empty for leaves; len(records) + 1 otherwise
 
 
-def _node_label(hdr: BTreeV2Header, address: int | None, depth: int, what: str) -> str:
+def node_label(hdr: BTreeV2Header, address: int | None, depth: int, what: str) -> str:
     return f"{what} {'internal node' if depth else 'leaf node'} at {address}"
 
 
-def _used_size(hdr: BTreeV2Header, address: int | None, nrec: int, depth: int, what: str) -> int:
+def used_size(hdr: BTreeV2Header, address: int | None, nrec: int, depth: int, what: str) -> int:
     """Bytes a node holding `nrec` records at `depth` uses, checksum included; checks both."""
     if not 0 <= depth <= hdr.depth:
         raise FormatError(f"{what}: node depth {depth} outside the tree's depth {hdr.depth}")
@@ -203,8 +187,8 @@ def decode_node(buf: bytes | memoryview, hdr: BTreeV2Header, address: int | None
                 what: str = "v2 B-tree") -> Node:
     """A node of `hdr`'s tree holding `nrec` records at `depth` (0 = leaf) from its used bytes
     (`buf` may run on to the end of the node)."""
-    size = _used_size(hdr, address, nrec, depth, what)
-    label = _node_label(hdr, address, depth, what)
+    size = used_size(hdr, address, nrec, depth, what)
+    label = node_label(hdr, address, depth, what)
     c = Reader(buf, 0, hdr.sizes, label)
     sig, version, btype = c.fields("4sBB")
     if sig != (SIG_INTERNAL if depth else SIG_LEAF):
@@ -250,17 +234,8 @@ def encode_node(hdr: BTreeV2Header, node: Node) -> bytes:
             if node.depth > 1:
                 values.append(uint_field(ch.total_records, tot))
             w.pack(st, *values)
-    sealed(w)
-    w.zeros(hdr.node_size - w.pos)
-    return w.getvalue()
-
-
-def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth: int,
-              what: str = "v2 B-tree") -> Node:
-    """One node of `hdr`'s tree holding `nrec` records at `depth` (0 = leaf)."""
-    size = _used_size(hdr, address, nrec, depth, what)
-    return decode_node(reader.read(address, size, _node_label(hdr, address, depth, what)), hdr, address, nrec,
-                       depth, what)
+    out = sealed(w.buf)
+    return out + bytes(hdr.node_size - len(out))
 
 
 def decode_records(hdr: BTreeV2Header, node: Node, decode_record: Callable[[Reader], R], what: str) -> list[R]:
@@ -293,90 +268,6 @@ def encode_records(hdr: BTreeV2Header, encode_record: Callable[[Writer, R], None
         w.zeros(hdr.record_size - w.pos)
         out.append(w.getvalue())
     return tuple(out)
-
-
-def _decoded(reader, hdr: BTreeV2Header, addr: int, nrec: int, depth: int, decode_record,
-             what: str) -> tuple[Node, list]:
-    """A node and its decoded records, through the file's metadata cache."""
-    def load() -> tuple[Node, list]:
-        node = read_node(reader, hdr, addr, nrec, depth, what)
-        return node, decode_records(hdr, node, decode_record, what)
-
-    kind = ("bt2 node", hdr.address, nrec, depth, decode_record)
-    return reader.meta.get(addr, kind, load, 200 + nrec * (hdr.record_size + 200))
-
-
-def iterate(reader, address: int | None, decode_record: Callable[[Reader], R] | str | None = None,
-            what: str = "v2 B-tree", expect_type: int | None = None,
-            header: BTreeV2Header | None = None) -> Iterator[R]:
-    """Every record of the tree whose header is at `address`, in key order.
-
-    Without `decode_record` the decoder is chosen by the header's type (1-9; types 10/11 need
-    `chunk_record_decoder`). A string in its place is taken as `what`.
-    """
-    if isinstance(decode_record, str):
-        decode_record, what = None, decode_record
-    hdr = header or read_header(reader, address, what)
-    if decode_record is None:
-        decode_record = record_decoder(hdr.type)
-    if expect_type is not None and hdr.type != expect_type:
-        raise FormatError(f"{what}: B-tree type {hdr.type}, expected {expect_type}")
-    if hdr.root_address is None:
-        return
-    seen: set[int] = set()
-    count = 0
-
-    def walk(addr: int, nrec: int, depth: int) -> Iterator[R]:
-        nonlocal count
-        if addr in seen:
-            raise FormatError(f"{what}: node at {addr} is reached twice (cycle or shared node)")
-        seen.add(addr)
-        node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what)
-        if depth == 0:
-            count += len(recs)
-            yield from recs
-            return
-        for i, ch in enumerate(node.children):
-            yield from walk(ch.address, ch.nrecords, depth - 1)
-            if i < len(recs):
-                count += 1
-                yield recs[i]
-
-    yield from walk(hdr.root_address, hdr.root_nrecords, hdr.depth)
-    if count != hdr.total_records:
-        raise FormatError(f"{what}: header counts {hdr.total_records} records, the nodes hold {count}")
-
-
-def find(reader, address: int | None, compare: Callable[[R], int],
-         decode_record: Callable[[Reader], R] | None = None, what: str = "v2 B-tree",
-         header: BTreeV2Header | None = None) -> R | None:
-    """The record for which compare(record) == 0, descending from the root only.
-
-    `compare(record)` answers the sign of (wanted key - record's key): negative when the wanted
-    key sorts before the record, 0 on a match, positive after it.
-    """
-    hdr = header or read_header(reader, address, what)
-    if decode_record is None:
-        decode_record = record_decoder(hdr.type)
-    if hdr.root_address is None:
-        return None
-    addr, nrec, depth = hdr.root_address, hdr.root_nrecords, hdr.depth
-    for _ in range(hdr.depth + 1):
-        node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what)
-        lo, hi = 0, len(recs)
-        while lo < hi:  # first record whose key >= wanted
-            mid = (lo + hi) // 2
-            if compare(recs[mid]) > 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < len(recs) and compare(recs[lo]) == 0:
-            return recs[lo]
-        if depth == 0:
-            return None
-        ch = node.children[lo]
-        addr, nrec, depth = ch.address, ch.nrecords, depth - 1
-    raise FormatError(f"{what}: descent did not end at a leaf")  # pragma: no cover
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 Decoders verify every checksum; encoders (`encode_header`, `encode_index_block`,
 `encode_super_block`, `encode_data_block`, and the pages' `fixed_array.encode_page`) return whole
 blocks with their checksum. Blocks keep elements as raw bytes (see fixed_array for the chunk
-elements). Decoded blocks are cached in the file's metadata cache. Geometry as libhdf5 computes it (H5EAhdr.c
-H5EA__hdr_init, H5EAiblock.c, H5EAsblock.c, H5EAdblock.c, H5EA.c H5EA__lookup_elmt):
+elements). Pure bytes <-> records and geometry; h5fs.storage.readers.extensible_array reads
+arrays from the file. Geometry as libhdf5 computes it (H5EAhdr.c H5EA__hdr_init, H5EAiblock.c,
+H5EAsblock.c, H5EAdblock.c, H5EA.c H5EA__lookup_elmt):
 
 - ``nsblks = 1 + max_nelmts_bits - log2(data_blk_min_elmts)`` super blocks; super block u has
   ``2**(u // 2)`` data blocks of ``2**((u + 1) // 2) * data_blk_min_elmts`` elements; the
@@ -27,13 +28,11 @@ H5EA__hdr_init, H5EAiblock.c, H5EAsblock.c, H5EAdblock.c, H5EA.c H5EA__lookup_el
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..errors import FormatError
-from .btree_v2 import sealed
-from .checksum import checked_block, verify
+from .checksum import checked_block, sealed, verify
 from .codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
-from .fixed_array import PREFIX_LAYOUT, bit_set, cached_header, check_block_prefix, decode_page, write_block_prefix
+from .fixed_array import PREFIX_LAYOUT, check_block_prefix, write_block_prefix
 
 SIG_HEADER, SIG_IBLOCK, SIG_SBLOCK, SIG_DBLOCK = b"EAHD", b"EAIB", b"EASB", b"EADB"
 HEADER_LAYOUT = "BBBBBBBLLLLLLO"   # after signature and version
@@ -80,6 +79,29 @@ class SuperBlockInfo:
     start_dblk: int
 
 
+def super_blocks(h: ExtensibleArrayHeader) -> tuple[SuperBlockInfo, ...]:
+    """Every super block's data block count, elements per data block and first element and data
+    block (counted after the index block's own)."""
+    info, start_idx, start_dblk = [], 0, 0
+    for u in range(1 + h.max_nelmts_bits - _log2(h.data_blk_min_elmts)):
+        nd = 1 << (u // 2)
+        ne = (1 << ((u + 1) // 2)) * h.data_blk_min_elmts
+        info.append(SuperBlockInfo(nd, ne, start_idx, start_dblk))
+        start_idx += nd * ne
+        start_dblk += nd
+    return tuple(info)
+
+
+def index_block_super_blocks(h: ExtensibleArrayHeader) -> int:
+    """Super blocks whose data block addresses the index block holds itself."""
+    return 2 * _log2(h.sup_blk_min_data_ptrs)
+
+
+def super_block_index(h: ExtensibleArrayHeader, idx: int) -> int:
+    """H5EA__dblock_sblk_idx: the super block of element `idx` (>= idx_blk_elmts)."""
+    return _log2((idx - h.idx_blk_elmts) // h.data_blk_min_elmts + 1)
+
+
 def header_size(sizes: Sizes) -> int:
     return 4 + 1 + sizes.layout(HEADER_LAYOUT).size + 4
 
@@ -107,12 +129,7 @@ def encode_header(h: ExtensibleArrayHeader, sizes: Sizes) -> bytes:
              h.idx_blk_elmts, h.data_blk_min_elmts, h.sup_blk_min_data_ptrs, h.max_dblk_page_nelmts_bits,
              h.num_super_blocks, h.super_block_size, h.num_data_blocks, h.data_block_size, h.max_idx_set,
              h.num_elements, sizes.raw_address(h.iblock_address))
-    return sealed(w)
-
-
-def read_header(reader, address: int | None, what: str = "extensible array") -> ExtensibleArrayHeader:
-    return cached_header(reader, address, f"{what} header at {address}", "ea header", header_size(reader.sizes),
-                         decode_header)
+    return sealed(w.buf)
 
 
 # -- blocks -------------------------------------------------------------------------------------
@@ -182,7 +199,7 @@ def encode_index_block(ib: IndexBlock, h: ExtensibleArrayHeader, sizes: Sizes) -
     w.bytes(ib.elements)
     _write_addresses(w, ib.dblock_addresses)
     _write_addresses(w, ib.sblock_addresses)
-    return sealed(w)
+    return sealed(w.buf)
 
 
 def super_block_size(h: ExtensibleArrayHeader, sizes: Sizes, bitmap_size: int, ndblks: int) -> int:
@@ -203,7 +220,7 @@ def encode_super_block(sb: SuperBlock, h: ExtensibleArrayHeader, sizes: Sizes) -
     w.fields(_offset_layout(h), uint_field(sb.block_offset, h.block_offset_size))
     w.bytes(sb.bitmap)
     _write_addresses(w, sb.dblock_addresses)
-    return sealed(w)
+    return sealed(w.buf)
 
 
 def data_block_size(h: ExtensibleArrayHeader, sizes: Sizes, nelmts: int) -> int:
@@ -224,199 +241,4 @@ def encode_data_block(db: DataBlock, h: ExtensibleArrayHeader, sizes: Sizes) -> 
     write_block_prefix(w, SIG_DBLOCK, h)
     w.fields(_offset_layout(h), uint_field(db.block_offset, h.block_offset_size))
     w.bytes(db.elements)
-    return sealed(w)
-
-
-class ExtensibleArray:
-    """Random access to the raw elements of an extensible array."""
-
-    def __init__(self, reader, address: int | None, what: str = "extensible array"):
-        self.reader = reader
-        self.sizes: Sizes = reader.sizes
-        self.what = f"{what} at {address}"
-        self.header = h = read_header(reader, address, what)
-        self.nsblks = 1 + h.max_nelmts_bits - _log2(h.data_blk_min_elmts)
-        info, start_idx, start_dblk = [], 0, 0
-        for u in range(self.nsblks):
-            nd = 1 << (u // 2)
-            ne = (1 << ((u + 1) // 2)) * h.data_blk_min_elmts
-            info.append(SuperBlockInfo(nd, ne, start_idx, start_dblk))
-            start_idx += nd * ne
-            start_dblk += nd
-        self.sblk_info = tuple(info)
-        self.arr_off_size = h.block_offset_size
-        self.page_nelmts = 1 << h.max_dblk_page_nelmts_bits
-        self.iblock_nsblks = 2 * _log2(h.sup_blk_min_data_ptrs)
-        self.iblock_ndblk_addrs = 2 * (h.sup_blk_min_data_ptrs - 1)
-        self.iblock_nsblk_addrs = self.nsblks - self.iblock_nsblks
-        if self.iblock_nsblk_addrs < 0:
-            raise FormatError(f"{self.what}: fewer super blocks ({self.nsblks}) than the index block covers")
-
-    # -- blocks ---------------------------------------------------------------------------------
-
-    def _cached(self, address: int, kind: str, load, nbytes):
-        return self.reader.meta.get(address, (kind, self.header.address), load, nbytes)
-
-    def index_block_record(self) -> IndexBlock:
-        h, s = self.header, self.sizes
-        label = f"{self.what} index block at {h.iblock_address}"
-        nd, ns = self.iblock_ndblk_addrs, self.iblock_nsblk_addrs
-
-        def load() -> IndexBlock:
-            buf = self.reader.read(h.iblock_address, index_block_size(h, s, nd, ns), label)
-            return decode_index_block(buf, h, s, nd, ns, label)
-
-        return self._cached(h.iblock_address, "ea iblock", load, index_block_size(h, s, nd, ns) + 100 * (nd + ns))
-
-    def index_block(self) -> tuple[bytes, tuple[int | None, ...], tuple[int | None, ...]]:
-        """(element bytes, data block addresses, super block addresses) of the index block."""
-        ib = self.index_block_record()
-        return ib.elements, ib.dblock_addresses, ib.sblock_addresses
-
-    def npages(self, sblk_idx: int) -> int:
-        """Pages per data block of super block `sblk_idx` (0: its data blocks are not paged)."""
-        n = self.sblk_info[sblk_idx].dblk_nelmts
-        return n // self.page_nelmts if n > self.page_nelmts else 0
-
-    def bitmap_size(self, sblk_idx: int) -> int:
-        # libhdf5 reserves ceil(npages / 8) bytes per data block but numbers the bits contiguously
-        # (bit dblk * npages + page), so the tail of the bitmap stays unused
-        return self.sblk_info[sblk_idx].ndblks * ((self.npages(sblk_idx) + 7) // 8)
-
-    def super_block_record(self, sblk_idx: int, address: int) -> SuperBlock:
-        h, s = self.header, self.sizes
-        ndblks, bitmap = self.sblk_info[sblk_idx].ndblks, self.bitmap_size(sblk_idx)
-        size = super_block_size(h, s, bitmap, ndblks)
-        label = f"{self.what} super block {sblk_idx} at {address}"
-
-        def load() -> SuperBlock:
-            return decode_super_block(self.reader.read(address, size, label), h, s, address, bitmap, ndblks, label)
-
-        return self._cached(address, f"ea sblock {sblk_idx}", load, size + 100 * ndblks)
-
-    def super_block(self, sblk_idx: int, address: int) -> tuple[bytes, tuple[int | None, ...]]:
-        """(page-init bitmap, data block addresses) of super block `sblk_idx` at `address`."""
-        sb = self.super_block_record(sblk_idx, address)
-        return sb.bitmap, sb.dblock_addresses
-
-    def data_block_record(self, address: int, nelmts: int) -> DataBlock:
-        """The data block at `address` storing `nelmts` elements (0: a paged block's prefix)."""
-        h, s = self.header, self.sizes
-        size = data_block_size(h, s, nelmts)
-        label = f"{self.what} data block at {address}"
-
-        def load() -> DataBlock:
-            return decode_data_block(self.reader.read(address, size, label), h, s, address, nelmts, label)
-
-        return self._cached(address, f"ea dblock {nelmts}", load, size + 100)
-
-    def data_block(self, address: int, nelmts: int) -> bytes:
-        """Element bytes of an unpaged data block of `nelmts` elements."""
-        return self.data_block_record(address, nelmts).elements
-
-    def data_block_page(self, dblock_address: int, page: int, check_prefix: bool = True) -> bytes:
-        """Element bytes of page `page` of the paged data block at `dblock_address`."""
-        page_size = self.page_nelmts * self.header.element_size + 4
-        addr = dblock_address + data_block_size(self.header, self.sizes, 0) + page * page_size
-        if check_prefix:
-            self.data_block_record(dblock_address, 0)
-        label = f"{self.what} data block page at {addr}"
-        return self._cached(addr, "ea page", lambda: decode_page(self.reader.read(addr, page_size, label), label),
-                            page_size + 40)
-
-    # -- elements -------------------------------------------------------------------------------
-
-    def superblock_index(self, idx: int) -> int:
-        """H5EA__dblock_sblk_idx."""
-        h = self.header
-        return _log2((idx - h.idx_blk_elmts) // h.data_blk_min_elmts + 1)
-
-    def get(self, idx: int) -> bytes | None:
-        """Raw bytes of element `idx`, or None when it was never written."""
-        h = self.header
-        if idx < 0:
-            raise FormatError(f"{self.what}: negative element index {idx}")
-        if idx >= h.max_idx_set or h.iblock_address is None:
-            return None
-        es = h.element_size
-        elements, idblks, isblks = self.index_block()
-        if idx < h.idx_blk_elmts:
-            return elements[idx * es:(idx + 1) * es]
-        u = self.superblock_index(idx)
-        if u >= self.nsblks:
-            raise FormatError(f"{self.what}: element {idx} beyond the array's capacity")
-        info = self.sblk_info[u]
-        rel = idx - (h.idx_blk_elmts + info.start_idx)
-        k = rel % info.dblk_nelmts
-        npages = self.npages(u)
-        if u < self.iblock_nsblks:
-            addr = idblks[info.start_dblk + rel // info.dblk_nelmts]
-            if addr is None:
-                return None
-            if npages:
-                raise FormatError(f"{self.what}: paged data block referenced by the index block")
-            return self.data_block(addr, info.dblk_nelmts)[k * es:(k + 1) * es]
-        saddr = isblks[u - self.iblock_nsblks]
-        if saddr is None:
-            return None
-        bitmap, dblks = self.super_block(u, saddr)
-        dblk_idx = rel // info.dblk_nelmts
-        addr = dblks[dblk_idx]
-        if addr is None:
-            return None
-        if npages:
-            page, k = divmod(k, self.page_nelmts)
-            if not bit_set(bitmap, dblk_idx * npages + page):
-                return None
-            data = self.data_block_page(addr, page)
-        else:
-            data = self.data_block(addr, info.dblk_nelmts)
-        return data[k * es:(k + 1) * es]
-
-    def items(self) -> Iterator[tuple[int, bytes]]:
-        """(index, raw bytes) of every element in written blocks below max_idx_set, in order."""
-        h = self.header
-        if h.iblock_address is None or h.max_idx_set == 0:
-            return
-        es = h.element_size
-        limit = h.max_idx_set
-        elements, idblks, isblks = self.index_block()
-        for i in range(min(h.idx_blk_elmts, limit)):
-            yield i, elements[i * es:(i + 1) * es]
-
-        def run(base: int, data: bytes, n: int) -> Iterator[tuple[int, bytes]]:
-            for j in range(min(n, limit - base)):
-                yield base + j, data[j * es:(j + 1) * es]
-
-        for u, info in enumerate(self.sblk_info):
-            sbase = h.idx_blk_elmts + info.start_idx
-            if sbase >= limit:
-                return
-            npages = self.npages(u)
-            if u < self.iblock_nsblks:
-                for j in range(info.ndblks):
-                    addr = idblks[info.start_dblk + j]
-                    base = sbase + j * info.dblk_nelmts
-                    if addr is None or base >= limit:
-                        continue
-                    if npages:
-                        raise FormatError(f"{self.what}: paged data block referenced by the index block")
-                    yield from run(base, self.data_block(addr, info.dblk_nelmts), info.dblk_nelmts)
-                continue
-            saddr = isblks[u - self.iblock_nsblks]
-            if saddr is None:
-                continue
-            bitmap, dblks = self.super_block(u, saddr)
-            for j, addr in enumerate(dblks):
-                base = sbase + j * info.dblk_nelmts
-                if addr is None or base >= limit:
-                    continue
-                if not npages:
-                    yield from run(base, self.data_block(addr, info.dblk_nelmts), info.dblk_nelmts)
-                    continue
-                self.data_block_record(addr, 0)
-                for p in range(npages):
-                    pbase = base + p * self.page_nelmts
-                    if pbase >= limit or not bit_set(bitmap, j * npages + p):
-                        continue
-                    yield from run(pbase, self.data_block_page(addr, p, False), self.page_nelmts)
+    return sealed(w.buf)

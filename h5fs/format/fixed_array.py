@@ -14,18 +14,19 @@ Decoders verify every checksum; encoders (`encode_header`, `encode_dblock`, `enc
 whole blocks with their checksum. Blocks keep their elements as raw bytes (any client); the
 elements of chunk indexes (client 0: address; client 1: address, chunk size, filter mask) are
 decoded and encoded by `chunk_element_decoder`/`chunk_element_encoder`, shared with the
-extensible array. Decoded blocks and pages are cached in the file's metadata cache.
+extensible array.
+
+Pure bytes <-> records; h5fs.storage.readers.fixed_array reads arrays from the file.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Iterator
+from typing import Callable
 
 from ..errors import FormatError
-from .btree_v2 import sealed
-from .checksum import checked_block, verify
+from .checksum import checked_block, sealed, verify
 from .codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
 
 SIG_HEADER, SIG_DBLOCK = b"FAHD", b"FADB"
@@ -121,21 +122,7 @@ def encode_header(h: FixedArrayHeader, sizes: Sizes) -> bytes:
     w = Writer(sizes)
     w.fields("4sB" + HEADER_LAYOUT, SIG_HEADER, h.version, h.client_id, h.element_size, h.page_bits, h.nelmts,
              sizes.raw_address(h.dblock_address))
-    return sealed(w)
-
-
-def cached_header(reader, address: int | None, label: str, kind: str, size: int, decode):
-    """An array header through the metadata cache: `decode(bytes, address, sizes, label)` of
-    the `size` bytes at `address` on a miss."""
-    def load():
-        return decode(reader.read(address, size, label), address, reader.sizes, label)
-
-    return load() if address is None else reader.meta.get(address, kind, load, 400)
-
-
-def read_header(reader, address: int | None, what: str = "fixed array") -> FixedArrayHeader:
-    return cached_header(reader, address, f"{what} header at {address}", "fa header", header_size(reader.sizes),
-                         decode_header)
+    return sealed(w.buf)
 
 
 def check_block_prefix(c: Reader, signature: bytes, header, label: str) -> None:
@@ -164,9 +151,7 @@ def decode_page(buf: bytes | memoryview, label: str) -> bytes:
 
 
 def encode_page(elements: bytes) -> bytes:
-    w = Writer()
-    w.bytes(elements)
-    return sealed(w)
+    return sealed(elements)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,85 +181,9 @@ def encode_dblock(db: FixedArrayDataBlock, h: FixedArrayHeader, sizes: Sizes) ->
     w = Writer(sizes)
     write_block_prefix(w, SIG_DBLOCK, h)
     w.bytes(db.bitmap if h.paged else db.elements)
-    return sealed(w)
+    return sealed(w.buf)
 
 
 def bit_set(bitmap: bytes, bit: int) -> bool:
     """Page-init bitmaps number their bits from the most significant bit of each byte."""
     return bool(bitmap[bit // 8] & (0x80 >> (bit % 8)))
-
-
-class FixedArray:
-    """Random access to the raw elements of a fixed array."""
-
-    def __init__(self, reader, address: int | None, what: str = "fixed array"):
-        self.reader = reader
-        self.sizes: Sizes = reader.sizes
-        self.what = f"{what} at {address}"
-        self.header = h = read_header(reader, address, what)
-        self.page_nelmts = h.page_nelmts
-        self.paged = h.paged
-        self.npages = h.npages
-        self.prefix_size = dblock_size(h, self.sizes) if self.paged else 0
-        self.page_size = self.page_nelmts * h.element_size + 4
-
-    def dblock(self) -> FixedArrayDataBlock:
-        h = self.header
-        label = f"{self.what} data block at {h.dblock_address}"
-
-        def load() -> FixedArrayDataBlock:
-            buf = self.reader.read(h.dblock_address, dblock_size(h, self.sizes), label)
-            return decode_dblock(buf, h, self.sizes, h.dblock_address, label)
-
-        return self.reader.meta.get(h.dblock_address, ("fa dblock", h.address), load,
-                                    lambda db: 100 + len(db.bitmap) + len(db.elements))
-
-    def page_initialized(self, page: int) -> bool:
-        return bit_set(self.dblock().bitmap, page)
-
-    def page_address(self, page: int) -> int:
-        return self.header.dblock_address + self.prefix_size + page * self.page_size
-
-    def _read_page(self, page: int) -> bytes:
-        addr = self.page_address(page)
-        n = self.header.page_count(page) * self.header.element_size + 4
-        label = f"{self.what} data block page {page} at {addr}"
-        return self.reader.meta.get(addr, ("fa page", self.header.address),
-                                    lambda: decode_page(self.reader.read(addr, n, label), label), n + 40)
-
-    def __len__(self) -> int:
-        return self.header.nelmts
-
-    def get(self, idx: int) -> bytes | None:
-        """Raw bytes of element `idx`, or None when it was never written (no data block or page)."""
-        h = self.header
-        if not 0 <= idx < h.nelmts:
-            raise FormatError(f"{self.what}: element {idx} outside the array of {h.nelmts}")
-        if h.dblock_address is None:
-            return None
-        es = h.element_size
-        if not self.paged:
-            return self.dblock().elements[idx * es:(idx + 1) * es]
-        page, rel = divmod(idx, self.page_nelmts)
-        if not self.page_initialized(page):
-            return None
-        return self._read_page(page)[rel * es:(rel + 1) * es]
-
-    def items(self) -> Iterator[tuple[int, bytes]]:
-        """(index, raw bytes) of every element that was written, in index order."""
-        h = self.header
-        if h.dblock_address is None:
-            return
-        es = h.element_size
-        if not self.paged:
-            elements = self.dblock().elements
-            for i in range(h.nelmts):
-                yield i, elements[i * es:(i + 1) * es]
-            return
-        for page in range(self.npages):
-            if not self.page_initialized(page):
-                continue
-            data = self._read_page(page)
-            base = page * self.page_nelmts
-            for j in range(h.page_count(page)):
-                yield base + j, data[j * es:(j + 1) * es]

@@ -18,11 +18,11 @@ Derived sizes follow libhdf5 (H5HFhdr.c, H5HFdtable.c, H5HFtiny.c, H5HFhuge.c):
   address + length (+ filter mask + de-filtered size when the heap is filtered), otherwise the
   ID holds a key (``min(id_len - 1, 8)`` bytes) into the huge-object v2 B-tree (types 1/2).
 
-Everything read from the file is bounded before use: block sizes must be powers of two within
-MAX_BLOCK, row counts within the doubling table, addresses and ranges inside the file (BlockReader),
-block offsets must match the position a block is reached from (which also makes cycles impossible:
-each step down goes to a strictly smaller block). Decoded blocks are cached in the file's
-metadata cache (`reader.meta`).
+Pure bytes <-> records and doubling-table arithmetic; h5fs.storage.readers.fractal_heap reads
+heaps from the file, bounding everything before use: block sizes must be powers of two within
+MAX_BLOCK, row counts within the doubling table, addresses and ranges inside the file, block
+offsets must match the position a block is reached from (which also makes cycles impossible: each
+step down goes to a strictly smaller block).
 
 Undefined space: a heap ID's bytes after its object (a short tiny object, a managed ID in a
 longer ID) encode as zeros.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from ..errors import ChecksumError, FormatError, Unsupported
 from . import btree_v2
-from .checksum import checksum, verify
+from .checksum import checksum, sealed, verify
 from .codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
 
 SIG_HEADER, SIG_DIRECT, SIG_INDIRECT = b"FRHP", b"FHDB", b"FHIB"
@@ -47,6 +47,7 @@ TINY_LEN_SHORT = 16
 
 # header fields up to the root indirect block's row count; the filtered root fields follow
 HEADER_LAYOUT = "4sBHHBILOLOLLLLLLLLHLLHHOH"
+HEADER_PREFIX = 9          # signature, version, heap ID length, I/O filters' encoded length
 FILTERED_ROOT_LAYOUT = "LI"
 
 
@@ -100,6 +101,14 @@ def header_size(sizes: Sizes, filter_len: int) -> int:
     return n + 4
 
 
+def filter_length(prefix: bytes, what: str) -> int:
+    """The I/O filters' encoded length (what the header's size depends on) from the header's first
+    HEADER_PREFIX bytes."""
+    if prefix[:4] != SIG_HEADER:
+        raise FormatError(f"{what}: bad signature {prefix[:4]!r}, expected {SIG_HEADER!r}")
+    return int.from_bytes(prefix[7:9], "little")
+
+
 def decode_header(buf: bytes | memoryview, address: int, sizes: Sizes, what: str) -> FractalHeapHeader:
     c = Reader(buf, 0, sizes, what)
     sig, version, *v = c.fields(HEADER_LAYOUT)
@@ -131,7 +140,7 @@ def encode_header(h: FractalHeapHeader, sizes: Sizes) -> bytes:
     if h.filter_len:
         w.fields(FILTERED_ROOT_LAYOUT, h.root_filtered_size, h.root_filter_mask)
         w.bytes(h.filter_info)
-    return btree_v2.sealed(w)
+    return sealed(w.buf)
 
 
 # -- geometry ---------------------------------------------------------------------------------
@@ -196,6 +205,35 @@ def derive(h: FractalHeapHeader, sizes: Sizes, what: str) -> HeapGeometry:
         (h.start_block_size,) + tuple(h.start_block_size << max(0, u - 1) for u in range(1, max_root_rows)),
         tiny_max, tiny_extended, h.id_len - 1 >= huge_room, min(h.id_len - 1, 8),
         4 + 1 + (4 if h.checksum_direct_blocks else 0) + s.offset + heap_off_size)
+
+
+def row_col(h: FractalHeapHeader, g: HeapGeometry, offset: int, what: str) -> tuple[int, int]:
+    """H5HF__dtable_lookup: doubling-table row and column of a heap offset."""
+    if offset < h.start_block_size * h.width:
+        return 0, offset // h.start_block_size
+    high = _log2(offset)
+    row = high - g.first_row_bits + 1
+    if row >= len(g.row_block_size):
+        raise FormatError(f"{what}: heap offset {offset} beyond the doubling table")
+    return row, (offset - (1 << high)) // g.row_block_size[row]
+
+
+def rows_for_block(g: HeapGeometry, block_size: int) -> int:
+    """Rows of a child indirect block that stands for a block of `block_size` bytes."""
+    return _log2(block_size) - g.first_row_bits + 1
+
+
+def row_offset(h: FractalHeapHeader, row: int) -> int:
+    """Offset of a row's first block from the start of its indirect block."""
+    return 0 if row == 0 else h.start_block_size * h.width << (row - 1)
+
+
+def check_direct_block_size(h: FractalHeapHeader, g: HeapGeometry, block_size: int, label: str) -> None:
+    """Refuse a direct block size the heap cannot have."""
+    if not _is_pow2(block_size) or block_size > h.max_direct_size:
+        raise FormatError(f"{label}: invalid block size {block_size}")
+    if block_size < g.dblock_overhead:
+        raise FormatError(f"{label}: block of {block_size} bytes is smaller than its prefix")
 
 
 def _prefix_layout(g: HeapGeometry) -> str:
@@ -313,7 +351,7 @@ def encode_indirect(ib: IndirectBlock, g: HeapGeometry) -> bytes:
         w.pack(dlayout, g.sizes.raw_address(e.address), *extra)
     for a in ib.indirect:
         w.pack(ilayout, g.sizes.raw_address(a))
-    return btree_v2.sealed(w)
+    return sealed(w.buf)
 
 
 # -- heap IDs ---------------------------------------------------------------------------------
@@ -404,212 +442,3 @@ def encode_id(hid: HeapId, g: HeapGeometry) -> bytes:
         raise ValueError(f"heap ID of {w.pos} bytes in a heap of {g.id_len}-byte IDs")
     w.zeros(g.id_len - w.pos)
     return w.getvalue()
-
-
-# -- the heap ---------------------------------------------------------------------------------
-
-
-class FractalHeap:
-    """A fractal heap: `get(heap_id)` returns an object's bytes. The geometry's sizes read as
-    the heap's attributes (`heap.max_direct_rows`, `heap.heap_off_size`, ...)."""
-
-    def __init__(self, reader, address: int | None, what: str = "fractal heap"):
-        self.reader = reader
-        self.sizes: Sizes = reader.sizes
-        self.what = f"{what} at {address}"
-        if address is None:
-            raise FormatError(f"{what}: undefined address")
-        # the header's length depends on the filter length, which sits at a fixed position
-        prefix = reader.read(address, 9, f"{self.what} header")
-        if prefix[:4] != SIG_HEADER:
-            raise FormatError(f"{self.what}: bad signature {prefix[:4]!r}, expected {SIG_HEADER!r}")
-        filter_len = int.from_bytes(prefix[7:9], "little")
-        buf = reader.read(address, header_size(self.sizes, filter_len), f"{self.what} header")
-        self.header = h = decode_header(buf, address, self.sizes, f"{self.what} header")
-        self.geometry = derive(h, self.sizes, self.what)
-        self.filters = None
-        if h.filter_len:
-            from .messages import filter_pipeline
-            self.filters = filter_pipeline.decode(Reader(h.filter_info, 0, self.sizes, f"{self.what} I/O filters"))
-
-    def __getattr__(self, name: str):
-        geometry = self.__dict__.get("geometry")
-        if geometry is None or name not in HeapGeometry.__dataclass_fields__:
-            raise AttributeError(name)
-        return getattr(geometry, name)
-
-    # -- doubling table -----------------------------------------------------------------------
-
-    def row_col(self, offset: int) -> tuple[int, int]:
-        """H5HF__dtable_lookup: doubling-table row and column of a heap offset."""
-        h, g = self.header, self.geometry
-        if offset < h.start_block_size * h.width:
-            return 0, offset // h.start_block_size
-        high = _log2(offset)
-        row = high - g.first_row_bits + 1
-        if row >= len(g.row_block_size):
-            raise FormatError(f"{self.what}: heap offset {offset} beyond the doubling table")
-        return row, (offset - (1 << high)) // g.row_block_size[row]
-
-    def rows_for_block(self, block_size: int) -> int:
-        """Rows of a child indirect block that stands for a block of `block_size` bytes."""
-        return _log2(block_size) - self.geometry.first_row_bits + 1
-
-    def indirect_block_size(self, nrows: int) -> int:
-        return indirect_block_size(self.geometry, nrows)
-
-    # -- blocks ---------------------------------------------------------------------------------
-
-    def read_indirect(self, address: int | None, nrows: int, block_offset: int) -> IndirectBlock:
-        if address is None:
-            raise FormatError(f"{self.what}: undefined indirect block address")
-        g = self.geometry
-        label = f"{self.what} indirect block at {address}"
-
-        def load() -> IndirectBlock:
-            if not 1 <= nrows <= g.max_root_rows:
-                raise FormatError(f"{self.what}: indirect block with {nrows} rows")
-            buf = self.reader.read(address, indirect_block_size(g, nrows), label)
-            return decode_indirect(buf, g, address, nrows, label)
-
-        ib = self.reader.meta.get(address, ("fheap iblock", g.heap_address), load,
-                                  lambda b: 200 + 100 * (len(b.direct) + len(b.indirect)))
-        if ib.nrows != nrows:
-            raise FormatError(f"{self.what}: indirect block at {address} reached from two places")
-        if ib.block_offset != block_offset:
-            raise FormatError(f"{label}: block offset {ib.block_offset}, expected {block_offset}")
-        return ib
-
-    def read_direct(self, address: int | None, block_size: int, block_offset: int,
-                    filtered_size: int = 0, filter_mask: int = 0) -> DirectBlock:
-        """The whole direct block (de-filtered), checked."""
-        if address is None:
-            raise FormatError(f"{self.what}: undefined direct block address")
-        g = self.geometry
-        label = f"{self.what} direct block at {address}"
-
-        def load() -> DirectBlock:
-            if not _is_pow2(block_size) or block_size > self.header.max_direct_size:
-                raise FormatError(f"{label}: invalid block size {block_size}")
-            if block_size < g.dblock_overhead:
-                raise FormatError(f"{label}: block of {block_size} bytes is smaller than its prefix")
-            if self.filters is not None:
-                if not 0 < filtered_size <= MAX_BLOCK:
-                    raise FormatError(f"{label}: implausible filtered size {filtered_size}")
-                raw = self.reader.read(address, filtered_size, label)
-                buf = self._defilter(raw, filter_mask, block_size, label)
-            else:
-                buf = self.reader.read(address, block_size, label)
-            return decode_direct(buf, g, label)
-
-        kind = ("fheap dblock", g.heap_address, block_size, filtered_size, filter_mask)
-        db = self.reader.meta.get(address, kind, load, 100 + block_size)
-        if db.block_offset != block_offset:
-            raise FormatError(f"{label}: block offset {db.block_offset}, expected {block_offset}")
-        return db
-
-    def _defilter(self, raw: bytes, mask: int, size: int, label: str) -> bytes:
-        from ..storage.filters import ChunkInfo
-        from ..storage.filters.pipeline import decode_chunk
-        filters = getattr(self.filters, "filters", self.filters)
-        data = bytes(decode_chunk(filters, raw, mask, ChunkInfo(size, 1, label)))
-        if len(data) != size:
-            raise FormatError(f"{label}: de-filtered to {len(data)} bytes, expected {size}")
-        return data
-
-    def _locate_direct(self, offset: int) -> tuple[DirectEntry, int, int]:
-        """The direct block holding heap offset `offset`: (entry, block size, block offset)."""
-        h, g = self.header, self.geometry
-        if h.root_address is None:
-            raise FormatError(f"{self.what}: heap has no blocks")
-        if h.root_rows == 0:
-            return DirectEntry(h.root_address, h.root_filtered_size, h.root_filter_mask), h.start_block_size, 0
-        ib = self.read_indirect(h.root_address, h.root_rows, 0)
-        row, col = self.row_col(offset)
-        for _ in range(g.max_root_rows + 1):
-            if row >= ib.nrows:
-                raise FormatError(f"{self.what}: heap offset {offset} beyond indirect block at {ib.address}")
-            if row < g.max_direct_rows:
-                entry = ib.direct[row * h.width + col]
-                bsize = g.row_block_size[row]
-                boff = ib.block_offset + self._row_offset(row) + col * bsize
-                return entry, bsize, boff
-            child_size = g.row_block_size[row]
-            nrows = self.rows_for_block(child_size)
-            if not nrows < ib.nrows:
-                raise FormatError(f"{self.what}: indirect block at {ib.address} does not shrink")
-            child_off = ib.block_offset + self._row_offset(row) + col * child_size
-            addr = ib.indirect[(row - g.max_direct_rows) * h.width + col]
-            if addr is None:
-                raise FormatError(f"{self.what}: heap offset {offset} lies in an unallocated indirect block")
-            ib = self.read_indirect(addr, nrows, child_off)
-            row, col = self.row_col(offset - child_off)
-        raise FormatError(f"{self.what}: indirect blocks nested too deep")
-
-    def _row_offset(self, row: int) -> int:
-        """Offset of a row's first block from the start of its indirect block."""
-        h = self.header
-        return 0 if row == 0 else h.start_block_size * h.width << (row - 1)
-
-    # -- objects --------------------------------------------------------------------------------
-
-    def get(self, heap_id: bytes) -> bytes:
-        """The object named by `heap_id` (managed, tiny or huge)."""
-        hid = decode_id(bytes(heap_id), self.geometry, self.what)
-        if isinstance(hid, ManagedId):
-            return self._get_managed(hid)
-        if isinstance(hid, TinyId):
-            return hid.data
-        return self._get_huge(hid)
-
-    def _get_managed(self, hid: ManagedId) -> bytes:
-        h, g = self.header, self.geometry
-        off, length = hid.offset, hid.length
-        if off == 0 or off >= max(h.managed_size, 1) or off >= 1 << h.max_heap_bits:
-            raise FormatError(f"{self.what}: managed object offset {off} outside the heap ({h.managed_size} bytes)")
-        if length > h.max_direct_size or length > h.max_managed_size:
-            raise FormatError(f"{self.what}: managed object length {length} is too large")
-        entry, bsize, boff = self._locate_direct(off)
-        if entry.address is None:
-            raise FormatError(f"{self.what}: object at heap offset {off} lies in an unallocated block")
-        block = self.read_direct(entry.address, bsize, boff, entry.filtered_size, entry.filter_mask)
-        rel = off - boff
-        if rel < g.dblock_overhead or rel + length > bsize:
-            raise FormatError(f"{self.what}: object {off}+{length} does not fit its direct block")
-        rel -= g.dblock_overhead
-        return block.payload[rel:rel + length]
-
-    def _huge_record(self, key: int) -> btree_v2.HugeObjectRecord:
-        """The huge-object B-tree's record for `key`."""
-        h = self.header
-        if h.huge_btree_address is None:
-            raise FormatError(f"{self.what}: huge object {key} but no huge-object B-tree")
-        filtered = bool(h.filter_len)
-        bt_what = f"{self.what} huge-object B-tree"
-        hdr = btree_v2.read_header(self.reader, h.huge_btree_address, bt_what)
-        want = btree_v2.HUGE_INDIRECT_FILTERED if filtered else btree_v2.HUGE_INDIRECT
-        if hdr.type != want:
-            raise FormatError(f"{bt_what}: type {hdr.type}, expected {want}")
-        rec = btree_v2.find(self.reader, h.huge_btree_address, lambda r: (key > r.id) - (key < r.id),
-                            btree_v2.record_decoder(want), bt_what, header=hdr)
-        if rec is None:
-            raise FormatError(f"{self.what}: huge object {key} not found")
-        return rec
-
-    def _get_huge(self, hid: HugeId) -> bytes:
-        if hid.key is not None:
-            rec = self._huge_record(hid.key)
-            addr, length, mask, msize = rec.address, rec.length, rec.filter_mask, rec.memory_size
-        else:
-            addr, length, mask, msize = hid.address, hid.length, hid.filter_mask, hid.memory_size
-        label = f"{self.what} huge object at {addr}"
-        data = self.reader.read(addr, length, label)
-        if self.header.filter_len:
-            if msize is None or msize > (1 << 32):
-                raise FormatError(f"{label}: implausible de-filtered size {msize}")
-            data = self._defilter(data, mask, msize, label)
-        return data
-
-    def kind(self, heap_id: bytes) -> int:
-        """ID_MANAGED, ID_HUGE or ID_TINY."""
-        return (bytes(heap_id[:1]) or b"\0")[0] >> 4 & 0x3

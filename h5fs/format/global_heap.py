@@ -1,5 +1,5 @@
-"""Global heap collections ("GCOL", version 1), decoded losslessly and encoded back, and a reader
-that caches decoded collections in the file's metadata cache.
+"""Global heap collections ("GCOL", version 1), decoded losslessly and encoded back (pure bytes <->
+records; h5fs.storage.readers.global_heap reads collections from the file).
 
 A collection: signature, version 1, 3 reserved bytes, collection size (size of lengths, the
 whole collection including this header), then objects. Each object: index (u16), reference
@@ -182,32 +182,3 @@ def encode_collection(col: Collection) -> bytes:
         raise ValueError(f"global heap collection: {w.pos} bytes of entries in a {col.size}-byte collection")
     w.zeros(col.size - w.pos)
     return w.getvalue()
-
-
-class GlobalHeapReader:
-    """Reads global heap objects through a BlockReader; decoded collections live in the file's
-    metadata cache (`reader.meta`). Thread-safe."""
-
-    def __init__(self, reader):
-        self.reader = reader
-        self.sizes: Sizes = reader.sizes
-
-    def collection(self, address: int | None) -> Collection:
-        if address is None or address == 0:
-            raise FormatError("global heap: undefined collection address")
-        # its bytes, plus a record and a bytes object per entry
-        return self.reader.meta.get(address, "global heap collection", lambda: self._load(address),
-                                    lambda col: col.size + 150 * len(col.entries))
-
-    def _load(self, address: int) -> Collection:
-        what = f"global heap collection at {address}"
-        head = self.reader.read(address, header_size(self.sizes), what)
-        size = collection_size(head, self.sizes, address)
-        return decode_collection(self.reader.read(address, size, what), self.sizes, address)
-
-    def get(self, collection_addr: int | None, index: int) -> bytes:
-        """The data of object `index` in the collection at `collection_addr`."""
-        return self.collection(collection_addr).get(index)
-
-    def get_id(self, hid: HeapID) -> bytes:
-        return self.get(hid.address, hid.index)

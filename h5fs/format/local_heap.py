@@ -10,6 +10,8 @@ one and its own size (both `size of lengths` wide). libhdf5 ends the list, and m
 with offset 1 (H5HL_FREE_NULL); the spec's undefined address is accepted too and encodes as 1.
 The record keeps the whole data segment, free blocks included, so their undefined bytes come back
 as they were; `encode_data` writes the free list over it.
+
+Pure bytes <-> records; h5fs.storage.readers.local_heap reads a heap from the file.
 """
 
 from __future__ import annotations
@@ -102,10 +104,3 @@ def encode_data(heap: LocalHeap, sizes: Sizes) -> bytes:
         nxt = heap.free[i + 1].offset if i + 1 < len(heap.free) else FREE_NULL
         link.pack_into(out, block.offset, nxt, block.size)
     return bytes(out)
-
-
-def read(reader, address: int | None, what: str) -> LocalHeap:
-    label = f"{what}: local heap"
-    prefix = reader.read(address, reader.sizes.layout(PREFIX).size, label)
-    size, _, data_addr = decode_prefix(prefix, reader.sizes, label)
-    return decode(prefix, reader.read(data_addr, size, f"{what}: local heap data"), reader.sizes, label)

@@ -9,7 +9,8 @@ block's gap (v2; v1 blocks are multiples of 8 and never have one).
 
 Message payloads are decoded lazily by the model (one module per message type under
 `messages/`); this module finds them, verifies v2 checksums and guards against continuation
-cycles and absurd sizes.
+cycles and absurd sizes. It does no I/O: `decode` takes block 0's bytes and a `fetch(address,
+length)` giving continuation blocks' bytes (h5fs.storage.readers.object_header reads the file).
 
 Encoding: `encode_block(header, i)` gives block i's bytes (prefix or OCHK signature, messages in
 order, the gap, the checksum); `encode_continuation` a continuation message body. Undefined bytes
@@ -187,13 +188,9 @@ def _start(header: ObjectHeader, index: int) -> int:
 
 # ------------------------------------------------------------------------------------- decoding
 
-def read(reader, address: int, what: str) -> ObjectHeader:
-    """Read the object header at `address` (reader: a BlockReader) with all continuation blocks."""
-    first = reader.read_upto(address, 16 + 4096, f"{what}: object header")
-    length = _prefix(first, address, what)[1]
-    block0 = first[:length] if len(first) >= length else reader.read(address, length, f"{what}: object header")
-    return decode(block0, address, reader.sizes, what,
-                  lambda addr, n: reader.read(addr, n, f"{what}: object header continuation"))
+def block0_length(buf: bytes, address: int, what: str) -> int:
+    """Bytes of block 0 of the header whose first bytes (at least its prefix) are `buf`."""
+    return _prefix(buf, address, what)[1]
 
 
 def decode(block0: bytes, address: int, sizes: Sizes, what: str,

@@ -4,16 +4,14 @@ The superblock is searched for at 0, 512, 1024, ... (a user block precedes it). 
 end with the root group's symbol table entry; versions 2 and 3 with a checksum. The reserved
 bytes of versions 0 and 1 are undefined and encode as zeros, as libhdf5 writes them.
 
-`decode(buf, location)` and `encode(sb)` work on bytes; `read(fd)` finds the signature, reads the
-superblock and, when the superblock names one, the driver information block (relative to the
-superblock, as every address).
+Pure bytes <-> records: `decode(buf, location)` and `encode(sb)`, `decode_driver_info` and
+`encode_driver_info`; h5fs.storage.readers.superblock finds the signature in a file and reads both.
 """
 
 from __future__ import annotations
 
-import os
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import FormatError, Unsupported
 from . import checksum, symbol_table_entry
@@ -31,6 +29,7 @@ _V01_ADDRESSES = "OOOO"  # base, free-space info, end of file, driver informatio
 _V23 = struct.Struct("<8sBBBB")
 _V23_ADDRESSES = "OOOO"  # base, superblock extension, end of file, root group object header
 _DRIVER = struct.Struct("<B3xI8s")   # version, reserved, size of the driver information, driver id
+DRIVER_HEAD_SIZE = _DRIVER.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,33 +58,7 @@ class Superblock:
     shared_header_version: int = 0
     free_space_address: int | None = None
     driver_info_address: int | None = None
-    driver_info: DriverInfo | None = None   # read by `read` when the superblock names one
-
-
-def find_signature(fd: int) -> int:
-    """Absolute position of the signature: 0 or a power of two >= 512 (a user block precedes it)."""
-    size = os.fstat(fd).st_size
-    pos = 0
-    while pos + len(SIGNATURE) <= min(size, MAX_SEARCH):
-        if os.pread(fd, len(SIGNATURE), pos) == SIGNATURE:
-            return pos
-        pos = 512 if pos == 0 else pos * 2
-    raise FormatError("not an HDF5 file (no HDF5 signature found)")
-
-
-def read(fd: int) -> Superblock:
-    loc = find_signature(fd)
-    sb = decode(os.pread(fd, 256 + 2 * 8 * 8, loc), loc)
-    if sb.driver_info_address is None:
-        return sb
-    at = loc + sb.driver_info_address
-    head = os.pread(fd, _DRIVER.size, at)
-    if len(head) < _DRIVER.size:
-        raise FormatError(f"superblock: driver information block at {sb.driver_info_address} lies outside the file")
-    size = _DRIVER.unpack(head)[1]
-    if size > MAX_DRIVER_INFO:
-        raise FormatError(f"superblock: driver information of {size} bytes")
-    return replace(sb, driver_info=decode_driver_info(os.pread(fd, _DRIVER.size + size, at)))
+    driver_info: DriverInfo | None = None   # read with the superblock when it names one
 
 
 def decode(buf: bytes, location: int = 0) -> Superblock:
@@ -161,6 +134,17 @@ def encode(sb: Superblock) -> bytes:
     w.fields(_V23_ADDRESSES, sb.base_address, s.raw_address(sb.extension_address), sb.eof_address,
              s.raw_address(sb.root_header_address))
     return checksum.sealed(w.buf)
+
+
+def driver_info_length(head: bytes, address: int | None) -> int:
+    """Bytes of the driver information block at `address` from its first DRIVER_HEAD_SIZE bytes
+    (fewer: the block lies outside the file)."""
+    if len(head) < _DRIVER.size:
+        raise FormatError(f"superblock: driver information block at {address} lies outside the file")
+    size = _DRIVER.unpack(head)[1]
+    if size > MAX_DRIVER_INFO:
+        raise FormatError(f"superblock: driver information of {size} bytes")
+    return _DRIVER.size + size
 
 
 def decode_driver_info(buf: bytes) -> DriverInfo:

@@ -3,6 +3,8 @@
 A node has room for 2K entries (K: the superblock's group leaf node K); the first `len(entries)`
 are valid. The unused slots hold undefined bytes ("space reserved but undefined may differ"):
 libhdf5 zero-fills them, and so does `encode`.
+
+Pure bytes <-> records; h5fs.storage.readers.symbol_table_node reads nodes from the file.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def node_size(sizes: Sizes, capacity: int) -> int:
     return sizes.layout(HEAD).size + capacity * symbol_table_entry.size(sizes)
 
 
-def _count(buf: bytes, sizes: Sizes, what: str) -> int:
+def symbol_count(buf: bytes, sizes: Sizes, what: str) -> int:
     sig, version, count = Reader(buf, 0, sizes, what).fields(HEAD)
     if sig != SIGNATURE:
         raise FormatError(f"{what}: bad signature {sig!r}, expected {SIGNATURE!r}")
@@ -44,7 +46,7 @@ def _count(buf: bytes, sizes: Sizes, what: str) -> int:
 
 def decode(buf: bytes, sizes: Sizes, capacity: int, what: str = "symbol table node") -> SymbolTableNode:
     """A whole node (`node_size(sizes, capacity)` bytes)."""
-    count = _count(buf, sizes, what)
+    count = symbol_count(buf, sizes, what)
     if count > capacity:
         raise FormatError(f"{what}: {count} entries in a node of {capacity}")
     size = node_size(sizes, capacity)
@@ -63,19 +65,3 @@ def encode(node: SymbolTableNode, sizes: Sizes) -> bytes:
         symbol_table_entry.encode(w, entry)
     w.zeros(node_size(sizes, node.capacity) - w.pos)
     return w.getvalue()
-
-
-def read(reader, address: int, what: str) -> list[SymbolTableEntry]:
-    """The valid entries of the node at `address` (reads only those: K is not needed)."""
-    head_size = reader.sizes.layout(HEAD).size
-    count = _count(reader.read(address, head_size, f"{what}: symbol table node"), reader.sizes,
-                   f"{what}: symbol table node")
-    esize = symbol_table_entry.size(reader.sizes)
-    c = reader.cursor(address + head_size, count * esize, f"{what}: symbol table node")
-    return [symbol_table_entry.decode(c) for _ in range(count)]
-
-
-def read_node(reader, address: int, capacity: int, what: str) -> SymbolTableNode:
-    """The whole node at `address`, `capacity` = 2 * group leaf node K slots."""
-    label = f"{what}: symbol table node"
-    return decode(reader.read(address, node_size(reader.sizes, capacity), label), reader.sizes, capacity, label)

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 
 from ..errors import FormatError, Unsupported
 from . import selection as S
-from .btree_v2 import sealed
-from .checksum import verify
+from .checksum import sealed, verify
 from .codec import Reader, Sizes, Writer
 
 MAX_ENTRIES = 1 << 20
@@ -127,4 +126,4 @@ def encode(block: MappingBlock, sizes: Sizes) -> bytes:
             w.cstring(m.source_dataset.encode("utf-8"))
         S.encode(w, m.source_selection)
         S.encode(w, m.virtual_selection)
-    return sealed(w)
+    return sealed(w.buf)

@@ -26,8 +26,8 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import FormatError
-from ..format import local_heap
 from ..storage.blockio import open_regular
+from ..storage.readers import local_heap
 from ..storage.sources import RawSource
 from . import messages as M
 

@@ -22,12 +22,15 @@ from typing import Any, Callable, Hashable
 from ..errors import FormatError, NotFound
 from ..format import object_header, superblock
 from ..format.codec import Reader
-from ..format.global_heap import GlobalHeapReader
 from ..format.messages import shared, sohm_table
 from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
 from ..storage.chunk_cache import ChunkCache
 from ..storage.metadata_cache import MetadataCache
+from ..storage.readers import object_header as header_reader
+from ..storage.readers import superblock as superblock_reader
+from ..storage.readers.global_heap import GlobalHeapReader
+from ..storage.readers.sohm_table import read_table
 from . import messages as M
 from .dataset import Dataset
 from .group import Group
@@ -67,7 +70,7 @@ class H5File:
         fd = open_regular(path)
         try:
             try:
-                sb = superblock.read(fd)
+                sb = superblock_reader.read(fd)
             except UNEXPECTED as e:
                 raise internal_error("superblock", e) from e
             f = cls(path, fd, sb)
@@ -164,7 +167,7 @@ class H5File:
 
     def _read_header(self, address: int, what: str) -> object_header.ObjectHeader:
         try:
-            return object_header.read(self.reader, address, what)
+            return header_reader.read(self.reader, address, what)
         except UNEXPECTED as e:
             raise internal_error(what, e) from e
 
@@ -225,7 +228,7 @@ class H5File:
         if raw is None:
             return []
         msg = sohm_table.decode(Reader(raw.data, 0, self.sizes, "shared message table message"))
-        return sohm_table.read_table(self.reader, msg)
+        return read_table(self.reader, msg)
 
     def shared_message_body(self, ref: shared.SharedRef, mtype: int, what: str) -> RawMessage:
         if ref.kind == shared.IN_OBJECT_HEADER:
@@ -244,7 +247,7 @@ class H5File:
         raise FormatError(f"{what}: shared in the file's message heap, but no shared message index holds its type")
 
     def _sohm_heap(self, address: int):
-        from ..format.fractal_heap import FractalHeap
+        from ..storage.readers.fractal_heap import FractalHeap
         return self.cached(address, "shared message heap", lambda: FractalHeap(self.reader, address, "shared message heap"),
                            lambda heap: 1024 + approx_size(heap.header) + approx_size(heap.geometry))
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from ..errors import FormatError
-from ..format import btree_v1, local_heap, symbol_table_node
+from ..format import btree_v1
 from ..format.codec import Reader
 from ..format.messages import link as link_msg
 from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
+from ..storage.readers import local_heap, symbol_table_node
+from ..storage.readers.btree_v1 import iterate_leaves
 from . import messages as M
 from .objects import H5Object, derived
 
@@ -53,14 +55,14 @@ class Group(H5Object):
         out: list[Link] = []
         if btree_addr is None:
             return out
-        for _, snod, _ in btree_v1.iterate_leaves(self.file.reader, btree_addr, btree_v1.GROUP, 0, what):
+        for _, snod, _ in iterate_leaves(self.file.reader, btree_addr, btree_v1.GROUP, 0, what):
             for entry in symbol_table_node.read(self.file.reader, snod, what):
                 out.append(_entry_link(entry, heap, what))
         return out
 
     def _dense_links(self, info) -> list[Link]:
-        from ..format import btree_v2
-        from ..format.fractal_heap import FractalHeap
+        from ..storage.readers import btree_v2
+        from ..storage.readers.fractal_heap import FractalHeap
         what = f"{self.path}: dense links"
         heap = FractalHeap(self.file.reader, info.heap_address, what)
         by_order = info.index_order and info.order_index_address is not None

@@ -30,19 +30,19 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import FormatError, Unsupported
+from ..format import selection as S
 from ..format.codec import Reader, Sizes
-from ..format.global_heap import GlobalHeapReader
 from ..format.messages.datatype import (
     NULLPAD, NULLTERM, REF_ATTR, REF_OBJECT1, REF_OBJECT2, REF_REGION1, REF_REGION2, SPACEPAD, UTF8,
     Array, Compound, Datatype, Enum, Reference, String, VarLen)
+from ..storage.readers.global_heap import GlobalHeapReader
 from .dtypes import is_converted, needs_conversion, npy_dtype, numpy_dtype
 from .numeric_conversion import convert
 
-MAX_SELECTION_ITEMS = 1 << 22
 MAX_VIEW_BYTES = 256 * 1024 * 1024     # one decoded fixed-width array (a .npy view, an attribute)
 # Variable-length payload one decode may gather: many elements may name one large heap object,
 # so a small file could otherwise claim gigabytes.
-MAX_VLEN_PAYLOAD = 128 * 1024 * 1024     # points or blocks in one serialized selection
+MAX_VLEN_PAYLOAD = 128 * 1024 * 1024
 
 # ------------------------------------------------------------------------------------ strings
 
@@ -150,104 +150,20 @@ def decode_vlen_sequences(raw: bytes | memoryview, dt: VarLen, heap: GlobalHeapR
 
 # --------------------------------------------------------------------------------- selections
 
-@dataclass(frozen=True)
-class Selection:
-    """A decoded H5S selection. kind: 'none', 'all', 'points', 'hyperslab'.
-
-    points: tuple of coordinate tuples; blocks: tuple of (start, end) coordinate tuples
-    (inclusive, irregular hyperslabs); regular: (start, stride, count, block) tuples."""
-
-    kind: str
-    rank: int = 0
-    points: tuple = ()
-    blocks: tuple = ()
-    regular: tuple | None = None
-
-    def text(self) -> str:
-        if self.kind in ("all", "none"):
-            return self.kind
-        if self.kind == "points":
-            return "points " + " ".join("(" + ",".join(map(str, p)) + ")" for p in self.points)
-        if self.regular is not None:
-            start, stride, count, block = self.regular
-            return (f"hyperslab start=({','.join(map(str, start))}) stride=({','.join(map(str, stride))}) "
-                    f"count=({','.join(map(str, count))}) block=({','.join(map(str, block))})")
-        return "blocks " + " ".join(
-            "(" + ",".join(f"{a}:{b + 1}" for a, b in zip(s, e)) + ")" for s, e in self.blocks)
-
-
-def _bounded(n: int, per: int, c: Reader, what: str) -> None:
-    if n > MAX_SELECTION_ITEMS or n * per > c.remaining():
-        raise FormatError(f"{what}: {n} items do not fit in {c.remaining()} bytes")
-
-
-def decode_selection(c: Reader, rank: int | None = None) -> Selection:
-    """An H5S selection serialization (Appendix D): u32 type, u32 version, then per type."""
-    what = "dataspace selection"
-    sel_type = c.u32()
-    version = c.u32()
-    if sel_type in (0, 3):          # none / all: 8 reserved bytes (v1)
-        c.skip(min(8, c.remaining()))
-        return Selection("none" if sel_type == 0 else "all", rank or 0)
-    if sel_type == 1:               # points
-        if version == 1:
-            c.skip(4)
-            c.u32()                 # length
-            r = c.u32()
-            n = c.u32()
-            width = 4
-        elif version == 2:
-            width = c.u8()
-            if width not in (2, 4, 8):
-                raise FormatError(f"{what}: point encode size {width}")
-            r = c.u32()
-            n = c.uint(width)
-        else:
-            raise Unsupported(f"point selection version {version}")
-        if r == 0 or r > 32:
-            raise FormatError(f"{what}: rank {r}")
-        _bounded(n, r * width, c, what)
-        pts = tuple(tuple(c.uint(width) for _ in range(r)) for _ in range(n))
-        return Selection("points", r, points=pts)
-    if sel_type == 2:               # hyperslab
-        if version == 1:
-            c.skip(4)
-            c.u32()
-            r = c.u32()
-            n = c.u32()
-            width, regular = 4, False
-        elif version == 2:
-            flags = c.u8()
-            c.u32()                 # length
-            r = c.u32()
-            width, regular = 8, bool(flags & 1)
-            n = 0
-        elif version == 3:
-            flags = c.u8()
-            width = c.u8()
-            if width not in (2, 4, 8):
-                raise FormatError(f"{what}: hyperslab encode size {width}")
-            r = c.u32()
-            regular = bool(flags & 1)
-            n = 0 if regular else c.uint(width)
-        else:
-            raise Unsupported(f"hyperslab selection version {version}")
-        if r == 0 or r > 32:
-            raise FormatError(f"{what}: rank {r}")
-        if regular:
-            vals = [tuple(c.uint(width) for _ in range(4)) for _ in range(r)]
-            start, stride, count, block = (tuple(v[k] for v in vals) for k in range(4))
-            return Selection("hyperslab", r, regular=(start, stride, count, block))
-        if version == 2:
-            raise FormatError(f"{what}: irregular version-2 hyperslab")
-        _bounded(n, 2 * r * width, c, what)
-        blocks = []
-        for _ in range(n):
-            s = tuple(c.uint(width) for _ in range(r))
-            e = tuple(c.uint(width) for _ in range(r))
-            blocks.append((s, e))
-        return Selection("hyperslab", r, blocks=tuple(blocks))
-    raise FormatError(f"{what}: unknown selection type {sel_type}")
+def selection_text(sel: S.Selection) -> str:
+    """How a region reference's selection reads: 'all', 'none', 'points (1,2) (3,4)',
+    'hyperslab start=(..) stride=(..) count=(..) block=(..)' or 'blocks (0:2,1:3) ...'."""
+    if sel.kind in ("all", "none"):
+        return sel.kind
+    if sel.kind == "points":
+        return "points " + " ".join("(" + ",".join(map(str, p)) + ")" for p in sel.points.tolist())
+    if sel.regular is not None:
+        ones = (1 << (8 * sel.width)) - 1   # an unlimited count or block, as stored
+        start, stride, count, block = (tuple(ones if v is None else v for v in part) for part in sel.regular)
+        return (f"hyperslab start=({','.join(map(str, start))}) stride=({','.join(map(str, stride))}) "
+                f"count=({','.join(map(str, count))}) block=({','.join(map(str, block))})")
+    return "blocks " + " ".join(
+        "(" + ",".join(f"{a}:{b + 1}" for a, b in zip(s, e)) + ")" for s, e in sel.blocks.tolist())
 
 
 # --------------------------------------------------------------------------------- references
@@ -259,7 +175,7 @@ class Ref:
 
     kind: str
     address: int | None
-    selection: Selection | None = None
+    selection: S.Selection | None = None
     attribute: str | None = None
     file: str | None = None
     token: bytes = b""
@@ -293,7 +209,7 @@ def decode_references(raw: bytes | memoryview, dt: Reference, heap: GlobalHeapRe
                 raise Unsupported("region references need the global heap")
             hc = Reader(heap.get(addr, index), 0, sizes, "region reference")
             target = hc.offset()
-            out.append(Ref("region", target, decode_selection(hc)))
+            out.append(Ref("region", target, S.decode(hc)))
         elif dt.ref_type in (REF_OBJECT2, REF_REGION2, REF_ATTR):
             out.append(_revised_ref(c, heap, sizes))
         else:
@@ -332,9 +248,9 @@ def _revised_ref(c: Reader, heap: GlobalHeapReader | None, sizes: Sizes) -> Ref 
     if rtype == REF_REGION2:
         kind = "region"
         size = body.u32()           # of the selection serialization (rank not included)
-        rank = body.u32()
+        body.u32()                  # rank (the selection stores its own)
         sub = Reader(body.bytes(size), 0, sizes, "region reference selection")
-        sel = decode_selection(sub, rank)
+        sel = S.decode(sub)
     elif rtype == REF_ATTR:
         kind = "attribute"
         attr = body.bytes(body.u16()).decode("utf-8", "surrogateescape")
@@ -348,7 +264,7 @@ def default_ref_text(ref: Ref | None) -> str:
     s = f"{ref.file}:" if ref.file else ""
     s += f"object@{ref.address}"
     if ref.kind == "region" and ref.selection is not None:
-        s += f"[{ref.selection.text()}]"
+        s += f"[{selection_text(ref.selection)}]"
     elif ref.kind == "attribute":
         s += f"@{ref.attribute}"
     return s

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import H5fsError
 from .dtypes import is_converted, needs_conversion
-from .values import Ref, to_npy
+from .values import Ref, selection_text, to_npy
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -60,7 +60,7 @@ def ref_text(file: H5File, ref: Ref | None) -> str:
     target = _path_of(file, ref.address) if not ref.file else None
     text = prefix + (target or f"<object at {ref.address}>")
     if ref.kind == "region" and ref.selection is not None:
-        text += f"[{ref.selection.text()}]"
+        text += f"[{selection_text(ref.selection)}]"
     elif ref.kind == "attribute":
         text += f"@{ref.attribute}"
     return text

@@ -1,1 +1,1 @@
-"""File I/O, filters, chunk indexes and the chunk grid."""
+"""File I/O, structure readers, filters, chunk indexes and the chunk grid."""

@@ -5,6 +5,8 @@ An SMLI block is allocated for the index's list cutoff, but holds only its numbe
 then the checksum; libhdf5 zero-fills the rest, and so does a writer placing `encode_list`'s bytes
 in such a block. A record kept in an object header is shorter than its slot: the unused tail of the
 slot is written as zeros.
+
+Pure bytes <-> records; h5fs.storage.readers.sohm_table reads the table from the file.
 """
 
 from __future__ import annotations
@@ -65,14 +67,6 @@ def encode(w: Writer, msg: SohmTableMessage) -> None:
 def table_size(sizes: Sizes, nindexes: int) -> int:
     """Bytes of an SMTB block with `nindexes` indexes."""
     return 4 + nindexes * sizes.layout(INDEX_ENTRY).size + 4
-
-
-def read_table(reader, msg: SohmTableMessage) -> list[SohmIndex]:
-    """The indexes of the table `msg` points to (reader: a BlockReader)."""
-    if msg.nindexes > MAX_INDEXES:
-        raise FormatError(f"shared message table: {msg.nindexes} indexes")
-    data = reader.read(msg.table_address, table_size(reader.sizes, msg.nindexes), "shared message table")
-    return decode_table(Reader(data, 0, reader.sizes, "shared message table"), msg.nindexes)
 
 
 def decode_table(c: Reader, nindexes: int) -> list[SohmIndex]:

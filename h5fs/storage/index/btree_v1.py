@@ -7,6 +7,7 @@ from typing import Iterator
 
 from ...errors import FormatError
 from ...format import btree_v1
+from ..readers.btree_v1 import iterate_leaves, read_node
 from . import ChunkIndex, ChunkRecord, IndexContext
 
 
@@ -19,7 +20,7 @@ class BTreeV1Index(ChunkIndex):
     def _node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
         """A node and its keys' chunk offsets, through the file's metadata cache."""
         def load() -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
-            node = btree_v1.read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
+            node = read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
             return node, [tuple(k.offsets[:self.rank]) for k in node.keys]
 
         # per key: a ChunkKey, its offsets, their ints and the offsets tuple kept beside it
@@ -56,6 +57,6 @@ class BTreeV1Index(ChunkIndex):
     def records(self) -> Iterator[ChunkRecord]:
         if self.root is None:
             return
-        for key, child, _ in btree_v1.iterate_leaves(self.ctx.reader, self.root, btree_v1.CHUNK, self.rank,
+        for key, child, _ in iterate_leaves(self.ctx.reader, self.root, btree_v1.CHUNK, self.rank,
                                                      self.ctx.what, lambda r, a, t, k, w: self._node(a)[0]):
             yield self._record(key, child)

@@ -13,6 +13,7 @@ from typing import Iterator
 
 from ...errors import FormatError
 from ...format import btree_v2 as bt
+from ..readers.btree_v2 import find, iterate, read_header
 from . import ChunkIndex, ChunkRecord, IndexContext
 from .fixed_array import _check_rank, chunk_nbytes
 
@@ -28,7 +29,7 @@ class BTreeV2Index(ChunkIndex):
         addr = ctx.layout.index.address if ctx.layout.index else None
         if addr is None:
             return
-        self.header = h = bt.read_header(ctx.reader, addr, self.what)
+        self.header = h = read_header(ctx.reader, addr, self.what)
         want = bt.CHUNK_FILTERED if ctx.filtered else bt.CHUNK
         if h.type != want:
             raise FormatError(f"{self.what}: record type {h.type}, expected {want}")
@@ -60,13 +61,13 @@ class BTreeV2Index(ChunkIndex):
         def compare(r: bt.ChunkRecordV2) -> int:
             return (key > r.scaled) - (key < r.scaled)
 
-        r = bt.find(self.ctx.reader, self.header.address, compare, self.decode, self.what, header=self.header)
+        r = find(self.ctx.reader, self.header.address, compare, self.decode, self.what, header=self.header)
         return None if r is None else self._record(r)
 
     def records(self) -> Iterator[ChunkRecord]:
         if self.header is None:
             return
-        for r in bt.iterate(self.ctx.reader, self.header.address, self.decode, self.what, header=self.header):
+        for r in iterate(self.ctx.reader, self.header.address, self.decode, self.what, header=self.header):
             rec = self._record(r)
             if rec is not None:
                 yield rec

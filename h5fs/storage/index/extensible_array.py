@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ...errors import FormatError
-from ...format import extensible_array as ea
+from ..readers.extensible_array import ExtensibleArray
 from . import ChunkRecord, IndexContext
 from .fixed_array import ArrayIndex, _check_rank, chunk_nbytes, element_decoder, grid
 
@@ -42,7 +42,7 @@ class ExtensibleArrayIndex(ArrayIndex):
         self.nbytes = chunk_nbytes(ctx)
         addr = ctx.layout.index.address if ctx.layout.index else None
         if addr is not None:
-            self.array = ea.ExtensibleArray(ctx.reader, addr, f"{ctx.what}: extensible array index")
+            self.array = ExtensibleArray(ctx.reader, addr, f"{ctx.what}: extensible array index")
             h = self.array.header
             self.decode = element_decoder(ctx, h.client_id, h.element_size)
 

@@ -14,6 +14,7 @@ from typing import Iterator
 from ...errors import FormatError, Unsupported
 from ...format import fixed_array as fa
 from ...format.fixed_array import ChunkElement, chunk_element_decoder
+from ..readers.fixed_array import FixedArray
 from . import ChunkIndex, ChunkRecord, IndexContext
 
 
@@ -165,7 +166,7 @@ class FixedArrayIndex(ArrayIndex):
         self.nbytes = chunk_nbytes(ctx)
         addr = ctx.layout.index.address if ctx.layout.index else None
         if addr is not None:
-            self.array = fa.FixedArray(ctx.reader, addr, f"{ctx.what}: fixed array index")
+            self.array = FixedArray(ctx.reader, addr, f"{ctx.what}: fixed array index")
             h = self.array.header
             expected = 1
             for g in self.grid:
