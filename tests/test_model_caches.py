@@ -706,3 +706,37 @@ def test_derived_values_after_invalidation_match_a_fresh_file(tmp_path, libver):
         names = {p: set(after[p]) for p in paths}
         assert {"header", "_attributes", "_facts", "dense_attributes"} <= names["/t"]
         assert {"_links"} <= names["/g"] and {"dtype", "source", "_view_kind"} <= names["/vlen"]
+
+
+def test_attribute_from_before_an_invalidation_does_not_poison_the_new_table(tmp_path):
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_group("g").attrs["a"] = np.arange(4, dtype="<i4")
+    with H5File.open(str(path)) as hf:
+        g = hf.resolve("/g")
+        old = g.attributes()[0]                  # the table is cached, the value not read yet
+        with h5py.File(path, "r+") as f:
+            f["g"].attrs.modify("a", np.arange(4, dtype="<i4") * 10)   # same size: in place
+            want = f["g"].attrs["a"]
+        hf.invalidate(g.address)
+        assert np.array_equal(old.value, np.arange(4))   # the old attribute keeps its own message
+        assert np.array_equal(hf.resolve("/g").attributes()[0].value, want)
+
+
+def test_handle_whose_state_was_evicted_reads_again_after_invalidation(tmp_path):
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_group("g").attrs["a"] = np.arange(4, dtype="<i4")
+        for i in range(50):
+            f.create_group(f"other{i}").attrs["x"] = i
+    with H5File.open(str(path)) as hf:
+        hf.meta.budget = 4096
+        g = hf.resolve("/g")
+        g.attributes()
+        for i in range(50):                      # evicts g's state from the cache; g still holds it
+            hf.resolve(f"/other{i}").attributes()
+        with h5py.File(path, "r+") as f:
+            f["g"].attrs.modify("a", np.arange(4, dtype="<i4") * 10)
+            want = f["g"].attrs["a"]
+        hf.invalidate(g.address)
+        assert np.array_equal(g.attributes()[0].value, want)

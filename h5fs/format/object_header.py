@@ -208,7 +208,9 @@ def decode(block0: bytes, address: int, sizes: Sizes, what: str,
         if len(walk.seen) >= MAX_BLOCKS or walk.total + cont.length > MAX_HEADER_BYTES:
             raise FormatError(f"{what}: object header too large")
         blocks.append(walk.block(fetch(cont.address, cont.length), cont.address, len(blocks)))
-    return replace(header, blocks=tuple(blocks))
+    h = header  # the prefix fields, now with their blocks (built once: `messages` derives from them)
+    return ObjectHeader(h.address, h.version, h.refcount, tuple(blocks), h.flags, h.times, h.attr_max_compact,
+                        h.attr_min_dense, h.nmesgs, h.reserved)
 
 
 def _prefix(buf: bytes, address: int, what: str) -> tuple[ObjectHeader, int]:

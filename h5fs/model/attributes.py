@@ -1,9 +1,10 @@
 """Attributes of an object: compact (in the header) and dense (fractal heap + v2 B-tree).
 
-An object's attribute table (`H5Object.attributes()`) is cached in the file's metadata cache
-under the object's address, and each value decoded from it there too (kind ("attribute", i)),
-so invalidating the object forgets both. An Attribute is immutable: its datatype and dataspace,
-decoded from its own message bytes on first use, are kept on it."""
+An object's attribute table (`H5Object.attributes()`) is kept in the object's state in the
+file's metadata cache, so invalidating the object forgets it. An Attribute is immutable: its
+datatype, dataspace and value, decoded from its own message bytes on first use, are kept on it
+(an Attribute from before an invalidation keeps serving its own message, never the new table);
+the value's size is charged to the state holding the table."""
 
 from __future__ import annotations
 
@@ -24,19 +25,20 @@ if TYPE_CHECKING:
     from .objects import H5Object
 
 MAX_ATTRIBUTE_BYTES = 64 * 1024 * 1024
+TABLE = "_attributes"   # the kind of an object's attribute table in its state (H5Object._attributes)
 DECODED = 900   # memory of an attribute in a table (its records, decoded datatype and dataspace),
                 # beyond the bytes of its name, value, datatype and dataspace
 
 
 class Attribute:
-    __slots__ = ("owner", "msg", "name", "index", "_datatype", "_dataspace")
+    __slots__ = ("owner", "msg", "name", "index", "_datatype", "_dataspace", "_value")
 
     def __init__(self, owner: H5Object, msg: attr_msg.AttributeMessage, index: int):
         self.owner = owner
         self.msg = msg
         self.name = msg.name
-        self.index = index            # its place in the owner's table: its value's cache kind
-        self._datatype = self._dataspace = None
+        self.index = index            # its place in the owner's table
+        self._datatype = self._dataspace = self._value = None
 
     @property
     def what(self) -> str:
@@ -74,7 +76,10 @@ class Attribute:
     def value(self) -> np.ndarray:
         """The value as stored (0-d for scalars); strings as str (vlen) or bytes ('S'); read-only:
         every caller shares it."""
-        return self.owner.cached(("attribute", self.index), self._decode_value, _value_nbytes)
+        if self._value is None:
+            self._value = value = self._decode_value()
+            _charge(self, _value_nbytes(value))
+        return self._value
 
     @guarded
     def _decode_value(self) -> np.ndarray:
@@ -95,6 +100,15 @@ class Attribute:
         values = values[:0] if space.kind == S.NULL else values.reshape(space.dims if space.kind == S.SIMPLE else ())
         values.flags.writeable = False
         return values
+
+
+def _charge(attr: Attribute, nbytes: int) -> None:
+    """Count `nbytes` in the budget of the state whose table holds `attr`, if one still does."""
+    file, address = attr.owner.file, attr.owner.address
+    st = file.peek_state(address)
+    table = None if st is None else st.values.get(TABLE)
+    if table is not None and attr.index < len(table) and table[attr.index] is attr:
+        file.charge(address, st, nbytes)
 
 
 def _value_nbytes(value: np.ndarray) -> int:

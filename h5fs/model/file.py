@@ -112,11 +112,12 @@ class H5File:
     def state(self, address: int, what: str) -> ObjectState:
         """The cached state of the object header at `address` (read on a miss; `what` names it
         in errors). Like `cached`, a state read across an invalidation is not kept."""
+        generation = self._generations.get(address, 0)
         st = self.meta.peek(address, STATE)
-        if st is not None:
+        if st is not None and st.generation == generation:
             return st
         epoch = self._epoch
-        st = ObjectState(self._read_header(address, what))
+        st = ObjectState(self._read_header(address, what), generation)
         with self._lock:
             if self._epoch == epoch:
                 st = self.meta.get(address, STATE, lambda: st, ENTRY + header_nbytes(st.header))
@@ -125,12 +126,17 @@ class H5File:
         return st
 
     def peek_state(self, address: int) -> ObjectState | None:
-        return self.meta.peek(address, STATE)
+        st = self.meta.peek(address, STATE)
+        return st if st is not None and st.generation == self._generations.get(address, 0) else None
 
     def remember(self, address: int, state: ObjectState, kind: Hashable, value: Any, nbytes: int) -> None:
         """Keep `value` in the object's state, its size counted in the cache's budget."""
         state.values[kind] = value
-        self.meta.grow(address, STATE, state, VALUE + nbytes)
+        self.charge(address, state, VALUE + nbytes)
+
+    def charge(self, address: int, state: ObjectState, nbytes: int) -> None:
+        """Count `nbytes` more for the object's state (a value decoded into something it holds)."""
+        self.meta.grow(address, STATE, state, nbytes)
 
     def generation(self, address: int) -> int:
         """How many times `address` was invalidated: handles remember it (H5Object.generation)."""
@@ -193,8 +199,9 @@ class H5File:
 
     def get(self, address: int, path: str) -> H5Object:
         """A handle on the object whose header is at `address` (`path` names it in messages)."""
-        st = self.state(address, path)
-        return self._class(address, path, st)(self, address, path, self._generations.get(address, 0), st)
+        generation = self._generations.get(address, 0)  # before the state: an invalidation in
+        st = self.state(address, path)                    # between makes the handle check its kind
+        return self._class(address, path, st)(self, address, path, generation, st)
 
     def resolve(self, path: str) -> H5Object:
         """The object at an absolute HDF5 path, following hard links only."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import struct
 from dataclasses import dataclass, replace
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -198,8 +199,16 @@ def soft_link_target(dir_path: str, target: str) -> str:
 
 # -- stat numbers -----------------------------------------------------------------------------
 
+NUMBERS_NBYTES = 200   # a Numbers record kept in the object's state
+
+
 def numbers(obj: H5Object) -> Numbers:
-    """The stat numbers of `obj`; st_blocks is left None where the chunk index must be walked."""
+    """The stat numbers of `obj` (kept in its state); st_blocks is left None where the chunk
+    index must be walked."""
+    return obj.cached("numbers", partial(_numbers, obj), NUMBERS_NBYTES)
+
+
+def _numbers(obj: H5Object) -> Numbers:
     mtime = obj.mtime
     nlink, mtime_ns = max(1, int(obj.nlink)), None if mtime is None else int(mtime * 1e9)
     if obj.kind == "datatype":
@@ -276,6 +285,7 @@ def _latin1(descr: str) -> bool:
     return descr.isascii() or all(ord(c) < 256 for c in descr)
 
 
+@lru_cache(maxsize=1024)  # datasets of a file share a few dtypes and shapes
 def npy_header_size(dtype, shape) -> int:
     """len(npy_header(dtype, shape)), computed from the text lengths alone."""
     descr, shape_text, growth = _npy_parts(dtype, shape)

@@ -126,13 +126,15 @@ class ObjectState:
     """One object's entry in the file's metadata cache: its header and what was derived from it
     (kind -> value: decoded messages under their type number, tables, sources...). One entry
     per object keeps the cache's bookkeeping to one record per object and a derived value one
-    dict lookup away; the entry's size grows with each value added (H5File.remember). `valid`
-    turns False when the file invalidates the address: handles holding the state fetch anew."""
+    dict lookup away; the entry's size grows with each value added (H5File.remember). A state
+    is current while the address's generation is the one it was read at and no invalidation
+    forgot it (`valid`): handles holding another fetch anew, even if it was evicted meanwhile."""
 
-    __slots__ = ("header", "values", "valid")
+    __slots__ = ("header", "generation", "values", "valid")
 
-    def __init__(self, header: object_header.ObjectHeader):
+    def __init__(self, header: object_header.ObjectHeader, generation: int):
         self.header = header
+        self.generation = generation
         self.values: dict[Hashable, Any] = {}
         self.valid = True
 
@@ -194,9 +196,8 @@ class H5Object:
     def state(self) -> ObjectState:
         """The object's cached state. When the address was invalidated since this handle was
         made, an object of the handle's kind must still live there; otherwise it is gone."""
-        st = self._state
-        if st is None or not st.valid:
-            file = self.file
+        st, file = self._state, self.file
+        if st is None or not st.valid or st.generation != file.generation(self.address):
             if file.generation(self.address) != self.generation:
                 cls = file.object_class(self.address, self.path)
                 if cls is not type(self):
@@ -217,7 +218,7 @@ class H5Object:
 
     def has(self, kind: Hashable) -> bool:
         """Whether a value of `kind` is cached (no I/O: an evicted state is not read again)."""
-        st = self._state if self._state is not None and self._state.valid else self.file.peek_state(self.address)
+        st = self.file.peek_state(self.address)
         return st is not None and kind in st.values
 
     @property

@@ -15,7 +15,7 @@ from typing import Callable, Hashable, TypeVar
 
 T = TypeVar("T")
 
-DEFAULT_BUDGET = 64 * 1024 * 1024
+DEFAULT_BUDGET = 128 * 1024 * 1024
 
 
 class MetadataCache:
