@@ -11,7 +11,8 @@ header (each object once, by address: hard links, shared messages in other heade
 message in them, and what the messages name: symbol-table groups (local heap, v1 B-tree nodes,
 symbol table nodes), dense link and attribute storage (fractal heap blocks, v2 B-tree nodes, heap
 IDs, the messages in the heap), the shared-message (SOHM) table, lists, index and heap (and the
-message bodies there), every dataset's chunk index (every node, block and page of each index
+message bodies there), free-space managers (the file's, named by the file space info message, and
+each fractal heap's), every dataset's chunk index (every node, block and page of each index
 type), the names of external files, VDS mapping blocks, and the global heap collections that
 reading vlen data and references touches. Each structure is one small generator function below;
 a kind the walker meets but cannot encode comes with `encode=None` (`check` refuses it, the
@@ -37,6 +38,7 @@ from h5fs.format import btree_v2 as bt
 from h5fs.format import extensible_array as ea
 from h5fs.format import fixed_array as fa
 from h5fs.format import fractal_heap as fh
+from h5fs.format import free_space_manager as FS
 from h5fs.format import global_heap as gh
 from h5fs.format import local_heap as LH
 from h5fs.format import object_header as OH
@@ -80,6 +82,16 @@ def new_file(path, libver="latest", sizes=(8, 8), fcpl=None) -> h5py.File:
     except Exception as e:  # noqa: BLE001 - libhdf5 refuses some combinations of widths
         pytest.skip(f"libhdf5 refuses sizes {sizes}: {e}")
     return h5py.File(fid)
+
+
+def build_files(tmp_path_factory, builders: dict[str, Callable]) -> dict[str, Any]:
+    """name -> path of each file `builders[name](path)` wrote, each in its own directory."""
+    out = {}
+    for name, build in builders.items():
+        path = tmp_path_factory.mktemp(name) / f"{name}.h5"
+        build(path)
+        out[name] = path
+    return out
 
 
 def libhdf5(name: str | None = None):
@@ -236,6 +248,7 @@ CHANGES: dict[int, Callable[[Any], Any]] = {
     M.BTREE_K: lambda r: replace(r, group_leaf=r.group_leaf + 1),
     M.REFCOUNT: lambda r: r + 1,
     M.SOHM_TABLE: changed_fields(table_address=0x1234),
+    M.FSINFO: lambda r: replace(r, threshold=r.threshold + 1, managers=_moved(r.managers)),
     OH.CONTINUATION: lambda r: replace(r, length=r.length + 8),
 }
 
@@ -464,7 +477,34 @@ def fractal_heap(reader, address: int) -> Iterator[Structure]:
     if h.huge_btree_address is not None:
         assert len(btree_records(reader, h.huge_btree_address)) == h.huge_count
         yield from btree_v2(reader, h.huge_btree_address)
+    if h.free_space_manager_address is not None:
+        yield from free_space_manager(reader, h.free_space_manager_address)
     return heap
+
+
+def free_space_manager(reader, address: int) -> Iterator[Structure]:
+    """A free-space manager (the file's or a fractal heap's): its header and its section list."""
+    s, what = reader.sizes, f"free-space manager at {address}"
+    raw = reader.read(address, FS.header_size(s))
+    h = FS.decode_header(raw, address, s, what)
+    yield Structure(("free-space header", h.client), what, raw, lambda b: FS.decode_header(b, address, s, what),
+                    lambda r: FS.encode_header(r, s),
+                    changed_fields(serial_sections=h.serial_sections + 1, sections_address=4096), at=(address,))
+    if h.sections_address is None:
+        return
+    raw = reader.read(h.sections_address, h.sections_size)
+    found = FS.decode_sections(raw, h, s, what)
+    types = tuple(sorted({x.type for st in found.sets for x in st.sections}))
+    yield Structure(("free-space sections", h.client, types), f"{what}: sections at {h.sections_address}", raw,
+                    lambda b: FS.decode_sections(b, h, s, what), lambda r: FS.encode_sections(r, h, s),
+                    _moved_section if found.sets else None, at=(h.sections_address,))
+
+
+def _moved_section(sl: FS.SectionList) -> FS.SectionList:
+    """The first section one byte further (libhdf5 never fills a section list's widths)."""
+    first = sl.sets[0]
+    sec = replace(first.sections[0], offset=first.sections[0].offset + 1)
+    return replace(sl, sets=(replace(first, sections=(sec,) + first.sections[1:]),) + sl.sets[1:])
 
 
 def heap_ids(heap: fh_reader.FractalHeap, ids) -> Iterator[Structure]:
@@ -690,6 +730,10 @@ class Walk:
             yield from self.header(hf.extension, "superblock extension")
             if hf.extension.first(M.SOHM_TABLE) is not None:
                 yield from sohm_table(hf)
+            info = hf.extension.first(M.FSINFO)
+            for addr in [] if info is None else M.DECODERS[M.FSINFO](Reader(info.data, 0, self.sizes)).managers:
+                if addr is not None:
+                    yield from free_space_manager(hf.reader, addr)
         self.enqueue(hf.root_address, "/")
         while self.pending:
             yield from self.object(*self.pending.pop(0))

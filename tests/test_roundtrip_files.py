@@ -7,9 +7,8 @@ wrote, checksums included (`roundtrip_support.check`; the walker that finds them
 Where a message or block may end in undefined space, the comparison allows zeros after the
 encoding: a message in a version-1 object header is padded to 8 bytes, and a SOHM record list
 (SMLI) is allocated for its cutoff (records, checksum, then zeros). Everywhere else the bytes are
-equal, undefined bytes included (libhdf5 writes them as zeros, and so do the encoders). Message
-types h5fs cannot encode yet are listed in PENDING_MESSAGES; any other kind met without an
-encoder fails the test.
+equal, undefined bytes included (libhdf5 writes them as zeros, and so do the encoders). A kind
+met without an encoder fails the test.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import hdf5plugin
 import numpy as np
 import pytest
 from roundtrip_support import CHANGES as LINK_CHANGES
-from roundtrip_support import SHARED_REF, check_all, libhdf5, new_file, structures
+from roundtrip_support import SHARED_REF, build_files, check_all, libhdf5, new_file, structures
 from test_datatype import _write_revised_refs
 from test_engine import build_everything
 from test_roundtrip_indexes import chunked_datasets, dense_file, shared_messages_fcpl, vds_file
@@ -38,22 +37,18 @@ from h5fs.format.messages import datatype as D
 from h5fs.format.messages import layout as L
 from h5fs.model import messages as M
 
-# message types h5fs cannot encode: the test fails on any other kind met without an encoder
-FSINFO = 0x17      # file space info: neither decoded nor encoded (h5fs ignores free-space managers)
-PENDING_MESSAGES = {FSINFO}
 # every message type libhdf5 writes but NIL (undefined space, checked as part of its header), the
 # old modification time (not written since 1.6), the bogus message (tests only) and driver info
 # (multi-file drivers with a version 2+ superblock)
 MESSAGES = {M.DATASPACE, M.LINK_INFO, M.DATATYPE, M.FILL_OLD, M.FILL, M.LINK, M.EXTERNAL, M.LAYOUT, M.GROUP_INFO,
             M.FILTERS, M.ATTRIBUTE, M.COMMENT, M.SOHM_TABLE, OH.CONTINUATION, M.SYMBOL_TABLE, M.MTIME, M.BTREE_K,
-            M.ATTRIBUTE_INFO, M.REFCOUNT, FSINFO, SHARED_REF}
+            M.ATTRIBUTE_INFO, M.REFCOUNT, M.FSINFO, SHARED_REF}
 # message type -> the record with a field changed, for every type with an encoder
 CHANGES = {**LINK_CHANGES, **DATA_CHANGES}
 # every block that starts with a signature: each one in a file is a structure the walk met, but
-# UNWALKED. Free-space managers (FSHD, FSSE: the file's and each fractal heap's) are not walked:
-# h5fs has no decoder or encoder for them.
+# UNWALKED
 SIGNATURES = (b"OHDR", b"OCHK", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"BTHD", b"BTIN", b"BTLF", b"FRHP", b"FHDB",
-              b"FHIB", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB", b"EADB", b"SMTB", b"SMLI")
+              b"FHIB", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB", b"EADB", b"SMTB", b"SMLI", b"FSHD", b"FSSE")
 # an old-style group that gets an external or user-defined link becomes a group of link messages:
 # libhdf5 leaves its symbol table (B-tree node, symbol table node, local heap) behind, unreferenced
 UNWALKED = {"everything-earliest": Counter({"TREE": 1, "SNOD": 1, "HEAP": 1}),
@@ -177,12 +172,7 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, object]:
-    out = {}
-    for name, build in FILES.items():
-        path = tmp_path_factory.mktemp(name) / f"{name}.h5"
-        build(path)
-        out[name] = path
-    return out
+    return build_files(tmp_path_factory, FILES)
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -190,8 +180,7 @@ def test_every_structure_round_trips(files, name):
     found = list(structures(files[name], CHANGES))
     done, missing = check_all(found)
     assert done, f"{name}: the walk found nothing to check"
-    unexpected = {k for k in missing if k[0] != "message" or k[1] not in PENDING_MESSAGES}
-    assert not unexpected, f"{name}: met without an encoder: {unexpected}"
+    assert not missing, f"{name}: met without an encoder: {set(missing)}"
     # nothing escaped the walk: every signature in the file starts a structure it met
     at = {a for s in found for a in s.at}
     data = files[name].read_bytes()
@@ -216,14 +205,15 @@ def test_the_walk_meets_every_kind(files):
     assert {v for v, _ in layouts} == {3, 4, 5}
     assert classes == set(range(D.COMPLEX + 1)) - {D.TIME}    # libhdf5 cannot make a time datatype
     assert {k[1] for k in kinds | missing if k[0] == "message"} == MESSAGES
-    assert {k[1] for k in missing if k[0] == "message"} == PENDING_MESSAGES
+    assert not missing
     assert all(k[1] in CHANGES for k in kinds if k[0] == "message")
     assert {k[0] for k in kinds} == {
         "superblock", "object header", "message", "local heap", "v1 B-tree", "symbol table node", "global heap",
         "btree", "btree node", "btree records", "heap", "heap iblock", "heap dblock", "heap id", "fixed array",
         "fixed array dblock", "fixed array page", "extensible array", "ea iblock", "ea sblock", "ea dblock",
-        "ea page", "elements", "sohm table", "sohm list", "vds mapping"}
+        "ea page", "elements", "sohm table", "sohm list", "vds mapping", "free-space header", "free-space sections"}
     assert {k[1] for k in kinds if k[0] == "superblock"} == {0, 1, 2, 3}
+    assert {k[1] for k in kinds if k[0] == "free-space header"} == {0, 1}     # a fractal heap's, the file's
     headers = {k[1:] for k in kinds if k[0] == "object header"}
     assert {(1, "continued"), (2, "continued")} <= {h[:2] for h in headers}
     assert any(h[2] for h in headers) and any(h[3] for h in headers)     # NIL messages, gaps (v2)

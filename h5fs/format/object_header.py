@@ -22,7 +22,7 @@ of a NIL message), so what libhdf5 left there comes back unchanged.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from ..errors import FormatError, Unsupported

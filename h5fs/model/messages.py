@@ -8,10 +8,11 @@ from ..format.codec import Sizes, Writer
 from ..format.messages import (attribute, attribute_info, dataspace, datatype, external_files, fill_value,
                                filter_pipeline, layout, link, link_info, modification_time, small, sohm_table,
                                symbol_table)
+from ..format.messages import file_space_info
 
 DATASPACE, LINK_INFO, DATATYPE, FILL_OLD, FILL, LINK, EXTERNAL, LAYOUT = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08
 GROUP_INFO, FILTERS, ATTRIBUTE, COMMENT, MTIME_OLD, SOHM_TABLE = 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F
-SYMBOL_TABLE, MTIME, BTREE_K, ATTRIBUTE_INFO, REFCOUNT = 0x11, 0x12, 0x13, 0x15, 0x16
+SYMBOL_TABLE, MTIME, BTREE_K, ATTRIBUTE_INFO, REFCOUNT, FSINFO = 0x11, 0x12, 0x13, 0x15, 0x16, 0x17
 
 
 DECODERS = {
@@ -20,7 +21,7 @@ DECODERS = {
     GROUP_INFO: small.decode_group_info, FILTERS: filter_pipeline.decode, ATTRIBUTE: attribute.decode,
     COMMENT: small.decode_comment, MTIME_OLD: modification_time.decode_old, SYMBOL_TABLE: symbol_table.decode,
     MTIME: modification_time.decode_new, BTREE_K: small.decode_btree_k, ATTRIBUTE_INFO: attribute_info.decode,
-    REFCOUNT: small.decode_refcount, SOHM_TABLE: sohm_table.decode,
+    REFCOUNT: small.decode_refcount, SOHM_TABLE: sohm_table.decode, FSINFO: file_space_info.decode,
 }
 
 # The inverse of DECODERS: ENCODERS[t](w, DECODERS[t](reader)) writes the bytes read back.
@@ -30,7 +31,7 @@ ENCODERS: dict[int, Callable[[Writer, Any], None]] = {
     LINK_INFO: link_info.encode, LINK: link.encode, GROUP_INFO: small.encode_group_info, ATTRIBUTE: attribute.encode,
     COMMENT: small.encode_comment, MTIME_OLD: modification_time.encode_old, SOHM_TABLE: sohm_table.encode,
     SYMBOL_TABLE: symbol_table.encode, MTIME: modification_time.encode_new, BTREE_K: small.encode_btree_k,
-    ATTRIBUTE_INFO: attribute_info.encode, REFCOUNT: small.encode_refcount,
+    ATTRIBUTE_INFO: attribute_info.encode, REFCOUNT: small.encode_refcount, FSINFO: file_space_info.encode,
 }
 
 
@@ -39,7 +40,7 @@ NAMES = {DATASPACE: "dataspace", LINK_INFO: "link info", DATATYPE: "datatype", F
          GROUP_INFO: "group info", FILTERS: "filter pipeline", ATTRIBUTE: "attribute", COMMENT: "comment",
          MTIME_OLD: "modification time (old)", SOHM_TABLE: "shared message table", SYMBOL_TABLE: "symbol table",
          MTIME: "modification time", BTREE_K: "B-tree K values", ATTRIBUTE_INFO: "attribute info",
-         REFCOUNT: "reference count"}
+         REFCOUNT: "reference count", FSINFO: "file space info"}
 
 
 def encode(mtype: int, value: Any, sizes: Sizes) -> bytes:
