@@ -179,11 +179,11 @@ def _tail(version: int) -> int:
     return CHECKSUM_SIZE if version == 2 else 0
 
 
-def _start(header: ObjectHeader, index: int) -> int:
+def _start(version: int, flags: int, index: int) -> int:
     """Offset of the first message in block `index`."""
     if index == 0:
-        return header.prefix_size
-    return len(CONTINUATION_SIGNATURE) if header.version == 2 else 0
+        return prefix_size(version, flags)
+    return len(CONTINUATION_SIGNATURE) if version == 2 else 0
 
 
 # ------------------------------------------------------------------------------------- decoding
@@ -196,10 +196,11 @@ def block0_length(buf: bytes, address: int, what: str) -> int:
 def decode(block0: bytes, address: int, sizes: Sizes, what: str,
            fetch: Callable[[int, int], bytes]) -> ObjectHeader:
     """The header whose block 0 is `block0`; `fetch(address, length)` gives a continuation block."""
-    header, length = _prefix(block0, address, what)
+    fields, length = _prefix(block0, address, what)
     if len(block0) != length:
         raise FormatError(f"{what}: object header block 0 is {length} bytes, got {len(block0)}")
-    walk = _Walk(what, header, sizes)
+    version, refcount, flags, times, attr_max_compact, attr_min_dense, nmesgs, reserved = fields
+    walk = _Walk(what, version, flags, sizes)
     blocks = [walk.block(block0, address, 0)]
     while walk.pending:
         cont = walk.pending.pop(0)
@@ -208,16 +209,16 @@ def decode(block0: bytes, address: int, sizes: Sizes, what: str,
         if len(walk.seen) >= MAX_BLOCKS or walk.total + cont.length > MAX_HEADER_BYTES:
             raise FormatError(f"{what}: object header too large")
         blocks.append(walk.block(fetch(cont.address, cont.length), cont.address, len(blocks)))
-    h = header  # the prefix fields, now with their blocks (built once: `messages` derives from them)
-    return ObjectHeader(h.address, h.version, h.refcount, tuple(blocks), h.flags, h.times, h.attr_max_compact,
-                        h.attr_min_dense, h.nmesgs, h.reserved)
+    return ObjectHeader(address, version, refcount, tuple(blocks), flags, times, attr_max_compact, attr_min_dense,
+                        nmesgs, reserved)
 
 
-def _prefix(buf: bytes, address: int, what: str) -> tuple[ObjectHeader, int]:
-    """The header's prefix fields (no blocks yet) and block 0's length, from its first bytes."""
+def _prefix(buf: bytes, address: int, what: str) -> tuple[tuple, int]:
+    """The header's prefix fields (ObjectHeader's, from version to reserved, without the blocks)
+    and block 0's length, from its first bytes."""
     if buf[:1] == b"\x01":
         _, reserved, nmesgs, refcount, size = _unpack(V1_PREFIX, buf, 0, what)
-        header = ObjectHeader(address, 1, refcount, (), nmesgs=nmesgs, reserved=reserved)
+        fields = (1, refcount, 0, None, None, None, nmesgs, reserved)
         length = V1_PREFIX.size + size
     elif buf[:4] == V2_SIGNATURE:
         _, version, flags = _unpack(_V2_START, buf, 0, what)
@@ -232,13 +233,13 @@ def _prefix(buf: bytes, address: int, what: str) -> tuple[ObjectHeader, int]:
             phase = _unpack(_PHASE, buf, pos, what)
             pos += _PHASE.size
         st = _CHUNK0[flags & HDR_CHUNK0_WIDTH]
-        header = ObjectHeader(address, 2, 1, (), flags, times, *(phase or (None, None)))
+        fields = (2, 1, flags, times, *(phase or (None, None)), 0, 0)
         length = pos + st.size + _unpack(st, buf, pos, what)[0] + CHECKSUM_SIZE
     else:
         raise FormatError(f"{what}: no object header at address {address} (version byte {buf[:1].hex()})")
     if length > MAX_HEADER_BYTES:
         raise FormatError(f"{what}: object header too large")
-    return header, length
+    return fields, length
 
 
 def _unpack(st: struct.Struct, buf: bytes, pos: int, what: str) -> tuple:
@@ -262,10 +263,11 @@ def decode_continuation(data: bytes, sizes: Sizes, what: str) -> Continuation:
 class _Walk:
     """One header read: blocks seen, bounds, continuation blocks still to read."""
 
-    def __init__(self, what: str, header: ObjectHeader, sizes: Sizes):
+    def __init__(self, what: str, version: int, flags: int, sizes: Sizes):
         self.what = what
-        self.header = header
-        self.message = _message_struct(header.version, header.track_order)
+        self.version, self.flags = version, flags
+        self.track_order = version == 2 and bool(flags & HDR_TRACK_ORDER)
+        self.message = _message_struct(version, self.track_order)
         self.sizes = sizes
         self.seen: set[int] = set()
         self.total = 0
@@ -276,8 +278,8 @@ class _Walk:
         what = f"{self.what}: object header" if index == 0 else f"{self.what}: object header continuation"
         self.seen.add(address)
         self.total += len(buf)
-        start, end = _start(self.header, index), len(buf)
-        if self.header.version == 2:
+        start, end = _start(self.version, self.flags, index), len(buf)
+        if self.version == 2:
             if index and buf[:4] != CONTINUATION_SIGNATURE:
                 raise FormatError(f"{self.what}: continuation block at {address} lacks OCHK signature")
             if len(buf) < start + CHECKSUM_SIZE:
@@ -289,7 +291,7 @@ class _Walk:
 
     def messages(self, buf: bytes, address: int, pos: int, end: int) -> tuple[tuple[RawMessage, ...], int]:
         st, head, out = self.message, self.message.size, []
-        track_order = self.header.track_order
+        track_order = self.track_order
         while end - pos >= head:
             fields = st.unpack_from(buf, pos)
             mtype, msize, mflags = fields[0], fields[1], fields[2]

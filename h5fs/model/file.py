@@ -43,10 +43,10 @@ FILE_WIDE = 0   # the superblock's address: values derived from the whole file a
 
 def header_nbytes(header: object_header.ObjectHeader) -> int:
     """Memory of a decoded object header (calibrated with tracemalloc on libhdf5's headers):
-    its records, one per block and per message, and the message bytes."""
-    messages = sum(len(b.messages) for b in header.blocks)
-    data = sum(len(m.data) for b in header.blocks for m in b.messages)
-    return 300 + 300 * len(header.blocks) + 150 * messages + data
+    its records, one per block and per message, and the message bytes (at most the blocks')."""
+    blocks = header.blocks
+    messages = len(blocks[0].messages) if len(blocks) == 1 else sum(len(b.messages) for b in blocks)
+    return 300 + 300 * len(blocks) + 150 * messages + sum(b.length for b in blocks)
 
 
 class H5File:
