@@ -47,6 +47,9 @@ Three views of a datatype:
 
 from __future__ import annotations
 
+import functools
+from typing import Callable, TypeVar
+
 import numpy as np
 
 from ..errors import Unsupported
@@ -70,6 +73,26 @@ if _LD.nmant == 63 and _LD_SIZE in (12, 16):       # x87 80-bit extended in a 12
 elif _LD.nmant == 112 and _LD_SIZE == 16:         # IEEE binary128 (aarch64, ppc64le...)
     _IEEE[(16, 127, 112, 15, 0, 112, 16383, NORM_IMPLIED)] = "f16"
 
+
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def by_datatype(fn: _F) -> _F:
+    """Memoize `fn(dt, ...)` by the datatype record's value: the datasets of a file share a
+    few datatypes, and a metadata walk asks each one's views. Records that cannot be hashed
+    are computed each time."""
+    memo = functools.lru_cache(maxsize=512)(fn)
+
+    @functools.wraps(fn)
+    def wrapper(dt, *args, **kwargs):
+        try:
+            hash(dt)
+        except TypeError:
+            return fn(dt, *args, **kwargs)
+        return memo(dt, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 def _float_code(f: FloatingPoint) -> str | None:
     """NumPy type code ('f4'...) when the layout is one NumPy holds exactly, else None."""
@@ -131,6 +154,7 @@ def _converted_leaf(t: Datatype) -> bool:
     return False
 
 
+@by_datatype
 def needs_conversion(dt: Datatype) -> bool:
     """True when dt holds numbers NumPy cannot hold as stored (non-IEEE or VAX floats, integers
     with padding bits or of odd sizes, complex numbers of such floats): the `.npy` view holds
@@ -185,6 +209,7 @@ def is_bool_enum(t: Datatype) -> bool:
             and sorted(zip(t.names, t.values)) == [("FALSE", 0), ("TRUE", 1)])
 
 
+@by_datatype
 def numpy_dtype(dt: Datatype) -> np.dtype:
     """The exact stored representation of one element (see module docstring)."""
     if isinstance(dt, FixedPoint):
@@ -243,6 +268,7 @@ def _compound_dtype(dt: Compound, conv, exact: bool) -> np.dtype:
         raise Unsupported(f"compound NumPy cannot represent: {e}") from None
 
 
+@by_datatype
 def is_converted(dt: Datatype) -> bool:
     """True when element bytes are not values: dt holds vlen data or references somewhere."""
     return any(isinstance(t, (VarLen, Reference)) for t in walk(dt))
@@ -261,6 +287,7 @@ def _complex_compound(dt: Compound) -> np.dtype | None:
     return np.dtype(f"{r.type.order}c{2 * int(code[1:])}")
 
 
+@by_datatype
 def npy_dtype(dt: Datatype, text_width: int = 1, seq_len: int = 0) -> np.dtype:
     """The `.npy` view's dtype (see module docstring for the choices)."""
     text_width = max(1, int(text_width))
