@@ -54,7 +54,7 @@ SETTLE_WAIT = 0.5       # s a lookup/getattr waits for a chunk index walk before
 ATTRIBUTE_TABLES = 256  # objects whose attributes-by-name are kept (listxattr, then getxattr of each)
 FACT_TABLES = 256
 XATTR_VALUES = 1024     # formatted values kept (getfattr asks each value twice: size, then bytes)
-LISTED_ENTRIES = 131072  # entries of recent listings kept (`find`, then `getfattr -R`, list each group)
+LISTED_ENTRIES = 65536   # entries of recent listings kept (`find`, then `getfattr -R`, list each group; ~250 B each)
 FH_HANDLERS = frozenset({"read", "release", "flush", "write", "readdir", "releasedir"})
 
 

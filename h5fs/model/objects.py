@@ -144,8 +144,8 @@ _MISSING = object()
 
 class derived:
     """`@derived(nbytes)` over a method: a read-only property computed by the method (guarded)
-    and kept in the file's metadata cache under the object's address, the property's name as its
-    kind. `nbytes`: the value's size, or a function of the value giving it."""
+    and kept in the object's state, the property's name as its kind. `nbytes`: the value's
+    size, or a function of the value giving it."""
 
     def __init__(self, nbytes: int | Callable[[Any], int] = approx_size):
         self.nbytes = nbytes
