@@ -220,3 +220,19 @@ def test_requests_are_counted(ops):
     run(ops.lookup, pyfuse3.ROOT_INODE, b"nope", None)
     run(ops.getattr, pyfuse3.ROOT_INODE, None)
     assert run(ops.getxattr, pyfuse3.ROOT_INODE, b"user.h5fs.requests", None) == str(before + 3).encode()
+
+
+def test_a_listing_asked_again_reuses_what_the_kernel_holds(ops):
+    """Once its listing is forgotten, a directory listed again takes the kind and stat numbers
+    of children the kernel holds inodes of from those inodes: their headers are not read."""
+    first = run(ops.opendir, pyfuse3.ROOT_INODE, None)
+    listed = ops.handles.dirs[first].entries
+    a = run(ops.lookup, pyfuse3.ROOT_INODE, b"a", None)      # the kernel now holds /a
+    a_address = ops.table.get(a.st_ino).address
+    g_address = next(e.address for e in listed if e.name == b"g")
+    ops.listings.pop(ops.table.root.address)
+    ops.f.meta.clear()
+    again = ops.handles.dirs[run(ops.opendir, pyfuse3.ROOT_INODE, None)].entries
+    assert again == listed
+    assert ops.f.peek_state(a_address) is None                # answered by the inode
+    assert ops.f.peek_state(g_address) is not None            # unknown to the kernel: read

@@ -36,7 +36,7 @@ from pyfuse3 import FUSEError
 
 from ..errors import H5fsError
 from ..model import namespace
-from ..model.namespace import DIR, DTYPE, NPY, RAW, SYMLINK, Entry
+from ..model.namespace import DIR, DTYPE, NPY, RAW, SYMLINK, Entry, Numbers
 from . import offload, views
 from .blocks import BlockCounts
 from .errors import boundary, warn_once
@@ -133,6 +133,16 @@ class Operations(pyfuse3.Operations):
 
     def _object(self, node: Node):
         return self.f.get(node.address, node.path)
+
+    def _known(self, address: int) -> tuple[str, Numbers] | None:
+        """The kind and stat numbers of an object the kernel holds an inode of (None: unknown or
+        broken), so a listing asked again need not read its children's headers. Called from a
+        worker thread: it only reads (one dict lookup, a node's attributes), which the GIL keeps
+        whole while the trio thread changes the table."""
+        node = self.table.find_object(address)
+        if node is None or node.error is not None or node.numbers is None:
+            return None
+        return node.kind, node.numbers
 
     # ------------------------------------------------------------------ stat
 
@@ -261,7 +271,8 @@ class Operations(pyfuse3.Operations):
         entries = self.listings.get(node.address)  # nothing changes under a read-only mount
         if entries is None:
             try:
-                entries = await offload.run_sync(namespace.entries, self.f, self._object(node), node.path)
+                entries = await offload.run_sync(namespace.entries, self.f, self._object(node), node.path,
+                                                 self._known)
             except Exception as exc:
                 self._mark_broken(node, exc)
                 raise FUSEError(errno.EIO) from None

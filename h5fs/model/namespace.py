@@ -32,7 +32,7 @@ import logging
 import struct
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 from numpy.lib.format import dtype_to_descr
@@ -104,14 +104,19 @@ def join(dir_path: str, name: str) -> str:
 
 # -- names ------------------------------------------------------------------------------------
 
-def entries(file: H5File, group: Group, dir_path: str) -> list[Entry]:
-    """Every entry of `group` as the mount shows it (reads each child's object header)."""
+Known = Callable[[int], "tuple[str, Numbers] | None"]
+
+
+def entries(file: H5File, group: Group, dir_path: str, known: Known | None = None) -> list[Entry]:
+    """Every entry of `group` as the mount shows it (reads each child's object header, unless
+    `known(address)` gives the child's kind and stat numbers: what the caller already knows of
+    objects, e.g. the kernel's inodes, when a listing is asked again)."""
     links = group.links()
     taken = {ln.name for ln in links}
     out: list[Entry] = []
     seen: set[bytes] = set()
     for link in links:
-        entry = _entry(file, dir_path, link)
+        entry = _entry(file, dir_path, link, known=known)
         if entry is None:
             continue
         if entry.name in seen:
@@ -161,7 +166,8 @@ def npy_entry(raw: Entry) -> Entry:
                    error=raw.numbers.npy_error)
 
 
-def _entry(file: H5File, dir_path: str, link: Link, header_only: bool = False) -> Entry | None:
+def _entry(file: H5File, dir_path: str, link: Link, header_only: bool = False,
+           known: Known | None = None) -> Entry | None:
     name = link.name.encode("utf-8", "surrogateescape")
     if not name or name in (b".", b"..") or len(name) > NAME_MAX or b"/" in name or b"\0" in name:
         log.warning("%s: link %r cannot be shown as a file name, skipped", dir_path, link.name)
@@ -170,6 +176,9 @@ def _entry(file: H5File, dir_path: str, link: Link, header_only: bool = False) -
     if link.kind == "hard":
         if link.address is None:
             return Entry(name, BROKEN, path, error=FormatError(f"{path}: hard link without an address"))
+        hit = None if known is None else known(link.address)
+        if hit is not None:
+            return Entry(name, hit[0], path, link.address, hit[1])
         try:
             obj = file.get(link.address, path)
             if header_only and not numbers_from_header(obj):
