@@ -1,10 +1,14 @@
-"""What the round-trip tests share: making files with libhdf5, Hypothesis helpers, checking one
-structure against the bytes libhdf5 stored, and a walker that finds every structure of a file.
+"""What the round-trip tests share (the one place: no round-trip module imports another):
+making files with libhdf5 (any format bound, 2-, 4- and 8-byte offsets and lengths; the files of
+several modules: messages, chunk indexes, dense storage, VDS; libhdf5's C API through ctypes),
+Hypothesis settings and strategies, checking one structure against the bytes libhdf5 stored, and
+a walker that finds every structure of a file.
 
 `structures(path)` opens a file with h5fs's engine and yields every structure instance in it, each
 a `Structure`: its kind, where it lives (and where its bytes start in the file), the bytes
 libhdf5 stored, a decoder and an encoder. `check(s)` decodes and encodes one: the bytes are equal
-(checksums included), and a record with one field changed survives encode -> decode.
+(checksums included), and a record with one field changed survives encode -> decode;
+`checked(path)` does both for a whole file.
 
 The walker starts at the superblock (and its driver information block) and follows every object
 header (each object once, by address: hard links, shared messages in other headers), every
@@ -29,9 +33,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 import h5py
+import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
+
+# builders test_engine and test_datatype own (their own tests use them): the round-trip modules
+# reach them only through here; every other builder they use lives in this module
+from test_datatype import PLAIN, bfloat16, custom_float, opaque, partial_int, py, vax_float  # noqa: F401
+from test_datatype import _write_revised_refs as write_revised_refs  # noqa: F401
+from test_engine import build_everything  # noqa: F401
 
 from h5fs.format import btree_v1 as B1
 from h5fs.format import btree_v2 as bt
@@ -47,6 +58,10 @@ from h5fs.format import superblock as SB
 from h5fs.format import symbol_table_node as SNOD
 from h5fs.format import vds_mapping
 from h5fs.format.codec import Reader, Sizes, Writer
+from h5fs.format.messages import dataspace as DS
+from h5fs.format.messages import datatype as D
+from h5fs.format.messages import external_files as E
+from h5fs.format.messages import filter_pipeline as P
 from h5fs.format.messages import layout as L
 from h5fs.format.messages import shared
 from h5fs.format.messages import sohm_table as T
@@ -69,6 +84,9 @@ from h5fs.storage.readers import local_heap as lh_reader
 
 LIBVERS = {"earliest": h5py.h5f.LIBVER_EARLIEST, "v108": h5py.h5f.LIBVER_V18, "v110": h5py.h5f.LIBVER_V110,
            "v114": h5py.h5f.LIBVER_V114, "latest": h5py.h5f.LIBVER_LATEST}
+# (size of offsets, size of lengths) of the message files, in every format bound
+FILE_SIZES = [(8, 8), (4, 4), (2, 4)]
+HID = ctypes.c_int64
 
 
 def new_file(path, libver="latest", sizes=(8, 8), fcpl=None) -> h5py.File:
@@ -104,12 +122,284 @@ def libhdf5(name: str | None = None):
     return lib if name is None else getattr(lib, name)
 
 
+def c_call(name: str, *args, types=None) -> int:
+    """libhdf5's function `name` (arguments: an hid_t and unsigned ints unless `types` says
+    otherwise); a negative return fails."""
+    fn = libhdf5(name)
+    fn.argtypes = types or [HID] + [ctypes.c_uint] * (len(args) - 1)
+    fn.restype = HID
+    out = fn(*args)
+    assert out >= 0, name
+    return out
+
+
 def addresses(path) -> dict[str, int]:
     """Object header address of every object in the file, by path (h5py's view)."""
     out = {}
     with h5py.File(path, "r") as f:
         f.visit(lambda name: out.update({"/" + name: h5py.h5o.get_info(f[name].id).addr}) and None)
     return out
+
+
+def objects(hf: H5File) -> Iterator[tuple[str, Any]]:
+    """(path, object) of every object reachable by hard links, once each (h5fs's engine's view)."""
+    seen: set[int] = set()
+    todo = [("/", hf.root_address)]
+    while todo:
+        path, addr = todo.pop()
+        if addr in seen:
+            continue
+        seen.add(addr)
+        obj = hf.get(addr, path)
+        yield path, obj
+        if isinstance(obj, Group):
+            todo += [(f"{path.rstrip('/')}/{link.name}", link.address) for link in obj.links()
+                     if link.address is not None]
+
+
+def btree_k_fcpl(internal: int, leaf: int, chunks: int | None = None):
+    """A file creation property list with these v1 B-tree K values (a group's internal and leaf
+    nodes, a chunk index's nodes): small ones make deep trees from few entries."""
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    c_call("H5Pset_sym_k", fcpl.id, internal, leaf)
+    if chunks is not None:
+        c_call("H5Pset_istore_k", fcpl.id, chunks)
+    return fcpl
+
+
+def sohm_fcpl(list_max: int, btree_min: int):
+    """Two shared-message indexes (datatypes and attributes; dataspaces, fill values and filter
+    pipelines), each a list up to `list_max` messages."""
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    c_call("H5Pset_shared_mesg_nindexes", fcpl.id, 2)
+    c_call("H5Pset_shared_mesg_index", fcpl.id, 0, 1 << M.DATATYPE | 1 << M.ATTRIBUTE, 1)
+    c_call("H5Pset_shared_mesg_index", fcpl.id, 1, 1 << M.DATASPACE | 1 << M.FILL | 1 << M.FILTERS, 1)
+    c_call("H5Pset_shared_mesg_phase_change", fcpl.id, list_max, btree_min)
+    return fcpl
+
+
+def shared_messages_fcpl():
+    """A file creation property list that shares every message type through one v2 B-tree
+    index (no list phase), however small the message."""
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    c_call("H5Pset_shared_mesg_nindexes", fcpl.id, 1)
+    c_call("H5Pset_shared_mesg_index", fcpl.id, 0, 0x182A, 0)
+    c_call("H5Pset_shared_mesg_phase_change", fcpl.id, 0, 0)
+    return fcpl
+
+
+# links and attributes of every kind: what h5py cannot make, through libhdf5's C API
+
+UD_LINK = 65               # a user-defined link class registered below
+_TRAVERSE = ctypes.CFUNCTYPE(HID, ctypes.c_char_p, HID, ctypes.c_void_p, ctypes.c_size_t, HID, HID)
+
+
+class _LinkClass(ctypes.Structure):   # H5L_class_t, version 1
+    _fields_ = [("version", ctypes.c_int), ("id", ctypes.c_int), ("comment", ctypes.c_char_p),
+                ("create", ctypes.c_void_p), ("move", ctypes.c_void_p), ("copy", ctypes.c_void_p),
+                ("traverse", _TRAVERSE), ("delete", ctypes.c_void_p), ("query", ctypes.c_void_p)]
+
+
+_never_traversed = _TRAVERSE(lambda *args: -1)   # kept alive: libhdf5 holds the pointer
+_UD_CLASS = _LinkClass(1, UD_LINK, b"h5fs test link", None, None, None, _never_traversed, None, None)
+
+
+def ud_link(group: h5py.Group, name: bytes, value: bytes) -> None:
+    c_call("H5Lregister", ctypes.byref(_UD_CLASS), types=[ctypes.POINTER(_LinkClass)])
+    c_call("H5Lcreate_ud", group.id.id, name, UD_LINK, value, len(value), 0, 0,
+           types=[HID, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, HID, HID])
+
+
+def utf8_attribute(obj, name: str, value: int) -> None:
+    """An attribute whose name libhdf5 labels UTF-8 (h5py's attrs leave the label ASCII)."""
+    acpl = c_call("H5Pcreate", HID.in_dll(libhdf5(), "H5P_CLS_ATTRIBUTE_CREATE_ID_g").value, types=[HID])
+    c_call("H5Pset_char_encoding", acpl, 1, types=[HID, ctypes.c_int])
+    space = h5py.h5s.create(h5py.h5s.SCALAR)
+    aid = c_call("H5Acreate2", obj.id.id, name.encode(), h5py.h5t.STD_I32LE.id, space.id, acpl, 0,
+                 types=[HID, ctypes.c_char_p, HID, HID, HID, HID])
+    buf = np.array(value, "<i4")
+    c_call("H5Awrite", aid, h5py.h5t.NATIVE_INT32.id, buf.ctypes.data, types=[HID, HID, ctypes.c_void_p])
+    c_call("H5Aclose", aid, types=[HID])
+    c_call("H5Pclose", acpl, types=[HID])
+
+
+def utf8_lcpl():
+    lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+    lcpl.set_char_encoding(h5py.h5t.CSET_UTF8)
+    return lcpl
+
+
+def group(parent, name: str, tracked=False, phase=None, estimates=None, times=False) -> h5py.Group:
+    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+    if tracked:
+        order = h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED
+        gcpl.set_link_creation_order(order)
+        gcpl.set_attr_creation_order(order)
+    if phase:
+        c_call("H5Pset_link_phase_change", gcpl.id, *phase)
+    if estimates:
+        c_call("H5Pset_est_link_info", gcpl.id, *estimates)
+    gcpl.set_obj_track_times(times)
+    return h5py.Group(h5py.h5g.create(parent.id, name.encode(), gcpl=gcpl))
+
+
+def links_and_attributes(g: h5py.Group, target: h5py.Dataset, nlinks: int, nattrs: int) -> None:
+    """Links of every kind (hard, soft, external, user-defined; long and UTF-8 names) and attributes."""
+    g["hard"] = target
+    g["soft"] = h5py.SoftLink(target.name)
+    g["ext"] = h5py.ExternalLink("other.h5", "/x/y")
+    g["l" * 300] = h5py.SoftLink("/")
+    g.id.links.create_soft("grüße".encode(), b"/d", lcpl=utf8_lcpl())
+    ud_link(g, b"ud", b"payload\0\1")
+    for i in range(nlinks):
+        g[f"s{i:02d}"] = h5py.SoftLink(f"/target{i}")
+    for i in range(nattrs):
+        g.attrs[f"a{i:02d}"] = np.arange(i + 1, dtype="<i2")
+    utf8_attribute(g, "größe", 7)
+
+
+def messages_file(path, libver: str, sizes) -> None:
+    """Every message of groups, links and attributes: comments, times, reference counts, shared
+    (committed) datatypes, old-style, compact and dense groups, creation order."""
+    with new_file(path, libver, sizes, btree_k_fcpl(5, 6, 20)) as f:
+        d = f.create_dataset("d", data=np.arange(4, dtype="<i4"), track_times=True)
+        h5py.h5o.set_comment(d.id, "a comment, é".encode())
+        d.attrs["scalar"] = np.float64(1.5)
+        d.attrs["text"] = "text"
+        utf8_attribute(d, "größe", 7)
+        f["hard"] = d                                   # two links: a reference count
+        f["tdt"] = np.dtype("<i2")                      # committed: shared references to it
+        typed = f.create_dataset("typed", data=[1, 2], dtype=f["tdt"])
+        typed.attrs.create("typed", 3, dtype=f["tdt"])
+        links_and_attributes(f.create_group("plain"), d, 2, 2)     # old-style in earliest, compact otherwise
+        custom = group(f, "custom", phase=(12, 4), estimates=(9, 20), times=True)
+        h5py.h5o.set_comment(custom.id, b"group comment")
+        links_and_attributes(custom, d, 2, 0)
+        links_and_attributes(group(f, "ordered", tracked=True), d, 1, 2)     # compact, creation order indexed
+        links_and_attributes(group(f, "dense", tracked=True), d, 20, 12)     # dense links and attributes
+        links_and_attributes(f.create_group("many"), d, 20, 12)              # dense, untracked (unless earliest)
+
+
+# chunk indexes, dense storage, virtual datasets
+
+def ints(shape, seed=0):
+    return np.random.default_rng(seed).integers(0, 50, size=shape).astype("i4")
+
+
+def _implicit(f, name, shape, maxshape, chunks):
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk(chunks)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    h5py.h5d.create(f.id, name.encode(), h5py.h5t.NATIVE_INT32, h5py.h5s.create_simple(shape, maxshape), dcpl=dcpl)
+    f[name][...] = ints(shape)
+
+
+def chunked_datasets(f, unlimited: bool) -> None:
+    """Every chunk index, filtered and not: single, implicit, fixed array (unpaged and paged),
+    extensible array (super blocks, paged data blocks), v2 B-tree (several levels)."""
+    for comp in (None, "gzip"):
+        sfx = comp or "raw"
+        f.create_dataset(f"single_{sfx}", data=ints((20, 30)), chunks=(20, 30), compression=comp)
+        f.create_dataset(f"fa_{sfx}", data=ints((40, 50)), chunks=(10, 10), compression=comp)
+        p = f.create_dataset(f"fapaged_{sfx}", (5001,), "i2", chunks=(2,), compression=comp)
+        p[0:100] = 7
+        p[4200:5001] = np.arange(801)
+        if not unlimited:
+            continue
+        e = f.create_dataset(f"ea_{sfx}", data=ints((600, 7)), chunks=(2, 7), maxshape=(None, 7), compression=comp)
+        e.resize((650, 7))
+        e[640:650] = 5
+        ep = f.create_dataset(f"eapaged_{sfx}", (200000,), "u1", chunks=(1,), maxshape=(None,), compression=comp)
+        for i in (0, 3, 250, 131055, 131061, 160000, 199999):
+            ep[i] = 1 + i % 200
+        b = f.create_dataset(f"bt_{sfx}", (120, 90), "i4", chunks=(1, 1), maxshape=(None, None), compression=comp)
+        b[...] = ints((120, 90))
+        f.create_dataset(f"btsmall_{sfx}", data=ints((20, 25)), chunks=(3, 4), maxshape=(None, None),
+                         compression=comp)
+    _implicit(f, "implicit", (10, 11), (25, 30), (3, 4))
+
+
+def filtered_group(f, name: str, targets: dict[str, str]) -> None:
+    """A group whose link heap is deflated (h5py does not expose H5Pset_deflate on a gcpl)."""
+    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+    c_call("H5Pset_deflate", gcpl.id, 6)
+    h5py.h5g.create(f.id, name.encode(), gcpl=gcpl)
+    for link, target in targets.items():
+        f[name][link] = h5py.SoftLink(target)
+
+
+def dense_file(path, sizes) -> None:
+    """Dense links (name and creation-order indexes, child indirect blocks, a huge link), dense
+    attributes (a huge one, creation order), deflated link heaps (root direct block and
+    indirect blocks, filtered huge objects)."""
+    small = sizes[0] == 2                     # a 64 KiB file
+    n, tlen = (60, 90) if small else (400, 200)
+    if sizes == (8, 8):                       # enough for child indirect blocks
+        n, tlen = 3000, 1
+    with new_file(path, "latest", sizes) as f:
+        f.create_dataset("x", data=[1])
+        g = f.create_group("g", track_order=True)
+        for i in range(n):
+            g[f"link{i:05d}" + "x" * (i % 37)] = h5py.SoftLink("/" + "t" * (i % tlen or 200))
+        g["huge"] = h5py.SoftLink("/" + "h" * 5000)
+        d = f.create_dataset("d", data=[1.0])
+        for i in range(30):
+            d.attrs[f"attr{i:02d}"] = np.full(i + 1, i, dtype="<i8")
+        d.attrs["huge"] = np.arange(3000 if small else 50000, dtype="<i4")
+        o = f.create_group("o", track_order=True)
+        for i in range(20):
+            o.attrs[f"z{20 - i:02d}"] = i
+        filtered_group(f, "fsmall", {f"s{i}": "/q" for i in range(9)} | {"huge": "/" + "w" * 5000})
+        if not small:
+            big = {f"l{i:05d}" + "y" * (i % 50): "/" + "q" * (100 + i % 300) for i in range(600)}
+            big["huge1"] = "/" + "".join(chr(97 + (i * 7) % 26) for i in range(6000))
+            filtered_group(f, "fbig", big)
+
+
+def select(space, how: str):
+    """Select on a 2-D (10, 12) dataspace: all, none, points, a regular or irregular hyperslab."""
+    if how == "all":
+        space.select_all()
+    elif how == "none":
+        space.select_none()
+    elif how == "points":
+        space.select_elements(np.array([(1, 2), (9, 11), (0, 0), (4, 7)], dtype="u8"))
+    elif how == "regular":
+        space.select_hyperslab((1, 2), (3, 2), (2, 3), (1, 2))
+    else:
+        space.select_hyperslab((0, 0), (2, 3))
+        space.select_hyperslab((5, 6), (3, 1), op=h5py.h5s.SELECT_OR)
+    return space
+
+
+def vds_file(path, libver) -> None:
+    """Virtual datasets whose mappings use all, regular and irregular hyperslab selections,
+    several source files, the file itself (".") and an unlimited mapping."""
+    with new_file(path.parent / "src.h5", libver) as f:
+        f["data"] = np.arange(120, dtype="<i4").reshape(10, 12)
+    with new_file(path, libver) as f:
+        f["s"] = np.arange(120, dtype="<i4").reshape(10, 12)
+        lay = h5py.VirtualLayout((4, 10, 12), "<i4")
+        lay[0] = h5py.VirtualSource("src.h5", "data", shape=(10, 12))
+        lay[1] = h5py.VirtualSource(".", "s", shape=(10, 12))
+        lay[2, 0:5, ::3] = h5py.VirtualSource("src.h5", "data", shape=(10, 12))[::2, 0:4]
+        f.create_virtual_dataset("v", lay, fillvalue=-1)
+        same = h5py.VirtualLayout((3, 10, 12), "<i4")
+        for i in range(3):
+            same[i] = h5py.VirtualSource(".", "s", shape=(10, 12))
+        f.create_virtual_dataset("x", same)
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        for how in ("irregular", "regular"):   # libhdf5 refuses point selections in mappings
+            vspace = select(h5py.h5s.create_simple((10, 12)), how)
+            dcpl.set_virtual(vspace, b"src.h5", b"data", select(h5py.h5s.create_simple((10, 12)), how))
+        h5py.h5d.create(f.id, b"w", h5py.h5t.STD_I32LE, h5py.h5s.create_simple((10, 12)), dcpl=dcpl)
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        vspace = h5py.h5s.create_simple((3, 5), (3, h5py.h5s.UNLIMITED))
+        vspace.select_hyperslab((0, 0), (1, h5py.h5s.UNLIMITED), (1, 5), (3, 5))
+        sspace = h5py.h5s.create_simple((3, 5), (3, h5py.h5s.UNLIMITED))
+        sspace.select_hyperslab((0, 0), (1, h5py.h5s.UNLIMITED), (1, 5), (3, 5))
+        dcpl.set_virtual(vspace, b"src.h5", b"grow", sspace)
+        h5py.h5d.create(f.id, b"u", h5py.h5t.STD_I32LE, vspace, dcpl=dcpl)
 
 
 # -- Hypothesis --------------------------------------------------------------------------------
@@ -130,6 +420,21 @@ def exactly(n: int):
     return st.binary(min_size=n, max_size=n)
 
 
+def names(min_size=0, max_size=40):
+    """Names as stored: any bytes but NUL."""
+    return st.binary(min_size=min_size, max_size=max_size).filter(lambda b: b"\0" not in b)
+
+
+def text(min_size=0, max_size=40):
+    """Names as h5fs decodes them (surrogateescape keeps every byte)."""
+    return names(min_size, max_size).map(lambda b: b.decode("utf-8", "surrogateescape"))
+
+
+def with_sizes(make):
+    """A strategy of (sizes, record) where the record strategy `make(sizes)` depends on the sizes."""
+    return SIZES.flatmap(lambda s: st.tuples(st.just(s), make(s)))
+
+
 def roundtrip(record, encode, decode) -> None:
     """A valid record encodes, decodes back to itself, and encodes again to the same bytes."""
     raw = encode(record)
@@ -138,11 +443,17 @@ def roundtrip(record, encode, decode) -> None:
     assert encode(back) == raw
 
 
-def encoded(encode, record, sizes: Sizes) -> bytes:
+def encoded(encode, record, sizes: Sizes = Sizes()) -> bytes:
     """What an `encode(w: Writer, record)` writes."""
     w = Writer(sizes)
     encode(w, record)
     return w.getvalue()
+
+
+def check_encoder(mtype: int, sizes: Sizes, record) -> None:
+    """A valid message record (or shared reference) round trips through its codec."""
+    decode, encode = codec(mtype, sizes)
+    roundtrip(record, encode, decode)
 
 
 # -- one structure against libhdf5's bytes -----------------------------------------------------
@@ -176,20 +487,6 @@ def check(s: Structure) -> Any:
     return record
 
 
-def check_changed(record, decode, encode, **changes) -> None:
-    """One or more fields changed: encode -> decode gives the changed record back."""
-    changed = replace(record, **changes)
-    assert decode(encode(changed)) == changed
-
-
-def check_bytes(raw: bytes, decode, encode, changes=lambda record: {}):
-    """decode(raw) encodes back to raw; the fields `changes(record)` names survive a round trip."""
-    record = decode(raw)
-    assert encode(record) == raw
-    check_changed(record, decode, encode, **changes(record))
-    return record
-
-
 @dataclass
 class Seen:
     """What round trips met, so each test can assert the variants it means to cover."""
@@ -209,16 +506,22 @@ def changed_fields(**fields) -> Callable[[Any], Any]:
 SHARED_REF = -1            # pseudo message type: the body of a message whose 'shared' flag is set
 
 
-def codec(mtype: int, sizes: Sizes) -> tuple[Callable[[bytes], Any], Callable[[Any], bytes] | None]:
-    """decode(bytes) and encode(record) of a message type (or of a shared reference); encode is
-    None for a type without an encoder."""
+def codec(mtype: int, sizes: Sizes, whole: bool = True) -> tuple[Callable[[bytes], Any], Callable[[Any], bytes] | None]:
+    """decode(bytes) and encode(record) of a message type (or of a shared reference); decode
+    reads every byte unless `whole` is False (a padded body) or the type is the old modification
+    time (its decoder leaves the two reserved bytes unread); encode is None for a type without an
+    encoder."""
     if mtype == OH.CONTINUATION:
         return lambda raw: OH.decode_continuation(raw, sizes, "continuation"), \
             lambda record: OH.encode_continuation(record, sizes)
     dec = shared.decode if mtype == SHARED_REF else M.DECODERS[mtype]
+    whole = whole and mtype != M.MTIME_OLD
 
     def decode(raw: bytes):
-        return dec(Reader(raw, 0, sizes, f"message {mtype:#x}"))
+        r = Reader(raw, 0, sizes, f"message {mtype:#x}")
+        record = dec(r)
+        assert not whole or r.remaining() == 0, f"message {mtype:#x}: {r.remaining()} bytes left in {raw.hex()}"
+        return record
 
     if mtype == SHARED_REF:
         return decode, lambda record: encoded(shared.encode, record, sizes)
@@ -233,7 +536,32 @@ def _changed_ref(r: shared.SharedRef) -> shared.SharedRef:
     return replace(r, address=0x1234)
 
 
-# message type -> the record with one field changed
+def _changed_datatype(r: D.Datatype) -> D.Datatype:
+    if isinstance(r, D.Enum):
+        return replace(r, names=tuple(n + "_" for n in r.names))
+    if isinstance(r, D.Array):
+        return replace(r, dims=(*r.dims[:-1], 2 * r.dims[-1]), size=2 * r.size)
+    if isinstance(r, D.Complex):
+        return replace(r, form=(r.form + 1) % 3)
+    return replace(r, size=r.size + 1)
+
+
+def _changed_layout(r: L.DataLayout) -> L.DataLayout:
+    if r.layout_class == L.CHUNKED:
+        return replace(r, index=replace(r.index, address=0x1234), chunk_dims=(*r.chunk_dims[:-1], 3))
+    if r.layout_class == L.COMPACT:
+        return replace(r, compact_data=r.compact_data[::-1] + b"\1")
+    if r.layout_class == L.CONTIGUOUS:
+        return replace(r, address=0x1234, size=r.size + 8)
+    return replace(r, vds_heap_index=r.vds_heap_index + 1)
+
+
+def _changed_pipeline(r: P.FilterPipeline) -> P.FilterPipeline:
+    first = r.filters[0]
+    return replace(r, filters=(replace(first, client_data=first.client_data + (7,)),) + r.filters[1:])
+
+
+# message type -> the record with a field or two changed, for every type with an encoder
 CHANGES: dict[int, Callable[[Any], Any]] = {
     SHARED_REF: _changed_ref,
     M.LINK: lambda r: replace(r, creation_order=(r.creation_order or 0) + 5),
@@ -250,16 +578,23 @@ CHANGES: dict[int, Callable[[Any], Any]] = {
     M.SOHM_TABLE: changed_fields(table_address=0x1234),
     M.FSINFO: lambda r: replace(r, threshold=r.threshold + 1, managers=_moved(r.managers)),
     OH.CONTINUATION: lambda r: replace(r, length=r.length + 8),
+    M.DATATYPE: _changed_datatype,
+    M.DATASPACE: lambda r: replace(r, dims=tuple(d + 1 for d in r.dims), maxdims=(None,) * len(r.dims))
+    if r.kind == DS.SIMPLE else replace(r, has_maxdims=True),
+    M.LAYOUT: _changed_layout,
+    M.FILTERS: _changed_pipeline,
+    M.FILL: lambda r: replace(r, alloc_time=r.alloc_time % 3 + 1),
+    M.FILL_OLD: lambda r: replace(r, value=(r.value or b"") + b"\x09"),
+    M.EXTERNAL: lambda r: replace(r, slots=r.slots + (E.ExternalSlot(8, 16, 32),)),
 }
 
 
-def message(raw: RawMessage, where: str, sizes: Sizes, slack: int = 0, changes=CHANGES) -> Structure:
-    """One message body (`slack`: a version-1 header pads it to 8 bytes); `changes`: message type
-    -> the record with a field changed."""
+def message(raw: RawMessage, where: str, sizes: Sizes, slack: int = 0) -> Structure:
+    """One message body (`slack`: a version-1 header pads it to 8 bytes)."""
     mtype = SHARED_REF if raw.shared else raw.type
     known = mtype in (SHARED_REF, OH.CONTINUATION) or mtype in M.DECODERS
-    decode, encode = codec(mtype, sizes) if known else (None, None)
-    return Structure(("message", mtype, bool(slack)), where, raw.data, decode, encode, changes.get(mtype), slack)
+    decode, encode = codec(mtype, sizes, whole=not slack) if known else (None, None)
+    return Structure(("message", mtype, bool(slack)), where, raw.data, decode, encode, CHANGES.get(mtype), slack)
 
 
 # -- headers, the superblock, old-style groups ------------------------------------------------
@@ -321,7 +656,13 @@ def local_heap(reader, address: int) -> Structure:
                      reader.read(address, size) + reader.read(heap.data_address, len(heap.data)),
                      lambda b: LH.decode(b[:size], b[size:], s),
                      lambda h: LH.encode_prefix(h, s) + LH.encode_data(h, s),
-                     lambda h: replace(h, data_address=h.data_address + 8), at=(address, heap.data_address))
+                     lambda h: _other_free_list(h, s), at=(address, heap.data_address))
+
+
+def _other_free_list(h: LH.LocalHeap, s: Sizes) -> LH.LocalHeap:
+    """The heap moved, with another free list (its blocks' headers are in the data segment)."""
+    free = h.free[:-1] if h.free else (LH.FreeBlock(len(h.data) - 2 * s.length, 2 * s.length),)
+    return replace(h, data_address=12345, free=free, data=LH.encode_data(replace(h, free=free), s))
 
 
 def btree_v1(reader, address: int, node_type: int, rank: int, k: int) -> Iterator[Structure]:
@@ -708,11 +1049,11 @@ class _RecordingHeap(gh_reader.GlobalHeapReader):
 
 class Walk:
     """One walk over an open file: every object once (by header address), then the global heap
-    collections reading its values touched."""
+    collections reading its values touched (none when `values` is False)."""
 
-    def __init__(self, hf: H5File, changes: dict[int, Callable[[Any], Any]] = CHANGES):
+    def __init__(self, hf: H5File, values: bool = True):
         self.hf = hf
-        self.changes = changes
+        self.values = values
         self.sizes = hf.sizes
         self.heap = hf.__dict__["global_heap"] = _RecordingHeap(hf.reader)
         self.pending: list[tuple[int, str]] = []
@@ -753,7 +1094,7 @@ class Walk:
                 self.enqueue(link.address, f"{path.rstrip('/')}/{link.name}")
         if isinstance(obj, Dataset):
             yield from self.dataset(obj)
-        for a in obj.attributes():   # values in the global heap: vlen data, references
+        for a in obj.attributes() if self.values else ():   # values in the global heap: vlen data, references
             if needs_decoding(a.datatype):
                 a.value
 
@@ -767,7 +1108,7 @@ class Walk:
 
     def message(self, raw: RawMessage, where: str, slack: int = 0) -> Iterator[Structure]:
         """A message, what its body is when it is shared, and what it points to."""
-        yield message(raw, where, self.sizes, slack, self.changes)
+        yield message(raw, where, self.sizes, slack)
         if raw.shared:
             ref = shared.decode(Reader(raw.data, 0, self.sizes))
             if ref.kind == shared.IN_OBJECT_HEADER:
@@ -834,15 +1175,21 @@ class Walk:
         elif lay.layout_class == L.VIRTUAL:
             yield vds_mappings(self.hf, ds)
             return
-        if needs_decoding(ds.datatype):   # vlen data and references: their global heap objects
+        if self.values and needs_decoding(ds.datatype):   # vlen data and references: their global heap objects
             ds.read_array()
 
 
-def structures(path, changes: dict[int, Callable[[Any], Any]] = CHANGES) -> Iterator[Structure]:
-    """Every structure of the file at `path` (see the module's docstring); `changes`: message
-    type -> the record with a field changed, for the messages `check` changes."""
+def structures(path, values: bool = True) -> Iterator[Structure]:
+    """Every structure of the file at `path` (see the module's docstring); `values` False: no
+    vlen data or reference is read (the split driver keeps them, and the global heap, apart)."""
     with H5File.open(str(path)) as hf:
-        yield from Walk(hf, changes).structures()
+        yield from Walk(hf, values).structures()
+
+
+def checked(path, values: bool = True) -> Iterator[tuple[Structure, Any]]:
+    """Every structure of the file checked against libhdf5's bytes (`check`), with its record."""
+    for s in structures(path, values):
+        yield s, check(s)
 
 
 def check_all(found) -> tuple[Counter, Counter]:

@@ -13,7 +13,6 @@ met without an encoder fails the test.
 
 from __future__ import annotations
 
-import ctypes
 import re
 from collections import Counter
 
@@ -21,14 +20,9 @@ import h5py
 import hdf5plugin
 import numpy as np
 import pytest
-from roundtrip_support import CHANGES as LINK_CHANGES
-from roundtrip_support import SHARED_REF, build_files, check_all, libhdf5, new_file, structures
-from test_datatype import _write_revised_refs
-from test_engine import build_everything
-from test_roundtrip_indexes import chunked_datasets, dense_file, shared_messages_fcpl, vds_file
-from test_roundtrip_messages_data import CHANGES as DATA_CHANGES
-from test_roundtrip_messages_links import build as build_messages
-from test_roundtrip_messages_links import sohm_fcpl
+from roundtrip_support import (CHANGES, SHARED_REF, btree_k_fcpl, build_files, build_everything, check_all,
+                               chunked_datasets, dense_file, messages_file, new_file, shared_messages_fcpl, sohm_fcpl,
+                               structures, vds_file, write_revised_refs)
 
 from h5fs.format import btree_v1 as B1
 from h5fs.format import btree_v2 as bt
@@ -43,8 +37,6 @@ from h5fs.model import messages as M
 MESSAGES = {M.DATASPACE, M.LINK_INFO, M.DATATYPE, M.FILL_OLD, M.FILL, M.LINK, M.EXTERNAL, M.LAYOUT, M.GROUP_INFO,
             M.FILTERS, M.ATTRIBUTE, M.COMMENT, M.SOHM_TABLE, OH.CONTINUATION, M.SYMBOL_TABLE, M.MTIME, M.BTREE_K,
             M.ATTRIBUTE_INFO, M.REFCOUNT, M.FSINFO, SHARED_REF}
-# message type -> the record with a field changed, for every type with an encoder
-CHANGES = {**LINK_CHANGES, **DATA_CHANGES}
 # every block that starts with a signature: each one in a file is a structure the walk met, but
 # UNWALKED
 SIGNATURES = (b"OHDR", b"OCHK", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"BTHD", b"BTIN", b"BTLF", b"FRHP", b"FHDB",
@@ -109,9 +101,7 @@ def data_kinds(f: h5py.File, tmp) -> None:
 
 def small_k_fcpl():
     """Symbol-table nodes of 6 entries, group B-tree nodes of 4 children: deep trees early."""
-    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
-    assert libhdf5().H5Pset_sym_k(ctypes.c_int64(fcpl.id), 2, 3) >= 0
-    return fcpl
+    return btree_k_fcpl(2, 3)
 
 
 def with_data(libver, sizes, fcpl=None):
@@ -146,9 +136,9 @@ def free_space(path) -> None:
 FILES = {
     "everything-earliest": lambda p: build_everything(p, "earliest"),
     "everything-latest": lambda p: build_everything(p, "latest"),
-    "messages-earliest-4-4": lambda p: build_messages(p, "earliest", (4, 4)),
-    "messages-v110-2-4": lambda p: build_messages(p, "v110", (2, 4)),
-    "messages-latest-8-8": lambda p: build_messages(p, "latest", (8, 8)),
+    "messages-earliest-4-4": lambda p: messages_file(p, "earliest", (4, 4)),
+    "messages-v110-2-4": lambda p: messages_file(p, "v110", (2, 4)),
+    "messages-latest-8-8": lambda p: messages_file(p, "latest", (8, 8)),
     "data-earliest-8-8": with_data("earliest", (8, 8), small_k_fcpl),
     "data-earliest-4-4": with_data("earliest", (4, 4)),
     "data-v108-8-8": with_data("v108", (8, 8)),
@@ -165,7 +155,7 @@ FILES = {
     "sohm-list-8-8": with_sohm((8, 8), lambda: sohm_fcpl(50, 40)),
     "vds-earliest": lambda p: vds_file(p, "earliest"),
     "vds-latest": lambda p: vds_file(p, "latest"),
-    "revised-references": lambda p: _write_revised_refs(str(p)),
+    "revised-references": lambda p: write_revised_refs(str(p)),
     "free-space-latest": free_space,
 }
 
@@ -177,7 +167,7 @@ def files(tmp_path_factory) -> dict[str, object]:
 
 @pytest.mark.parametrize("name", FILES)
 def test_every_structure_round_trips(files, name):
-    found = list(structures(files[name], CHANGES))
+    found = list(structures(files[name]))
     done, missing = check_all(found)
     assert done, f"{name}: the walk found nothing to check"
     assert not missing, f"{name}: met without an encoder: {set(missing)}"
@@ -194,7 +184,7 @@ def test_the_walk_meets_every_kind(files):
     knows, in the variants whose encodings differ."""
     kinds, missing, layouts, classes = Counter(), Counter(), set(), set()
     for path in files.values():
-        for s in structures(path, CHANGES):
+        for s in structures(path):
             (missing if s.encode is None else kinds)[s.kind] += 1
             if s.kind[0] == "message" and s.kind[1] == M.LAYOUT:
                 layout = s.decode(s.raw)

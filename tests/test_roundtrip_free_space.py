@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from roundtrip_support import (HYP, SIZES, Seen, Structure, address, addresses, build_files, check, encoded,
-                               free_space_manager, message, new_file, roundtrip, uint)
+from roundtrip_support import (HYP, Seen, Structure, address, build_files, check, encoded, free_space_manager, message,
+                               new_file, objects, roundtrip, uint, with_sizes)
 
 from h5fs.errors import ChecksumError, FormatError, Unsupported
 from h5fs.format import fractal_heap as fh
@@ -113,8 +113,7 @@ def found(path) -> tuple[Structure, Sizes, list[int]]:
         fsinfo = message(raw, "superblock extension", s, 7 if hf.extension.version == 1 else 0)
         managers = [a for a in info.managers if a is not None]
         heaps = set()
-        for where, addr in {"/": hf.root_address, **addresses(path)}.items():
-            obj = hf.get(addr, where)
+        for _, obj in objects(hf):
             heaps |= {m.heap_address for m in map(obj.message, (M.LINK_INFO, M.ATTRIBUTE_INFO))
                       if m is not None and m.heap_address is not None}
     with open(path, "rb") as f:
@@ -256,10 +255,9 @@ def file_space_infos(draw, s: Sizes):
 
 
 @HYP
-@given(st.data())
-def test_file_space_info_hypothesis(data):
-    s = data.draw(SIZES)
-    info = data.draw(file_space_infos(s))
+@given(with_sizes(file_space_infos))
+def test_file_space_info_hypothesis(case):
+    s, info = case
     roundtrip(info, lambda r: encoded(FI.encode, r, s), lambda b: FI.decode(Reader(b, 0, s)))
 
 
@@ -273,10 +271,9 @@ def headers(draw, s: Sizes, serial: int | None = None):
 
 
 @HYP
-@given(st.data())
-def test_header_hypothesis(data):
-    s = data.draw(SIZES)
-    h = data.draw(headers(s))
+@given(with_sizes(headers))
+def test_header_hypothesis(case):
+    s, h = case
     roundtrip(h, lambda r: FS.encode_header(r, s), lambda b: FS.decode_header(b, h.address, s, "header"))
 
 
@@ -301,10 +298,9 @@ def section_lists(draw, s: Sizes) -> tuple[FS.FreeSpaceHeader, FS.SectionList]:
 
 
 @HYP
-@given(st.data())
-def test_sections_hypothesis(data):
-    s = data.draw(SIZES)
-    h, sl = data.draw(section_lists(s))
+@given(with_sizes(section_lists))
+def test_sections_hypothesis(case):
+    s, (h, sl) = case
     raw = FS.encode_sections(sl, h, s)
     h = replace(h, sections_size=len(raw))
     roundtrip(sl, lambda r: FS.encode_sections(r, h, s), lambda b: FS.decode_sections(b, h, s, "sections"))

@@ -10,7 +10,6 @@ records encode, decode back to the record, and encode again to the same bytes.
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import replace
 
 import h5py
@@ -18,9 +17,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from roundtrip_support import (HYP, SIZES, address, addresses, btree_records, check, check_all, chunk_index, exactly,
-                               libhdf5, new_file, roundtrip, sohm_table, structures, uint, vds_mappings)
-from roundtrip_support import Seen, check_bytes, check_changed  # noqa: F401 - other test modules import them from here
+from roundtrip_support import (HYP, SIZES, address, addresses, btree_records, check, check_all, chunk_index,
+                               chunked_datasets, dense_file, encoded, exactly, new_file, roundtrip, select,
+                               shared_messages_fcpl, sohm_table, structures, uint, vds_file, vds_mappings, with_sizes)
 
 from h5fs.format import btree_v2 as bt
 from h5fs.format import extensible_array as ea
@@ -29,18 +28,14 @@ from h5fs.format import fractal_heap as fh
 from h5fs.format import selection as S
 from h5fs.format import vds_mapping
 from h5fs.format.checksum import lookup3
-from h5fs.format.codec import Reader, Sizes, Writer
+from h5fs.format.codec import Reader, Sizes
 from h5fs.format.messages import layout as L
 from h5fs.model.file import H5File
 from h5fs.storage.index import IndexContext, open_index
 from h5fs.storage.readers.fractal_heap import FractalHeap
 
 
-def data(shape, seed=0):
-    return np.random.default_rng(seed).integers(0, 50, size=shape).astype("i4")
-
-
-def checked(found) -> set[tuple]:
+def checked_kinds(found) -> set[tuple]:
     """The kinds of the structures checked against libhdf5's bytes."""
     return set(check_all(found)[0])
 
@@ -65,39 +60,6 @@ def check_chunk_index(hf, path, seen: set) -> None:
             held += len(record)
     if lay.index.index_type in (L.FIXED_ARRAY, L.EXTENSIBLE_ARRAY, L.BTREE_V2) and lay.index.address is not None:
         assert held == allocated, path
-
-
-def _implicit(f, name, shape, maxshape, chunks):
-    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-    dcpl.set_chunk(chunks)
-    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-    h5py.h5d.create(f.id, name.encode(), h5py.h5t.NATIVE_INT32, h5py.h5s.create_simple(shape, maxshape), dcpl=dcpl)
-    f[name][...] = data(shape)
-
-
-def chunked_datasets(f, unlimited: bool) -> None:
-    """Every chunk index, filtered and not: single, implicit, fixed array (unpaged and paged),
-    extensible array (super blocks, paged data blocks), v2 B-tree (several levels)."""
-    for comp in (None, "gzip"):
-        sfx = comp or "raw"
-        f.create_dataset(f"single_{sfx}", data=data((20, 30)), chunks=(20, 30), compression=comp)
-        f.create_dataset(f"fa_{sfx}", data=data((40, 50)), chunks=(10, 10), compression=comp)
-        p = f.create_dataset(f"fapaged_{sfx}", (5001,), "i2", chunks=(2,), compression=comp)
-        p[0:100] = 7
-        p[4200:5001] = np.arange(801)
-        if not unlimited:
-            continue
-        e = f.create_dataset(f"ea_{sfx}", data=data((600, 7)), chunks=(2, 7), maxshape=(None, 7), compression=comp)
-        e.resize((650, 7))
-        e[640:650] = 5
-        ep = f.create_dataset(f"eapaged_{sfx}", (200000,), "u1", chunks=(1,), maxshape=(None,), compression=comp)
-        for i in (0, 3, 250, 131055, 131061, 160000, 199999):
-            ep[i] = 1 + i % 200
-        b = f.create_dataset(f"bt_{sfx}", (120, 90), "i4", chunks=(1, 1), maxshape=(None, None), compression=comp)
-        b[...] = data((120, 90))
-        f.create_dataset(f"btsmall_{sfx}", data=data((20, 25)), chunks=(3, 4), maxshape=(None, None),
-                         compression=comp)
-    _implicit(f, "implicit", (10, 11), (25, 30), (3, 4))
 
 
 @pytest.mark.parametrize("libver,sizes", [("latest", (8, 8)), ("v114", (8, 8)), ("v110", (8, 8)),
@@ -126,54 +88,11 @@ def test_chunk_indexes(tmp_path, libver, sizes):
 # -- dense groups and attributes, shared messages: fractal heaps and their B-trees --------------
 
 
-def set_deflate(plist, level=6) -> None:
-    fn = libhdf5("H5Pset_deflate")
-    fn.argtypes = [ctypes.c_int64, ctypes.c_uint]
-    assert fn(plist.id, level) >= 0
-
-
-def filtered_group(f, name: str, targets: dict[str, str]) -> None:
-    """A group whose link heap is deflated (h5py does not expose H5Pset_deflate on a gcpl)."""
-    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
-    set_deflate(gcpl)
-    h5py.h5g.create(f.id, name.encode(), gcpl=gcpl)
-    for link, target in targets.items():
-        f[name][link] = h5py.SoftLink(target)
-
-
-def dense_file(path, sizes) -> None:
-    """Dense links (name and creation-order indexes, child indirect blocks, a huge link), dense
-    attributes (a huge one, creation order), deflated link heaps (root direct block and
-    indirect blocks, filtered huge objects)."""
-    small = sizes[0] == 2                     # a 64 KiB file
-    n, tlen = (60, 90) if small else (400, 200)
-    if sizes == (8, 8):                       # enough for child indirect blocks
-        n, tlen = 3000, 1
-    with new_file(path, "latest", sizes) as f:
-        f.create_dataset("x", data=[1])
-        g = f.create_group("g", track_order=True)
-        for i in range(n):
-            g[f"link{i:05d}" + "x" * (i % 37)] = h5py.SoftLink("/" + "t" * (i % tlen or 200))
-        g["huge"] = h5py.SoftLink("/" + "h" * 5000)
-        d = f.create_dataset("d", data=[1.0])
-        for i in range(30):
-            d.attrs[f"attr{i:02d}"] = np.full(i + 1, i, dtype="<i8")
-        d.attrs["huge"] = np.arange(3000 if small else 50000, dtype="<i4")
-        o = f.create_group("o", track_order=True)
-        for i in range(20):
-            o.attrs[f"z{20 - i:02d}"] = i
-        filtered_group(f, "fsmall", {f"s{i}": "/q" for i in range(9)} | {"huge": "/" + "w" * 5000})
-        if not small:
-            big = {f"l{i:05d}" + "y" * (i % 50): "/" + "q" * (100 + i % 300) for i in range(600)}
-            big["huge1"] = "/" + "".join(chr(97 + (i * 7) % 26) for i in range(6000))
-            filtered_group(f, "fbig", big)
-
-
 @pytest.mark.parametrize("sizes", [(8, 8), (4, 4), (2, 4), (2, 8)])
 def test_dense_groups_and_attributes(tmp_path, sizes):
     p = tmp_path / "dense.h5"
     dense_file(p, sizes)
-    seen = checked(structures(p))
+    seen = checked_kinds(structures(p))
     types = {k[1] for k in seen if k[0] == "btree"}
     huge = {bt.HUGE_INDIRECT_FILTERED, bt.HUGE_DIRECT if sizes == (2, 4) else bt.HUGE_INDIRECT}
     assert types == {bt.LINK_NAME, bt.LINK_CORDER, bt.ATTR_NAME, bt.ATTR_CORDER} | huge
@@ -184,18 +103,6 @@ def test_dense_groups_and_attributes(tmp_path, sizes):
     if sizes == (8, 8):
         assert ("heap iblock", "child") in seen
     assert ("heap id", "HugeId", sizes == (2, 4)) in seen
-
-
-def shared_messages_fcpl():
-    """A file creation property list that shares every message type through one v2 B-tree
-    index (no list phase), however small the message."""
-    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
-    for name, args in (("H5Pset_shared_mesg_nindexes", (1,)), ("H5Pset_shared_mesg_index", (0, 0x182A, 0)),
-                       ("H5Pset_shared_mesg_phase_change", (0, 0))):
-        fn = libhdf5(name)
-        fn.argtypes = [ctypes.c_int64] + [ctypes.c_uint] * len(args)
-        assert fn(fcpl.id, *args) >= 0
-    return fcpl
 
 
 @pytest.mark.parametrize("sizes", [(8, 8), (4, 4)])
@@ -212,7 +119,7 @@ def test_shared_messages(tmp_path, sizes):
     with H5File.open(str(p)) as hf:
         (index,) = hf.sohm_indexes
         assert index.index_type == 1
-        seen = checked(sohm_table(hf))
+        seen = checked_kinds(sohm_table(hf))
         assert {k[1] for k in seen if k[0] == "btree"} == {bt.SOHM}
         heap = FractalHeap(hf.reader, index.heap_address)
         recs = btree_records(hf.reader, index.index_address)
@@ -224,52 +131,6 @@ def test_shared_messages(tmp_path, sizes):
 
 
 # -- virtual dataset mappings and region references: selections in the global heap --------------
-
-
-def select(space, how: str):
-    """Select on a 2-D (10, 12) dataspace: all, none, points, a regular or irregular hyperslab."""
-    if how == "all":
-        space.select_all()
-    elif how == "none":
-        space.select_none()
-    elif how == "points":
-        space.select_elements(np.array([(1, 2), (9, 11), (0, 0), (4, 7)], dtype="u8"))
-    elif how == "regular":
-        space.select_hyperslab((1, 2), (3, 2), (2, 3), (1, 2))
-    else:
-        space.select_hyperslab((0, 0), (2, 3))
-        space.select_hyperslab((5, 6), (3, 1), op=h5py.h5s.SELECT_OR)
-    return space
-
-
-def vds_file(path, libver) -> None:
-    """Virtual datasets whose mappings use all, regular and irregular hyperslab selections,
-    several source files, the file itself (".") and an unlimited mapping."""
-    with new_file(path.parent / "src.h5", libver) as f:
-        f["data"] = np.arange(120, dtype="<i4").reshape(10, 12)
-    with new_file(path, libver) as f:
-        f["s"] = np.arange(120, dtype="<i4").reshape(10, 12)
-        lay = h5py.VirtualLayout((4, 10, 12), "<i4")
-        lay[0] = h5py.VirtualSource("src.h5", "data", shape=(10, 12))
-        lay[1] = h5py.VirtualSource(".", "s", shape=(10, 12))
-        lay[2, 0:5, ::3] = h5py.VirtualSource("src.h5", "data", shape=(10, 12))[::2, 0:4]
-        f.create_virtual_dataset("v", lay, fillvalue=-1)
-        same = h5py.VirtualLayout((3, 10, 12), "<i4")
-        for i in range(3):
-            same[i] = h5py.VirtualSource(".", "s", shape=(10, 12))
-        f.create_virtual_dataset("x", same)
-        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        for how in ("irregular", "regular"):   # libhdf5 refuses point selections in mappings
-            vspace = select(h5py.h5s.create_simple((10, 12)), how)
-            dcpl.set_virtual(vspace, b"src.h5", b"data", select(h5py.h5s.create_simple((10, 12)), how))
-        h5py.h5d.create(f.id, b"w", h5py.h5t.STD_I32LE, h5py.h5s.create_simple((10, 12)), dcpl=dcpl)
-        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        vspace = h5py.h5s.create_simple((3, 5), (3, h5py.h5s.UNLIMITED))
-        vspace.select_hyperslab((0, 0), (1, h5py.h5s.UNLIMITED), (1, 5), (3, 5))
-        sspace = h5py.h5s.create_simple((3, 5), (3, h5py.h5s.UNLIMITED))
-        sspace.select_hyperslab((0, 0), (1, h5py.h5s.UNLIMITED), (1, 5), (3, 5))
-        dcpl.set_virtual(vspace, b"src.h5", b"grow", sspace)
-        h5py.h5d.create(f.id, b"u", h5py.h5t.STD_I32LE, vspace, dcpl=dcpl)
 
 
 @pytest.mark.parametrize("libver", ["earliest", "v110", "latest"])
@@ -314,9 +175,7 @@ def test_region_reference_selections(tmp_path, libver, sizes):
             c = Reader(blob, s.offset, s, "t")
             sel = S.decode(c)
             assert c.pos == len(blob)
-            w = Writer(s)
-            S.encode(w, sel)
-            assert w.getvalue() == blob[s.offset:]
+            assert encoded(S.encode, sel, s) == blob[s.offset:]
             kinds.append((sel.kind, sel.version, sel.regular is not None))
     point_v, hyper_v = (1, 1) if libver == "earliest" else (2, 3)
     assert kinds == [("all", 1, False), ("none", 1, False), ("points", point_v, False),
@@ -406,27 +265,20 @@ def record_cases(s: Sizes):
 
 
 @HYP
-@given(SIZES.flatmap(lambda s: st.tuples(st.just(s), record_cases(s))))
+@given(with_sizes(record_cases))
 def test_btree_record_encoders(case):
     s, (btype, rec, encode, decode) = case
-
-    def enc(r):
-        w = Writer(s)
-        encode(w, r)
-        return w.getvalue()
-
-    roundtrip(rec, enc, lambda b: decode(Reader(b, 0, s, "t")))
+    roundtrip(rec, lambda r: encoded(encode, r, s), lambda b: decode(Reader(b, 0, s, "t")))
     # packed into a node's records at a record size with room to spare
-    hdr = bt.BTreeV2Header(0, 0, btype, 4096, len(enc(rec)) + 3, 0, 100, 40, 1, 1, 1, s, 1, bt._levels(
-        4096, len(enc(rec)) + 3, 0, s, "t")[1])
+    size = len(encoded(encode, rec, s)) + 3
+    hdr = bt.BTreeV2Header(0, 0, btype, 4096, size, 0, 100, 40, 1, 1, 1, s, 1, bt._levels(4096, size, 0, s, "t")[1])
     raw = bt.encode_records(hdr, encode, [rec, rec])
     assert bt.decode_records(hdr, bt.Node(0, 0, raw, ()), decode, "t") == [rec, rec]
 
 
 @st.composite
-def heap_headers(draw):
-    """(sizes, header) of a valid heap (its geometry derives without error)."""
-    s = draw(SIZES)
+def heap_header(draw, s: Sizes):
+    """A valid heap header (its geometry derives without error)."""
     L = uint(s.length)
     width = 1 << draw(st.integers(0, 2))
     start_bits = draw(st.integers(6, 12))
@@ -435,24 +287,23 @@ def heap_headers(draw):
     max_heap_bits = draw(st.integers(max(max_direct_bits + 1, first_row_bits), 64))
     max_root_rows = max_heap_bits - first_row_bits + 1
     filter_info = draw(st.sampled_from([b"", bytes(range(16))]))
-    h = fh.FractalHeapHeader(
+    return fh.FractalHeapHeader(
         0, draw(st.integers(5, 40)), len(filter_info), draw(st.integers(0, 3)), draw(uint(4)), draw(L),
         draw(address(s)), draw(L), draw(address(s)), draw(L), draw(L), draw(L), draw(L), draw(L), draw(L), draw(L),
         draw(L), width, 1 << start_bits, 1 << max_direct_bits, max_heap_bits, draw(st.integers(0, max_root_rows)),
         draw(address(s)), draw(st.integers(0, max_root_rows)), draw(L) if filter_info else 0,
         draw(uint(4)) if filter_info else 0, filter_info)
-    return s, h
 
 
 @HYP
-@given(heap_headers())
+@given(with_sizes(heap_header))
 def test_heap_header_encoder(case):
     s, h = case
     roundtrip(h, lambda r: fh.encode_header(r, s), lambda b: fh.decode_header(b, 0, s, "t"))
 
 
 @HYP
-@given(heap_headers(), st.data())
+@given(with_sizes(heap_header), st.data())
 def test_heap_block_encoders(case, data):
     s, h = case
     g = fh.derive(h, s, "t")
@@ -469,7 +320,7 @@ def test_heap_block_encoders(case, data):
 
 
 @HYP
-@given(heap_headers(), st.data())
+@given(with_sizes(heap_header), st.data())
 def test_heap_id_encoders(case, data):
     s, h = case
     g = fh.derive(h, s, "t")
@@ -487,16 +338,14 @@ def test_heap_id_encoders(case, data):
 
 
 @st.composite
-def fixed_array_headers(draw):
-    s = draw(SIZES)
-    h = fa.FixedArrayHeader(0, draw(st.sampled_from([0, 1])), draw(st.sampled_from([0, 1])),
-                            draw(st.integers(1, 24)), draw(st.integers(0, 8)), draw(st.integers(0, 700)),
-                            draw(address(s)))
-    return s, h
+def fixed_array_header(draw, s: Sizes):
+    return fa.FixedArrayHeader(0, draw(st.sampled_from([0, 1])), draw(st.sampled_from([0, 1])),
+                               draw(st.integers(1, 24)), draw(st.integers(0, 8)), draw(st.integers(0, 700)),
+                               draw(address(s)))
 
 
 @HYP
-@given(fixed_array_headers(), st.data())
+@given(with_sizes(fixed_array_header), st.data())
 def test_fixed_array_encoders(case, data):
     s, h = case
     roundtrip(h, lambda r: fa.encode_header(r, s), lambda b: fa.decode_header(b, 0, s, "t"))
@@ -517,19 +366,17 @@ def test_chunk_element_encoders(s, filtered, width, data):
 
 
 @st.composite
-def extensible_array_headers(draw):
-    s = draw(SIZES)
+def extensible_array_header(draw, s: Sizes):
     L = uint(s.length)
     bits = draw(st.integers(1, 64))
-    h = ea.ExtensibleArrayHeader(
+    return ea.ExtensibleArrayHeader(
         0, draw(st.sampled_from([0, 1])), draw(st.sampled_from([0, 1])), draw(st.integers(1, 24)), bits,
         draw(st.integers(0, 40)), 1 << draw(st.integers(0, min(bits, 7))), 1 << draw(st.integers(1, 6)),
         draw(st.integers(0, bits)), draw(L), draw(L), draw(L), draw(L), draw(L), draw(L), draw(address(s)))
-    return s, h
 
 
 @HYP
-@given(extensible_array_headers(), st.data())
+@given(with_sizes(extensible_array_header), st.data())
 def test_extensible_array_encoders(case, data):
     s, h = case
     roundtrip(h, lambda r: ea.encode_header(r, s), lambda b: ea.decode_header(b, 0, s, "t"))
@@ -589,27 +436,20 @@ def selections(draw, rank=None):
     return S.Selection("hyperslab", r, regular=regular, version=version, width=width)
 
 
-def encode_selection(sel: S.Selection) -> bytes:
-    w = Writer()
-    S.encode(w, sel)
-    return w.getvalue()
-
-
 @HYP
 @given(selections())
 def test_selection_encoder(sel):
-    raw = encode_selection(sel)
+    raw = encoded(S.encode, sel)
     back = S.decode(Reader(raw, 0, Sizes(), "t"))
     if sel.version is None:   # chosen by the encoder: the smallest width holding every value
         assert back.version == 3 and back.width in (2, 4, 8)
         sel = replace(sel, version=back.version, width=back.width)
     assert back == sel
-    assert encode_selection(back) == raw
+    assert encoded(S.encode, back) == raw
 
 
 @st.composite
-def mapping_blocks(draw):
-    s = draw(SIZES)
+def mapping_block(draw, s: Sizes):
     version = draw(st.sampled_from([0, 1]))
     names = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=8)
     entries = []
@@ -626,11 +466,11 @@ def mapping_blocks(draw):
         rank = draw(st.integers(1, 3))
         sels = [draw(selections(rank).filter(lambda x: x.version is not None)) for _ in range(2)]
         entries.append(vds_mapping.Mapping(source_file, source_dataset, *sels, flags, file_index, dset_index))
-    return s, vds_mapping.MappingBlock(version, tuple(entries))
+    return vds_mapping.MappingBlock(version, tuple(entries))
 
 
 @HYP
-@given(mapping_blocks())
+@given(with_sizes(mapping_block))
 def test_mapping_block_encoder(case):
     s, block = case
     roundtrip(block, lambda r: vds_mapping.encode(r, s), lambda b: vds_mapping.decode(b, s))

@@ -4,8 +4,9 @@ message versions 1-5, also inside attribute messages and committed datatypes), d
 filter pipeline (versions 1-2), fill value (old message, versions 2-3) and external data files.
 
 Against libhdf5: files h5py writes (earliest/v110/v114/latest bounds, 2-, 4- and 8-byte offsets
-and lengths), every instance found through h5fs's engine (object headers, the datatype and
-dataspace inside attribute messages, the SOHM heap), decoded and encoded again: the bytes are
+and lengths), every instance the whole-file walk finds through h5fs's engine (object headers,
+the datatype and dataspace inside attribute messages, dense attribute heaps, the SOHM heap; every
+other structure of those files is checked too), decoded and encoded again: the bytes are
 equal (a version-1 object header pads each message to 8 bytes: the encoding is a prefix and the
 rest zeros); one field changed survives encode -> decode. Against themselves: Hypothesis
 strategies of valid records (layout versions 1-2 and fill value version 1, which libhdf5 no longer
@@ -15,7 +16,6 @@ writes, included) encode, decode back to the record, and encode again to the sam
 from __future__ import annotations
 
 import ctypes
-from dataclasses import replace
 
 import h5py
 import hdf5plugin
@@ -24,44 +24,22 @@ import pytest
 from h5py import h5t
 from hypothesis import given
 from hypothesis import strategies as st
-from roundtrip_support import HYP, SIZES, Structure, address, check, encoded, libhdf5, new_file, roundtrip, uint
-from test_datatype import PLAIN, bfloat16, custom_float, opaque, partial_int, py, vax_float
-from test_roundtrip_messages_links import HID, c_call, names, sohm_fcpl, text
+from roundtrip_support import (FILE_SIZES, HID, HYP, PLAIN, SIZES, address, bfloat16, c_call, check_encoder, checked,
+                               codec, custom_float, libhdf5, names, new_file, objects, opaque, partial_int, py,
+                               sohm_fcpl, text, uint, vax_float)
 
-from h5fs.format.codec import Reader, Sizes
+from h5fs.format.codec import Sizes
 from h5fs.format.messages import dataspace as S
 from h5fs.format.messages import datatype as D
 from h5fs.format.messages import external_files as E
 from h5fs.format.messages import fill_value as F
 from h5fs.format.messages import filter_pipeline as P
 from h5fs.format.messages import layout as L
-from h5fs.format.messages import shared
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.model.group import Group
 from h5fs.storage.readers import btree_v2 as bt
 from h5fs.storage.readers import extensible_array as ea
 from h5fs.storage.readers import fixed_array as fa
-
-FILE_SIZES = [(8, 8), (4, 4), (2, 4)]
-CODECS = {M.DATATYPE: (D.decode, D.encode), M.DATASPACE: (S.decode, S.encode), M.LAYOUT: (L.decode, L.encode),
-          M.FILTERS: (P.decode, P.encode), M.FILL: (F.decode, F.encode), M.FILL_OLD: (F.decode_old, F.encode_old),
-          M.EXTERNAL: (E.decode, E.encode)}
-
-
-def decoded(mtype: int, raw: bytes, sizes: Sizes, whole: bool = True):
-    """The record of one message body (`whole`: the decoder must use every byte)."""
-    c = Reader(raw, 0, sizes, f"message {mtype:#x}")
-    record = CODECS[mtype][0](c)
-    assert c.remaining() == 0 or not whole, (mtype, raw.hex())
-    return record
-
-
-def structure(mtype: int, where: str, raw: bytes, sizes: Sizes, slack: int = 0) -> Structure:
-    """One message body (`slack`: a version-1 header pads it to 8 bytes) as the round-trip
-    checker takes it."""
-    return Structure(("message", mtype, bool(slack)), where, raw, lambda b: decoded(mtype, b, sizes, not slack),
-                     lambda record: encoded(CODECS[mtype][1], record, sizes), CHANGES[mtype], slack)
 
 
 # -- files: every variant libhdf5 writes -------------------------------------------------------
@@ -203,89 +181,7 @@ def build_storage(path, libver: str, sizes) -> None:
         add_fills(f)
 
 
-# -- finding every instance through h5fs's engine ---------------------------------------------
-
-def headers(hf: H5File):
-    """(path, object header) of every object reachable by hard links, once each."""
-    seen: set[int] = set()
-    todo = [("/", hf.root_address)]
-    while todo:
-        path, addr = todo.pop()
-        if addr in seen:
-            continue
-        seen.add(addr)
-        obj = hf.get(addr, path)
-        yield path, obj.header
-        if isinstance(obj, Group):
-            todo += [(f"{path.rstrip('/')}/{link.name}", link.address) for link in obj.links()
-                     if link.address is not None]
-
-
-def in_attribute(where: str, data: bytes, sizes: Sizes) -> list[Structure]:
-    """The datatype and dataspace messages inside an attribute message (unless shared)."""
-    version, flags, nsize, tsize, ssize = Reader(data).fields("BBHHH")
-    pad = (lambda n: (n + 7) & ~7) if version == 1 else (lambda n: n)
-    at = 8 + (version >= 3) + pad(nsize)
-    where += " (attribute)"
-    out = [] if flags & 1 else [structure(M.DATATYPE, where, data[at:at + tsize], sizes)]
-    at += pad(tsize)
-    return out + ([] if flags & 2 else [structure(M.DATASPACE, where, data[at:at + ssize], sizes)])
-
-
-def every_message(path) -> list[Structure]:
-    out = []
-    with H5File.open(str(path)) as hf:
-        for where, header in headers(hf):
-            for raw in header.messages:
-                if raw.shared:
-                    ref = shared.decode(Reader(raw.data, 0, hf.sizes))
-                    if ref.kind == shared.IN_SOHM_HEAP and raw.type in CODECS:
-                        body = hf.shared_message_body(ref, raw.type, where).data
-                        out.append(structure(raw.type, f"{where} (SOHM heap)", body, hf.sizes))
-                elif raw.type in CODECS:
-                    out.append(structure(raw.type, where, raw.data, hf.sizes, 7 if header.version == 1 else 0))
-                elif raw.type == M.ATTRIBUTE:
-                    out += in_attribute(where, raw.data, hf.sizes)
-    return out
-
-
-def _changed_datatype(r: D.Datatype) -> D.Datatype:
-    if isinstance(r, D.Enum):
-        return replace(r, names=tuple(n + "_" for n in r.names))
-    if isinstance(r, D.Array):
-        return replace(r, dims=(*r.dims[:-1], 2 * r.dims[-1]), size=2 * r.size)
-    if isinstance(r, D.Complex):
-        return replace(r, form=(r.form + 1) % 3)
-    return replace(r, size=r.size + 1)
-
-
-def _changed_layout(r: L.DataLayout) -> L.DataLayout:
-    if r.layout_class == L.CHUNKED:
-        return replace(r, index=replace(r.index, address=0x1234), chunk_dims=(*r.chunk_dims[:-1], 3))
-    if r.layout_class == L.COMPACT:
-        return replace(r, compact_data=r.compact_data[::-1] + b"\1")
-    if r.layout_class == L.CONTIGUOUS:
-        return replace(r, address=0x1234, size=r.size + 8)
-    return replace(r, vds_heap_index=r.vds_heap_index + 1)
-
-
-def _changed_pipeline(r: P.FilterPipeline) -> P.FilterPipeline:
-    first = r.filters[0]
-    return replace(r, filters=(replace(first, client_data=first.client_data + (7,)),) + r.filters[1:])
-
-
-# message type -> the record with a field or two changed
-CHANGES = {
-    M.DATATYPE: _changed_datatype,
-    M.DATASPACE: lambda r: replace(r, dims=tuple(d + 1 for d in r.dims), maxdims=(None,) * len(r.dims))
-    if r.kind == S.SIMPLE else replace(r, has_maxdims=True),
-    M.LAYOUT: _changed_layout,
-    M.FILTERS: _changed_pipeline,
-    M.FILL: lambda r: replace(r, alloc_time=r.alloc_time % 3 + 1),
-    M.FILL_OLD: lambda r: replace(r, value=(r.value or b"") + b"\x09"),
-    M.EXTERNAL: lambda r: replace(r, slots=r.slots + (E.ExternalSlot(8, 16, 32),)),
-}
-
+# -- what the tests cover -------------------------------------------------------------------
 
 def variant(mtype: int, r) -> tuple:
     """What distinguishes the encodings of one message type (what the tests mean to cover)."""
@@ -304,9 +200,15 @@ def variant(mtype: int, r) -> tuple:
     return ()
 
 
-def seen_variants(path) -> set[tuple]:
-    """Every message round trips; what kinds of them there were."""
-    return {(s.kind[1],) + variant(s.kind[1], check(s)) for s in every_message(path)}
+def messages(path) -> list[tuple]:
+    """Every structure of the file checked against libhdf5's bytes; the messages met: (structure,
+    record)."""
+    return [(s, record) for s, record in checked(path) if s.kind[0] == "message"]
+
+
+def seen_variants(found) -> set[tuple]:
+    """What kinds of messages there were."""
+    return {(s.kind[1],) + variant(s.kind[1], record) for s, record in found}
 
 
 def classes(seen: set[tuple]) -> set[tuple[int, int]]:
@@ -324,7 +226,8 @@ LIBVER_PARAMS = pytest.mark.parametrize("libver", ["earliest", "v110", "v114", "
 def test_datatypes_against_libhdf5(tmp_path, libver, sizes):
     p = tmp_path / "types.h5"
     build_types(p, libver, sizes)
-    seen = classes(seen_variants(p))
+    found = messages(p)
+    seen = classes(seen_variants(found))
     # compound, enum, array (and variable-length sequences of them) take the version of the
     # format bounds: earliest 1 (2 with an array member), v110 3, v114 4, latest 5; revised
     # references need version 4, complex numbers 5; other classes stay at 1
@@ -333,9 +236,9 @@ def test_datatypes_against_libhdf5(tmp_path, libver, sizes):
         | {(D.REFERENCE, 4), (D.COMPLEX, 5), (D.COMPOUND, structured), (D.ENUM, structured)} <= seen
     assert {(D.COMPOUND, 2), (D.ARRAY, 2)} <= seen if libver == "earliest" else \
         {(D.ARRAY, structured), (D.VLEN, structured)} <= seen
-    where = {(s.kind[1], s.where) for s in every_message(p)}    # /typed's attribute: of a committed type
-    assert {(M.DATATYPE, "/committed"), (M.DATATYPE, "/committed enum"), (M.DATASPACE, "/typed (attribute)"),
-            (M.DATATYPE, f"/t00 {PLAIN[0][0]} (attribute)")} <= where
+    where = {(s.kind[1], s.where) for s, _ in found}    # /typed's attribute: of a committed type
+    assert {(M.DATATYPE, "/committed"), (M.DATATYPE, "/committed enum"), (M.DATASPACE, "/typed @typed"),
+            (M.DATATYPE, f"/t00 {PLAIN[0][0]} @{PLAIN[0][0]}")} <= where
 
 
 @pytest.mark.parametrize("sizes", FILE_SIZES)
@@ -343,7 +246,7 @@ def test_datatypes_against_libhdf5(tmp_path, libver, sizes):
 def test_storage_messages_against_libhdf5(tmp_path, libver, sizes):
     p = tmp_path / "storage.h5"
     build_storage(p, libver, sizes)
-    seen = seen_variants(p)
+    seen = seen_variants(messages(p))
     old = libver == "earliest"
     unlimited = sizes[0] > 2
     space = 1 if old else 2          # a null extent needs version 2
@@ -392,9 +295,10 @@ def check_index_parameters(path) -> set[int]:
     filtered chunk's size field is as wide as `filtered_size_width` says. The index types seen."""
     seen = set()
     with H5File.open(str(path)) as hf:
-        for where, header in headers(hf):
+        for _, obj in objects(hf):
+            header = obj.header
             raw = header.first(M.LAYOUT)
-            lay = raw and decoded(M.LAYOUT, raw.data, hf.sizes, whole=False)
+            lay = raw and codec(M.LAYOUT, hf.sizes, whole=False)[0](raw.data)
             if not lay or lay.layout_class != L.CHUNKED or lay.index.address is None:
                 continue
             info, filtered = lay.index, header.first(M.FILTERS) is not None
@@ -426,17 +330,12 @@ def test_shared_messages_against_libhdf5(tmp_path, sizes):
             d = f.create_dataset(f"d{i}", (20,), np.dtype([("a", "<i4"), ("b", "S3")]), chunks=(5,),
                                  compression="gzip", fillvalue=np.array((7, b"x"), dtype=[("a", "<i4"), ("b", "S3")]))
             d.attrs["shared"] = np.arange(10)
-    found = every_message(p)
-    for s in found:
-        check(s)
-    assert {M.DATATYPE, M.DATASPACE, M.FILL, M.FILTERS} <= {s.kind[1] for s in found if s.where.endswith("(SOHM heap)")}
+    found = messages(p)
+    assert {M.DATATYPE, M.DATASPACE, M.FILL, M.FILTERS} <= {s.kind[1] for s, _ in found
+                                                            if s.where.endswith("(SOHM heap)")}
 
 
 # -- Hypothesis: valid records -> encode -> decode -> the record, and the same bytes again -------
-
-def check_record(mtype: int, sizes: Sizes, record) -> None:
-    roundtrip(record, lambda r: encoded(CODECS[mtype][1], r, sizes), lambda raw: decoded(mtype, raw, sizes))
-
 
 VERSIONS = st.integers(1, 5)
 BIT = st.integers(0, 1)
@@ -559,7 +458,7 @@ DATATYPES = st.recursive(ATOMIC | enums() | COMPLEX,
 @HYP
 @given(DATATYPES)
 def test_datatype_encoder(dt):
-    check_record(M.DATATYPE, Sizes(), dt)
+    check_encoder(M.DATATYPE, Sizes(), dt)
 
 
 @st.composite
@@ -578,7 +477,7 @@ def dataspaces(draw, s: Sizes):
 @HYP
 @given(st.data(), SIZES)
 def test_dataspace_encoder(data, s):
-    check_record(M.DATASPACE, s, data.draw(dataspaces(s)))
+    check_encoder(M.DATASPACE, s, data.draw(dataspaces(s)))
 
 
 CHUNK_DIMS = st.lists(st.integers(1, (1 << 32) - 1), min_size=1, max_size=4).map(tuple)
@@ -629,7 +528,7 @@ def layouts(draw, s: Sizes):
 @HYP
 @given(st.data(), SIZES)
 def test_layout_encoder(data, s):
-    check_record(M.LAYOUT, s, data.draw(layouts(s)))
+    check_encoder(M.LAYOUT, s, data.draw(layouts(s)))
 
 
 @st.composite
@@ -651,7 +550,7 @@ def pipelines(draw):
 @HYP
 @given(pipelines())
 def test_filter_pipeline_encoder(pipe):
-    check_record(M.FILTERS, Sizes(), pipe)
+    check_encoder(M.FILTERS, Sizes(), pipe)
 
 
 VALUES = st.none() | st.binary(min_size=1, max_size=40)
@@ -667,8 +566,8 @@ def fill_values(draw):
 @HYP
 @given(fill_values(), VALUES)
 def test_fill_value_encoders(fv, old):
-    check_record(M.FILL, Sizes(), fv)
-    check_record(M.FILL_OLD, Sizes(), F.FillValue(old))
+    check_encoder(M.FILL, Sizes(), fv)
+    check_encoder(M.FILL_OLD, Sizes(), F.FillValue(old))
 
 
 @st.composite
@@ -681,4 +580,4 @@ def external_files(draw, s: Sizes):
 @HYP
 @given(st.data(), SIZES)
 def test_external_files_encoder(data, s):
-    check_record(M.EXTERNAL, s, data.draw(external_files(s)))
+    check_encoder(M.EXTERNAL, s, data.draw(external_files(s)))

@@ -16,15 +16,14 @@ the same bytes.
 from __future__ import annotations
 
 import calendar
-import ctypes
 
-import h5py
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from roundtrip_support import (HYP, SHARED_REF, SIZES, address, check, codec, encoded, exactly, libhdf5, new_file,
-                               roundtrip, sohm_table, structures, uint)
+from roundtrip_support import (FILE_SIZES, HYP, SHARED_REF, SIZES, address, check, check_encoder, checked, codec,
+                               encoded, exactly, messages_file, names, new_file, roundtrip, sohm_fcpl, sohm_table,
+                               text, uint)
 
 from h5fs.format import btree_v2 as bt
 from h5fs.format.codec import Reader, Sizes
@@ -38,111 +37,6 @@ from h5fs.format.messages.link_info import LinkInfo
 from h5fs.format.messages.symbol_table import SymbolTable
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-
-UD_LINK = 65               # a user-defined link class registered below
-HID = ctypes.c_int64
-FILE_SIZES = [(8, 8), (4, 4), (2, 4)]
-
-
-# -- what h5py cannot do: libhdf5 through ctypes -----------------------------------------------
-
-def c_call(name: str, *args, types=None) -> int:
-    fn = getattr(libhdf5(), name)
-    fn.argtypes = types or [HID] + [ctypes.c_uint] * (len(args) - 1)
-    fn.restype = HID
-    out = fn(*args)
-    assert out >= 0, name
-    return out
-
-
-_TRAVERSE = ctypes.CFUNCTYPE(HID, ctypes.c_char_p, HID, ctypes.c_void_p, ctypes.c_size_t, HID, HID)
-
-
-class _LinkClass(ctypes.Structure):   # H5L_class_t, version 1
-    _fields_ = [("version", ctypes.c_int), ("id", ctypes.c_int), ("comment", ctypes.c_char_p),
-                ("create", ctypes.c_void_p), ("move", ctypes.c_void_p), ("copy", ctypes.c_void_p),
-                ("traverse", _TRAVERSE), ("delete", ctypes.c_void_p), ("query", ctypes.c_void_p)]
-
-
-_never_traversed = _TRAVERSE(lambda *args: -1)   # kept alive: libhdf5 holds the pointer
-_UD_CLASS = _LinkClass(1, UD_LINK, b"h5fs test link", None, None, None, _never_traversed, None, None)
-
-
-def ud_link(group: h5py.Group, name: bytes, value: bytes) -> None:
-    c_call("H5Lregister", ctypes.byref(_UD_CLASS), types=[ctypes.POINTER(_LinkClass)])
-    c_call("H5Lcreate_ud", group.id.id, name, UD_LINK, value, len(value), 0, 0,
-           types=[HID, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, HID, HID])
-
-
-def utf8_attribute(obj, name: str, value: int) -> None:
-    """An attribute whose name libhdf5 labels UTF-8 (h5py's attrs leave the label ASCII)."""
-    acpl = c_call("H5Pcreate", HID.in_dll(libhdf5(), "H5P_CLS_ATTRIBUTE_CREATE_ID_g").value, types=[HID])
-    c_call("H5Pset_char_encoding", acpl, 1, types=[HID, ctypes.c_int])
-    space = h5py.h5s.create(h5py.h5s.SCALAR)
-    aid = c_call("H5Acreate2", obj.id.id, name.encode(), h5py.h5t.STD_I32LE.id, space.id, acpl, 0,
-                 types=[HID, ctypes.c_char_p, HID, HID, HID, HID])
-    buf = np.array(value, "<i4")
-    c_call("H5Awrite", aid, h5py.h5t.NATIVE_INT32.id, buf.ctypes.data, types=[HID, HID, ctypes.c_void_p])
-    c_call("H5Aclose", aid, types=[HID])
-    c_call("H5Pclose", acpl, types=[HID])
-
-
-def utf8_lcpl():
-    lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
-    lcpl.set_char_encoding(h5py.h5t.CSET_UTF8)
-    return lcpl
-
-
-def group(parent, name: str, tracked=False, phase=None, estimates=None, times=False) -> h5py.Group:
-    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
-    if tracked:
-        order = h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED
-        gcpl.set_link_creation_order(order)
-        gcpl.set_attr_creation_order(order)
-    if phase:
-        c_call("H5Pset_link_phase_change", gcpl.id, *phase)
-    if estimates:
-        c_call("H5Pset_est_link_info", gcpl.id, *estimates)
-    gcpl.set_obj_track_times(times)
-    return h5py.Group(h5py.h5g.create(parent.id, name.encode(), gcpl=gcpl))
-
-
-def fill(g: h5py.Group, target: h5py.Dataset, nlinks: int, nattrs: int) -> None:
-    """Links of every kind (hard, soft, external, user-defined; long and UTF-8 names) and attributes."""
-    g["hard"] = target
-    g["soft"] = h5py.SoftLink(target.name)
-    g["ext"] = h5py.ExternalLink("other.h5", "/x/y")
-    g["l" * 300] = h5py.SoftLink("/")
-    g.id.links.create_soft("grüße".encode(), b"/d", lcpl=utf8_lcpl())
-    ud_link(g, b"ud", b"payload\0\1")
-    for i in range(nlinks):
-        g[f"s{i:02d}"] = h5py.SoftLink(f"/target{i}")
-    for i in range(nattrs):
-        g.attrs[f"a{i:02d}"] = np.arange(i + 1, dtype="<i2")
-    utf8_attribute(g, "größe", 7)
-
-
-def build(path, libver: str, sizes) -> None:
-    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
-    c_call("H5Pset_sym_k", fcpl.id, 5, 6)
-    c_call("H5Pset_istore_k", fcpl.id, 20)
-    with new_file(path, libver, sizes, fcpl) as f:
-        d = f.create_dataset("d", data=np.arange(4, dtype="<i4"), track_times=True)
-        h5py.h5o.set_comment(d.id, "a comment, é".encode())
-        d.attrs["scalar"] = np.float64(1.5)
-        d.attrs["text"] = "text"
-        utf8_attribute(d, "größe", 7)
-        f["hard"] = d                                   # two links: a reference count
-        f["tdt"] = np.dtype("<i2")                      # committed: shared references to it
-        typed = f.create_dataset("typed", data=[1, 2], dtype=f["tdt"])
-        typed.attrs.create("typed", 3, dtype=f["tdt"])
-        fill(f.create_group("plain"), d, 2, 2)          # old-style in earliest, compact otherwise
-        custom = group(f, "custom", phase=(12, 4), estimates=(9, 20), times=True)
-        h5py.h5o.set_comment(custom.id, b"group comment")
-        fill(custom, d, 2, 0)
-        fill(group(f, "ordered", tracked=True), d, 1, 2)      # compact, creation order indexed
-        fill(group(f, "dense", tracked=True), d, 20, 12)      # dense links and attributes
-        fill(f.create_group("many"), d, 20, 12)               # dense, untracked (unless earliest)
 
 
 def variant(mtype: int, r) -> tuple:
@@ -161,15 +55,9 @@ def variant(mtype: int, r) -> tuple:
 
 
 def seen_variants(path) -> set[tuple]:
-    """Every structure of the file with an encoder checked against libhdf5's bytes; the
-    messages met: (type, padded) + what distinguishes their encodings."""
-    seen = set()
-    for s in structures(path):
-        if s.encode is not None:
-            record = check(s)
-            if s.kind[0] == "message":
-                seen.add(s.kind[1:] + variant(s.kind[1], record))
-    return seen
+    """Every structure of the file checked against libhdf5's bytes; the messages met: (type,
+    padded) + what distinguishes their encodings."""
+    return {s.kind[1:] + variant(s.kind[1], record) for s, record in checked(path) if s.kind[0] == "message"}
 
 
 # -- against libhdf5 ---------------------------------------------------------------------------
@@ -183,7 +71,7 @@ LINKS = {("hard", 1, None), ("soft", 1, None), ("soft", 2, None), ("soft", 1, 1)
 @pytest.mark.parametrize("libver", ["earliest", "v110", "latest"])
 def test_messages_against_libhdf5(tmp_path, libver, sizes):
     p = tmp_path / "messages.h5"
-    build(p, libver, sizes)
+    messages_file(p, libver, sizes)
     seen = seen_variants(p)
     with H5File.open(str(p)) as hf:
         assert hf.sizes == Sizes(*sizes)
@@ -207,17 +95,6 @@ def test_messages_against_libhdf5(tmp_path, libver, sizes):
     else:   # the superblock extension holds the 'K' values; the version-2 headers their times
         assert {(M.GROUP_INFO, False, True, True), (M.REFCOUNT, False), (M.BTREE_K, False),
                 (M.ATTRIBUTE_INFO, False, False, False, False)} <= seen
-
-
-def sohm_fcpl(list_max: int, btree_min: int):
-    """Two shared-message indexes (datatypes and attributes; dataspaces, fill values and filter
-    pipelines), each a list up to `list_max` messages."""
-    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
-    c_call("H5Pset_shared_mesg_nindexes", fcpl.id, 2)
-    c_call("H5Pset_shared_mesg_index", fcpl.id, 0, 1 << M.DATATYPE | 1 << M.ATTRIBUTE, 1)
-    c_call("H5Pset_shared_mesg_index", fcpl.id, 1, 1 << M.DATASPACE | 1 << M.FILL | 1 << M.FILTERS, 1)
-    c_call("H5Pset_shared_mesg_phase_change", fcpl.id, list_max, btree_min)
-    return fcpl
 
 
 @pytest.mark.parametrize("sizes", [(8, 8), (4, 4)])
@@ -258,21 +135,6 @@ def test_old_modification_time():
 
 
 # -- Hypothesis: valid records -> encode -> decode -> the record, and the same bytes again -------
-
-def names(min_size=0, max_size=40):
-    """Names as stored: any bytes but NUL."""
-    return st.binary(min_size=min_size, max_size=max_size).filter(lambda b: b"\0" not in b)
-
-
-def text(min_size=0, max_size=40):
-    """Names as h5fs decodes them (surrogateescape keeps every byte)."""
-    return names(min_size, max_size).map(lambda b: b.decode("utf-8", "surrogateescape"))
-
-
-def check_encoder(mtype: int, sizes: Sizes, record) -> None:
-    decode, encode = codec(mtype, sizes)
-    roundtrip(record, encode, decode)
-
 
 @st.composite
 def links(draw, s: Sizes):
