@@ -119,7 +119,7 @@ def _value_nbytes(value: np.ndarray) -> int:
 
 def read_attributes(obj: H5Object) -> tuple[Attribute, ...]:
     """All attributes of `obj`, in creation order when tracked, else by name."""
-    msgs = [replace(obj.decode(raw), creation_order=raw.creation_order) for raw in obj.header.find(M.ATTRIBUTE)]
+    msgs = [_ordered(obj.decode(raw), raw.creation_order) for raw in obj.header.find(M.ATTRIBUTE)]
     info = obj.message(M.ATTRIBUTE_INFO)
     if info is not None and info.heap_address is not None:
         msgs += _dense(obj, info)
@@ -127,6 +127,11 @@ def read_attributes(obj: H5Object) -> tuple[Attribute, ...]:
     msgs.sort(key=(lambda m: m.creation_order) if tracked else (lambda m: m.name))
     owner = obj.detached()  # the table lives in obj's state: no reference back to it
     return tuple(Attribute(owner, m, i) for i, m in enumerate(msgs))
+
+
+def _ordered(msg: attr_msg.AttributeMessage, creation_order: int | None) -> attr_msg.AttributeMessage:
+    """`msg` with the creation order its object header gave it (most headers give none)."""
+    return msg if creation_order is None else replace(msg, creation_order=creation_order)
 
 
 def table_nbytes(table: tuple[Attribute, ...]) -> int:
