@@ -275,11 +275,11 @@ class _Walk:
         self.pending: list[Continuation] = []
 
     def block(self, buf: bytes, address: int, index: int) -> HeaderBlock:
-        what = f"{self.what}: object header" if index == 0 else f"{self.what}: object header continuation"
         self.seen.add(address)
         self.total += len(buf)
         start, end = _start(self.version, self.flags, index), len(buf)
         if self.version == 2:
+            what = f"{self.what}: object header" if index == 0 else f"{self.what}: object header continuation"
             if index and buf[:4] != CONTINUATION_SIGNATURE:
                 raise FormatError(f"{self.what}: continuation block at {address} lacks OCHK signature")
             if len(buf) < start + CHECKSUM_SIZE:
@@ -291,7 +291,7 @@ class _Walk:
 
     def messages(self, buf: bytes, address: int, pos: int, end: int) -> tuple[tuple[RawMessage, ...], int]:
         st, head, out = self.message, self.message.size, []
-        track_order = self.track_order
+        track_order, count = self.track_order, self.count
         while end - pos >= head:
             fields = st.unpack_from(buf, pos)
             mtype, msize, mflags = fields[0], fields[1], fields[2]
@@ -300,8 +300,8 @@ class _Walk:
                 raise FormatError(f"{self.what}: object header message at {pos} of the block at {address} "
                                   f"overruns the block ({msize} bytes)")
             msg = RawMessage(mtype, mflags, buf[body:body + msize], fields[3] if track_order else None, address, pos)
-            self.count += 1
-            if self.count > MAX_MESSAGES:
+            count += 1
+            if count > MAX_MESSAGES:  # checked as they come: a huge block of empty messages is refused early
                 raise FormatError(f"{self.what}: too many object header messages")
             if mtype == CONTINUATION:
                 self.pending.append(decode_continuation(msg.data, self.sizes, f"{self.what}: continuation message"))
@@ -309,6 +309,7 @@ class _Walk:
                 raise Unsupported(f"{self.what}: unknown object header message type {mtype:#x} marked must-understand")
             out.append(msg)
             pos = body + msize
+        self.count = count
         return tuple(out), end - pos
 
 
