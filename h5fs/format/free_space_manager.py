@@ -58,7 +58,7 @@ def _enc_size(n: int) -> int:
     return (max(n, 1).bit_length() - 1) // 8 + 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FreeSpaceHeader:
     address: int
     client: int
@@ -110,7 +110,7 @@ def encode_header(h: FreeSpaceHeader, sizes: Sizes) -> bytes:
 # -- the section list -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HeapIndirect:
     """The data of a fractal heap's "first row" or "indirect" section: a run of empty blocks."""
 
@@ -120,20 +120,20 @@ class HeapIndirect:
     num_blocks: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Section:
     offset: int                         # in the client's address space (the file, the heap)
     type: int
     indirect: HeapIndirect | None = None   # heap types 1 and 3 only
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SectionSet:
     size: int                           # of every section in the set
     sections: tuple[Section, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SectionList:
     header_address: int
     sets: tuple[SectionSet, ...]

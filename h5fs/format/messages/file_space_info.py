@@ -21,7 +21,7 @@ V1_FSM_AGGR, V1_PAGE, V1_AGGR, V1_NONE = 0, 1, 2, 3
 MANAGERS = {0: 6, 1: 12}                # version -> manager addresses stored when persisting
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileSpaceInfo:
     version: int
     strategy: int
