@@ -41,7 +41,7 @@ MAX_ITEMS = 1 << 22          # points or blocks in one serialized selection
 NONE, POINTS, HYPERSLAB, ALL = 0, 1, 2, 3
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Selection:
     """kind: 'none', 'all', 'points', 'hyperslab'.
 
