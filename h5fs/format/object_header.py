@@ -22,7 +22,7 @@ of a NIL message), so what libhdf5 left there comes back unchanged.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from ..errors import FormatError, Unsupported
@@ -346,6 +346,21 @@ def encode_block(header: ObjectHeader, index: int) -> bytes:
     if len(out) != block.length:
         raise ValueError(f"object header block at {block.address}: {len(out)} bytes encoded, {block.length} recorded")
     return bytes(out)
+
+
+def replace_message(header: ObjectHeader, old: RawMessage, data: bytes) -> tuple[ObjectHeader, int]:
+    """The header with `old`'s data replaced by `data`, and the index of the block holding it.
+    The message keeps its stored size (v1 data shorter than it is padded with zeros): a change
+    of size would move the messages after it."""
+    if len(data) > old.size or header.version == 2 and len(data) != old.size:
+        raise Unsupported(f"object header at {header.address}: a message of {old.size} bytes cannot become {len(data)}")
+    for i, block in enumerate(header.blocks):
+        if block.address == old.block:
+            new = replace(old, data=data + bytes(old.size - len(data)))
+            messages = tuple(new if m is old or m == old else m for m in block.messages)
+            blocks = header.blocks[:i] + (replace(block, messages=messages),) + header.blocks[i + 1:]
+            return replace(header, blocks=blocks), i
+    raise ValueError(f"object header at {header.address}: no block at {old.block}")
 
 
 def encode_continuation(cont: Continuation, sizes: Sizes) -> bytes:

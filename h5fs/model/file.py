@@ -15,6 +15,7 @@ changes one invalidates what maps or shares it).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any, Callable, Hashable
@@ -26,15 +27,21 @@ from ..format.messages import shared, sohm_table
 from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
 from ..storage.chunk_cache import ChunkCache
+from ..storage.journal import Journal, journal_path
+from ..storage.locking import take_lock
 from ..storage.metadata_cache import MetadataCache
 from ..storage.readers import object_header as header_reader
 from ..storage.readers import superblock as superblock_reader
 from ..storage.readers.global_heap import GlobalHeapReader
 from ..storage.readers.sohm_table import read_table
+from ..storage.transaction import Store
+from ..storage.writer import open_recorder
 from . import messages as M
 from .dataset import Dataset
 from .group import Group
 from .objects import ENTRY, UNEXPECTED, H5Object, NamedDatatype, ObjectState, approx_size, internal_error
+
+log = logging.getLogger("h5fs")
 
 STATE, CLASS = "object", "object class"
 VALUE = 50      # bytes a value kept in an object's state costs beyond its own (its dict slot)
@@ -64,23 +71,45 @@ class H5File:
         self._generations: dict[int, int] = {}   # address -> times it was invalidated
         self._epoch = 0                           # invalidations so far, of any address
         self._lock = threading.Lock()             # orders invalidations and cache stores
+        self.store: Store | None = None           # the write side, when opened writable
 
     @classmethod
-    def open(cls, path: str) -> H5File:
-        fd = open_regular(path)
+    def open(cls, path: str, writable: bool = False, lock: bool = False) -> H5File:
+        """Open `path`; `writable` opens its write side (journal replayed, space allocator);
+        `lock` takes the lock libhdf5 takes (exclusive to write, shared to read)."""
+        fd = open_regular(path, writable)
+        journal = None
         try:
+            if lock:
+                take_lock(fd, path, writable)
+            if writable:
+                journal = Journal(journal_path(path), open_recorder())
+                replayed = journal.replay(fd)
+                if replayed:
+                    log.warning("%s: finished %d metadata updates a crash had interrupted", path, replayed)
             try:
                 sb = superblock_reader.read(fd)
             except UNEXPECTED as e:
                 raise internal_error("superblock", e) from e
             f = cls(path, fd, sb)
             f.root  # a file whose root group cannot be read is not mountable
+            if journal is not None:
+                f.store = Store(f.reader, sb, journal, journal.writer.recorder)
             return f
         except BaseException:
+            if journal is not None:
+                journal.close()
             os.close(fd)
             raise
 
+    @property
+    def writable(self) -> bool:
+        return self.store is not None
+
     def close(self) -> None:
+        if self.store is not None:
+            self.store.journal.close()
+            self.store = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

@@ -14,13 +14,13 @@ from .metadata_cache import MetadataCache
 MAX_METADATA_BLOCK = 256 * 1024 * 1024
 
 
-def open_regular(path: str) -> int:
-    """A read-only fd on `path`, refusing anything but a regular file.
+def open_regular(path: str, writable: bool = False) -> int:
+    """A read-only (or read-write) fd on `path`, refusing anything but a regular file.
 
     Names come from the file itself (external data files, virtual dataset sources): opening a
     FIFO would block the daemon forever and a device never ends, so neither is read.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path}: not a regular file")

@@ -5,10 +5,14 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, Sequence
 
+from ...errors import Unsupported
 from ...format.messages.layout import DataLayout
 from ..blockio import BlockReader
+
+if TYPE_CHECKING:
+    from ..transaction import Transaction
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,25 @@ class ChunkIndex(ABC):
 
     def allocated_bytes(self) -> int:
         return sum(r.size for r in self.records())
+
+    # -- writing: the index opened on `txn.reader` (IndexContext.reader), changes staged in txn --
+    # New structures go to space from `txn.allocate` and are written with `txn.write_new`; live
+    # structures change only through `txn.write_in_place` (a whole checksummed block, its checksum
+    # recomputed); blocks a change replaces are given to `txn.free`. Each returns the dataset's new
+    # layout message when it must change (the index's own address, the single chunk's address and
+    # size), else None. Chunk data is the caller's: it allocates, writes and frees it.
+    def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
+        """Insert these chunks' records, or replace the records of chunks already indexed."""
+        raise Unsupported(f"{self.ctx.what}: writing a {type(self).__name__}")
+
+    def remove(self, txn: Transaction, coords: Sequence[tuple[int, ...]]) -> DataLayout | None:
+        """Drop these chunks from the index (a shrinking dataset)."""
+        raise Unsupported(f"{self.ctx.what}: removing chunks from a {type(self).__name__}")
+
+    def resize(self, txn: Transaction, dims: tuple[int, ...]) -> DataLayout | None:
+        """Follow a new dataspace extent in the index's dimension-dependent parts (chunks
+        outside the new extent were removed first)."""
+        return None
 
 
 # index type -> (module, class); imported on first use

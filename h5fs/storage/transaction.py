@@ -1,0 +1,171 @@
+"""Transactions: how every change reaches the .h5 file so that a crash at any instant leaves a file
+libhdf5 reads, each element holding its old or its new value.
+
+A transaction stages two kinds of writes:
+- `write_new`: blocks in space it allocated (chunk data, new index nodes, new heaps): nothing in
+  the file points there yet, so they are written first and a crash only leaks them;
+- `write_in_place`: live metadata (an index slot, a node, an object header block, the superblock's
+  end-of-allocation): nothing may see them before the new blocks are durable.
+
+`commit` orders them with fsync barriers:
+1. new blocks, then fsync: they are durable before anything points at them;
+2. the superblock's end of allocated space (when it grew) and the in-place updates: one update
+   that lies within one page is written directly (a page write is not torn); several are logged
+   in the journal first (fsync), applied, fsynced, and the journal retired, so a crash in between
+   is finished at the next open;
+3. space the transaction freed becomes reusable (the allocator's `release`).
+
+While a transaction builds its changes, `reader` shows the file as it will be after the commit
+(staged metadata over the file's bytes) with a private metadata cache, so the engine's readers and
+decoders work on it unchanged.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from dataclasses import replace
+
+from ..errors import FormatError
+from ..format import superblock as sbf
+from .blockio import MAX_METADATA_BLOCK, BlockReader
+from .journal import Journal
+from .metadata_cache import MetadataCache
+from .space import PAGE, Allocator
+from .writer import FileWriter, Recorder
+
+
+class Store:
+    """The write side of one open file: its writer, allocator, journal and superblock."""
+
+    def __init__(self, reader: BlockReader, superblock: sbf.Superblock, journal: Journal,
+                 recorder: Recorder | None):
+        self.reader, self.superblock, self.journal = reader, superblock, journal
+        self.writer = FileWriter(reader.fd, 0, recorder)
+        # never hand out space the file already holds, even past the recorded end of allocation
+        self.allocator = Allocator(max(superblock.eof_address, os.fstat(reader.fd).st_size - reader.base))
+        self.lock = threading.Lock()   # one transaction at a time
+
+    def begin(self) -> Transaction:
+        return Transaction(self)
+
+
+class OverlayReader(BlockReader):
+    """The file as a transaction will leave it: its staged metadata over the file's bytes."""
+
+    def __init__(self, txn: Transaction, base: BlockReader):
+        super().__init__(base.fd, base.base, base.sizes, MetadataCache(16 * 1024 * 1024))
+        self.txn = txn
+
+    def read(self, addr: int | None, size: int, what: str = "block") -> bytes:
+        if addr is None:
+            raise FormatError(f"{what}: undefined address")
+        if size < 0 or size > MAX_METADATA_BLOCK:
+            raise FormatError(f"{what}: implausible size {size}")
+        end = addr + size
+        if addr < 0 or end > self.txn.store.allocator.eoa:
+            raise FormatError(f"{what}: range {addr}+{size} lies outside the file")
+        on_disk = max(0, min(end, self.eof - self.base) - addr)
+        buf = bytearray(os.pread(self.fd, on_disk, self.base + addr) if on_disk else b"")
+        buf.extend(bytes(size - len(buf)))
+        for start, data in self.txn.staged_between(addr, end):
+            lo, hi = max(start, addr), min(start + len(data), end)
+            buf[lo - addr:hi - addr] = data[lo - start:hi - start]
+        return bytes(buf)
+
+    def read_upto(self, addr: int | None, size: int, what: str = "block") -> bytes:
+        if addr is None:
+            raise FormatError(f"{what}: undefined address")
+        return self.read(addr, max(0, min(size, self.txn.store.allocator.eoa - addr)), what)
+
+    def check_range(self, addr: int | None, size: int, what: str) -> None:
+        if addr is None or addr < 0 or size < 0 or addr + size > self.txn.store.allocator.eoa:
+            raise FormatError(f"{what}: range {addr}+{size} lies outside the file")
+
+
+class Transaction:
+    def __init__(self, store: Store):
+        self.store = store
+        self.sizes = store.reader.sizes
+        self.reader = OverlayReader(self, store.reader)
+        self._new: dict[int, bytes] = {}        # metadata in fresh space, by address
+        self._data: list[tuple[int, bytes]] = []  # chunk data in fresh space (never read back)
+        self._in_place: dict[int, bytes] = {}   # live metadata rewritten, by address
+        self._starts: list[int] = []           # addresses of both staged kinds, sorted
+        self.freed: list[tuple[int, int]] = []
+        self.rewritten: list[tuple[int, int]] = []   # (address, size) of in-place updates
+
+    # -- staging ------------------------------------------------------------------------------
+    def allocate(self, size: int) -> int:
+        return self.store.allocator.allocate(size)
+
+    def write_data(self, address: int, data: bytes) -> None:
+        """Chunk data into space this transaction allocated."""
+        self._data.append((address, data))
+
+    def write_new(self, address: int, data: bytes) -> None:
+        """A metadata block into space this transaction allocated (readable through `reader`)."""
+        self._stage(self._new, address, data)
+
+    def write_in_place(self, address: int, data: bytes) -> None:
+        """New bytes for live metadata (readable through `reader`, published at commit)."""
+        self._stage(self._in_place, address, data)
+
+    def free(self, address: int | None, size: int) -> None:
+        """Space the file stops using when this transaction commits."""
+        if address is not None and size > 0:
+            self.freed.append((address, size))
+
+    def _stage(self, where: dict[int, bytes], address: int, data: bytes) -> None:
+        if address in self._new or address in self._in_place:
+            (self._new if address in self._new else self._in_place)[address] = data
+            return
+        where[address] = data
+        bisect.insort(self._starts, address)
+
+    def staged_between(self, start: int, end: int) -> list[tuple[int, bytes]]:
+        """Staged metadata blocks overlapping [start, end), in address order."""
+        out = []
+        i = max(0, bisect.bisect_right(self._starts, start) - 1)
+        while i < len(self._starts) and self._starts[i] < end:
+            a = self._starts[i]
+            data = self._new.get(a) or self._in_place.get(a, b"")
+            if a + len(data) > start:
+                out.append((a, data))
+            i += 1
+        return out
+
+    @property
+    def empty(self) -> bool:
+        return not (self._new or self._data or self._in_place or self.freed)
+
+    # -- commit -------------------------------------------------------------------------------
+    def commit(self) -> None:
+        store = self.store
+        base, writer = store.reader.base, store.writer
+        if self._new or self._data:
+            for address, data in self._data + list(self._new.items()):
+                writer.pwrite(base + address, data)
+            writer.sync()
+            store.reader.eof = max(store.reader.eof, os.fstat(writer.fd).st_size)
+        updates = [(base + a, d) for a, d in sorted(self._in_place.items())]
+        eoa = store.allocator.eoa
+        if eoa > store.superblock.eof_address:
+            sb = replace(store.superblock, eof_address=eoa)
+            # first: no published pointer may lie beyond the end of allocation libhdf5 checks
+            updates.insert(0, (sb.location, sbf.encode(sb)))
+            store.superblock = sb
+        if len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE:
+            writer.pwrite(*updates[0])
+            writer.sync()
+        elif updates:
+            store.journal.log(updates)
+            for position, data in updates:
+                writer.pwrite(position, data)
+            writer.sync()
+            store.journal.clear()
+        self.rewritten = [(a, len(d)) for a, d in self._in_place.items()]
+        for address, size in self.freed:
+            store.allocator.free(address, size)
+        store.allocator.release()
