@@ -36,6 +36,7 @@ from .fuse import mounts
 
 PROG = "h5fs"
 DEFAULT_READAHEAD_KB = 4096
+DEFAULT_WRITEBACK_MB = 64     # dirty data the daemon holds before writes flush it (-o writeback_mb=N)
 # FUSE options that pyfuse3's low-level session cannot take (tested: max_read= makes the
 # kernel's INIT fail after the mount exists; the others are libfuse high-level options).
 REJECTED_OPTIONS = {
@@ -96,6 +97,8 @@ class MountConfig:
         self.log_path: str | None = None
         self.verbose = False
         self.readahead_kb = DEFAULT_READAHEAD_KB
+        self.writeback_mb = DEFAULT_WRITEBACK_MB
+        self.writeback_cache = False
         fsname = self.source
         passthrough: list[str] = []
         for opt in _split_options(args.options):
@@ -108,11 +111,13 @@ class MountConfig:
                 self.log_path = os.path.abspath(val)
             elif key == "verbose" and not eq:
                 self.verbose = True
-            elif key == "readahead_kb" and eq:
+            elif key in ("readahead_kb", "writeback_mb") and eq:
                 try:
-                    self.readahead_kb = int(val)
+                    setattr(self, key, int(val))
                 except ValueError:
                     raise CliError(f"bad value in -o {opt}: an integer is needed") from None
+            elif key == "writeback_cache" and not eq:
+                self.writeback_cache = True
             elif key == "fsname" and eq:
                 fsname = val
             elif key == "subtype" or key in IGNORED_OPTIONS:
@@ -179,7 +184,7 @@ def _open_file(cfg: MountConfig):
     from .errors import H5fsError
     from .model.file import H5File
     try:
-        return H5File.open(cfg.source)
+        return H5File.open(cfg.source, writable=not cfg.readonly, lock=True)
     except H5fsError as exc:
         raise CliError(f"{cfg.source}: {exc}") from None
     except OSError as exc:
@@ -195,9 +200,12 @@ def _run_daemon(cfg: MountConfig, on_ready, on_fail) -> int:
         return 1
     try:
         from .fuse.daemon import serve
+        from .model.writeback import Writeback
         info = {"pid": os.getpid(), "file": cfg.source, "log": cfg.log_path or "stderr"}
-        return serve(h5, cfg.source, cfg.mountpoint, cfg.fuse_options(), readonly=cfg.readonly,
-                     info=info, readahead_kb=cfg.readahead_kb, on_ready=on_ready, on_fail=on_fail)
+        writeback = None if cfg.readonly else Writeback(h5, cfg.writeback_mb << 20)
+        return serve(h5, cfg.source, cfg.mountpoint, cfg.fuse_options(), writeback=writeback,
+                     writeback_cache=cfg.writeback_cache, info=info, readahead_kb=cfg.readahead_kb,
+                     on_ready=on_ready, on_fail=on_fail)
     except Exception as exc:
         logging.getLogger("h5fs").exception("daemon failed")
         on_fail(f"daemon failed: {exc}")

@@ -33,3 +33,21 @@ class ReadOnly(H5fsError):
 
 class NotFound(H5fsError):
     errno = errno.ENOENT
+
+
+class TooLarge(H5fsError):
+    """A write or resize beyond a dataset's maximum dimensions."""
+
+    errno = errno.EFBIG
+
+
+class InvalidWrite(H5fsError):
+    """A write the view cannot take (into a `.npy` header, a size that is not whole rows)."""
+
+    errno = errno.EINVAL
+
+
+class CannotWrite(H5fsError):
+    """An edit the format (or h5fs) cannot express; the message names it."""
+
+    errno = errno.ENOTSUP

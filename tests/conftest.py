@@ -61,7 +61,8 @@ def force_unmount(mp: Path, pid: int | None = None) -> None:
 
 
 class Mounter:
-    """Mounts files with the real CLI in the background; `cleanup` always unmounts."""
+    """Mounts files with the real CLI in the background (read-only unless "rw" is among the
+    options); `cleanup` always unmounts."""
 
     def __init__(self, tmp_path: Path):
         self.tmp_path = tmp_path
@@ -73,6 +74,8 @@ class Mounter:
         mp.mkdir(exist_ok=True)
         log = self.tmp_path / f"mnt{n}.log"
         args = ["mount", "-o", f"log={log}"]
+        if "rw" not in options:  # read tests compare with h5py while mounted: a shared lock
+            args += ["-o", "ro"]
         for opt in options:
             args += ["-o", opt]
         proc = run_h5fs(*args, h5path, mp)

@@ -31,7 +31,7 @@ def ops(tmp_path):
     h5 = make_h5(tmp_path / "ops.h5", build, "latest")
     f = H5File.open(str(h5))
     try:
-        yield Operations(f, str(h5), readonly=True, info={"pid": 1})
+        yield Operations(f, str(h5), info={"pid": 1})
     finally:
         f.close()
 

@@ -34,6 +34,10 @@ class BlockCounts:
     def get(self, address: int) -> int | None:
         return self.known.get(address)
 
+    def forget(self, address: int) -> None:
+        """The dataset's storage changed: count again when asked."""
+        self.known.pop(address)
+
     def want(self, address: int, path: str) -> trio.Event | None:
         """Start counting in the background (once); the event is set when done."""
         event = self._pending.get(address)

@@ -17,6 +17,7 @@ import pyfuse3
 import trio
 
 from . import mounts
+from ..model.writeback import Writeback
 from .operations import Operations
 
 log = logging.getLogger("h5fs.fuse")
@@ -37,11 +38,13 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, readonly: bool,
-          info: dict, readahead_kb: int, on_ready: Callable[[], None],
+def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, writeback: Writeback | None,
+          writeback_cache: bool, info: dict, readahead_kb: int, on_ready: Callable[[], None],
           on_fail: Callable[[str], None]) -> int:
-    """Mount and serve until unmounted or signalled; return the exit status."""
-    ops = Operations(h5file, source, readonly=readonly, info=info)
+    """Mount and serve until unmounted or signalled; return the exit status. A writable mount
+    returns only when every write is in the file, durably."""
+    ops = Operations(h5file, source, writeback=writeback, info=info)
+    ops.enable_writeback_cache = writeback_cache
     try:
         pyfuse3.init(ops, mountpoint, fuse_options)
     except Exception as exc:  # libfuse already printed its reason on stderr
@@ -62,6 +65,11 @@ def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, reado
             pyfuse3.close(unmount=unmount)
         except Exception:
             log.exception("closing the FUSE session failed")
+            status = 1
+        try:
+            ops.close()
+        except Exception:
+            log.exception("writing the last changes into %s failed", source)
             status = 1
     log.info("unmounted %s", mountpoint)
     return status

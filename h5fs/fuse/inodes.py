@@ -59,6 +59,10 @@ class InodeTable:
     def find_object(self, address: int) -> Node | None:
         return self._objects.get(address)
 
+    def find_view(self, address: int) -> Node | None:
+        """The `.npy` view node of the dataset at `address`."""
+        return self._views.get(address)
+
     def _index(self, kind: str, address: int | None) -> dict:
         if kind == SYMLINK or address is None:
             return self._links

@@ -39,6 +39,10 @@ class Lru(Generic[K, V]):
         while self.weight > self.limit:
             self.weight -= self._items.popitem(last=False)[1][1]
 
+    def clear(self) -> None:
+        self._items.clear()
+        self.weight = 0
+
     def pop(self, key: K) -> None:
         item = self._items.pop(key, None)
         if item is not None:

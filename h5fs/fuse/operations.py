@@ -37,6 +37,7 @@ from pyfuse3 import FUSEError
 from ..errors import H5fsError
 from ..model import namespace
 from ..model.namespace import DIR, DTYPE, NPY, RAW, SYMLINK, Entry, Numbers
+from ..model.writeback import Writeback
 from . import offload, views
 from .blocks import BlockCounts
 from .errors import boundary, warn_once
@@ -45,6 +46,7 @@ from .inodes import InodeTable, Node
 from .invalidate import Invalidator
 from .lru import Lru
 from .prefetch import Prefetcher
+from .writes import WriteSide
 
 log = logging.getLogger("h5fs.fuse")
 
@@ -59,11 +61,11 @@ FH_HANDLERS = frozenset({"read", "release", "flush", "write", "readdir", "releas
 
 
 class Operations(pyfuse3.Operations):
-    def __init__(self, h5file, source: str, *, readonly: bool = True, info: dict | None = None):
+    def __init__(self, h5file, source: str, *, writeback: Writeback | None = None, info: dict | None = None):
         super().__init__()
         self.f = h5file
         self.source = source
-        self.readonly = readonly
+        self.writes = WriteSide(self, writeback) if writeback is not None else None
         self.info = {k: str(v) for k, v in (info or {}).items()}  # extra root facts: pid, file, log
         st = os.stat(source)
         self.uid, self.gid = st.st_uid, st.st_gid
@@ -86,6 +88,13 @@ class Operations(pyfuse3.Operations):
         """Background work (prefetch, st_blocks counts) runs in the daemon's nursery."""
         self.prefetcher.nursery = nursery
         self.blocks.nursery = nursery
+        if self.writes is not None:
+            nursery.start_soon(self.writes.flusher)
+
+    def close(self) -> None:
+        """At unmount: every write into the file, durably."""
+        if self.writes is not None:
+            self.writes.close()
 
     # ------------------------------------------------------------------ helpers
 
@@ -154,7 +163,7 @@ class Operations(pyfuse3.Operations):
         a.st_uid, a.st_gid = self.uid, self.gid
         a.st_blksize = BLKSIZE
         a.st_ctime_ns = self.ctime_ns
-        # read-only modes until writes exist (every write answers EROFS)
+        w = 0 if self.writes is None else 0o200   # the owner may write a writable mount
         if node.kind == SYMLINK:
             a.st_mode = stat.S_IFLNK | 0o777
             a.st_size = len(node.target)
@@ -164,9 +173,9 @@ class Operations(pyfuse3.Operations):
         a.st_nlink = n.nlink
         a.st_mtime_ns = a.st_atime_ns = self.mtime_ns if n.mtime_ns is None else n.mtime_ns
         if node.kind == DIR:
-            a.st_mode = stat.S_IFDIR | 0o555
+            a.st_mode = stat.S_IFDIR | 0o555 | w
             return a
-        a.st_mode = stat.S_IFREG | 0o444
+        a.st_mode = stat.S_IFREG | 0o444 | (w if node.kind in (RAW, NPY) else 0)
         if node.kind == RAW:
             a.st_size = n.size
             a.st_blocks = n.blocks if n.blocks is not None else self._counted_blocks(node)
@@ -332,13 +341,20 @@ class Operations(pyfuse3.Operations):
             raise FUSEError(errno.EISDIR)
         if node.kind not in (RAW, NPY, DTYPE):
             raise FUSEError(errno.EIO)
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND):
+        writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
+        if writing and self.writes is None:
             raise FUSEError(errno.EROFS)
+        if writing and node.kind not in (RAW, NPY):
+            raise FUSEError(errno.EACCES)
+        if flags & os.O_TRUNC:
+            await self.writes.truncate(node, None)
         obj = self._object(node)
         if namespace.numbers_from_header(obj):
             state = _open_state(node, obj)
         else:  # variable-length data is decoded whole, virtual sources opened: in a worker
             state = await offload.run_sync(_open_state, node, obj)
+        if self.writes is not None:
+            self.writes.paged.add(inode)
         return pyfuse3.FileInfo(fh=self.handles.open_file(state), keep_cache=True)
 
     @boundary
@@ -369,7 +385,12 @@ class Operations(pyfuse3.Operations):
 
     @boundary
     async def flush(self, fh: int) -> None:
-        return None
+        return None   # a closed file's writes land with the background flush (writes.FLUSH_DELAY)
+
+    @boundary
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        if self.writes is not None:
+            await self.writes.flush()
 
     # ------------------------------------------------------------------ xattrs
 
@@ -450,15 +471,28 @@ class Operations(pyfuse3.Operations):
             self.xattr_values.put(key, value)
         return value
 
-    # ------------------------------------------------------------------ writes: not yet
+    # ------------------------------------------------------------------ writes
 
     @boundary
     async def setattr(self, inode, attr, fields, fh, ctx):
-        raise FUSEError(errno.EROFS)
+        if self.writes is None:
+            raise FUSEError(errno.EROFS)
+        node = self._node(inode)
+        self._check(node)
+        if fields.update_size:
+            await self.writes.truncate(node, attr.st_size)
+        elif fields.update_mode or fields.update_uid or fields.update_gid:
+            raise FUSEError(errno.EPERM)
+        return self._stat(node)   # times: kept as the file records them
 
     @boundary
     async def write(self, fh, off, buf):
-        raise FUSEError(errno.EROFS)
+        if self.writes is None:
+            raise FUSEError(errno.EROFS)
+        state = self.handles.files.get(fh)
+        if state is None:
+            raise FUSEError(errno.EBADF)
+        return await self.writes.write(state, off, buf)
 
     @boundary
     async def create(self, parent_inode, name, mode, flags, ctx):

@@ -90,7 +90,12 @@ class Journal:
         self.writer.truncate(0)
         self.writer.sync()
 
-    def close(self, remove: bool) -> None:
+    def close(self) -> None:
+        """Close it, removing the file when no record waits in it (a clean close)."""
+        empty = os.fstat(self.writer.fd).st_size == 0
         os.close(self.writer.fd)
-        if remove:
-            os.unlink(self.path)
+        if empty:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass

@@ -36,6 +36,15 @@ class Allocator:
         with self._lock:
             return [(a, self._sizes[a]) for a in self._starts]
 
+    def snapshot(self) -> tuple:
+        with self._lock:
+            return self.eoa, list(self._starts), dict(self._sizes), list(self.pending)
+
+    def restore(self, saved: tuple) -> None:
+        """Undo the allocations and frees since `snapshot` (a transaction that failed)."""
+        with self._lock:
+            self.eoa, self._starts, self._sizes, self.pending = saved[0], list(saved[1]), dict(saved[2]), list(saved[3])
+
     def allocate(self, size: int) -> int:
         if size <= 0:
             raise H5fsError(f"allocation of {size} bytes")

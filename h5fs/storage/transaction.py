@@ -95,6 +95,8 @@ class Transaction:
         self._starts: list[int] = []           # addresses of both staged kinds, sorted
         self.freed: list[tuple[int, int]] = []
         self.rewritten: list[tuple[int, int]] = []   # (address, size) of in-place updates
+        self._saved = store.allocator.snapshot()
+        self._file_size = os.fstat(store.reader.fd).st_size
 
     # -- staging ------------------------------------------------------------------------------
     def allocate(self, size: int) -> int:
@@ -118,6 +120,7 @@ class Transaction:
             self.freed.append((address, size))
 
     def _stage(self, where: dict[int, bytes], address: int, data: bytes) -> None:
+        self.reader.meta.invalidate_range(address, address + len(data))  # decoded before: stale
         if address in self._new or address in self._in_place:
             (self._new if address in self._new else self._in_place)[address] = data
             return
@@ -141,30 +144,44 @@ class Transaction:
         return not (self._new or self._data or self._in_place or self.freed)
 
     # -- commit -------------------------------------------------------------------------------
+    def abort(self) -> None:
+        """Forget the staged changes: space allocated returns, the file keeps its old length."""
+        self.store.allocator.restore(self._saved)
+        if os.fstat(self.store.reader.fd).st_size > self._file_size:
+            self.store.writer.truncate(self._file_size)
+        self.store.reader.eof = self._file_size
+
     def commit(self) -> None:
+        """Publish the staged changes (see the module's docstring). A failure before anything
+        is published (ENOSPC while writing new blocks or the journal) leaves the file as it was."""
         store = self.store
         base, writer = store.reader.base, store.writer
-        if self._new or self._data:
-            for address, data in self._data + list(self._new.items()):
-                writer.pwrite(base + address, data)
-            writer.sync()
-            store.reader.eof = max(store.reader.eof, os.fstat(writer.fd).st_size)
         updates = [(base + a, d) for a, d in sorted(self._in_place.items())]
         eoa = store.allocator.eoa
-        if eoa > store.superblock.eof_address:
-            sb = replace(store.superblock, eof_address=eoa)
+        sb = replace(store.superblock, eof_address=eoa) if eoa > store.superblock.eof_address else None
+        if sb is not None:
             # first: no published pointer may lie beyond the end of allocation libhdf5 checks
             updates.insert(0, (sb.location, sbf.encode(sb)))
+        direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
+        try:
+            if self._new or self._data:
+                for address, data in self._data + list(self._new.items()):
+                    writer.pwrite(base + address, data)
+                writer.sync()
+            if updates and not direct:
+                store.journal.log(updates)
+        except BaseException:
+            self.abort()
+            raise
+        store.reader.eof = max(store.reader.eof, os.fstat(writer.fd).st_size)
+        for position, data in updates:
+            writer.pwrite(position, data)
+        if updates:
+            writer.sync()
+            if not direct:
+                store.journal.clear()
+        if sb is not None:
             store.superblock = sb
-        if len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE:
-            writer.pwrite(*updates[0])
-            writer.sync()
-        elif updates:
-            store.journal.log(updates)
-            for position, data in updates:
-                writer.pwrite(position, data)
-            writer.sync()
-            store.journal.clear()
         self.rewritten = [(a, len(d)) for a, d in self._in_place.items()]
         for address, size in self.freed:
             store.allocator.free(address, size)

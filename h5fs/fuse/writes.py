@@ -1,0 +1,134 @@
+"""The mount's write side: data writes, truncation, fsync and the background flush.
+
+Writes go to the engine's writeback (h5fs.model.writeback) in worker threads. What a write
+changes is then told to the kernel and to the adapter's own caches: the object's stat numbers
+(size after a resize, st_blocks after a flush), the other view's cached pages (`D` and `D.npy`
+show the same bytes), open handles' sizes and `.npy` headers, listings and facts.
+
+Dirty data reaches the file on fsync, when the writeback's budget is full, FLUSH_DELAY seconds
+after the last write (so a closed file's writes land within a few seconds without fsync), and at
+unmount (`close`).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import time
+
+import trio
+from pyfuse3 import FUSEError
+
+from ..errors import CannotWrite, InvalidWrite
+from ..model import namespace
+from ..model.namespace import NPY, RAW
+from ..model.writeback import Writeback
+from . import offload
+from .handles import OpenFile
+
+log = logging.getLogger("h5fs.fuse")
+
+FLUSH_DELAY = 2.0    # s without writes before dirty data is flushed
+FLUSH_POLL = 0.5     # s between checks
+
+
+class WriteSide:
+    def __init__(self, ops, writeback: Writeback):
+        self.ops, self.wb = ops, writeback
+        self.last_write = 0.0
+        self.paged: set[int] = set()   # inodes whose pages the kernel may hold (opened with keep_cache)
+
+    async def flusher(self) -> None:
+        """Flush FLUSH_DELAY s after the last write."""
+        while True:
+            await trio.sleep(FLUSH_POLL)
+            if self.wb.dirty and time.monotonic() - self.last_write >= FLUSH_DELAY:
+                await self.flush()
+
+    async def flush(self) -> None:
+        if not self.wb.dirty:
+            return
+        touched = list(self.wb.dirty)
+        try:
+            await offload.run_sync(self.wb.flush)
+        finally:
+            for address in touched:
+                await self.changed(address, None)
+
+    def close(self) -> None:
+        """At unmount: everything into the file, durably."""
+        self.wb.close()
+
+    # -- requests -----------------------------------------------------------------------------
+    async def write(self, state: OpenFile, off: int, buf: bytes) -> int:
+        """Write `buf` at `off` of an open view; returns the bytes taken (all of them)."""
+        ds, taken = state.obj, len(buf)
+        if state.kind == NPY:
+            if ds.converted:
+                raise CannotWrite(f"{ds.path}: the .npy view converts its elements: write the raw view")
+            head = state.prefix
+            if off < len(head):  # the header is read-only: only its own bytes may be written back
+                part = buf[:len(head) - off]
+                if bytes(part) != head[off:off + len(part)]:
+                    raise InvalidWrite(f"{ds.path}.npy: a write into the .npy header")
+                buf, off = buf[len(part):], len(head)
+            off -= len(head)
+        elif state.kind != RAW:
+            raise FUSEError(errno.EBADF)
+        if buf:
+            size = ds.raw_size
+            await offload.run_sync(self.wb.write, ds, off, bytes(buf))
+            self.last_write = time.monotonic()
+            await self.changed(ds.address, state.ino, resized=off + len(buf) > size)
+        return taken
+
+    async def truncate(self, node, size: int | None) -> None:
+        """Resize a view to `size` bytes (None: no data left, as O_TRUNC asks)."""
+        ds = self.ops.f.get(node.address, node.path)
+        if node.kind == NPY:
+            head = len(namespace.npy_header(ds.npy_dtype, ds.npy_shape))
+            size = head if size is None else size
+            if size < head:
+                raise InvalidWrite(f"{node.path}: truncating into the .npy header")
+            size -= head
+        elif node.kind != RAW:
+            raise FUSEError(errno.EINVAL)
+        size = size or 0
+        await offload.run_sync(self.wb.truncate, ds, size)
+        self.last_write = time.monotonic()
+        await self.changed(node.address, None, resized=True)
+
+    # -- telling what changed ---------------------------------------------------------------
+    async def changed(self, address: int, writer_ino: int | None, resized: bool = False) -> None:
+        """A dataset's bytes (and maybe its size) changed: refresh the stat numbers of its two
+        views, drop the pages the kernel holds of the view not written (the kernel updated the
+        written one's itself), and after a resize the open handles' sizes and `.npy` headers."""
+        ops = self.ops
+        ds = ops.f.get(address, "")
+        numbers = await offload.run_sync(namespace.numbers, ds)
+        for npy in (False, True):
+            ops.fact_tables.pop((address, npy))
+        ops.blocks.forget(address)
+        if resized:
+            ops.listings.clear()
+        for node in (ops.table.find_object(address), ops.table.find_view(address)):
+            if node is None:
+                continue
+            node.numbers = numbers
+            if resized or writer_ino is None:  # a new size, or st_blocks after a flush
+                await ops.invalidator.attributes(node)
+            if node.ino != writer_ino and node.ino in self.paged:
+                self.paged.discard(node.ino)
+                await ops.invalidator.data(node)
+        if resized:
+            for fh, state in list(ops.handles.files.items()):
+                if state.obj.address == address:
+                    ops.handles.files[fh] = _reopened(state)
+
+
+def _reopened(state: OpenFile) -> OpenFile:
+    """The handle with the dataset's current size (and `.npy` header)."""
+    ds = state.obj
+    if state.kind == NPY:
+        return OpenFile(state.ino, NPY, ds, namespace.npy_header(ds.npy_dtype, ds.npy_shape), int(ds.npy_body_size))
+    return OpenFile(state.ino, RAW, ds, b"", int(ds.raw_size))

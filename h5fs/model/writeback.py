@@ -1,0 +1,325 @@
+"""Writeback: writes into a dataset's raw bytes become dirty chunks, flushed in transactions.
+
+Reads see writes at once: a dirty chunk is pinned in the file's chunk cache under the dataset's
+current owner key, where every read looks first. `flush` filters the dirty chunks (in worker
+threads: the codecs release the GIL), writes them to fresh space, puts their records in the chunk
+index and commits (storage/transaction.py); the old chunks' space is freed after the commit. A
+chunk a write covers completely is never read or decoded.
+
+Contiguous data is written in place (the page cache holds it until `flush` fsyncs it); storage
+never allocated is allocated at the first write and published by the layout message. Compact
+data lives in the layout message: each write rewrites it at once (compact data is small).
+
+Resizes (a write past the end, a truncate) are transactions of their own, committed at once after
+the dataset's dirty chunks: the dataspace message, the chunks falling outside (removed and freed),
+and a chunk cut by a shrink (rewritten with the fill value beyond the new end).
+
+One lock orders all of it: writes, flushes and resizes run in worker threads one at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from math import prod
+
+import numpy as np
+
+from ..errors import CannotWrite, InvalidWrite, TooLarge
+from ..format.messages import dataspace as S
+from ..format.messages import layout as L
+from ..storage.chunk_grid import chunks_in_box, linear_boxes, overlap
+from ..storage.chunked import ChunkedSource
+from ..storage.filters import ChunkInfo
+from ..storage.header_writer import HeaderEdit
+from ..storage.index import ChunkRecord, IndexContext, open_index
+from ..storage.sources import ContiguousSource, fill_pattern
+from ..storage.transaction import Transaction
+from . import messages as M
+from .dataset import Dataset
+
+DEFAULT_DIRTY_LIMIT = 64 * 1024 * 1024   # dirty chunk bytes held before writes flush them
+FILL_PIECE = 16 * 1024 * 1024            # bytes of fill value written at a time
+
+
+@dataclass
+class Dirty:
+    """What one dataset holds that is not in the file yet."""
+
+    path: str
+    chunks: dict[tuple[int, ...], bytearray] = field(default_factory=dict)
+    contiguous: bool = False             # data written in place, not yet fsynced
+
+
+class Writeback:
+    def __init__(self, f, dirty_limit: int = DEFAULT_DIRTY_LIMIT, workers: int = 2):
+        if f.store is None:
+            raise ValueError("the file is not open for writing")
+        self.f = f
+        self.dirty_limit = dirty_limit
+        self.dirty: dict[int, Dirty] = {}    # dataset address -> its dirty state
+        self.lock = threading.RLock()
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="h5fs-encode")
+        self.nbytes = 0
+
+    def close(self) -> None:
+        self.flush()
+        self.pool.shutdown()
+
+    # -- writes -------------------------------------------------------------------------------
+    def write(self, ds: Dataset, offset: int, data: bytes) -> int:
+        """Write `data` at byte `offset` of the dataset's raw view (growing it past the end)."""
+        if not data:
+            return 0
+        with self.lock:
+            self._check_writable(ds)
+            end = offset + len(data)
+            if end > ds.source.size:
+                self._grow_to(ds, end, whole_rows=False)
+            isz = ds.itemsize
+            head, tail = offset % isz, -end % isz
+            if head or tail:  # partial elements: complete them with the bytes they hold
+                data = ds.read_raw(offset - head, head) + bytes(data) + ds.read_raw(end, tail)
+                offset -= head
+            self._write_elements(ds, offset // isz, data)
+        if self.nbytes > self.dirty_limit:
+            self.flush()
+        return len(data) - head - tail
+
+    def _check_writable(self, ds: Dataset) -> None:
+        if ds.materialized is not None:
+            raise CannotWrite(f"{ds.path}: writing variable-length or reference data is not supported")
+        lay = ds.layout
+        if lay.layout_class == L.VIRTUAL:
+            raise CannotWrite(f"{ds.path}: writing a virtual dataset is not supported yet")
+        if lay.layout_class == L.CONTIGUOUS and ds.header.first(M.EXTERNAL) is not None:
+            raise CannotWrite(f"{ds.path}: writing external raw data files is not supported yet")
+
+    def _state(self, ds: Dataset) -> Dirty:
+        st = self.dirty.get(ds.address)
+        if st is None:
+            st = self.dirty[ds.address] = Dirty(ds.path)
+        return st
+
+    def _write_elements(self, ds: Dataset, e0: int, data: bytes) -> None:
+        lay = ds.layout
+        if lay.layout_class == L.CHUNKED:
+            self._write_chunks(ds, e0, data)
+        elif lay.layout_class == L.COMPACT:
+            compact = bytearray(lay.compact_data)
+            start = e0 * ds.itemsize
+            compact[start:start + len(data)] = data
+            txn = self.f.store.begin()
+            HeaderEdit(txn, ds.header).set(M.LAYOUT, self._layout(replace(lay, compact_data=bytes(compact))))
+            self._commit(txn, [ds.address])
+        else:
+            source = ds.source
+            if not isinstance(source, ContiguousSource):
+                self._allocate_contiguous(ds)
+                source = ds.source
+            store = self.f.store
+            store.writer.pwrite(source.start + e0 * ds.itemsize, data)
+            self._state(ds).contiguous = True
+
+    def _layout(self, lay: L.DataLayout) -> bytes:
+        return M.encode(M.LAYOUT, lay, self.f.sizes)
+
+    # -- chunks -------------------------------------------------------------------------------
+    def _write_chunks(self, ds: Dataset, e0: int, data: bytes) -> None:
+        source: ChunkedSource = ds.source
+        st, cache, isz = self._state(ds), self.f.chunk_cache, ds.itemsize
+        src = np.frombuffer(data, np.uint8)
+        pos = 0
+        for box in linear_boxes(source.shape, e0, e0 + len(data) // isz):
+            n = prod(box[1])
+            part = src[pos * isz:(pos + n) * isz].reshape(box[1] + (isz,))
+            pos += n
+            for coords in chunks_in_box(box, source.chunk):
+                dst, inside = overlap(box, coords, source.chunk)
+                buf = self._chunk_to_write(source, st, coords, _covers(inside, coords, source))
+                np.frombuffer(buf, np.uint8).reshape(source.chunk + (isz,))[inside] = part[dst]
+                old = st.chunks.get(coords)
+                st.chunks[coords] = buf
+                self.nbytes += len(buf) - (len(old) if old is not None else 0)
+                cache.put((source.owner, coords), buf, pinned=True)
+
+    def _chunk_to_write(self, source: ChunkedSource, st: Dirty, coords: tuple[int, ...],
+                        covered: bool) -> bytearray:
+        """A private copy of the chunk to modify (cache entries are never changed in place:
+        readers in other threads may be copying them)."""
+        if covered:
+            return bytearray(source._fill())
+        dirty = st.chunks.get(coords)
+        return bytearray(dirty if dirty is not None else source.chunk_bytes_at(coords))
+
+    # -- flush --------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Everything written so far, in the file and durable."""
+        with self.lock:
+            if not self.dirty:
+                return
+            txn = self.f.store.begin()
+            changed = []
+            for address, st in list(self.dirty.items()):
+                ds = self.f.get(address, st.path)
+                if st.chunks:
+                    self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), st.chunks)
+                changed.append((ds, st))
+            if txn.empty and any(st.contiguous for _, st in changed):
+                self.f.store.writer.sync()
+            self._commit(txn, [ds.address for ds, _ in changed])
+            for ds, st in changed:
+                self._keep_clean(ds, st)
+            self.dirty.clear()
+            self.nbytes = 0
+
+    def _stage_chunks(self, txn: Transaction, ds: Dataset, header: HeaderEdit,
+                      chunks: dict[tuple[int, ...], bytearray],
+                      lay: L.DataLayout | None = None) -> L.DataLayout | None:
+        """Filter the chunks (in the worker pool), write them to fresh space, update the index
+        (`lay`: the layout as this transaction left it so far). Returns a changed layout."""
+        source: ChunkedSource = ds.source
+        lay, space = lay or ds.layout, ds.dataspace
+        index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, bool(ds.filters), ds.path))
+        implicit = lay.index.index_type == L.IMPLICIT_INDEX
+        encoded = self._encode(ds, source, chunks)
+        records = []
+        for coords, (data, mask) in encoded.items():
+            old = index.lookup(coords)
+            if implicit and old is not None:
+                txn.write_data(old.address, data)   # implicit chunks live where the index says
+                continue
+            address = txn.allocate(len(data))
+            txn.write_data(address, data)
+            records.append(ChunkRecord(coords, address, len(data), mask))
+            if old is not None:
+                txn.free(old.address, old.size)
+        new_layout = index.put(txn, records) if records else None
+        if new_layout is not None:
+            header.set(M.LAYOUT, self._layout(new_layout))
+        return new_layout
+
+    def _encode(self, ds: Dataset, source: ChunkedSource, chunks) -> dict[tuple[int, ...], tuple[bytes, int]]:
+        filters = ds.filters
+        if not filters:
+            return {c: (bytes(b), 0) for c, b in chunks.items()}
+        from ..storage.filters.pipeline import encode_chunk
+        info = ChunkInfo(source.chunk_bytes, ds.itemsize, ds.path)
+        skip_edges = bool(ds.layout.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS)
+
+        def one(item):
+            coords, buf = item
+            if skip_edges and source._is_edge(coords):
+                return coords, (bytes(buf), 0)
+            return coords, encode_chunk(filters, bytes(buf), replace(info, what=f"{ds.path} chunk {coords}"))
+        return dict(self.pool.map(one, chunks.items()))
+
+    def _commit(self, txn: Transaction, addresses: list[int]) -> None:
+        txn.commit()
+        for address, size in txn.rewritten + txn.freed:
+            self.f.invalidate_range(address, address + size)
+        for address in addresses:
+            self.f.invalidate(address)
+
+    def _keep_clean(self, ds: Dataset, st: Dirty) -> None:
+        """Keep the chunks just written in the cache, now clean, under the dataset's new version."""
+        if not st.chunks:
+            return
+        ds = self.f.get(ds.address, ds.path)
+        owner = ds.source.owner
+        for coords, buf in st.chunks.items():
+            self.f.chunk_cache.put((owner, coords), buf)
+
+    # -- storage allocation ---------------------------------------------------------------------
+    def _allocate_contiguous(self, ds: Dataset) -> None:
+        """Allocate a contiguous dataset's storage (never written so far), filled with its fill
+        value, and publish it in the layout message."""
+        size = ds.dataspace.count * ds.itemsize
+        txn = self.f.store.begin()
+        address = txn.allocate(size)
+        position = self.f.reader.base + address
+        if position >= os.fstat(self.f.fd).st_size and not any(ds.fill_value or b""):
+            self.f.store.writer.truncate(position + size)   # new zeros: the file grows sparse
+        else:
+            for start in range(0, size, FILL_PIECE):
+                n = min(FILL_PIECE, size - start)
+                txn.write_data(address + start, fill_pattern(ds.fill_value, ds.itemsize, start, n))
+        HeaderEdit(txn, ds.header).set(M.LAYOUT, self._layout(replace(ds.layout, address=address, size=size)))
+        self._commit(txn, [ds.address])
+
+    # -- resizing -------------------------------------------------------------------------------
+    def truncate(self, ds: Dataset, size: int) -> None:
+        """Resize the raw view to `size` bytes (whole rows) along the first dimension."""
+        with self.lock:
+            self._check_writable(ds)
+            if size != ds.source.size:
+                self._grow_to(ds, size, whole_rows=True)
+
+    def _grow_to(self, ds: Dataset, size: int, whole_rows: bool) -> None:
+        space = ds.dataspace
+        if space.kind != S.SIMPLE or not space.dims:
+            raise TooLarge(f"{ds.path}: a {('scalar', 'simple', 'null')[space.kind]} dataset cannot be resized")
+        row = prod(space.dims[1:]) * ds.itemsize
+        rows, rest = divmod(size, row) if row else (0, 0)
+        if rest:
+            if whole_rows:
+                raise InvalidWrite(f"{ds.path}: {size} bytes is not a whole number of {row}-byte rows")
+            rows += 1
+        limit = space.maxdims[0]
+        if ds.layout.layout_class != L.CHUNKED or limit is not None and rows > limit:
+            raise TooLarge(f"{ds.path}: {rows} rows exceed the maximum dimension "
+                           f"{'unlimited' if limit is None else limit}"
+                           + ("" if ds.layout.layout_class == L.CHUNKED else f" of {ds.layout.class_name} storage"))
+        self.flush()
+        self._resize(self.f.get(ds.address, ds.path), rows)
+
+    def _resize(self, ds: Dataset, rows: int) -> None:
+        space, lay = ds.dataspace, ds.layout
+        dims = (rows,) + space.dims[1:]
+        txn = self.f.store.begin()
+        header = HeaderEdit(txn, ds.header)
+        if rows < space.dims[0]:
+            lay = self._cut(txn, ds, header, rows) or lay
+        header.set(M.DATASPACE, M.encode(M.DATASPACE, replace(space, dims=dims), self.f.sizes))
+        index = open_index(IndexContext(txn.reader, lay, dims, space.maxdims, bool(ds.filters), ds.path))
+        new_layout = index.resize(txn, dims)
+        if new_layout is not None:
+            header.set(M.LAYOUT, self._layout(new_layout))
+        self._commit(txn, [ds.address])
+
+    def _cut(self, txn: Transaction, ds: Dataset, header: HeaderEdit, rows: int) -> L.DataLayout | None:
+        """Shrinking to `rows`: chunks wholly beyond are removed, the chunk row cut in two keeps
+        its first rows and holds the fill value after them (what a later growth shows). Returns
+        the new layout if the index changed it."""
+        source: ChunkedSource = ds.source
+        k = source.chunk[0]
+        gone, cut = [], {}
+        for rec in source.index.records():
+            first = rec.coords[0] * k
+            if first >= rows:
+                gone.append(rec)
+            elif first + k > rows:
+                chunk = bytearray(source.chunk_bytes_at(rec.coords))
+                view = np.frombuffer(chunk, np.uint8).reshape(source.chunk + (ds.itemsize,))
+                view[rows - first:] = np.frombuffer(source._fill(), np.uint8).reshape(view.shape)[rows - first:]
+                cut[rec.coords] = chunk
+        new_layout = None
+        if gone:
+            lay, space = ds.layout, ds.dataspace
+            index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, bool(ds.filters), ds.path))
+            new_layout = index.remove(txn, [r.coords for r in gone])
+            if new_layout is not None:
+                header.set(M.LAYOUT, self._layout(new_layout))
+            for rec in gone:
+                txn.free(rec.address, rec.size)
+        if cut:
+            new_layout = self._stage_chunks(txn, ds, header, cut, new_layout) or new_layout
+        return new_layout
+
+
+def _covers(inside: tuple[slice, ...], coords: tuple[int, ...], source: ChunkedSource) -> bool:
+    """Whether the slices cover every element of the chunk that lies inside the dataset."""
+    return all(s.start == 0 and s.stop >= min(k, d - c * k)
+               for s, c, k, d in zip(inside, coords, source.chunk, source.shape))
