@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from math import prod
 
@@ -46,10 +46,16 @@ FILL_PIECE = 16 * 1024 * 1024            # bytes of fill value written at a time
 
 @dataclass
 class Dirty:
-    """What one dataset holds that is not in the file yet."""
+    """What one dataset holds that is not in the file yet. A dirty chunk is private to the
+    writeback (made from a copy), so later writes change it in place; each write bumps its
+    version. When writes move on from a chunk, it is filtered ahead in the pool (`encoded`);
+    the result serves the flush if the version is still the same."""
 
     path: str
     chunks: dict[tuple[int, ...], bytearray] = field(default_factory=dict)
+    versions: dict[tuple[int, ...], int] = field(default_factory=dict)
+    encoded: dict[tuple[int, ...], tuple[int, Future]] = field(default_factory=dict)
+    last: tuple[int, ...] | None = None  # the chunk the last write ended in
     contiguous: bool = False             # data written in place, not yet fsynced
 
 
@@ -129,30 +135,38 @@ class Writeback:
     # -- chunks -------------------------------------------------------------------------------
     def _write_chunks(self, ds: Dataset, e0: int, data: bytes) -> None:
         source: ChunkedSource = ds.source
-        st, cache, isz = self._state(ds), self.f.chunk_cache, ds.itemsize
+        st, isz = self._state(ds), ds.itemsize
         src = np.frombuffer(data, np.uint8)
-        pos = 0
+        pos, coords = 0, None
         for box in linear_boxes(source.shape, e0, e0 + len(data) // isz):
             n = prod(box[1])
             part = src[pos * isz:(pos + n) * isz].reshape(box[1] + (isz,))
             pos += n
             for coords in chunks_in_box(box, source.chunk):
                 dst, inside = overlap(box, coords, source.chunk)
-                buf = self._chunk_to_write(source, st, coords, _covers(inside, coords, source))
+                buf = self._dirty_chunk(source, st, coords, _covers(inside, coords, source))
                 np.frombuffer(buf, np.uint8).reshape(source.chunk + (isz,))[inside] = part[dst]
-                old = st.chunks.get(coords)
-                st.chunks[coords] = buf
-                self.nbytes += len(buf) - (len(old) if old is not None else 0)
-                cache.put((source.owner, coords), buf, pinned=True)
+                st.versions[coords] = st.versions.get(coords, 0) + 1
+        if st.last is not None and st.last != coords and ds.filters:
+            self._encode_ahead(ds, source, st, st.last)
+        st.last = coords
 
-    def _chunk_to_write(self, source: ChunkedSource, st: Dirty, coords: tuple[int, ...],
-                        covered: bool) -> bytearray:
-        """A private copy of the chunk to modify (cache entries are never changed in place:
-        readers in other threads may be copying them)."""
-        if covered:
-            return bytearray(source._fill())
-        dirty = st.chunks.get(coords)
-        return bytearray(dirty if dirty is not None else source.chunk_bytes_at(coords))
+    def _dirty_chunk(self, source: ChunkedSource, st: Dirty, coords: tuple[int, ...],
+                     covered: bool) -> bytearray:
+        """The chunk's private dirty copy, made on the first write (from the fill value when
+        the write covers it, else from the chunk as it is) and pinned in the chunk cache."""
+        buf = st.chunks.get(coords)
+        if buf is None:
+            buf = bytearray(source._fill() if covered else source.chunk_bytes_at(coords))
+            st.chunks[coords] = buf
+            self.nbytes += len(buf)
+            self.f.chunk_cache.put((source.owner, coords), buf, pinned=True)
+        return buf
+
+    def _encode_ahead(self, ds: Dataset, source: ChunkedSource, st: Dirty, coords: tuple[int, ...]) -> None:
+        buf = st.chunks.get(coords)
+        if buf is not None:
+            st.encoded[coords] = (st.versions[coords], self.pool.submit(self._encoder(ds, source), coords, buf))
 
     # -- flush --------------------------------------------------------------------------------
     def flush(self) -> None:
@@ -165,7 +179,7 @@ class Writeback:
             for address, st in list(self.dirty.items()):
                 ds = self.f.get(address, st.path)
                 if st.chunks:
-                    self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), st.chunks)
+                    self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), st.chunks, st)
                 changed.append((ds, st))
             if txn.empty and any(st.contiguous for _, st in changed):
                 self.f.store.writer.sync()
@@ -176,7 +190,7 @@ class Writeback:
             self.nbytes = 0
 
     def _stage_chunks(self, txn: Transaction, ds: Dataset, header: HeaderEdit,
-                      chunks: dict[tuple[int, ...], bytearray],
+                      chunks: dict[tuple[int, ...], bytearray], st: Dirty | None = None,
                       lay: L.DataLayout | None = None) -> L.DataLayout | None:
         """Filter the chunks (in the worker pool), write them to fresh space, update the index
         (`lay`: the layout as this transaction left it so far). Returns a changed layout."""
@@ -184,7 +198,7 @@ class Writeback:
         lay, space = lay or ds.layout, ds.dataspace
         index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, bool(ds.filters), ds.path))
         implicit = lay.index.index_type == L.IMPLICIT_INDEX
-        encoded = self._encode(ds, source, chunks)
+        encoded = self._encode(ds, source, chunks, st)
         records = []
         for coords, (data, mask) in encoded.items():
             old = index.lookup(coords)
@@ -201,20 +215,31 @@ class Writeback:
             header.set(M.LAYOUT, self._layout(new_layout))
         return new_layout
 
-    def _encode(self, ds: Dataset, source: ChunkedSource, chunks) -> dict[tuple[int, ...], tuple[bytes, int]]:
-        filters = ds.filters
-        if not filters:
+    def _encode(self, ds: Dataset, source: ChunkedSource, chunks,
+                st: Dirty | None) -> dict[tuple[int, ...], tuple[bytes, int]]:
+        """(stored bytes, filter mask) of each chunk: filtered in the pool, or taken from the
+        encoding done ahead when the chunk did not change since."""
+        if not ds.filters:
             return {c: (bytes(b), 0) for c, b in chunks.items()}
+        ahead = st.encoded if st is not None else {}
+        encode = self._encoder(ds, source)
+        futures = {}
+        for coords, buf in chunks.items():
+            done = ahead.get(coords)
+            futures[coords] = done[1] if done and done[0] == st.versions[coords] else self.pool.submit(encode, coords, buf)
+        return {c: f.result() for c, f in futures.items()}
+
+    def _encoder(self, ds: Dataset, source: ChunkedSource):
+        """A function (coords, chunk bytes) -> (stored bytes, filter mask) for the pool."""
         from ..storage.filters.pipeline import encode_chunk
-        info = ChunkInfo(source.chunk_bytes, ds.itemsize, ds.path)
+        filters, info = ds.filters, ChunkInfo(source.chunk_bytes, ds.itemsize, ds.path)
         skip_edges = bool(ds.layout.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS)
 
-        def one(item):
-            coords, buf = item
+        def encode(coords: tuple[int, ...], buf: bytearray) -> tuple[bytes, int]:
             if skip_edges and source._is_edge(coords):
-                return coords, (bytes(buf), 0)
-            return coords, encode_chunk(filters, bytes(buf), replace(info, what=f"{ds.path} chunk {coords}"))
-        return dict(self.pool.map(one, chunks.items()))
+                return bytes(buf), 0
+            return encode_chunk(filters, bytes(buf), replace(info, what=f"{ds.path} chunk {coords}"))
+        return encode
 
     def _commit(self, txn: Transaction, addresses: list[int]) -> None:
         txn.commit()
@@ -315,7 +340,7 @@ class Writeback:
             for rec in gone:
                 txn.free(rec.address, rec.size)
         if cut:
-            new_layout = self._stage_chunks(txn, ds, header, cut, new_layout) or new_layout
+            new_layout = self._stage_chunks(txn, ds, header, cut, None, new_layout) or new_layout
         return new_layout
 
 

@@ -1,0 +1,92 @@
+"""Crash tests' tools: a workload whose every element tells which write put it there, the check
+of the crash promise (each element old or new, every fsync'd write present), and the rebuild of
+a file from a prefix of the daemon's recorded writes (a power loss)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+
+import h5py
+import numpy as np
+
+from h5fs.storage.journal import SUFFIX
+from h5fs.storage.writer import read_recording
+
+NAME = "d"
+
+
+def initial(n: int) -> np.ndarray:
+    return -np.arange(1, n + 1, dtype="<f8")   # old values: negative, one per element
+
+
+@dataclass
+class Workload:
+    """Writes of unique values (write k puts k * 1e7 + element index), each followed by fsync."""
+
+    n: int
+    seed: int
+    first: int = 1                   # k of the first write (unique across rounds)
+    acked: list[tuple[int, int, int]] = field(default_factory=list)   # (k, start, stop) fsync'd
+
+    def run(self, path, count: int) -> None:
+        rng = random.Random(self.seed)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            for k in range(self.first, self.first + count):
+                start = rng.randrange(self.n)
+                stop = min(self.n, start + rng.randrange(1, max(2, self.n // 8)))
+                values = k * 1e7 + np.arange(start, stop, dtype="<f8")
+                os.pwrite(fd, values.tobytes(), start * 8)
+                os.fsync(fd)
+                self.acked.append((k, start, stop))
+        finally:
+            os.close(fd)
+
+
+def check_promise(values: np.ndarray, acked: list[tuple[int, int, int]], n: int) -> None:
+    """Each element holds its old value or one a write put there, and nothing older than the
+    last fsync'd write that covered it."""
+    assert values.shape == (n,)
+    idx = np.arange(n)
+    old = values == initial(n)
+    k = np.where(old, 0, np.round((values - idx) / 1e7)).astype(np.int64)
+    assert np.all(old | ((k >= 1) & (values == k * 1e7 + idx))), "an element holds a value never written"
+    floor = np.zeros(n, np.int64)
+    for kk, start, stop in acked:
+        floor[start:stop] = kk
+    assert np.all(k >= floor), "a write acknowledged by fsync is missing"
+
+
+def read_dataset(path) -> np.ndarray:
+    with h5py.File(path, "r") as f:
+        return f[NAME][()]
+
+
+def rebuild(original: str, recording: str, out: str, stop: int, extra: list[int]) -> None:
+    """`out` (and its journal) as the disk would hold them after the recorded operations
+    [0, stop), plus the later writes numbered in `extra` (in that order): what a power loss
+    keeps when writes after the last barrier are dropped or reordered."""
+    ops = read_recording(recording)
+    shutil.copyfile(original, out)
+    files = {0: out, 1: out + SUFFIX}
+    if os.path.exists(files[1]):
+        os.unlink(files[1])
+    fds = {tag: os.open(p, os.O_RDWR | os.O_CREAT) for tag, p in files.items()}
+    try:
+        for i in list(range(stop)) + extra:
+            op, tag, offset, data = ops[i]
+            if op == b"W":
+                os.pwrite(fds[tag], data, offset)
+            elif op == b"T":
+                os.ftruncate(fds[tag], offset)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def barriers(recording: str) -> list[int]:
+    """Indexes of the recorded fsyncs (a prefix up to one of them is durable)."""
+    return [i for i, (op, _, _, _) in enumerate(read_recording(recording)) if op == b"S"]
