@@ -104,22 +104,22 @@ class WriteSide:
         views, drop the pages the kernel holds of the view not written (the kernel updated the
         written one's itself), and after a resize the open handles' sizes and `.npy` headers."""
         ops = self.ops
-        ds = ops.f.get(address, "")
-        numbers = await offload.run_sync(namespace.numbers, ds)
+        nodes = [n for n in (ops.table.find_object(address), ops.table.find_view(address)) if n is not None]
+        for node in nodes:
+            if node.ino != writer_ino and node.ino in self.paged:
+                self.paged.discard(node.ino)
+                await ops.invalidator.data(node)
+        if not resized and writer_ino is not None:
+            return   # the same size; st_blocks and facts change at the flush
+        numbers = await offload.run_sync(namespace.numbers, ops.f.get(address, ""))
         for npy in (False, True):
             ops.fact_tables.pop((address, npy))
         ops.blocks.forget(address)
         if resized:
             ops.listings.clear()
-        for node in (ops.table.find_object(address), ops.table.find_view(address)):
-            if node is None:
-                continue
+        for node in nodes:   # a new size, or st_blocks after a flush
             node.numbers = numbers
-            if resized or writer_ino is None:  # a new size, or st_blocks after a flush
-                await ops.invalidator.attributes(node)
-            if node.ino != writer_ino and node.ino in self.paged:
-                self.paged.discard(node.ino)
-                await ops.invalidator.data(node)
+            await ops.invalidator.attributes(node)
         if resized:
             for fh, state in list(ops.handles.files.items()):
                 if state.obj.address == address:

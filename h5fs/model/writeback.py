@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import CannotWrite, InvalidWrite, TooLarge
 from ..format.messages import dataspace as S
 from ..format.messages import layout as L
+from ..format.messages.fill_value import ALLOC_EARLY
 from ..storage.chunk_grid import chunks_in_box, linear_boxes, overlap
 from ..storage.chunked import ChunkedSource
 from ..storage.filters import ChunkInfo
@@ -312,7 +313,22 @@ class Writeback:
         new_layout = index.resize(txn, dims)
         if new_layout is not None:
             header.set(M.LAYOUT, self._layout(new_layout))
+            lay = new_layout
+        if rows > space.dims[0] and _allocated_early(ds):
+            self._stage_chunks(txn, ds, header, self._fill_chunks(ds, index, dims), None, lay)
         self._commit(txn, [ds.address])
+
+    def _fill_chunks(self, ds: Dataset, index, dims: tuple[int, ...]) -> dict[tuple[int, ...], bytearray]:
+        """Chunks of fill values for every chunk of the grown extent not allocated yet (storage
+        allocated early: libhdf5 allocates what an extent gains)."""
+        source: ChunkedSource = ds.source
+        if 0 in dims:
+            return {}
+        first = ds.dataspace.dims[0] // source.chunk[0]
+        box = ((first * source.chunk[0],) + (0,) * (len(dims) - 1),
+               (dims[0] - first * source.chunk[0],) + dims[1:])
+        fill = source._fill()
+        return {c: bytearray(fill) for c in chunks_in_box(box, source.chunk) if index.lookup(c) is None}
 
     def _cut(self, txn: Transaction, ds: Dataset, header: HeaderEdit, rows: int) -> L.DataLayout | None:
         """Shrinking to `rows`: chunks wholly beyond are removed, the chunk row cut in two keeps
@@ -342,6 +358,11 @@ class Writeback:
         if cut:
             new_layout = self._stage_chunks(txn, ds, header, cut, None, new_layout) or new_layout
         return new_layout
+
+
+def _allocated_early(ds: Dataset) -> bool:
+    fill = ds.message(M.FILL)
+    return fill is not None and fill.alloc_time == ALLOC_EARLY
 
 
 def _covers(inside: tuple[slice, ...], coords: tuple[int, ...], source: ChunkedSource) -> bool:

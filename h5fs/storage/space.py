@@ -26,6 +26,7 @@ class Allocator:
         self._sizes: dict[int, int] = {}
         self.pending: list[tuple[int, int]] = []
         self._lock = threading.Lock()
+        self._touched: list[tuple[int, int]] | None = None   # extents allocated or freed since `watch`
 
     @property
     def free_bytes(self) -> int:
@@ -45,31 +46,59 @@ class Allocator:
         with self._lock:
             self.eoa, self._starts, self._sizes, self.pending = saved[0], list(saved[1]), dict(saved[2]), list(saved[3])
 
+    def watch(self) -> int:
+        """Start recording every extent allocated or freed (a walk of the file for unused space
+        begins); returns the end of allocation the walk covers."""
+        with self._lock:
+            self._touched = []
+            return self.eoa
+
+    def adopt(self, gaps: list[tuple[int, int]]) -> int:
+        """Space the walk found unused: what nobody allocated or freed since `watch` and the free
+        list does not hold already becomes reusable. Returns the bytes adopted."""
+        with self._lock:
+            busy = sorted(self._touched + [(a, self._sizes[a]) for a in self._starts] + self.pending)
+            self._touched = None
+            adopted = 0
+            for start, size in _subtract(gaps, busy):
+                self._add(start, size)
+                adopted += size
+            return adopted
+
     def allocate(self, size: int) -> int:
         if size <= 0:
             raise H5fsError(f"allocation of {size} bytes")
         with self._lock:
-            for i, start in enumerate(self._starts):
-                have = self._sizes[start]
-                at = _place(start, size)
-                if at + size <= start + have:
-                    del self._sizes[start]
-                    del self._starts[i]
-                    if at > start:
-                        self._insert(start, at - start)
-                    if at + size < start + have:
-                        self._insert(at + size, start + have - at - size)
-                    return at
-            at = _place(self.eoa, size)
-            if at > self.eoa:
-                self._add(self.eoa, at - self.eoa)
-            self.eoa = at + size
+            at = self._allocate(size)
+            if self._touched is not None:
+                self._touched.append((at, size))
             return at
+
+    def _allocate(self, size: int) -> int:
+        for i, start in enumerate(self._starts):
+            have = self._sizes[start]
+            at = _place(start, size)
+            if at + size <= start + have:
+                del self._sizes[start]
+                del self._starts[i]
+                if at > start:
+                    self._insert(start, at - start)
+                if at + size < start + have:
+                    self._insert(at + size, start + have - at - size)
+                return at
+        at = _place(self.eoa, size)
+        if at > self.eoa:
+            self._add(self.eoa, at - self.eoa)
+        self.eoa = at + size
+        return at
 
     def free(self, address: int, size: int) -> None:
         """Give back an extent once the current transaction is durable."""
         if size > 0:
-            self.pending.append((address, size))
+            with self._lock:
+                self.pending.append((address, size))
+                if self._touched is not None:
+                    self._touched.append((address, size))
 
     def release(self) -> None:
         """Make pending frees reusable (the change that dropped them is durable)."""
@@ -106,3 +135,21 @@ def _place(start: int, size: int) -> int:
     if size <= PAGE and at % PAGE + size > PAGE:
         at = -(-at // PAGE) * PAGE
     return at
+
+
+def _subtract(gaps: list[tuple[int, int]], busy: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of `gaps` (start, size) that no extent of `busy` (sorted) overlaps."""
+    out = []
+    for start, size in sorted(gaps):
+        end = start + size
+        for b, n in busy:
+            if b + n <= start or b >= end:
+                continue
+            if b > start:
+                out.append((start, b - start))
+            start = max(start, b + n)
+            if start >= end:
+                break
+        if start < end:
+            out.append((start, end - start))
+    return out
