@@ -353,6 +353,14 @@ def cmd_umount(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------- check
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .check import run
+    return run(args.file)
+
+
 # ----------------------------------------------------------------------------------- main
 
 
@@ -374,6 +382,11 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the daemon (60)")
     u.add_argument("mountpoint", metavar="MOUNTPOINT")
     u.set_defaults(func=cmd_umount)
+    c = sub.add_parser("check", help="verify FILE without mounting it",
+                       description="Verify every structure of FILE; exit 0 when sound, 1 with one line per "
+                                   "problem, 2 when FILE cannot be read.")
+    c.add_argument("file", metavar="FILE")
+    c.set_defaults(func=cmd_check)
     return p
 
 

@@ -1,0 +1,184 @@
+"""`h5fs check FILE`: verify an HDF5 file without mounting it.
+
+`check(path)` walks the file's space map with every chunk decoded (h5fs.storage.space_map: every
+structure reachable from the superblock is read, its checksum verified, every B-tree and array
+index walked, each object's errors caught and recorded), then checks the map as a whole: no two
+extents overlap (both owners named), nothing lies past the superblock's end of allocation (the
+end of the file is checked as each extent is met), the free space persistent free-space managers
+list is space nothing uses. A complete record in the journal beside the file (`FILE.h5fs-journal`)
+means metadata updates a writer committed still wait to be replayed: the file alone is not what
+was committed, which is a problem too. The Report lists the problems (`/path: structure: what is
+wrong`) and sums up the space: bytes used, bytes unused (gaps below the end of allocation, which
+libhdf5 and h5fs may both leave), bytes the free-space managers list, the file's size.
+
+`run(path)` is the command: problems on stdout, one per line (exit 1), or the one-line summary
+(exit 0); exit 2 when the file cannot be read; counters on stderr while it runs if that is a
+terminal.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from .errors import H5fsError
+from .model.file import H5File
+from .storage import journal
+from .storage.blockio import open_regular
+from .storage.locking import take_lock
+from .storage.readers import superblock as superblock_reader
+from .storage.space_map import FILE, UNEXPECTED, Extent, Problem, Progress, gaps, walk
+
+MAX_OVERLAPS = 1000   # overlap lines reported; the rest are counted
+
+
+@dataclass(frozen=True)
+class Report:
+    path: str
+    problems: tuple[Problem, ...]
+    file_size: int = 0           # bytes from the superblock's position on
+    end_of_allocation: int = 0   # what the superblock records, from the superblock's position on
+    used: int = 0                # bytes below the end of allocation some structure holds
+    unused: int = 0              # the rest of them
+    listed_free: int = 0         # bytes the free-space managers list as free
+    objects: int = 0
+    chunks: int = 0
+
+    @property
+    def sound(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        state = "sound" if self.sound else _count(len(self.problems), "problem")
+        return (f"{self.path}: {state}: {_count(self.objects, 'object')}, "
+                f"{_count(self.chunks, 'chunk')}; {self.used} bytes used, {self.unused} unused ({self.listed_free} listed free) "
+                f"of {self.end_of_allocation} allocated; file {self.file_size} bytes")
+
+
+def check(path: str, progress: Progress | None = None) -> Report:
+    """Check the file at `path` (see the module docstring). OSError when it cannot be opened,
+    H5fsError (Locked) when a writer holds it."""
+    problems = _journal(path)
+    fd = open_regular(path)
+    try:
+        take_lock(fd, path, False)
+        size = os.fstat(fd).st_size
+        try:
+            sb = superblock_reader.read(fd)
+        except (H5fsError, *UNEXPECTED) as e:
+            return Report(path, tuple(problems + [Problem(FILE, "superblock", str(e))]), size)
+        f = H5File(path, fd, sb)
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:   # closes fd
+        smap = walk(f, chunks=True, progress=progress)
+        # libhdf5 stores the end of allocation with the base address added (a user block's size)
+        eoa, eof = sb.eof_address - sb.base_address, size - sb.location
+    used = sorted(smap.extents, key=lambda e: e.address)
+    unused = sum(n for _, n in gaps(used, eoa))
+    problems += smap.problems + _space_problems(used, smap.free, eoa)
+    return Report(path, tuple(dict.fromkeys(problems)), eof, eoa, eoa - unused, unused,
+                  sum(e.size for e in smap.free), smap.objects, smap.chunks)
+
+
+def _journal(path: str) -> list[Problem]:
+    try:
+        with open(journal.journal_path(path), "rb") as fh:
+            entries = journal.decode(fh.read())
+    except FileNotFoundError:
+        return []
+    if not entries:
+        return []
+    return [Problem(FILE, "journal", f"{_count(len(entries), 'metadata update')} in {journal.journal_path(path)} "
+                                     "waiting to be replayed (a writable open or mount replays them)")]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _space_problems(used: list[Extent], free: list[Extent], eoa: int) -> list[Problem]:
+    """Extents past the end of allocation, extents that overlap, free sections something uses."""
+    out = [Problem(e.path, e.structure, f"{e.address}+{e.size} lies past the end of allocation ({eoa})")
+           for e in used if e.end > eoa]
+    overlaps, reach = 0, None
+    for e in used:
+        if reach is not None and e.address < reach.end:
+            overlaps += 1
+            if overlaps <= MAX_OVERLAPS:
+                out.append(Problem(e.path, e.structure, f"{e.address}+{e.size} overlaps {reach.what} at "
+                                                        f"{reach.address}+{reach.size}"))
+        if reach is None or e.end > reach.end:
+            reach = e
+    if overlaps > MAX_OVERLAPS:
+        out.append(Problem(FILE, "space map", f"{overlaps - MAX_OVERLAPS} more overlapping extents"))
+    starts = [e.address for e in used]
+    reaches, furthest = [], None   # reaches[i]: the extent reaching furthest among used[:i + 1]
+    for e in used:
+        furthest = e if furthest is None or e.end > furthest.end else furthest
+        reaches.append(furthest)
+    for s in free:
+        i = bisect.bisect_left(starts, s.end) - 1
+        if s.end > eoa:
+            out.append(Problem(s.path, s.structure, f"{s.address}+{s.size} lies past the end of allocation ({eoa})"))
+        elif i >= 0 and reaches[i].end > s.address:
+            hit = reaches[i]
+            out.append(Problem(s.path, s.structure, f"{s.address}+{s.size} is listed free but {hit.what} uses "
+                                                    f"{hit.address}+{hit.size}"))
+    return out
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+class TerminalProgress:
+    """Counters rewritten in place on a terminal, at most ten times a second."""
+
+    def __init__(self, out: TextIO):
+        self.out = out
+        self.last = 0.0
+
+    def __call__(self, objects: int, chunks: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= 0.1:
+            self.last = now
+            self.out.write(f"\rh5fs check: {objects} objects walked, {chunks} chunks checked")
+            self.out.flush()
+
+    def done(self) -> None:
+        if self.last:
+            self.out.write("\r\033[K")
+            self.out.flush()
+
+
+def run(path: str, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """The `h5fs check` command: 0 sound, 1 problems (one line each), 2 unreadable."""
+    out, err = out or sys.stdout, err or sys.stderr
+    progress = TerminalProgress(err) if err.isatty() else None
+    try:
+        report = check(path, progress)
+    except (OSError, H5fsError) as e:
+        _line(err, f"h5fs: {path}: {getattr(e, 'strerror', None) or e}")
+        return 2
+    finally:
+        if progress is not None:
+            progress.done()
+    if report.sound:
+        _line(out, report.summary())
+        return 0
+    for p in report.problems:
+        _line(out, str(p))
+    _line(err, report.summary())
+    return 1
+
+
+def _line(stream: TextIO, text: str) -> None:
+    """Write a line the stream's encoding takes: names from the file may hold any bytes."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    stream.write(text.encode(encoding, "backslashreplace").decode(encoding) + "\n")
+
