@@ -67,7 +67,8 @@ if TYPE_CHECKING:
 
 # Object header message types the walk follows (IV.A.2; h5fs.model.messages has the whole table,
 # a layer above this one).
-LINK_INFO, EXTERNAL, SOHM_TABLE, SYMBOL_TABLE, BTREE_K, ATTRIBUTE_INFO, FSINFO = 0x02, 0x07, 0x0F, 0x11, 0x13, 0x15, 0x17
+LINK_INFO, DATATYPE, EXTERNAL, SOHM_TABLE, SYMBOL_TABLE = 0x02, 0x03, 0x07, 0x0F, 0x11
+BTREE_K, ATTRIBUTE_INFO, FSINFO = 0x13, 0x15, 0x17
 FILE = "(file)"     # the owner named for the file's own structures (superblock and what it names)
 SCAN_BYTES = 4 << 20   # contiguous variable-length data is scanned for heap IDs this much at a time
 MAX_NESTING = 8        # vlen data inside vlen data followed this deep
@@ -226,7 +227,6 @@ class _Walk:
     def __init__(self, file: H5File, chunks: bool, progress: Progress | None):
         self.f, self.reader, self.sizes = file, file.reader, file.sizes
         self.sb = sb = file.superblock
-        self.eof = self.reader.eof - self.reader.base
         self.map = SpaceMap()
         self.decode_all = chunks
         self.progress = progress
@@ -273,8 +273,9 @@ class _Walk:
         if address is None:
             self.problem(path, structure, "undefined address")
             return False
-        if address < 0 or size < 0 or address + size > self.eof:
-            self.problem(path, structure, f"{address}+{size} lies outside the file ({self.eof} bytes)")
+        eof = self.reader.eof - self.reader.base   # read each time: a mount's writes move it
+        if address < 0 or size < 0 or address + size > eof:
+            self.problem(path, structure, f"{address}+{size} lies outside the file ({eof} bytes)")
             return False
         if size:
             self.map.extents.append(Extent(address, size, path, structure))
@@ -404,7 +405,7 @@ class _Walk:
             for a in obj.attributes():
                 with self.guard(path, f"attribute {a.name!r}"):
                     if a.msg.datatype_shared:
-                        self.shared_source(0x03, a.msg.datatype_raw, path)
+                        self.shared_source(DATATYPE, a.msg.datatype_raw, path)
                     dt = a.datatype
                     self.scan(a.msg.data[:a.dataspace.count * dt.size], dt, path, f"attribute {a.name!r}")
 
