@@ -23,14 +23,20 @@ from write_support import verify_file
 N = 20000
 ROUNDS = int(os.environ.get("H5FS_CRASH_ROUNDS", "5"))
 
+# layout -> (libver, dataset options): every kind of storage a 1-D dataset can have
 LAYOUTS = {
-    "contiguous": {},
+    "contiguous": ("latest", {}),
+    "btree-v1": ("earliest", {"chunks": (500,), "maxshape": (None,)}),
+    "btree-v1-gzip": ("earliest", {"chunks": (500,), "maxshape": (None,), "compression": "gzip", "shuffle": True}),
+    "extensible-array-gzip": ("latest", {"chunks": (500,), "maxshape": (None,), "compression": "gzip"}),
+    "fixed-array": ("latest", {"chunks": (500,)}),
 }
 
 
-def make(path, layout: str, libver: str = "latest") -> None:
+def make(path, layout: str) -> None:
+    libver, options = LAYOUTS[layout]
     with h5py.File(path, "w", libver=libver) as f:
-        f.create_dataset(NAME, data=initial(N), **LAYOUTS[layout])
+        f.create_dataset(NAME, data=initial(N), **options)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

@@ -198,7 +198,7 @@ class Writeback:
         source: ChunkedSource = ds.source
         lay, space = lay or ds.layout, ds.dataspace
         index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, bool(ds.filters), ds.path))
-        implicit = lay.index.index_type == L.IMPLICIT_INDEX
+        implicit = lay.index is not None and lay.index.index_type == L.IMPLICIT
         encoded = self._encode(ds, source, chunks, st)
         records = []
         for coords, (data, mask) in encoded.items():
