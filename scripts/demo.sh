@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 mnt=$(mktemp -d /tmp/h5fs-demo.XXXXXX)
-trap 'h5fs umount "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null; rmdir "$mnt"' EXIT
+work=$(mktemp -d /tmp/h5fs-demo-edit.XXXXXX)
+trap 'h5fs umount "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null; rmdir "$mnt"; rm -rf "$work"' EXIT
 h5fs mount -o ro demo/demo.h5 "$mnt"
 run() { printf '\n$ %s\n' "$*"; eval "$@"; }
 run "ls -l $mnt $mnt/climate"
@@ -17,3 +18,12 @@ done
 run "od -A d -t f4 -N 16 $mnt/climate/temperature"
 run "du -k --apparent-size $mnt/climate/temperature; du -k $mnt/climate/temperature"
 run "python3 -c \"import numpy as np; a = np.load('$mnt/climate/temperature.npy'); print(a.shape, a.dtype, a.mean())\""
+h5fs umount "$mnt"
+
+printf '\n# edits: a copy of the demo file mounted read-write\n'
+cp demo/demo.h5 "$work/demo.h5"
+h5fs mount "$work/demo.h5" "$mnt"
+run "python3 -c \"import numpy as np; a = np.lib.format.open_memmap('$mnt/climate/temperature.npy', mode='r+'); a[0, 0, :4] = [-1, -2, -3, -4]; a.flush()\""
+run "printf 'Edited by h5fs:  ' | dd of=$mnt/notes conv=notrunc status=none; cat $mnt/notes"
+run "h5fs umount $mnt"
+run "python3 -c \"import h5py; f = h5py.File('$work/demo.h5'); print(f['climate/temperature'][0, 0, :6]); print(f['notes'][()].tobytes().decode())\""

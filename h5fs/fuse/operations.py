@@ -89,7 +89,7 @@ class Operations(pyfuse3.Operations):
         self.prefetcher.nursery = nursery
         self.blocks.nursery = nursery
         if self.writes is not None:
-            nursery.start_soon(self.writes.flusher)
+            self.writes.start(nursery)
 
     def close(self) -> None:
         """At unmount: every write into the file, durably."""

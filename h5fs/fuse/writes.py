@@ -22,6 +22,7 @@ from pyfuse3 import FUSEError
 from ..errors import CannotWrite, InvalidWrite
 from ..model import namespace
 from ..model.namespace import NPY, RAW
+from ..model.free_space import find_free_space
 from ..model.writeback import Writeback
 from . import offload
 from .handles import OpenFile
@@ -38,7 +39,17 @@ class WriteSide:
         self.last_write = 0.0
         self.paged: set[int] = set()   # inodes whose pages the kernel may hold (opened with keep_cache)
 
-    async def flusher(self) -> None:
+    def start(self, nursery) -> None:
+        nursery.start_soon(self._flusher)
+        nursery.start_soon(self._find_free_space)
+
+    async def _find_free_space(self) -> None:
+        try:
+            await offload.run_sync(find_free_space, self.ops.f)
+        except Exception as exc:  # noqa: BLE001 - new space keeps coming from the end of the file
+            log.warning("free space not reused: %s: %s", type(exc).__name__, exc)
+
+    async def _flusher(self) -> None:
         """Flush FLUSH_DELAY s after the last write."""
         while True:
             await trio.sleep(FLUSH_POLL)

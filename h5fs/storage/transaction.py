@@ -44,7 +44,9 @@ class Store:
         self.reader, self.superblock, self.journal = reader, superblock, journal
         self.writer = FileWriter(reader.fd, 0, recorder)
         # never hand out space the file already holds, even past the recorded end of allocation
-        self.allocator = Allocator(max(superblock.eof_address, os.fstat(reader.fd).st_size - reader.base))
+        # (which libhdf5 stores with the base address added, unlike every other address)
+        self.allocator = Allocator(max(superblock.eof_address - superblock.base_address,
+                                       os.fstat(reader.fd).st_size - reader.base))
         self.lock = threading.Lock()   # one transaction at a time
 
     def begin(self) -> Transaction:
@@ -157,7 +159,7 @@ class Transaction:
         store = self.store
         base, writer = store.reader.base, store.writer
         updates = [(base + a, d) for a, d in sorted(self._in_place.items())]
-        eoa = store.allocator.eoa
+        eoa = store.allocator.eoa + store.superblock.base_address
         sb = replace(store.superblock, eof_address=eoa) if eoa > store.superblock.eof_address else None
         if sb is not None:
             # first: no published pointer may lie beyond the end of allocation libhdf5 checks
