@@ -240,3 +240,27 @@ def test_closed_file_lands_without_fsync(mount, tmp_path):
     force_unmount(mp)
     data = verify_file(path, h5dump=False)
     assert np.array_equal(data["d"], values)
+
+
+def test_unused_space_is_reused(mount, tmp_path):
+    """Space libhdf5 left unused (a deleted dataset) is found after mount and new data goes
+    there: the file does not grow."""
+    path = tmp_path / "holes.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_dataset("big", data=np.ones(100_000))
+        f.create_dataset("late", shape=(50_000,), dtype="<f8")
+        f.create_dataset("after", data=np.arange(10))   # keeps big's space inside the file
+    with h5py.File(path, "a") as f:
+        del f["big"]
+    size = os.path.getsize(path)
+    mp = mount(path, "rw")
+    deadline = time.monotonic() + 30
+    while "unused space found" not in mount.log_of(mp):
+        assert time.monotonic() < deadline, mount.log_of(mp)
+        time.sleep(0.05)
+    values = np.arange(50_000, dtype="<f8")
+    pwrite(mp / "late", values.tobytes(), 0)
+    run_h5fs("umount", mp, check=True)
+    assert os.path.getsize(path) == size
+    data = verify_file(path, h5dump=False)
+    assert np.array_equal(data["late"], values)
