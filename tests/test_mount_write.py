@@ -264,3 +264,38 @@ def test_unused_space_is_reused(mount, tmp_path):
     assert os.path.getsize(path) == size
     data = verify_file(path, h5dump=False)
     assert np.array_equal(data["late"], values)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs: a disk that fills up."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_disk_full_answers_enospc_and_keeps_the_file(mount, small_disk):
+    path = small_disk / "f.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_dataset("d", shape=(0, 1024), maxshape=(None, 1024), chunks=(16, 1024), dtype="<f8")
+    mp = mount(path, "rw")
+    rng = np.random.default_rng(0)
+    durable = b""
+    fd = os.open(mp / "d", os.O_WRONLY)
+    try:
+        with pytest.raises(OSError) as failure:
+            while True:
+                block = rng.random((64, 1024)).tobytes()   # 512 KiB a write, fsync'd
+                os.pwrite(fd, block, len(durable))
+                os.fsync(fd)
+                durable += block
+    finally:
+        os.close(fd)
+    assert failure.value.errno == errno.ENOSPC
+    run_h5fs("umount", mp, check=True)
+    data = verify_file(path, h5dump=True)
+    assert data["d"].tobytes()[:len(durable)] == durable

@@ -17,6 +17,7 @@ import pyfuse3
 import trio
 
 from . import mounts
+from ..errors import H5fsError
 from ..model.writeback import Writeback
 from .operations import Operations
 
@@ -68,6 +69,9 @@ def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, write
             status = 1
         try:
             ops.close()
+        except (OSError, H5fsError) as exc:   # a full disk: what could not be written is named
+            log.error("writing the last changes into %s failed, they are lost: %s", source, exc)
+            status = 1
         except Exception:
             log.exception("writing the last changes into %s failed", source)
             status = 1
