@@ -299,3 +299,24 @@ def test_disk_full_answers_enospc_and_keeps_the_file(mount, small_disk):
     run_h5fs("umount", mp, check=True)
     data = verify_file(path, h5dump=True)
     assert data["d"].tobytes()[:len(durable)] == durable
+
+
+def test_kernel_writeback_cache(mount, tmp_path):
+    """With the kernel's writeback cache the kernel batches writes (and reads pages to fill
+    partial ones) before they reach the daemon: the file must end up the same."""
+    path = tmp_path / "wbc.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_dataset("d", data=np.zeros((300, 50), "<i2"), chunks=(16, 16), maxshape=(None, 50))
+    model = np.zeros((300, 50), "<i2")
+    mp = mount(path, "rw", "writeback_cache")
+    m = np.memmap(mp / "d", dtype="<i2", mode="r+", shape=(300, 50))
+    m[10:20, 5:9] = 7
+    m.flush()
+    del m
+    model[10:20, 5:9] = 7
+    pwrite(mp / "d", np.full(50 * 20, 3, "<i2").tobytes(), 300 * 100)   # 20 rows appended
+    model = np.concatenate([model, np.full((20, 50), 3, "<i2")])
+    assert (mp / "d").read_bytes() == model.tobytes()
+    run_h5fs("umount", mp, check=True)
+    data = verify_file(path, h5dump=True)
+    assert np.array_equal(data["d"], model)
