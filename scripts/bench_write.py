@@ -487,14 +487,14 @@ def target_rows(cases: dict[str, Case], room: Space | None) -> list[str]:
             rows.append(table_row(case.name, "FAILED (above)", goal, "NOT met"))
             continue
         ratio = statistics.median(case.h5py) / case.median(lambda r: r.seconds)
-        rows.append(table_row(case.name, f"{ratio:.2f}x h5py", goal, met(ratio >= case.target)))
+        rows.append(table_row(case.name, f"{ratio:.3f}x h5py", goal, met(ratio >= case.target)))
     if room is not None:
         goal = f"<= {SPACE_TARGET}x after round 1"
         if room.error:
             rows.append(table_row("space", f"FAILED: {room.error}", goal, "NOT met"))
         else:
             rows.append(table_row(
-                "space", f"{room.ratio:.2f}x ({room.sizes[0] / MIB:.1f} MiB after round 1, {room.sizes[-1] / MIB:.1f} "
+                "space", f"{room.ratio:.3f}x ({room.sizes[0] / MIB:.1f} MiB after round 1, {room.sizes[-1] / MIB:.1f} "
                 f"after round {len(room.sizes)}, {room.final / MIB:.1f} after the unmount)", goal,
                 met(room.ratio <= SPACE_TARGET)))
     gzip = cases.get("gzip")
