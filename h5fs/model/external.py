@@ -17,19 +17,36 @@ Choices (libhdf5's H5D__efl_read / H5D__efl_readvv is the reference):
   (libhdf5 refuses to create such a dataset, and errors when reading past the slots).
 - Files are opened read-only on first use and their fds cached (thread-safe); `allocated()` is
   0: none of the data lives inside the .h5 file.
+
+Writing (`external_write`, libhdf5's H5D__efl_write is the reference) changes the external files
+in place, the way libhdf5 does; the .h5 file is not touched:
+- A file shorter than its slot is extended by the write (the gap reads as zeros, as before).
+- A missing file is not created (libhdf5 would create it): reads of it answer EIO, and a write
+  that made it appear would turn those errors into zeros nobody wrote. The write answers EIO too.
+- A file that exists but cannot be opened for writing (permissions, read-only filesystem,
+  immutable): ReadOnly (EROFS) naming it. Every file a write needs is opened before any byte is
+  written, so a refused write changes nothing.
+- Bytes past the last slot: TooLarge (EFBIG); nothing is written.
+- Writable fds are kept per open HDF5 file in a bounded LRU (MAX_WRITERS); files written since
+  the last `external_sync_all(f)` are fsynced by it; `external_close_all(f)` syncs and closes.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
-from ..errors import FormatError
+from ..errors import FormatError, ReadOnly, TooLarge
 from ..storage.blockio import open_regular
 from ..storage.readers import local_heap
 from ..storage.sources import RawSource
 from . import messages as M
+
+MAX_WRITERS = 64               # writable external fds kept open per HDF5 file
 
 @dataclass(frozen=True)
 class Extent:
@@ -132,15 +149,14 @@ class ExternalSource(RawSource):
             pass
 
 
-def external_extents(ds, size: int) -> list[Extent]:
-    """The slots of `ds`'s External Data Files message, resolved and clipped to `size` bytes."""
+def _extents(ds, size: int) -> tuple[list[Extent], int]:
+    """The slots of `ds`'s External Data Files message, resolved and clipped to `size` bytes,
+    and how many of those bytes they hold."""
     efl = ds.message(M.EXTERNAL)
     if efl is None:
         raise FormatError(f"{ds.path}: no external data files message")
     if not efl.slots:
-        if size:
-            raise FormatError(f"{ds.path}: external storage with no files for {size} bytes")
-        return []
+        return [], 0
     heap = local_heap.read(ds.file.reader, efl.heap_address, f"{ds.path}: external file list")
     unlimited = (1 << (8 * ds.file.sizes.length)) - 1
     out: list[Extent] = []
@@ -163,7 +179,12 @@ def external_extents(ds, size: int) -> list[Extent]:
         if take > 0:
             out.append(Extent(resolve_name(name, ds.file.path), name, slot.file_offset, start, take))
         start += length
-    covered = sum(e.size for e in out)
+    return out, sum(e.size for e in out)
+
+
+def external_extents(ds, size: int) -> list[Extent]:
+    """The slots of `ds`'s External Data Files message, resolved and clipped to `size` bytes."""
+    out, covered = _extents(ds, size)
     if covered < size:
         raise FormatError(f"{ds.path}: external files hold {covered} bytes, the dataset needs {size}")
     return out
@@ -189,5 +210,123 @@ def external_facts(ds) -> dict[str, str]:
     return {"external": "; ".join(items)}
 
 
+# ------------------------------------------------------------------------------- writing
+
+class _Writers:
+    """Writable fds of one HDF5 file's external files (bounded LRU) and the paths written since
+    the last sync (an fd evicted before the sync is reopened to fsync its file)."""
+
+    def __init__(self):
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._dirty: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _fd(self, ext: Extent, what: str) -> int:
+        """The writable fd of `ext`'s file (the lock held)."""
+        fd = self._fds.get(ext.path)
+        if fd is not None:
+            self._fds.move_to_end(ext.path)
+            return fd
+        try:
+            fd = open_regular(ext.path, writable=True)
+        except OSError as e:
+            text = f"{what}: external data file {ext.name!r} ({ext.path}): {e.strerror or e}"
+            if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ETXTBSY):
+                raise ReadOnly(f"{text}: cannot be written") from e
+            raise ExternalOpenError(text) from e
+        self._fds[ext.path] = fd
+        while len(self._fds) > MAX_WRITERS:
+            os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    def open(self, extents: list[Extent], what: str) -> None:
+        """Open every file of `extents` for writing (or raise before anything is written)."""
+        with self._lock:
+            for ext in extents:
+                self._fd(ext, what)
+
+    def pwrite(self, ext: Extent, position: int, data: memoryview, what: str) -> None:
+        with self._lock:
+            fd = self._fd(ext, what)
+            self._dirty.add(ext.path)
+            while data:
+                n = os.pwrite(fd, data, position)
+                position += n
+                data = data[n:]
+
+    def sync(self) -> None:
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            for path in sorted(dirty):
+                fd = self._fds.get(path)
+                if fd is not None:
+                    os.fsync(fd)
+                    continue
+                fd = open_regular(path)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            fds, self._fds = list(self._fds.values()), OrderedDict()
+        for fd in fds:
+            os.close(fd)
+
+
+_writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # H5File -> _Writers
+_writers_lock = threading.Lock()
+
+
+def _file_writers(f) -> _Writers:
+    with _writers_lock:
+        w = _writers.get(f)
+        if w is None:
+            w = _writers[f] = _Writers()
+            weakref.finalize(f, w.close)
+        return w
+
+
+def external_write(ds, offset: int, data: bytes) -> None:
+    """Write `data` at byte `offset` of the raw view of `ds` (contiguous, stored in external
+    files) into those files, in place."""
+    if not data:
+        return
+    end = offset + len(data)
+    source = ds.source
+    if isinstance(source, ExternalSource) and end <= source.size:
+        extents = source.extents
+    else:
+        extents, covered = _extents(ds, end)
+        if covered < end:
+            raise TooLarge(f"{ds.path}: writing bytes {offset}..{end} past the {covered} bytes its "
+                           f"external data files hold")
+    pieces = [(ext, max(offset, ext.start), min(end, ext.start + ext.size)) for ext in extents]
+    pieces = [p for p in pieces if p[1] < p[2]]
+    w = _file_writers(ds.file)
+    w.open([ext for ext, _, _ in pieces], ds.path)
+    view = memoryview(data)
+    for ext, lo, hi in pieces:
+        w.pwrite(ext, ext.file_offset + lo - ext.start, view[lo - offset:hi - offset], ds.path)
+
+
+def external_sync_all(f) -> None:
+    """fsync every external data file written through `f` (an H5File) since the last call."""
+    with _writers_lock:
+        w = _writers.get(f)
+    if w is not None:
+        w.sync()
+
+
+def external_close_all(f) -> None:
+    """Sync, then close every writable external fd `f` (an H5File) holds."""
+    with _writers_lock:
+        w = _writers.pop(f, None)
+    if w is not None:
+        w.sync()
+        w.close()
+
+
 __all__ = ["ExternalSource", "ExternalOpenError", "external_source", "external_extents", "external_facts",
-           "resolve_name"]
+           "resolve_name", "external_write", "external_sync_all", "external_close_all"]

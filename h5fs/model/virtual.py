@@ -42,6 +42,13 @@ Behaviours (libhdf5 2.0 is the reference, default access properties):
 - Source files are opened with H5File.open and kept in a bounded, shared, thread-safe LRU
   pool (POOL_SIZE files); a file in use is closed only after its last user is done.
 - allocated() is 0: the data lives in the sources.
+
+Writing (`virtual_write`, libhdf5's H5D__virtual_write is the reference) maps the written
+elements through the same plan and hands each source dataset of the virtual dataset's own file
+(name "." or a name that resolves to that file) its runs of consecutive elements; the caller
+writes them. Elements of a source in another file: ReadOnly (EROFS) naming it (a mount writes
+one file). Elements that no mapping stores (unmapped, a missing source dataset, past an
+unlimited source's extent): CannotWrite (ENOTSUP). Either refusal comes before any write.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from math import prod
 
 import numpy as np
 
-from ..errors import FormatError, H5fsError, NotFound, Unsupported
+from ..errors import CannotWrite, FormatError, H5fsError, InvalidWrite, NotFound, ReadOnly, TooLarge, Unsupported
 from ..format import selection as S
 from ..format import vds_mapping
 from ..storage.chunk_grid import chunks_in_box, linear_boxes, overlap
@@ -535,10 +542,7 @@ class VirtualSource(RawSource):
         """(pool entry or None, source dataset or None) for a mapping; None when missing."""
         if m.file_name == ".":
             return None, self._dataset(self.ds.file, m, None)
-        if m.candidates is None:
-            me = os.path.realpath(self.ds.file.path)
-            m.candidates = [(c, os.path.realpath(c) == me) for c in source_candidates(m.file_name, self.ds.file.path)]
-        for cand, is_me in m.candidates:
+        for cand, is_me in self._candidates(m):
             if is_me:
                 return None, self._dataset(self.ds.file, m, None)
             e = POOL.acquire(cand)
@@ -551,6 +555,27 @@ class VirtualSource(RawSource):
                 raise
             return e, src
         return None, None
+
+    def _candidates(self, m: _Resolved) -> list[tuple[str, bool]]:
+        if m.candidates is None:
+            me = os.path.realpath(self.ds.file.path)
+            m.candidates = [(c, os.path.realpath(c) == me) for c in source_candidates(m.file_name, self.ds.file.path)]
+        return m.candidates
+
+    def elsewhere(self, m: _Resolved) -> str | None:
+        """None when the mapping's source file is the virtual dataset's own file, else the other
+        file's path (its stored name when no candidate exists), found as `_open` finds it."""
+        if m.file_name == ".":
+            return None
+        for cand, is_me in self._candidates(m):
+            if is_me:
+                return None
+            try:
+                os.stat(cand)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            return cand
+        return m.file_name
 
     def _dataset(self, f, m: _Resolved, entry: _Entry | None):
         cache = entry.datasets if entry is not None else None
@@ -603,18 +628,10 @@ class VirtualSource(RawSource):
             try:
                 if src is None:
                     continue                            # missing source: fill value
-                sshape = src.shape if src.shape else (1,)
-                ssel = m.source_selection(sshape)
-                limit = 0 if ssel is None else ssel.n
-                if m.pairs_exact and limit != m.vsel.n:
-                    raise FormatError(f"{m.label}: source selection has {limit} elements, virtual "
-                                      f"selection {m.vsel.n}")
-                if ords.size and int(ords.max()) >= limit:
-                    keep = ords < limit
-                    pos, ords = pos[keep], ords[keep]
-                    if not len(ords):
-                        continue
-                out[pos] = _gather(src, sshape, ssel.coords(ords))
+                paired = _pair(m, src, pos, ords)
+                if paired is not None:
+                    sshape, pos, coords = paired
+                    out[pos] = _gather(src, sshape, coords)
             finally:
                 if entry is not None:
                     POOL.release(entry)
@@ -625,6 +642,23 @@ class VirtualSource(RawSource):
 
     def footprint(self) -> int:
         return 1000 + _maps_nbytes(self.maps)   # the maps are the plan's: counted in both
+
+
+def _pair(m: _Resolved, src, pos: np.ndarray, ords: np.ndarray):
+    """The source's shape, and the box positions and source coordinates of the located elements
+    (pos, ords) the mapping pairs with a source element; None when it pairs none of them."""
+    sshape = src.shape if src.shape else (1,)
+    ssel = m.source_selection(sshape)
+    limit = 0 if ssel is None else ssel.n
+    if m.pairs_exact and limit != m.vsel.n:
+        raise FormatError(f"{m.label}: source selection has {limit} elements, virtual "
+                          f"selection {m.vsel.n}")
+    if ords.size and int(ords.max()) >= limit:
+        keep = ords < limit
+        pos, ords = pos[keep], ords[keep]
+        if not len(ords):
+            return None
+    return sshape, pos, ssel.coords(ords)
 
 
 def _gather(src, shape: tuple[int, ...], coords: np.ndarray) -> np.ndarray:
@@ -875,6 +909,71 @@ def virtual_source(ds, size: int) -> RawSource:
     _check_type(ds)
     plan = _plan(ds)
     return VirtualSource(ds.detached(), plan.shape, plan.maps)  # kept in ds's state
+
+
+def virtual_write(ds, offset: int, data: bytes, write_source) -> None:
+    """Write whole elements (`data` at byte `offset` of the raw view of virtual dataset `ds`)
+    through to the source datasets of its file: `write_source(source_ds, source_offset, piece)`
+    once per run of consecutive row-major elements of each source. Every element goes to every
+    mapping that selects it (a later mapping's value wins where two write one source element,
+    as libhdf5 writes the mappings in order). Nothing is written when any element maps to a
+    source in another file (ReadOnly) or to no source (CannotWrite)."""
+    _check_type(ds)
+    vsrc: VirtualSource = ds.source
+    isz = vsrc.itemsize
+    if offset % isz or len(data) % isz:
+        raise InvalidWrite(f"{ds.path}: virtual write of {len(data)} bytes at {offset}: not whole elements")
+    if offset + len(data) > vsrc.size:
+        raise TooLarge(f"{ds.path}: a virtual dataset of {vsrc.size} bytes cannot grow "
+                       f"(write up to byte {offset + len(data)})")
+    e0 = offset // isz
+    values = np.frombuffer(data, np.uint8).reshape(-1, isz)
+    with _Guard(_key(ds), ds.path):
+        for src, lin, idx in _write_plan(ds, vsrc, e0, e0 + len(values)):
+            cuts = np.flatnonzero(np.diff(lin) != 1) + 1
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(lin)]):
+                write_source(src, int(lin[a]) * isz, values[idx[a:b]].tobytes())
+
+
+def _write_plan(ds, vsrc: VirtualSource, e0: int, e1: int) -> list[tuple[object, np.ndarray, np.ndarray]]:
+    """Per source dataset written: its element numbers (row-major, sorted, each once) and, for
+    each, the element of the write (0 = e0) it takes its value from."""
+    covered = np.zeros(e1 - e0, bool)
+    found: dict[int, tuple[object, list]] = {}   # source address -> (dataset, [(mapping, lin, idx)])
+    base = 0
+    for start, count in linear_boxes(vsrc.shape, e0, e1):
+        for i, m in enumerate(vsrc.maps):
+            hit = m.vsel.locate(start, count) if m.hits(start, count) else None
+            if hit is None:
+                continue
+            other = vsrc.elsewhere(m)
+            if other is not None:
+                raise ReadOnly(f"{ds.path}: elements map to {m.dset_name} in {other}, another file than "
+                               f"the virtual dataset's; only sources in the same file are written")
+            src = vsrc._dataset(ds.file, m, None)
+            paired = None if src is None else _pair(m, src, *hit)
+            if paired is None:
+                continue                  # a missing source or past its selection: stored nowhere
+            sshape, pos, coords = paired
+            covered[base + pos] = True
+            lin = np.ravel_multi_index(tuple(coords.T), sshape)
+            found.setdefault(src.address, (src, []))[1].append((i, lin, base + pos))
+        base += prod(count)
+    if not covered.all():
+        missing = np.flatnonzero(~covered)[:3] + e0
+        first = ", ".join(str(tuple(int(c) for c in np.unravel_index(int(k), vsrc.shape))) for k in missing)
+        raise CannotWrite(f"{ds.path}: {int((~covered).sum())} written elements (first {first}) map to no "
+                          f"source dataset: they hold the fill value and nothing stores them")
+    plan = []
+    for src, parts in found.values():
+        parts.sort(key=lambda p: p[0])                 # mapping order (stable: box order kept)
+        lin = np.concatenate([p[1] for p in parts])
+        idx = np.concatenate([p[2] for p in parts])
+        order = np.argsort(lin, kind="stable")
+        lin, idx = lin[order], idx[order]
+        last = np.append(lin[1:] != lin[:-1], True)    # the last value written to an element wins
+        plan.append((src, lin[last], idx[last]))
+    return plan
 
 
 def virtual_facts(ds) -> dict[str, str]:
