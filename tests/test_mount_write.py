@@ -373,3 +373,37 @@ def test_concurrent_writers(mount, tmp_path):
     data = verify_file(path, h5dump=False)
     for name in ("a", "b"):
         assert data[name].tobytes() == seen[name]
+
+
+def test_external_and_virtual_written_through(mount, tmp_path):
+    """An external dataset is written into its raw data files; a virtual dataset into its
+    sources in the same file; a source in another file answers EROFS."""
+    path = tmp_path / "through.h5"
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f.create_dataset("s", data=np.zeros(10, "<i4"))
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_dataset("ext", shape=(100,), dtype="<i4", external=[("raw0.bin", 0, 200), ("raw1.bin", 16, 200)])
+        f["ext"][...] = np.arange(100, dtype="<i4")
+        f.create_dataset("a", data=np.zeros(10, "<i4"))
+        f.create_dataset("b", data=np.zeros(10, "<i4"), chunks=(4,), compression="gzip")
+        layout = h5py.VirtualLayout(shape=(20,), dtype="<i4")
+        layout[:10] = h5py.VirtualSource(".", "a", shape=(10,))
+        layout[10:] = h5py.VirtualSource(".", "b", shape=(10,))
+        f.create_virtual_dataset("v", layout)
+        far = h5py.VirtualLayout(shape=(10,), dtype="<i4")
+        far[:] = h5py.VirtualSource(str(other), "s", shape=(10,))
+        f.create_virtual_dataset("far", far)
+    mp = mount(path, "rw")
+    pwrite(mp / "ext", np.arange(40, 60, dtype="<i4").tobytes() * 1, 4 * 40)   # across the two files
+    pwrite(mp / "v", np.arange(5, 15, dtype="<i4").tobytes(), 4 * 5)          # across both sources
+    assert error_of(pwrite, mp / "far", b"\0\0\0\0", 0) == errno.EROFS
+    run_h5fs("umount", mp, check=True)
+    data = verify_file(path, h5dump=False)
+    want_ext = np.arange(100, dtype="<i4")
+    want_ext[40:60] = np.arange(40, 60)
+    assert np.array_equal(data["ext"], want_ext)
+    want_v = np.zeros(20, "<i4")
+    want_v[5:15] = np.arange(5, 15)
+    assert np.array_equal(data["v"], want_v) and np.array_equal(data["b"][:5], np.arange(10, 15))
+    assert "other.h5" in mount.log_of(mp)

@@ -57,7 +57,7 @@ ATTRIBUTE_TABLES = 256  # objects whose attributes-by-name are kept (listxattr, 
 FACT_TABLES = 256
 XATTR_VALUES = 1024     # formatted values kept (getfattr asks each value twice: size, then bytes)
 LISTED_ENTRIES = 65536   # entries of recent listings kept (`find`, then `getfattr -R`, list each group; ~250 B each)
-FH_HANDLERS = frozenset({"read", "release", "flush", "write", "readdir", "releasedir"})
+FH_HANDLERS = frozenset({"read", "release", "flush", "fsync", "write", "readdir", "releasedir"})
 
 
 class Operations(pyfuse3.Operations):

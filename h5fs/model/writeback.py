@@ -40,6 +40,8 @@ from ..storage.sources import ContiguousSource, fill_pattern
 from ..storage.transaction import Transaction
 from . import messages as M
 from .dataset import Dataset
+from .external import external_close_all, external_sync_all, external_write
+from .virtual import virtual_write
 
 DEFAULT_DIRTY_LIMIT = 64 * 1024 * 1024   # dirty chunk bytes held before writes flush them
 FILL_PIECE = 16 * 1024 * 1024            # bytes of fill value written at a time
@@ -58,6 +60,7 @@ class Dirty:
     encoded: dict[tuple[int, ...], tuple[int, Future]] = field(default_factory=dict)
     last: tuple[int, ...] | None = None  # the chunk the last write ended in
     contiguous: bool = False             # data written in place, not yet fsynced
+    external: bool = False               # data written into external files, not yet fsynced
 
 
 class Writeback:
@@ -74,6 +77,7 @@ class Writeback:
     def close(self) -> None:
         self.flush()
         self.pool.shutdown()
+        external_close_all(self.f)
 
     # -- writes -------------------------------------------------------------------------------
     def write(self, ds: Dataset, offset: int, data: bytes) -> int:
@@ -98,11 +102,6 @@ class Writeback:
     def _check_writable(self, ds: Dataset) -> None:
         if ds.materialized is not None:
             raise CannotWrite(f"{ds.path}: writing variable-length or reference data is not supported")
-        lay = ds.layout
-        if lay.layout_class == L.VIRTUAL:
-            raise CannotWrite(f"{ds.path}: writing a virtual dataset is not supported yet")
-        if lay.layout_class == L.CONTIGUOUS and ds.header.first(M.EXTERNAL) is not None:
-            raise CannotWrite(f"{ds.path}: writing external raw data files is not supported yet")
 
     def _state(self, ds: Dataset) -> Dirty:
         st = self.dirty.get(ds.address)
@@ -114,6 +113,11 @@ class Writeback:
         lay = ds.layout
         if lay.layout_class == L.CHUNKED:
             self._write_chunks(ds, e0, data)
+        elif lay.layout_class == L.VIRTUAL:   # written through to its sources in this file
+            virtual_write(ds, e0 * ds.itemsize, data, self._write_source)
+        elif ds.header.first(M.EXTERNAL) is not None:
+            external_write(ds, e0 * ds.itemsize, data)
+            self._state(ds).external = True
         elif lay.layout_class == L.COMPACT:
             compact = bytearray(lay.compact_data)
             start = e0 * ds.itemsize
@@ -129,6 +133,11 @@ class Writeback:
             store = self.f.store
             store.writer.pwrite(source.start + e0 * ds.itemsize, data)
             self._state(ds).contiguous = True
+
+    def _write_source(self, ds: Dataset, offset: int, data: bytes) -> None:
+        """A virtual dataset's piece for one of its sources (whole elements)."""
+        self._check_writable(ds)
+        self._write_elements(ds, offset // ds.itemsize, data)
 
     def _layout(self, lay: L.DataLayout) -> bytes:
         return M.encode(M.LAYOUT, lay, self.f.sizes)
@@ -182,6 +191,8 @@ class Writeback:
                 if st.chunks:
                     self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), st.chunks, st)
                 changed.append((ds, st))
+            if any(st.external for _, st in changed):
+                external_sync_all(self.f)
             if txn.empty and any(st.contiguous for _, st in changed):
                 self.f.store.writer.sync()
             self._commit(txn, [ds.address for ds, _ in changed])
