@@ -1,14 +1,20 @@
-"""Chunk index of layout versions 1-3 (and v4 files that keep it): a version 1 B-tree of type 1."""
+"""Chunk index of layout versions 1-3 (and v4 files that keep it): a version 1 B-tree of type 1.
+Writes (batches of put and removed records) are btree_v1_write's."""
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format import btree_v1
+from ...format.messages.layout import DataLayout
 from ..readers.btree_v1 import iterate_leaves, read_node
 from . import ChunkIndex, ChunkRecord, IndexContext
+from .btree_v1_write import V1Writer
+
+if TYPE_CHECKING:
+    from ..transaction import Transaction
 
 
 class BTreeV1Index(ChunkIndex):
@@ -17,7 +23,7 @@ class BTreeV1Index(ChunkIndex):
         self.rank = len(ctx.layout.chunk_dims)
         self.root = ctx.layout.index.address if ctx.layout.index else None
 
-    def _node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
+    def node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
         """A node and its keys' chunk offsets, through the file's metadata cache."""
         def load() -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
             node = read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
@@ -40,7 +46,7 @@ class BTreeV1Index(ChunkIndex):
         target = tuple(c * d for c, d in zip(coords, self.ctx.layout.chunk_dims))
         addr, level = self.root, None
         for _ in range(btree_v1.MAX_DEPTH + 1):
-            node, keys = self._node(addr)
+            node, keys = self.node(addr)
             if level is not None and node.level != level:
                 raise FormatError(f"{self.ctx.what}: B-tree node at {addr} has level {node.level}, expected {level}")
             # child i holds keys in [keys[i], keys[i+1]): take the last child whose left key <= target
@@ -58,5 +64,11 @@ class BTreeV1Index(ChunkIndex):
         if self.root is None:
             return
         for key, child, _ in iterate_leaves(self.ctx.reader, self.root, btree_v1.CHUNK, self.rank,
-                                                     self.ctx.what, lambda r, a, t, k, w: self._node(a)[0]):
+                                                     self.ctx.what, lambda r, a, t, k, w: self.node(a)[0]):
             yield self._record(key, child)
+
+    def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
+        return V1Writer(self, txn).apply(records, ())
+
+    def remove(self, txn: Transaction, coords: Sequence[tuple[int, ...]]) -> DataLayout | None:
+        return V1Writer(self, txn).apply((), coords)

@@ -4,18 +4,24 @@ Records are of type 10 (unfiltered: address, scaled offsets) or 11 (filtered: ad
 size, filter mask, scaled offsets); scaled offsets are chunk-grid coordinates (8 bytes each),
 ordered lexicographically, which is how `lookup` descends without reading the whole tree. The
 width of the chunk size field is read off the header's record size (libhdf5 writes
-``1 + (log2(chunk bytes) + 8) // 8`` for layout v4 and `size of lengths` for v5).
+``1 + (log2(chunk bytes) + 8) // 8`` for layout v4 and `size of lengths` for v5). Writes
+(batches of put and removed records) are btree_v2_write's.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format import btree_v2 as bt
+from ...format.messages.layout import DataLayout
 from ..readers.btree_v2 import find, iterate, read_header
 from . import ChunkIndex, ChunkRecord, IndexContext
+from .btree_v2_write import V2Writer
 from .fixed_array import _check_rank, chunk_nbytes
+
+if TYPE_CHECKING:
+    from ..transaction import Transaction
 
 
 class BTreeV2Index(ChunkIndex):
@@ -71,3 +77,9 @@ class BTreeV2Index(ChunkIndex):
             rec = self._record(r)
             if rec is not None:
                 yield rec
+
+    def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
+        return V2Writer(self, txn).apply(records, ())
+
+    def remove(self, txn: Transaction, coords: Sequence[tuple[int, ...]]) -> DataLayout | None:
+        return V2Writer(self, txn).apply((), coords)
