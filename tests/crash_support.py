@@ -7,11 +7,15 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
+import time
 from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
 
+from conftest import force_unmount
+from h5fs.fuse.mounts import process_alive
 from h5fs.storage.journal import SUFFIX
 from h5fs.storage.writer import read_recording
 
@@ -58,6 +62,16 @@ def check_promise(values: np.ndarray, acked: list[tuple[int, int, int]], n: int)
     for kk, start, stop in acked:
         floor[start:stop] = kk
     assert np.all(k >= floor), "a write acknowledged by fsync is missing"
+
+
+def kill_daemon(mp, pid: int) -> None:
+    """`kill -9` the daemon, wait until it is gone (its file lock with it), drop the mount."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while process_alive(pid):
+        assert time.monotonic() < deadline, f"daemon {pid} survived SIGKILL"
+        time.sleep(0.01)
+    force_unmount(mp)
 
 
 def read_dataset(path) -> np.ndarray:

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import threading
 import time
 
 import h5py
 import pytest
 
-from conftest import force_unmount, run_h5fs
-from crash_support import NAME, Workload, barriers, check_promise, initial, read_dataset, rebuild
+from conftest import run_h5fs
+from crash_support import NAME, Workload, barriers, check_promise, initial, kill_daemon, read_dataset, rebuild
 from h5fs.model.file import H5File
 from h5fs.storage.writer import read_recording
 from write_support import verify_file
@@ -52,9 +51,8 @@ def test_kill_during_fsynced_writes(mount, tmp_path, layout):
         writer = threading.Thread(target=_run_until_killed, args=(work, mp / NAME))
         writer.start()
         time.sleep(rng.uniform(0.05, 0.6))
-        os.kill(pid, signal.SIGKILL)
+        kill_daemon(mp, pid)
         writer.join(30)
-        force_unmount(mp)
         acked += work.acked
         check_promise(read_dataset(path), acked, N)   # at once: no repair, no remount
     mp = mount(path, "rw")   # replays what the last kill left in the journal

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -16,7 +15,8 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import LIBVERS, force_unmount, run_h5fs
+from conftest import LIBVERS, run_h5fs
+from crash_support import kill_daemon
 from h5fs.format.messages.layout import INDEX_NAMES
 from h5fs.model.file import H5File
 from write_support import verify_file
@@ -237,8 +237,7 @@ def test_closed_file_lands_without_fsync(mount, tmp_path):
     values = np.linspace(0, 1, 1000)
     pwrite(mp / "d", values.tobytes(), 0, fsync=False)
     time.sleep(4)
-    os.kill(pid, signal.SIGKILL)
-    force_unmount(mp)
+    kill_daemon(mp, pid)
     data = verify_file(path, h5dump=False)
     assert np.array_equal(data["d"], values)
 

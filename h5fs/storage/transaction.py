@@ -166,9 +166,13 @@ class Transaction:
             updates.insert(0, (sb.location, sbf.encode(sb)))
         direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
         try:
-            if self._new or self._data:
+            if self._new or self._data or sb is not None:
                 for address, data in self._data + list(self._new.items()):
                     writer.pwrite(base + address, data)
+                if os.fstat(writer.fd).st_size < base + store.allocator.eoa:
+                    # space allocated but never written: the file must still reach the end of
+                    # allocation, or libhdf5 takes it for truncated
+                    writer.truncate(base + store.allocator.eoa)
                 writer.sync()
             if updates and not direct:
                 store.journal.log(updates)
