@@ -1,8 +1,11 @@
-"""The codec pipeline: one module per filter; `decode_chunk` undoes a dataset's pipeline."""
+"""The codec pipeline: one module per filter; `decode_chunk` undoes a dataset's pipeline and
+`encode_chunk` applies it (pipeline.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ...errors import CannotWrite
 
 
 @dataclass(frozen=True)
@@ -12,3 +15,9 @@ class ChunkInfo:
     nbytes: int          # size of the decoded chunk in bytes (chunk elements * element size)
     element_size: int
     what: str            # object path, for error messages
+
+
+class FilterFailed(CannotWrite):
+    """A filter cannot encode this chunk where libhdf5's (or the plugin's) filter function fails
+    (returns 0): the pipeline then skips an optional filter and records it in the chunk's
+    filter mask, and refuses the write for a mandatory one."""

@@ -1,4 +1,4 @@
-"""Vectorised reading of the MSB-first bit streams that n-bit and scale-offset pack."""
+"""Vectorised reading and writing of the MSB-first bit streams that n-bit and scale-offset pack."""
 
 from __future__ import annotations
 
@@ -58,6 +58,12 @@ class ByteOps:
                        self.record_bits * count)
 
 
+def as_signed(v: int, bits: int) -> int:
+    """`v`'s low `bits` bits as a two's complement number (C's cast of an unsigned value)."""
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
 def unpack(data: bytes | bytearray | memoryview, n: int, elem_size: int, ops: ByteOps) -> np.ndarray:
     """Rebuild `n` elements of `elem_size` bytes from `n` consecutive packed records; bytes no
     op writes are 0. Returns a flat uint8 array."""
@@ -94,3 +100,38 @@ def unpack_values(data: bytes | bytearray | memoryview, n: int, width: int) -> n
     bit = np.arange(n, dtype=np.int64) * width
     windows = np.lib.stride_tricks.sliding_window_view(buf, 8)[bit >> 3].view(">u8").ravel()
     return (windows << (bit & 7).astype(np.uint64)) >> np.uint64(64 - width)
+
+
+def _blocks(n: int, record_bits: int):
+    """(start, stop) element ranges of at most ~_BLOCK_ENTRIES bits whose bit counts are whole
+    bytes (a multiple of 8 elements), so blocks pack independently."""
+    block = max(8, _BLOCK_ENTRIES // max(1, record_bits) // 8 * 8)
+    for start in range(0, n, block):
+        yield start, min(n, start + block)
+
+
+def pack(data: bytes | bytearray | memoryview, n: int, elem_size: int, ops: ByteOps) -> np.ndarray:
+    """The inverse of `unpack`: `n` elements of `elem_size` bytes as `n` consecutive packed
+    records, the bits each op describes and no others, as a flat uint8 array of whole bytes."""
+    src = np.frombuffer(data, np.uint8, count=n * elem_size).reshape(n, elem_size)
+    parts = []
+    for start, stop in _blocks(n, ops.record_bits):
+        # unpackbits lists a byte's bits most significant first: bit b sits at column 7 - b.
+        bits = np.unpackbits(src[start:stop, ops.dst], axis=1).reshape(stop - start, len(ops.dst), 8)
+        record = np.zeros((stop - start, ops.record_bits), np.uint8)
+        for k, (at, width, shift) in enumerate(zip(ops.src, ops.width, ops.shift)):
+            record[:, at:at + width] = bits[:, k, 8 - shift - width:8 - shift]
+        parts.append(np.packbits(record))
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+
+
+def pack_values(values: np.ndarray, width: int) -> np.ndarray:
+    """The inverse of `unpack_values` for `width` 1..64: the low `width` bits of each uint64,
+    back to back, most significant bit first, as a flat uint8 array of whole bytes."""
+    if not 0 < width <= 64:
+        raise ValueError(f"width {width} outside 1..64")
+    parts = []
+    for start, stop in _blocks(len(values), width):
+        octets = values[start:stop].astype(">u8").view(np.uint8).reshape(-1, 8)
+        parts.append(np.packbits(np.unpackbits(octets, axis=1)[:, 64 - width:]))
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)

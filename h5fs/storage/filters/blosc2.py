@@ -4,10 +4,17 @@ Each chunk is a Blosc2 contiguous frame (cframe): a msgpack header, the compress
 a Blosc2 chunk of int64 chunk offsets, a trailer. The filter writes one chunk per frame. When
 the frame carries a "b2nd" metalayer the chunk holds its data block by block (each block in C
 order, blocks in C order over a grid padded up to whole blocks), which is put back in C order.
+
+Client data: filter version, block size (bytes, 0 = chosen by Blosc2), type size, chunk size,
+level, shuffle (0 none, 1 byte, 2 bit, 3 delta, 4 truncated precision), compressor code (0
+blosclz, 1 lz4, 2 lz4hc, 4 zlib, 5 zstd; 0 when absent), and for 2..8-dimensional chunks the rank
+and the chunk's dimensions: the encoder then writes a b2nd frame as HDF5-Blosc2 does, its block
+shape grown from 2 x ... x 2 towards the block size (compute_b2nd_block_shape).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import imagecodecs
@@ -15,11 +22,15 @@ import numpy as np
 
 from ...errors import FormatError, Unsupported
 from ...format.messages.filter_pipeline import FilterSpec
-from . import ChunkInfo
+from . import ChunkInfo, FilterFailed
+from ._blosc2_frame import SPLITMODE, frame
 from ._msgpack import Reader
+from .blosc import typed
 
 _MAGIC = b"b2frame\0"
 _SPECIAL_ZERO, _SPECIAL_NAN, _SPECIAL_UNINIT = 1, 2, 4
+_COMPRESSORS = (0, 1, 2, 4, 5)
+_MAX_DIM = 8
 
 
 def _chunk(mv: memoryview, at: int) -> memoryview:
@@ -109,3 +120,82 @@ def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
     if len(out) != cap:
         raise FormatError(f"blosc2 b2nd chunk of {len(out)} bytes does not match its shape")
     return memoryview(_unblock(out, shape, blockshape, typesize))
+
+
+def _block(buf: memoryview, shape: list[int], blockshape: list[int], typesize: int) -> np.ndarray:
+    """The inverse of `_unblock`: the chunk block by block, each block padded with zeros."""
+    grid = [-(-s // b) for s, b in zip(shape, blockshape)]
+    full = np.zeros([g * b for g, b in zip(grid, blockshape)] + [typesize], np.uint8)
+    full[tuple(slice(0, s) for s in shape)] = np.frombuffer(buf, np.uint8).reshape(shape + [typesize])
+    nd = len(shape)
+    split = full.reshape([x for g, b in zip(grid, blockshape) for x in (g, b)] + [typesize])
+    return np.ascontiguousarray(split.transpose(list(range(0, 2 * nd, 2)) + list(range(1, 2 * nd, 2))
+                                                + [2 * nd])).reshape(-1)
+
+
+@functools.lru_cache(maxsize=64)
+def _default_blocksize(chunk_bytes: int, typesize: int, level: int, compcode: int) -> int:
+    """The block size Blosc2 chooses for a chunk of that size: HDF5-Blosc2 reads it from a chunk of
+    zeros compressed with the default parameters and these (compute_blosc2_blocksize)."""
+    zeros = typed(bytes(chunk_bytes), typesize)
+    chunk = imagecodecs.blosc2_encode(zeros, level, compressor=compcode, shuffle=1, splitmode=SPLITMODE,
+                                      numthreads=1)
+    return int.from_bytes(chunk[8:12], "little")
+
+
+def _block_shape(block_bytes: int, typesize: int, chunkshape: list[int]) -> list[int]:
+    """HDF5-Blosc2's compute_b2nd_block_shape: start at 2 (1 along length-1 dimensions) and double
+    dimensions from the innermost while the block stays within `block_bytes`."""
+    limit = block_bytes // typesize
+    block = [1 if c == 1 else 2 for c in chunkshape]
+    items = math.prod(block)
+    while items < limit:
+        before = items
+        for i in range(len(chunkshape) - 1, -1, -1):
+            if block[i] * 2 <= chunkshape[i]:
+                if items * 2 <= limit:
+                    items *= 2
+                    block[i] *= 2
+            elif block[i] < chunkshape[i] and items // block[i] * chunkshape[i] <= limit:
+                items = items // block[i] * chunkshape[i]
+                block[i] = chunkshape[i]
+        if items == before:
+            break
+    return block
+
+
+def _b2nd_meta(chunkshape: list[int], blockshape: list[int], typesize: int) -> bytes:
+    """The "b2nd" metalayer: [version 0, rank, shape (int64), chunk shape, block shape (int32),
+    NumPy dtype format 0, an opaque dtype "|V<typesize>"]; the frame's array is the one chunk."""
+    fixarray = bytes([0x90 + len(chunkshape)])
+    dtype = f"|V{typesize}".encode()
+    return b"".join((b"\x97\x00", bytes([len(chunkshape)]),
+                     fixarray, b"".join(b"\xd3" + s.to_bytes(8, "big") for s in chunkshape),
+                     fixarray, b"".join(b"\xd2" + s.to_bytes(4, "big") for s in chunkshape),
+                     fixarray, b"".join(b"\xd2" + b.to_bytes(4, "big") for b in blockshape),
+                     b"\x00\xdb", len(dtype).to_bytes(4, "big"), dtype))
+
+
+def encode(data: bytes | bytearray | memoryview, spec: FilterSpec, info: ChunkInfo) -> bytes:
+    cd = spec.client_data
+    if len(cd) < 6:
+        raise FilterFailed(f"blosc2 needs at least 6 client data values, got {len(cd)}")
+    blocksize, typesize, level, shuffle = cd[1], cd[2], cd[4], cd[5]
+    compcode = cd[6] if len(cd) > 6 else 0
+    if not typesize or compcode not in _COMPRESSORS or level > 9 or shuffle > 4:
+        raise FilterFailed(f"blosc2 type size {typesize}, compressor {compcode}, level {level}, "
+                           f"shuffle {shuffle}")
+    chunkshape = list(cd[8:8 + cd[7]]) if len(cd) > 7 else []
+    if len(cd) > 7 and not (2 <= cd[7] <= _MAX_DIM and len(chunkshape) == cd[7] and all(chunkshape)):
+        raise FilterFailed(f"blosc2 chunk rank {cd[7]} with dimensions {chunkshape}")
+    meta = {}
+    # An input that is not the whole chunk (a checksum added before) goes as plain Blosc2.
+    if chunkshape and len(data) == typesize * math.prod(chunkshape):
+        block_bytes = blocksize or _default_blocksize(cd[3], typesize, level, compcode)
+        blockshape = _block_shape(block_bytes, typesize, chunkshape)
+        blocksize = typesize * math.prod(blockshape)
+        data = _block(memoryview(data), chunkshape, blockshape, typesize)
+        meta["b2nd"] = _b2nd_meta(chunkshape, blockshape, typesize)
+    chunk = imagecodecs.blosc2_encode(typed(data, typesize), level, compressor=compcode, shuffle=shuffle,
+                                      splitmode=SPLITMODE, blocksize=blocksize, numthreads=1)
+    return frame(chunk, typesize, compcode, level, shuffle, meta)

@@ -1,4 +1,5 @@
-"""bzip2 (filter 307): one bzip2 stream."""
+"""bzip2 (filter 307, PyTables' H5Zbzip2.c): one bzip2 stream; client data: the block size
+(1..9, compression level), 9 when absent."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import imagecodecs
 
 from ...errors import FormatError
 from ...format.messages.filter_pipeline import FilterSpec
-from . import ChunkInfo
+from . import ChunkInfo, FilterFailed
 
 
 def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
@@ -16,3 +17,10 @@ def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
     if len(out) > limit:
         raise FormatError(f"bzip2 stream decodes to more than {limit} bytes")
     return out
+
+
+def encode(data: bytes | bytearray | memoryview, spec: FilterSpec, info: ChunkInfo) -> bytes:
+    level = spec.client_data[0] if spec.client_data else 9
+    if not 1 <= level <= 9:
+        raise FilterFailed(f"bzip2 block size {level} outside 1..9")
+    return imagecodecs.bz2_encode(data, level)

@@ -1,4 +1,5 @@
-"""Deflate (filter 1): a zlib stream."""
+"""Deflate (filter 1): a zlib stream. Encoded by libdeflate at the level the file stores (libhdf5
+uses zlib; libdeflate at the same level is about twice as fast and compresses alike)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import deflate as libdeflate
 
 from ...errors import FormatError
 from ...format.messages.filter_pipeline import FilterSpec
-from . import ChunkInfo
+from . import ChunkInfo, FilterFailed
 
 
 def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
@@ -31,3 +32,11 @@ def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
     if not d.eof:
         raise FormatError("truncated deflate stream")
     return out
+
+
+def encode(data: bytes | bytearray | memoryview, spec: FilterSpec, info: ChunkInfo) -> bytearray:
+    cd = spec.client_data
+    if len(cd) != 1 or cd[0] > 9:  # H5Z_filter_deflate refuses any other parameters
+        raise FilterFailed(f"deflate parameters {cd} are not one level 0..9")
+    # libhdf5's output buffer (input size * 1.001 + 12) holds any zlib stream: deflate never fails.
+    return libdeflate.zlib_compress(data, cd[0])

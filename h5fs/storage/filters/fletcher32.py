@@ -49,3 +49,7 @@ def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
     if stored not in (computed, swapped):
         raise ChecksumError(f"fletcher32 mismatch: stored {stored:#010x}, computed {computed:#010x}")
     return body
+
+
+def encode(data: bytes | bytearray | memoryview, spec: FilterSpec, info: ChunkInfo) -> bytes:
+    return b"".join((data, fletcher32(data).to_bytes(4, "little")))

@@ -4,7 +4,8 @@ The client data describes the datatype as libhdf5's H5Znbit.c writes it: [count 
 "nothing to do" flag, elements in the chunk, then the type: 1 atomic (size, order 0 LE / 1 BE,
 precision, offset), 2 array (size, base type), 3 compound (size, member count, then per member:
 offset and type), 4 other (size; its bytes are packed whole)]. Every element is one record of
-the same bit layout, records follow each other with no padding.
+the same bit layout, records follow each other with no padding. libhdf5's encoder always ends
+the stream one byte after the last whole byte (a zero byte when the bits fill whole bytes).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import numpy as np
 
 from ...errors import FormatError
 from ...format.messages.filter_pipeline import FilterSpec
-from . import ChunkInfo
-from ._bits import ByteOps, unpack, unpack_values
+from . import ChunkInfo, FilterFailed
+from ._bits import ByteOps, pack, unpack, unpack_values
 
 _ATOMIC, _ARRAY, _COMPOUND, _NOOP = 1, 2, 3, 4
 
@@ -85,24 +86,48 @@ def _member(p: _Parms, cls: int, size: int) -> ByteOps:
     raise FormatError(f"n-bit datatype class {cls}")
 
 
-def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
-           info: ChunkInfo) -> bytes | bytearray | memoryview:
-    cd = spec.client_data
+def _no_op(cd: tuple[int, ...]) -> bool:
+    """Whether the filter leaves the data as it is (full precision everywhere)."""
     if len(cd) < 2:
         raise FormatError(f"n-bit needs at least 2 client data values, got {len(cd)}")
-    if cd[1]:  # full precision everywhere: libhdf5 stored the data as is
-        return data
+    return bool(cd[1])
+
+
+def _layout(cd: tuple[int, ...], limit: int) -> tuple[int, int, ByteOps]:
+    """(elements in the chunk, element size, each element's bit layout), the chunk being at most
+    `limit` bytes."""
     if len(cd) < 5 or cd[0] != len(cd):
         raise FormatError("n-bit client data is malformed")
     n, cls, size = cd[2], cd[3], cd[4]
     if size == 0 or n * size > limit:
         raise FormatError(f"n-bit chunk of {n} x {size} bytes, more than {limit}")
-    p = _Parms(cd, 4)
     if cls not in (_ATOMIC, _ARRAY, _COMPOUND):
         raise FormatError(f"n-bit top-level datatype class {cls}")
-    ops = _member(p, cls, size)
-    if cls == _ATOMIC and size <= 8 and 0 < cd[6] <= 57:  # the common case, 8-byte windows
+    return n, size, _member(_Parms(cd, 4), cls, size)
+
+
+def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
+           info: ChunkInfo) -> bytes | bytearray | memoryview:
+    cd = spec.client_data
+    if _no_op(cd):  # libhdf5 stored the data as is
+        return data
+    n, size, ops = _layout(cd, limit)
+    if cd[3] == _ATOMIC and size <= 8 and 0 < cd[6] <= 57:  # the common case, 8-byte windows
         values = unpack_values(data, n, cd[6]) << np.uint64(cd[7])
         out = values.astype("<u8").view(np.uint8).reshape(n, 8)[:, :size]
         return memoryview(np.ascontiguousarray(out[:, ::-1] if cd[5] == 1 else out).reshape(-1))
     return memoryview(unpack(data, n, size, ops))
+
+
+def encode(data: bytes | bytearray | memoryview, spec: FilterSpec,
+           info: ChunkInfo) -> bytes | bytearray | memoryview:
+    cd = spec.client_data
+    if _no_op(cd):
+        return data
+    n, size, ops = _layout(cd, len(data))
+    if n * size != len(data):
+        raise FilterFailed(f"n-bit parameters describe {n} x {size} bytes, the chunk has {len(data)}")
+    out = np.zeros(n * ops.record_bits // 8 + 1, np.uint8)
+    packed = pack(data, n, size, ops)
+    out[:len(packed)] = packed
+    return memoryview(out)

@@ -1,15 +1,18 @@
-"""Undo a dataset's filter pipeline on one stored chunk.
+"""Apply a dataset's filter pipeline to one chunk, or undo it on a stored chunk.
 
 Each filter module exposes ``decode(data, spec, limit, info)`` returning the bytes the filter was
 given at write time, never more than ``limit`` bytes: the limit is what keeps a hostile chunk (a
-"decompression bomb") from making us allocate more than the chunk can legitimately hold.
+"decompression bomb") from making us allocate more than the chunk can legitimately hold; and
+``encode(data, spec, info)`` returning what libhdf5 (or the filter's plugin) would store, with
+the parameters the file records. Encoders are pure functions of their arguments (codec libraries
+called with a context of their own, the GIL released while they run): they run in worker threads.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Union
 
-from ...errors import FormatError, H5fsError, Unsupported
+from ...errors import CannotWrite, FormatError, H5fsError, Unsupported
 from ...format.messages.filter_pipeline import FilterSpec
 from . import (bitshuffle, blosc, blosc2, bzip2, deflate, fletcher32, lz4, lzf, nbit, scaleoffset,
                shuffle, szip, zstd)
@@ -17,6 +20,7 @@ from . import ChunkInfo
 
 Buffer = Union[bytes, bytearray, memoryview]
 Decoder = Callable[[Buffer, FilterSpec, int, ChunkInfo], Buffer]
+Encoder = Callable[[Buffer, FilterSpec, ChunkInfo], Buffer]
 
 DECODERS: dict[int, Decoder] = {
     1: deflate.decode,
@@ -32,6 +36,22 @@ DECODERS: dict[int, Decoder] = {
     32008: bitshuffle.decode,
     32015: zstd.decode,
     32026: blosc2.decode,
+}
+
+ENCODERS: dict[int, Encoder] = {
+    1: deflate.encode,
+    2: shuffle.encode,
+    3: fletcher32.encode,
+    4: szip.encode,
+    5: nbit.encode,
+    6: scaleoffset.encode,
+    307: bzip2.encode,
+    32000: lzf.encode,
+    32001: blosc.encode,
+    32004: lz4.encode,
+    32008: bitshuffle.encode,
+    32015: zstd.encode,
+    32026: blosc2.encode,
 }
 
 
@@ -73,3 +93,28 @@ def decode_chunk(filters: tuple[FilterSpec, ...], data: bytes, filter_mask: int,
     if len(buf) != info.nbytes:
         raise FormatError(f"{info.what}: chunk decodes to {len(buf)} bytes, expected {info.nbytes}")
     return buf if isinstance(buf, bytes) else bytes(buf)
+
+
+def encode_chunk(filters: tuple[FilterSpec, ...], data: bytes, info: ChunkInfo) -> tuple[bytes, int]:
+    """Apply `filters` (in write order) to a chunk's `info.nbytes` bytes: (the bytes to store, the
+    chunk's filter mask). As libhdf5's H5Z_pipeline: an optional filter that is not available or
+    fails is skipped and its bit set in the mask; a mandatory one fails the write."""
+    buf: Buffer = data
+    mask = 0
+    for i, spec in enumerate(filters):
+        where = f"{info.what}: filter {spec.label!r} (id {spec.id})"
+        encoder = ENCODERS.get(spec.id)
+        if encoder is None:
+            if not spec.optional:
+                raise Unsupported(f"{where} cannot be written")
+            mask |= 1 << i
+            continue
+        try:
+            buf = encoder(buf, spec, info)
+        except Exception as e:  # a filter or its codec library failing, as libhdf5 sees it
+            if not spec.optional:
+                if isinstance(e, H5fsError):
+                    raise type(e)(f"{where}: {e}") from e
+                raise CannotWrite(f"{where}: {type(e).__name__}: {e}") from e
+            mask |= 1 << i
+    return (buf if isinstance(buf, bytes) else bytes(buf)), mask

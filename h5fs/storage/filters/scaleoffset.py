@@ -6,6 +6,11 @@ fill value defined, fill value (little-endian bytes, 4 per value). A chunk start
 header: minbits (4 bytes LE), the size of minval, minval (LE); then every element as `minbits`
 bits, packed most significant bit first. libhdf5 computes in the writer's native order; all
 writers of note are little-endian, which is what is assumed for the values in the stream.
+
+The encoder reproduces H5Z__filter_scaleoffset's stream: the same minimum bits (floats: from the
+span rounded in the float's own precision, as libhdf5's powf/lroundf arithmetic does), the same
+header and the same length (21 + n * minbits // 8 + 1 bytes; 21 + the raw values at full
+precision, which libhdf5 also falls back to for spans it cannot hold).
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ import numpy as np
 
 from ...errors import FormatError, Unsupported
 from ...format.messages.filter_pipeline import FilterSpec
-from . import ChunkInfo
-from ._bits import ByteOps, unpack, unpack_values
+from . import ChunkInfo, FilterFailed
+from ._bits import ByteOps, as_signed, pack_values, unpack, unpack_values
 
 _HEADER = 21
+_NPARMS = 20   # libhdf5 stores (and requires) 20 client data values
 _DSCALE, _ESCALE, _INT = 0, 1, 2
 _CLS_INT, _CLS_FLOAT = 0, 1
 
@@ -29,18 +35,13 @@ def _fill_bytes(cd: tuple[int, ...], size: int) -> bytes:
     return b"".join(w.to_bytes(4, "little") for w in words)[:size]
 
 
-def _as_signed(v: int, bits: int) -> int:
-    v &= (1 << bits) - 1
-    return v - (1 << bits) if v >> (bits - 1) else v
-
-
 def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
            info: ChunkInfo) -> bytes | bytearray | memoryview:
     cd = spec.client_data
     if len(cd) < 8:
         raise FormatError(f"scale-offset needs at least 8 client data values, got {len(cd)}")
     scale_type, n, cls, size, order, fill_defined = cd[0], cd[2], cd[3], cd[4], cd[6], cd[7] == 1
-    factor = _as_signed(cd[1], 32)
+    factor = as_signed(cd[1], 32)
     if n * size > limit:
         raise FormatError(f"scale-offset chunk of {n} x {size} bytes, more than {limit}")
     if cls == _CLS_INT:
@@ -101,3 +102,111 @@ def decode(data: bytes | bytearray | memoryview, spec: FilterSpec, limit: int,
     if order == 1:
         values = values.byteswap()
     return memoryview(np.ascontiguousarray(values).view(np.uint8))
+
+
+def _ceil_log2(v: int) -> int:
+    return (v - 1).bit_length()
+
+
+def _header(minbits: int, minval: int) -> bytes:
+    return (minbits.to_bytes(4, "little") + bytes([8]) + (minval % (1 << 64)).to_bytes(8, "little")
+            + bytes(8))
+
+
+def _whole(minval: int, values: np.ndarray) -> bytes:
+    """Full precision: the values as they are (little-endian), after the header."""
+    return _header(8 * values.itemsize, minval) + values.tobytes()
+
+
+def _packed(minbits: int, minval: int, offsets: np.ndarray) -> bytes:
+    """Every offset's low `minbits` bits, in libhdf5's buffer of n * minbits // 8 + 1 bytes."""
+    body = np.zeros(len(offsets) * minbits // 8 + 1, np.uint8)
+    if minbits:
+        packed = pack_values(offsets, minbits)
+        body[:len(packed)] = packed
+    return _header(minbits, minval) + body.tobytes()
+
+
+def _first(values: np.ndarray, value) -> np.generic:
+    """The first element equal to `value`: what libhdf5's min/max loops keep (a -0.0 or 0.0)."""
+    return values[np.argmax(values == value)]
+
+
+def _encode_ints(values: np.ndarray, fill, minbits: int) -> bytes:
+    bits = 8 * values.itemsize
+    is_fill = values == fill if fill is not None else np.zeros(len(values), bool)
+    kept = values[~is_fill]
+    lo, hi = (int(kept.min()), int(kept.max())) if len(kept) else (0, 0)
+    if not minbits:
+        if hi - lo > (1 << bits) - 3:  # libhdf5 keeps the values whole and records no minimum
+            signed_byte = values.dtype == np.int8 and fill is None
+            return _whole(lo if signed_byte else 0, values)
+        minbits = _ceil_log2(hi - lo + 1 + (fill is not None))  # one more code marks the fill value
+    if minbits == bits:
+        return _whole(lo, values)
+    offsets = (values.view(f"<u{values.itemsize}").astype(np.uint64) - np.uint64(lo % (1 << 64)))
+    offsets[is_fill] = (1 << minbits) - 1
+    return _packed(minbits, lo, offsets)
+
+
+def _round_away(x: np.ndarray) -> np.ndarray:
+    """C's lround/lroundf: halves away from zero, in the array's own precision (exact)."""
+    whole = np.trunc(x)
+    return whole + np.where(np.abs(x - whole) >= 0.5, np.sign(x), 0)
+
+
+def _encode_floats(values: np.ndarray, fill, factor: int) -> bytes:
+    ftype, bits = values.dtype.type, 8 * values.itemsize
+    scale = np.power(ftype(10), ftype(factor))  # powf/pow, as libhdf5 computes it
+    if fill is not None:  # libhdf5's min/max skips values within 10**-D of the fill value (in double)
+        near = np.abs((values - fill).astype(np.float64)) < np.power(10.0, -factor)
+        kept = values[~near]
+    else:
+        kept = values
+    if not len(kept):
+        lo = hi = ftype(0)
+    elif np.isnan(kept[0]):
+        raise FilterFailed("scale-offset of floats starting with NaN (libhdf5 computes no valid span)")
+    else:
+        lo, hi = _first(kept, np.nanmin(kept)), _first(kept, np.nanmax(kept))
+    with np.errstate(over="ignore", invalid="ignore"):
+        span = _round_away(np.array(hi * scale - lo * scale))
+        if np.isnan(span):
+            raise FilterFailed("scale-offset span of infinite values")
+        if span > 2.0 ** (bits - 1):  # libhdf5 keeps the values whole and records no minimum
+            return _whole(0, values)
+        minbits = _ceil_log2(int(span) + 1 + (fill is not None))
+        minval = int.from_bytes(np.array(lo).tobytes(), "little")
+        if minbits == bits:
+            return _whole(minval, values)
+        # lround of a NaN or huge value gives INT64_MIN, whose low bits are 0, as in libhdf5.
+        offsets = _round_away(values * scale - lo * scale).astype(np.int64).view(np.uint64)
+    if fill is not None:  # the fill test here is in the float's precision (fabsf, powf)
+        offsets[np.abs(values - fill) < np.power(ftype(10), ftype(-factor))] = (1 << minbits) - 1
+    return _packed(minbits, minval, offsets)
+
+
+def encode(data: bytes | bytearray | memoryview, spec: FilterSpec,
+           info: ChunkInfo) -> bytes | bytearray | memoryview:
+    cd = spec.client_data
+    if len(cd) != _NPARMS:
+        raise FilterFailed(f"scale-offset needs {_NPARMS} client data values, got {len(cd)}")
+    scale_type, n, cls, size, sign, order, fill_defined = cd[0], cd[2], cd[3], cd[4], cd[5], cd[6], cd[7] == 1
+    factor = as_signed(cd[1], 32)
+    if len(data) != n * size or order not in (0, 1):
+        raise FilterFailed(f"scale-offset of {n} x {size} bytes (order {order}) on {len(data)} bytes")
+    if cls == _CLS_INT and scale_type == _INT and size in (1, 2, 4, 8):
+        if factor >= 8 * size:  # full precision asked for: libhdf5 leaves the data as it is
+            if factor > 8 * size:
+                raise FilterFailed(f"scale-offset minimum bits {factor} exceed the type")
+            return data
+        dtype = np.dtype(f"<{'i' if sign else 'u'}{size}")
+    elif cls == _CLS_FLOAT and scale_type == _DSCALE and size in (4, 8):
+        dtype = np.dtype(f"<f{size}")
+    else:  # libhdf5 fails: E-scaling is not implemented, other types have no C type to use
+        raise FilterFailed(f"scale-offset scale type {scale_type} on class {cls} of {size} bytes")
+    values = np.frombuffer(data, dtype.newbyteorder(">") if order else dtype).astype(dtype)
+    fill = np.frombuffer(_fill_bytes(cd, size), dtype)[0] if fill_defined else None
+    if cls == _CLS_INT:
+        return _encode_ints(values, fill, max(factor, 0))
+    return _encode_floats(values, fill, factor)
