@@ -15,7 +15,6 @@ import h5py
 import numpy as np
 
 from conftest import force_unmount
-from h5fs.fuse.mounts import process_alive
 from h5fs.storage.journal import SUFFIX
 from h5fs.storage.writer import read_recording
 
@@ -68,7 +67,8 @@ def kill_daemon(mp, pid: int) -> None:
     """`kill -9` the daemon, wait until it is gone (its file lock with it), drop the mount."""
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while process_alive(pid):
+    # until reaped: a zombie leader may still have threads exiting that hold the file (and lock)
+    while os.path.exists(f"/proc/{pid}"):
         assert time.monotonic() < deadline, f"daemon {pid} survived SIGKILL"
         time.sleep(0.01)
     force_unmount(mp)

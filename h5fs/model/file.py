@@ -173,14 +173,15 @@ class H5File:
 
     def invalidate(self, address: int) -> None:
         """Forget the object whose header is at `address`: its header, all that was derived from
-        it, its cached chunks; handles of it see a new generation."""
+        it, its cached chunks (but the dirty ones, pinned: they move to the new generation);
+        handles of it see a new generation."""
         with self._lock:
             generation = self._generations.get(address, 0)
             self._generations[address] = generation + 1
             self._epoch += 1
             _retire(self.meta.invalidate(address))
             self.meta.invalidate(FILE_WIDE)
-        self.chunk_cache.invalidate_owner((address, generation))
+        self.chunk_cache.invalidate_owner((address, generation), (address, generation + 1))
 
     def invalidate_range(self, start: int, end: int) -> None:
         """Forget every structure decoded from an address in [start, end) (a freed extent)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from math import prod
@@ -70,12 +71,16 @@ class Writeback:
         self.f = f
         self.dirty_limit = dirty_limit
         self.dirty: dict[int, Dirty] = {}    # dataset address -> its dirty state
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()          # the dirty state
+        self.commit_lock = threading.RLock()   # one commit at a time, taken before `lock`
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="h5fs-encode")
+        self.flusher = ThreadPoolExecutor(1, thread_name_prefix="h5fs-flush")
+        self._background: Future | None = None
         self.nbytes = 0
 
     def close(self) -> None:
         self.flush()
+        self.flusher.shutdown()
         self.pool.shutdown()
         external_close_all(self.f)
 
@@ -84,9 +89,9 @@ class Writeback:
         """Write `data` at byte `offset` of the dataset's raw view (growing it past the end)."""
         if not data:
             return 0
-        with self.lock:
+        end = offset + len(data)
+        with self.commit_lock if self._commits(ds, end) else nullcontext(), self.lock:
             self._check_writable(ds)
-            end = offset + len(data)
             if end > ds.source.size:
                 self._grow_to(ds, end, whole_rows=False)
             isz = ds.itemsize
@@ -96,8 +101,17 @@ class Writeback:
                 offset -= head
             self._write_elements(ds, offset // isz, data)
         if self.nbytes > self.dirty_limit:
-            self.flush()
+            self.flush()          # the budget is spent: the writer waits
+        elif self.nbytes > self.dirty_limit // 2:
+            self.flush_soon()
         return len(data) - head - tail
+
+    def _commits(self, ds: Dataset, end: int) -> bool:
+        """Whether a write may commit a transaction itself (a resize, compact data, storage
+        allocated, a virtual dataset's sources): it then takes the commit lock first."""
+        lay = ds.layout
+        return (lay.layout_class in (L.COMPACT, L.VIRTUAL) or end > ds.raw_size
+                or lay.layout_class == L.CONTIGUOUS and lay.address is None)
 
     def _check_writable(self, ds: Dataset) -> None:
         if ds.materialized is not None:
@@ -180,26 +194,59 @@ class Writeback:
 
     # -- flush --------------------------------------------------------------------------------
     def flush(self) -> None:
-        """Everything written so far, in the file and durable."""
-        with self.lock:
-            if not self.dirty:
+        """Everything written so far, in the file and durable. Writes go on meanwhile (into new
+        dirty chunks: those being flushed are not changed again)."""
+        with self.commit_lock:
+            with self.lock:
+                batch, self.dirty, self.nbytes = self.dirty, {}, 0
+            if not batch:
                 return
-            txn = self.f.store.begin()
-            changed = []
-            for address, st in list(self.dirty.items()):
-                ds = self.f.get(address, st.path)
-                if st.chunks:
-                    self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), st.chunks, st)
-                changed.append((ds, st))
-            if any(st.external for _, st in changed):
-                external_sync_all(self.f)
-            if txn.empty and any(st.contiguous for _, st in changed):
-                self.f.store.writer.sync()
-            self._commit(txn, [ds.address for ds, _ in changed])
-            for ds, st in changed:
-                self._keep_clean(ds, st)
-            self.dirty.clear()
-            self.nbytes = 0
+            try:
+                self._flush(batch)
+            except BaseException:
+                with self.lock:   # nothing was published: the batch stays dirty, newer writes win
+                    for address, st in batch.items():
+                        self._restore(address, st)
+                raise
+
+    def _flush(self, batch: dict[int, Dirty]) -> None:
+        txn = self.f.store.begin()
+        changed = []
+        for address, st in batch.items():
+            ds = self.f.get(address, st.path)
+            if st.chunks:
+                self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), st.chunks, st)
+            changed.append(ds.address)
+        if any(st.external for st in batch.values()):
+            external_sync_all(self.f)
+        if txn.empty and any(st.contiguous for st in batch.values()):
+            self.f.store.writer.sync()
+        txn.commit()
+        with self.lock:   # no write may pin a chunk under a version of the dataset being retired
+            self._forget(txn, changed)
+            for address, st in batch.items():   # written now: evictable unless written again since
+                owner = (address, self.f.generation(address))
+                for coords, buf in st.chunks.items():
+                    if self.f.chunk_cache.peek((owner, coords)) is buf:
+                        self.f.chunk_cache.unpin((owner, coords))
+
+    def _restore(self, address: int, old: Dirty) -> None:
+        st = self.dirty.get(address)
+        if st is None:
+            self.dirty[address] = old
+            self.nbytes += sum(len(b) for b in old.chunks.values())
+            return
+        for coords, buf in old.chunks.items():
+            if coords not in st.chunks:
+                st.chunks[coords], st.versions[coords] = buf, old.versions[coords]
+                self.nbytes += len(buf)
+        st.contiguous |= old.contiguous
+        st.external |= old.external
+
+    def flush_soon(self) -> None:
+        """Start flushing in the background (writes go on) unless a flush is under way."""
+        if self._background is None or self._background.done():
+            self._background = self.flusher.submit(self.flush)
 
     def _stage_chunks(self, txn: Transaction, ds: Dataset, header: HeaderEdit,
                       chunks: dict[tuple[int, ...], bytearray], st: Dirty | None = None,
@@ -255,19 +302,15 @@ class Writeback:
 
     def _commit(self, txn: Transaction, addresses: list[int]) -> None:
         txn.commit()
+        self._forget(txn, addresses)
+
+    def _forget(self, txn: Transaction, addresses: list[int]) -> None:
+        """Drop what the committed transaction made stale: rewritten and freed blocks, and the
+        state of the objects whose headers it changed."""
         for address, size in txn.rewritten + txn.freed:
             self.f.invalidate_range(address, address + size)
         for address in addresses:
             self.f.invalidate(address)
-
-    def _keep_clean(self, ds: Dataset, st: Dirty) -> None:
-        """Keep the chunks just written in the cache, now clean, under the dataset's new version."""
-        if not st.chunks:
-            return
-        ds = self.f.get(ds.address, ds.path)
-        owner = ds.source.owner
-        for coords, buf in st.chunks.items():
-            self.f.chunk_cache.put((owner, coords), buf)
 
     # -- storage allocation ---------------------------------------------------------------------
     def _allocate_contiguous(self, ds: Dataset) -> None:
@@ -289,7 +332,7 @@ class Writeback:
     # -- resizing -------------------------------------------------------------------------------
     def truncate(self, ds: Dataset, size: int) -> None:
         """Resize the raw view to `size` bytes (whole rows) along the first dimension."""
-        with self.lock:
+        with self.commit_lock, self.lock:
             self._check_writable(ds)
             if size != ds.source.size:
                 self._grow_to(ds, size, whole_rows=True)

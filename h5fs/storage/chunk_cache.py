@@ -115,14 +115,19 @@ class ChunkCache:
             self._forget_flight(key)
             self._drop(key)
 
-    def invalidate_owner(self, owner: Hashable) -> None:
-        """Forget every chunk of `owner` (a dataset version whose index changed or went away)."""
+    def invalidate_owner(self, owner: Hashable, successor: Hashable | None = None) -> None:
+        """Forget every chunk of `owner` (a dataset version whose index changed or went away);
+        with a `successor` (the dataset's next version) its pinned chunks, written but not yet
+        in the file and so newer than anything there, move to it instead."""
         with self._lock:
             for key, flight in self._inflight.items():
                 if key[0] == owner:
                     flight.stale = True
             for key in list(self._owners.get(owner, ())):
+                value = self._pinned.get(key)
                 self._drop(key)
+                if value is not None and successor is not None:
+                    self._store((successor, key[1]), value, pinned=True)
 
     def _forget_flight(self, key: Key) -> None:
         flight = self._inflight.get(key)
