@@ -19,7 +19,7 @@ import time
 import trio
 from pyfuse3 import FUSEError
 
-from ..errors import CannotWrite, InvalidWrite
+from ..errors import CannotWrite, H5fsError, InvalidWrite
 from ..model import namespace
 from ..model.namespace import NPY, RAW
 from ..model.free_space import find_free_space
@@ -54,7 +54,11 @@ class WriteSide:
         while True:
             await trio.sleep(FLUSH_POLL)
             if self.wb.dirty and time.monotonic() - self.last_write >= FLUSH_DELAY:
-                await self.flush()
+                try:
+                    await self.flush()
+                except (OSError, H5fsError) as exc:   # kept dirty: fsync and unmount try again
+                    self.last_write = time.monotonic()
+                    log.error("writing changes into the file failed, retrying later: %s", exc)
 
     async def flush(self) -> None:
         if not self.wb.dirty:
