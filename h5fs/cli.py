@@ -358,6 +358,14 @@ def cmd_umount(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .check import run
+    if args.repair:   # what the next read-write mount would do: finish interrupted updates
+        from .errors import H5fsError
+        from .model.file import H5File
+        try:
+            H5File.open(args.file, writable=True, lock=True).close()
+        except (OSError, H5fsError) as exc:
+            print(f"{PROG}: {args.file}: cannot repair: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+            return 2
     return run(args.file)
 
 
@@ -372,8 +380,8 @@ def _parser() -> argparse.ArgumentParser:
                        description="Mount FILE on MOUNTPOINT; returns when the mount is ready.")
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument("-o", dest="options", action="append", metavar="OPTIONS",
-                   help="comma-separated options: ro, log=PATH, verbose, readahead_kb=N, "
-                        "fsname=NAME, and FUSE options (allow_other, default_permissions, ...)")
+                   help="comma-separated options: ro, log=PATH, verbose, readahead_kb=N, writeback_mb=N, "
+                        "writeback_cache, fsname=NAME, and FUSE options (allow_other, default_permissions, ...)")
     m.add_argument("file", metavar="FILE")
     m.add_argument("mountpoint", metavar="MOUNTPOINT")
     m.set_defaults(func=cmd_mount)
@@ -385,6 +393,8 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="verify FILE without mounting it",
                        description="Verify every structure of FILE; exit 0 when sound, 1 with one line per "
                                    "problem, 2 when FILE cannot be read.")
+    c.add_argument("--repair", action="store_true",
+                   help="first finish the updates a crash interrupted (replay the journal), as a mount does")
     c.add_argument("file", metavar="FILE")
     c.set_defaults(func=cmd_check)
     return p

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import run_h5fs
 from crash_support import NAME, Workload, barriers, check_promise, initial, kill_daemon, read_dataset, rebuild
+from h5fs.check import check
 from h5fs.model.file import H5File
 from h5fs.storage.writer import read_recording
 from write_support import verify_file
@@ -96,7 +97,9 @@ def test_power_loss_at_every_barrier(mount, tmp_path, layout, monkeypatch):
             rebuild(str(original), str(recording), out, stop + 1, extra)
             H5File.open(out, writable=True).close()   # what the next mount does: replay the journal
             check_promise(read_dataset(out), [], N)
+            report = check(out)
+            assert report.sound, report.problems
     rebuild(str(original), str(recording), out, ops, [])
-    H5File.open(out, writable=True).close()
+    assert run_h5fs("check", "--repair", out).returncode == 0
     check_promise(read_dataset(out), work.acked, N)
     verify_file(out, h5dump=False)
