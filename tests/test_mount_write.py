@@ -407,3 +407,26 @@ def test_external_and_virtual_written_through(mount, tmp_path):
     want_v[5:15] = np.arange(5, 15)
     assert np.array_equal(data["v"], want_v) and np.array_equal(data["b"][:5], np.arange(10, 15))
     assert "other.h5" in mount.log_of(mp)
+
+
+def test_broken_dataset_answers_eio_and_is_left_alone(mount, tmp_path):
+    """A write that must read a chunk the file holds corrupt answers EIO and changes nothing;
+    the other datasets stay writable."""
+    path = tmp_path / "broken.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_dataset("bad", data=np.arange(1000, dtype="<f8"), chunks=(100,), compression="gzip")
+        f.create_dataset("good", data=np.zeros(10, "<i4"))
+        info = f["bad"].id.get_chunk_info(3)
+    raw = bytearray(path.read_bytes())
+    raw[info.byte_offset:info.byte_offset + 16] = b"\xff" * 16   # chunk 3's deflate stream
+    path.write_bytes(bytes(raw))
+    mp = mount(path, "rw")
+    assert error_of(pwrite, mp / "bad", b"\0" * 8, 8 * 305) == errno.EIO
+    pwrite(mp / "good", np.arange(10, dtype="<i4").tobytes(), 0)
+    run_h5fs("umount", mp, check=True)
+    assert path.read_bytes()[info.byte_offset:info.byte_offset + info.size] == \
+        bytes(raw[info.byte_offset:info.byte_offset + info.size])
+    with h5py.File(path, "r") as f:
+        assert np.array_equal(f["good"][()], np.arange(10))
+        assert np.array_equal(f["bad"][:300], np.arange(300))
+    assert "bad" in mount.log_of(mp)
