@@ -37,6 +37,7 @@ from pyfuse3 import FUSEError
 from ..errors import H5fsError
 from ..model import namespace
 from ..model.namespace import DIR, DTYPE, NPY, RAW, SYMLINK, Entry, Numbers
+from ..format.messages.layout import VIRTUAL
 from ..model.writeback import Writeback
 from . import offload, views
 from .blocks import BlockCounts
@@ -353,9 +354,12 @@ class Operations(pyfuse3.Operations):
             state = _open_state(node, obj)
         else:  # variable-length data is decoded whole, virtual sources opened: in a worker
             state = await offload.run_sync(_open_state, node, obj)
-        if self.writes is not None:
+        # a virtual dataset shows its sources' bytes, which writes to them change unseen: on a
+        # writable mount its pages are not kept
+        keep = self.writes is None or not (node.kind in (RAW, NPY) and obj.layout.layout_class == VIRTUAL)
+        if self.writes is not None and keep:
             self.writes.paged.add(inode)
-        return pyfuse3.FileInfo(fh=self.handles.open_file(state), keep_cache=True)
+        return pyfuse3.FileInfo(fh=self.handles.open_file(state), keep_cache=keep)
 
     @boundary
     async def read(self, fh: int, off: int, size: int) -> bytes:

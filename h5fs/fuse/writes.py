@@ -20,6 +20,7 @@ import trio
 from pyfuse3 import FUSEError
 
 from ..errors import CannotWrite, H5fsError, InvalidWrite
+from ..format.messages.layout import VIRTUAL
 from ..model import namespace
 from ..model.namespace import NPY, RAW
 from ..model.free_space import find_free_space
@@ -38,6 +39,7 @@ class WriteSide:
         self.ops, self.wb = ops, writeback
         self.last_write = 0.0
         self.paged: set[int] = set()   # inodes whose pages the kernel may hold (opened with keep_cache)
+        self.touched: set[int] = set()  # datasets written since the last flush here
 
     def start(self, nursery) -> None:
         nursery.start_soon(self._flusher)
@@ -53,7 +55,7 @@ class WriteSide:
         """Flush FLUSH_DELAY s after the last write."""
         while True:
             await trio.sleep(FLUSH_POLL)
-            if self.wb.dirty and time.monotonic() - self.last_write >= FLUSH_DELAY:
+            if (self.wb.dirty or self.touched) and time.monotonic() - self.last_write >= FLUSH_DELAY:
                 try:
                     await self.flush()
                 except (OSError, H5fsError) as exc:   # kept dirty: fsync and unmount try again
@@ -61,9 +63,11 @@ class WriteSide:
                     log.error("writing changes into the file failed, retrying later: %s", exc)
 
     async def flush(self) -> None:
-        if not self.wb.dirty:
+        """Everything in the file; then the stat numbers of what changed since the last flush
+        (background flushes included) are refreshed."""
+        if not self.wb.dirty and not self.touched:
             return
-        touched = list(self.wb.dirty)
+        touched, self.touched = self.touched, set()
         try:
             await offload.run_sync(self.wb.flush)
         finally:
@@ -94,6 +98,7 @@ class WriteSide:
             size = ds.raw_size
             await offload.run_sync(self.wb.write, ds, off, bytes(buf))
             self.last_write = time.monotonic()
+            self.touched.add(ds.address)
             await self.changed(ds.address, state.ino, resized=off + len(buf) > size)
         return taken
 
@@ -120,7 +125,11 @@ class WriteSide:
         written one's itself), and after a resize the open handles' sizes and `.npy` headers."""
         ops = self.ops
         nodes = [n for n in (ops.table.find_object(address), ops.table.find_view(address)) if n is not None]
-        for node in nodes:
+        stale = nodes
+        if writer_ino is not None and ops.f.get(address, "").layout.layout_class == VIRTUAL:
+            # written through to its sources: whatever the kernel holds may show them
+            stale = [n for n in (ops.table.get(ino) for ino in list(self.paged)) if n is not None]
+        for node in stale:
             if node.ino != writer_ino and node.ino in self.paged:
                 self.paged.discard(node.ino)
                 await ops.invalidator.data(node)
