@@ -52,14 +52,15 @@ FILL_PIECE = 16 * 1024 * 1024            # bytes of fill value written at a time
 class Dirty:
     """What one dataset holds that is not in the file yet. A dirty chunk is private to the
     writeback (made from a copy), so later writes change it in place; each write bumps its
-    version. When writes move on from a chunk, it is filtered ahead in the pool (`encoded`);
-    the result serves the flush if the version is still the same."""
+    version. When sequential writes move on from a chunk, it is filtered ahead in the pool
+    (`encoded`); the result serves the flush if the version is still the same."""
 
     path: str
     chunks: dict[tuple[int, ...], bytearray] = field(default_factory=dict)
     versions: dict[tuple[int, ...], int] = field(default_factory=dict)
     encoded: dict[tuple[int, ...], tuple[int, Future]] = field(default_factory=dict)
     last: tuple[int, ...] | None = None  # the chunk the last write ended in
+    end: int = -1                        # the element after the last write
     contiguous: bool = False             # data written in place, not yet fsynced
     external: bool = False               # data written into external files, not yet fsynced
 
@@ -171,9 +172,11 @@ class Writeback:
                 buf = self._dirty_chunk(source, st, coords, _covers(inside, coords, source))
                 np.frombuffer(buf, np.uint8).reshape(source.chunk + (isz,))[inside] = part[dst]
                 st.versions[coords] = st.versions.get(coords, 0) + 1
-        if st.last is not None and st.last != coords and ds.filters:
+        # a sequential writer that moved on is done with the chunk it left: filter it now (a
+        # random writer comes back: its chunks wait for the flush)
+        if st.last is not None and st.last != coords and e0 == st.end and ds.filters:
             self._encode_ahead(ds, source, st, st.last)
-        st.last = coords
+        st.last, st.end = coords, e0 + len(data) // isz
 
     def _dirty_chunk(self, source: ChunkedSource, st: Dirty, coords: tuple[int, ...],
                      covered: bool) -> bytearray:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+import weakref
 from dataclasses import replace
 
 from ..errors import FormatError
@@ -58,7 +59,16 @@ class OverlayReader(BlockReader):
 
     def __init__(self, txn: Transaction, base: BlockReader):
         super().__init__(base.fd, base.base, base.sizes, MetadataCache(16 * 1024 * 1024))
-        self.txn = txn
+        # no reference cycle: a transaction's staged chunk data must go when it does, not at
+        # the next cycle collection (rare in the daemon)
+        self._txn = weakref.ref(txn)
+
+    @property
+    def txn(self) -> Transaction:
+        txn = self._txn()
+        if txn is None:
+            raise FormatError("reading through a transaction that ended")
+        return txn
 
     def read(self, addr: int | None, size: int, what: str = "block") -> bytes:
         if addr is None:

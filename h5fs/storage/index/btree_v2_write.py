@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 from typing import TYPE_CHECKING, Sequence, Union
 
-from ...errors import FormatError
 from ...format import btree_v2 as bt
 from ...format.messages.layout import DataLayout
 from ..readers.btree_v2 import _decoded as decoded_node   # the cached read lookups share
