@@ -9,16 +9,21 @@ first this is plain row-major order over the maximum grid.
 Note: libhdf5's own iteration (H5D__earray_idx_iterate_cb) walks the slots in unswizzled order,
 so for an unlimited dimension other than the first, H5Dget_chunk_info(index) reports wrong chunk
 offsets; `records()` here inverts the real mapping instead.
+
+Writes (batches of put and removed records) are extensible_array_write's.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ...errors import FormatError
 from ..readers.extensible_array import ExtensibleArray
 from . import ChunkRecord, IndexContext
 from .fixed_array import ArrayIndex, _check_rank, chunk_nbytes, element_decoder, grid
+
+if TYPE_CHECKING:
+    from ..transaction import Transaction
 
 
 class ExtensibleArrayIndex(ArrayIndex):
@@ -40,11 +45,21 @@ class ExtensibleArrayIndex(ArrayIndex):
             acc *= e
         self.sw_down = (acc,) + tuple(reversed(downs))
         self.nbytes = chunk_nbytes(ctx)
-        addr = ctx.layout.index.address if ctx.layout.index else None
+        self.what = f"{ctx.what}: extensible array index"
+        self.max_bits = ctx.layout.index.max_bits   # the array's own once it exists
+        addr = ctx.layout.index.address
         if addr is not None:
-            self.array = ExtensibleArray(ctx.reader, addr, f"{ctx.what}: extensible array index")
-            h = self.array.header
-            self.decode = element_decoder(ctx, h.client_id, h.element_size)
+            self.open_array(ExtensibleArray(ctx.reader, addr, self.what))
+
+    def open_array(self, array: ExtensibleArray) -> None:
+        self.array = array
+        h = array.header
+        self.max_bits = h.max_nelmts_bits
+        self.decode = element_decoder(self.ctx, h.client_id, h.element_size)
+
+    def writer(self, txn: Transaction):
+        from .extensible_array_write import ExtensibleArrayWriter   # it imports this module
+        return ExtensibleArrayWriter(self, txn)
 
     def index_of(self, coords: tuple[int, ...]) -> int | None:
         """Linear slot of chunk `coords`, None when outside the maximum grid."""
@@ -54,7 +69,7 @@ class ExtensibleArrayIndex(ArrayIndex):
         if any(c >= e for c, e in zip(sw[1:], self.sw_extents[1:])):
             return None
         idx = sum(c * d for c, d in zip(sw, self.sw_down))
-        return None if idx >> self.array.header.max_nelmts_bits else idx
+        return None if idx >> self.max_bits else idx
 
     def coords_of(self, idx: int) -> tuple[int, ...]:
         sw = []

@@ -4,18 +4,24 @@ Slots count over the chunk grid of the dataset's MAXIMUM dimensions, in row-majo
 (libhdf5 H5Dfarray.c: ``H5VM_array_offset_pre(ndims, max_down_chunks, scaled)``), so a dataset
 whose current extent is smaller than its maximum leaves the trailing slots of each row unused.
 
-The grid helpers here are shared by the other array-backed index modules.
+The grid helpers here are shared by the other array-backed index modules. Writes (batches of put
+and removed records) are fixed_array_write's.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from math import prod
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError, Unsupported
 from ...format import fixed_array as fa
 from ...format.fixed_array import ChunkElement, chunk_element_decoder
+from ...format.messages.layout import DataLayout
 from ..readers.fixed_array import FixedArray
 from . import ChunkIndex, ChunkRecord, IndexContext
+
+if TYPE_CHECKING:
+    from ..transaction import Transaction
 
 
 def chunk_nbytes(ctx: IndexContext) -> int:
@@ -129,9 +135,25 @@ def to_record(ctx: IndexContext, coords: tuple[int, ...], el: ChunkElement, nbyt
 
 
 class ArrayIndex(ChunkIndex):
-    """Lookup and iteration shared by the array indexes; subclasses map coordinates <-> slots."""
+    """Lookup, iteration and the write entry points shared by the array indexes; subclasses map
+    coordinates <-> slots and open their array."""
 
     array = None  # the decoded FixedArray or ExtensibleArray, None when no chunk was allocated
+    what = ""     # the index, for messages
+
+    def open_array(self, array) -> None:
+        """Use this FixedArray or ExtensibleArray (the one a change left)."""
+        raise NotImplementedError
+
+    def writer(self, txn: Transaction):
+        """The object applying a batch of changes to this index in `txn`."""
+        raise NotImplementedError
+
+    def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
+        return self.writer(txn).apply(records, ())
+
+    def remove(self, txn: Transaction, coords: Sequence[tuple[int, ...]]) -> DataLayout | None:
+        return self.writer(txn).apply((), coords)
 
     def index_of(self, coords: tuple[int, ...]) -> int | None:
         raise NotImplementedError
@@ -164,17 +186,24 @@ class FixedArrayIndex(ArrayIndex):
         _check_rank(ctx)
         self.grid = max_grid(ctx)
         self.nbytes = chunk_nbytes(ctx)
+        self.what = f"{ctx.what}: fixed array index"
         addr = ctx.layout.index.address if ctx.layout.index else None
         if addr is not None:
-            self.array = FixedArray(ctx.reader, addr, f"{ctx.what}: fixed array index")
-            h = self.array.header
-            expected = 1
-            for g in self.grid:
-                expected *= g
-            if h.nelmts != expected:
-                raise FormatError(f"{ctx.what}: fixed array holds {h.nelmts} slots, the maximum chunk grid "
-                                  f"{self.grid} needs {expected}")
-            self.decode = element_decoder(ctx, h.client_id, h.element_size)
+            self.open_array(FixedArray(ctx.reader, addr, self.what))
+
+    def open_array(self, array: FixedArray) -> None:
+        ctx = self.ctx
+        self.array = array
+        h = array.header
+        expected = prod(self.grid)
+        if h.nelmts != expected:
+            raise FormatError(f"{ctx.what}: fixed array holds {h.nelmts} slots, the maximum chunk grid "
+                              f"{self.grid} needs {expected}")
+        self.decode = element_decoder(ctx, h.client_id, h.element_size)
+
+    def writer(self, txn: Transaction):
+        from .fixed_array_write import FixedArrayWriter   # it imports this module
+        return FixedArrayWriter(self, txn)
 
     def index_of(self, coords: tuple[int, ...]) -> int | None:
         return ravel(coords, self.grid)

@@ -4,15 +4,29 @@ libhdf5 (H5Dnone.c) allocates every chunk of the MAXIMUM extent up front, contig
 row-major order of the maximum chunk grid: chunk ``scaled`` lives at ``address +
 ravel(scaled, max grid) * chunk bytes``. Chunks are never filtered. Iteration, as libhdf5's,
 covers the chunks of the current extent.
+
+Writing: chunks are written where the index says (the caller writes them in place), so a put only
+checks that; removing a chunk changes nothing (libhdf5's H5D__none_idx_remove: the block keeps
+its space). The block itself is allocated, whole, when the extent first holds a chunk (`resize`,
+as libhdf5's early allocation at H5Dset_extent) or at a put before that; its address goes into
+the layout message that either returns. Filling the chunks of the extent with the fill value is
+the caller's (the index does not know the fill value).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from dataclasses import replace
+from math import prod
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
+from ...format.messages.layout import DataLayout
 from . import ChunkIndex, ChunkRecord, IndexContext
+from .btree_batch import check_coords
 from .fixed_array import _check_rank, chunk_nbytes, grid, iter_grid, max_grid, ravel
+
+if TYPE_CHECKING:
+    from ..transaction import Transaction
 
 
 class ImplicitIndex(ChunkIndex):
@@ -44,3 +58,48 @@ class ImplicitIndex(ChunkIndex):
             rec = self._record(coords)
             if rec is not None:
                 yield rec
+
+    def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
+        check_coords([r.coords for r in records], len(self.max_grid), self.ctx.what)
+        if self.address is None:
+            return self._allocate(txn, records) if records else None
+        for r in records:
+            want = self._record(tuple(r.coords))
+            if want is None or (r.address, r.size) != (want.address, want.size):
+                raise ValueError(f"{self.ctx.what}: implicit chunk {tuple(r.coords)} written at {r.address} "
+                                 f"({r.size} bytes), the index puts it at "
+                                 f"{'nowhere' if want is None else want.address} ({self.nbytes} bytes)")
+        return None
+
+    def remove(self, txn: Transaction, coords: Sequence[tuple[int, ...]]) -> DataLayout | None:
+        check_coords(coords, len(self.max_grid), self.ctx.what)
+        return None
+
+    def resize(self, txn: Transaction, dims: tuple[int, ...]) -> DataLayout | None:
+        if self.address is not None or not all(grid(dims, self.ctx.layout.chunk_dims)):
+            return None
+        return self._allocate(txn, ())
+
+    def _allocate(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout:
+        """Allocate the block (every chunk of the maximum grid) and move the chunks of
+        `records`, written elsewhere in this transaction, to their places in it."""
+        self.address = txn.allocate(prod(self.max_grid) * self.nbytes)
+        for r in records:
+            slot = self._record(tuple(r.coords))
+            if slot is None or r.size != self.nbytes:
+                raise ValueError(f"{self.ctx.what}: implicit chunk {tuple(r.coords)} of {r.size} bytes does not fit "
+                                 f"the maximum grid {self.max_grid} of {self.nbytes}-byte chunks")
+            txn.write_data(slot.address, _staged_data(txn, r))
+            txn.free(r.address, r.size)
+        lay = self.ctx.layout
+        return replace(lay, index=replace(lay.index, address=self.address))
+
+
+def _staged_data(txn: Transaction, rec: ChunkRecord) -> bytes:
+    """The chunk data `txn.write_data` staged at the record's address (the transaction keeps no
+    public way to read it back: chunk data is written, never read, before the commit)."""
+    for address, data in reversed(txn._data):
+        if address == rec.address and len(data) == rec.size:
+            return data
+    raise ValueError(f"chunk {tuple(rec.coords)} at {rec.address}: not written in this transaction, "
+                     "cannot move it into the implicit index's block")

@@ -3,16 +3,25 @@
 The layout message holds the chunk's address; a filtered chunk's stored size and filter mask sit
 in the layout message too (flag SINGLE_INDEX_WITH_FILTER), otherwise the chunk has the full
 unfiltered size.
+
+Writing changes only the layout message (which the caller rewrites): a put sets the chunk's
+address (and filtered size and mask), a removal the undefined address, as libhdf5's
+H5D__single_idx_insert/remove do (the filtered size stays, as there).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
-from ...format.messages.layout import SINGLE_INDEX_WITH_FILTER
+from ...format.messages.layout import SINGLE_INDEX_WITH_FILTER, DataLayout
 from . import ChunkIndex, ChunkRecord, IndexContext
+from .btree_batch import check_coords, check_size
 from .fixed_array import _check_rank, chunk_nbytes
+
+if TYPE_CHECKING:
+    from ..transaction import Transaction
 
 
 class SingleChunkIndex(ChunkIndex):
@@ -39,3 +48,35 @@ class SingleChunkIndex(ChunkIndex):
     def records(self) -> Iterator[ChunkRecord]:
         if self.record is not None:
             yield self.record
+
+    def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
+        if not records:
+            return None
+        self._check([r.coords for r in records])
+        rec = records[-1]   # the last word on the one chunk
+        if self.ctx.filtered:
+            check_size(rec, 1 << (8 * txn.sizes.length), self.ctx.what)
+            return self._publish(rec.address, rec.size, rec.filter_mask)
+        if rec.size != self.size:
+            raise ValueError(f"{self.ctx.what}: unfiltered single chunk of {rec.size} bytes, it holds {self.size}")
+        return self._publish(rec.address, self.size, 0)
+
+    def remove(self, txn: Transaction, coords: Sequence[tuple[int, ...]]) -> DataLayout | None:
+        self._check(coords)
+        return self._publish(None, self.size, self.mask) if coords and self.record is not None else None
+
+    def _check(self, coords: Sequence[tuple[int, ...]]) -> None:
+        rank = len(self.ctx.layout.chunk_dims)
+        check_coords(coords, rank, self.ctx.what)
+        if any(any(c) for c in coords):
+            raise ValueError(f"{self.ctx.what}: a single-chunk index holds only chunk {(0,) * rank}")
+
+    def _publish(self, address: int | None, size: int, mask: int) -> DataLayout:
+        """The layout holding the chunk at `address` (None: no chunk); the index follows it."""
+        lay = self.ctx.layout
+        info = replace(lay.index, address=address)
+        if self.ctx.filtered:
+            info = replace(info, filtered_size=size, filter_mask=mask)
+        self.address, self.size, self.mask = address, size, mask
+        self.record = ChunkRecord((0,) * len(lay.chunk_dims), address, size, mask) if address is not None else None
+        return replace(lay, index=info)
