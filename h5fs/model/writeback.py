@@ -19,6 +19,7 @@ One lock orders all of it: writes, flushes and resizes run in worker threads one
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from contextlib import nullcontext
@@ -28,7 +29,7 @@ from math import prod
 
 import numpy as np
 
-from ..errors import CannotWrite, InvalidWrite, TooLarge
+from ..errors import CannotWrite, H5fsError, InvalidWrite, TooLarge
 from ..format.messages import dataspace as S
 from ..format.messages import layout as L
 from ..format.messages.fill_value import ALLOC_EARLY
@@ -44,6 +45,8 @@ from .dataset import Dataset
 from .external import external_close_all, external_sync_all, external_write
 from .virtual import virtual_write
 
+log = logging.getLogger("h5fs")
+
 DEFAULT_DIRTY_LIMIT = 64 * 1024 * 1024   # dirty chunk bytes held before writes flush them
 FILL_PIECE = 16 * 1024 * 1024            # bytes of fill value written at a time
 
@@ -57,6 +60,9 @@ class Dirty:
 
     path: str
     chunks: dict[tuple[int, ...], bytearray] = field(default_factory=dict)
+    # writes into stored chunks not in memory, kept as (slices of the chunk, elements) until a
+    # read or the flush needs the chunk: random writes decode each chunk once, not once a write
+    patches: dict[tuple[int, ...], list[tuple[tuple[slice, ...], np.ndarray]]] = field(default_factory=dict)
     versions: dict[tuple[int, ...], int] = field(default_factory=dict)
     encoded: dict[tuple[int, ...], tuple[int, Future]] = field(default_factory=dict)
     last: tuple[int, ...] | None = None  # the chunk the last write ended in
@@ -77,6 +83,7 @@ class Writeback:
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="h5fs-encode")
         self.flusher = ThreadPoolExecutor(1, thread_name_prefix="h5fs-flush")
         self._background: Future | None = None
+        self.flushing: dict[int, Dirty] = {}   # the batch a flush is writing (reads see its patches)
         self.nbytes = 0
 
     def close(self) -> None:
@@ -98,6 +105,8 @@ class Writeback:
             isz = ds.itemsize
             head, tail = offset % isz, -end % isz
             if head or tail:  # partial elements: complete them with the bytes they hold
+                self.materialize(ds, offset - head, head)
+                self.materialize(ds, end, tail)
                 data = ds.read_raw(offset - head, head) + bytes(data) + ds.read_raw(end, tail)
                 offset -= head
             self._write_elements(ds, offset // isz, data)
@@ -170,7 +179,12 @@ class Writeback:
             for coords in chunks_in_box(box, source.chunk):
                 dst, inside = overlap(box, coords, source.chunk)
                 buf = self._dirty_chunk(source, st, coords, _covers(inside, coords, source))
-                np.frombuffer(buf, np.uint8).reshape(source.chunk + (isz,))[inside] = part[dst]
+                if buf is None:
+                    piece = part[dst].copy()
+                    st.patches.setdefault(coords, []).append((inside, piece))
+                    self.nbytes += piece.nbytes
+                else:
+                    np.frombuffer(buf, np.uint8).reshape(source.chunk + (isz,))[inside] = part[dst]
                 st.versions[coords] = st.versions.get(coords, 0) + 1
         # a sequential writer that moved on is done with the chunk it left: filter it now (a
         # random writer comes back: its chunks wait for the flush)
@@ -179,16 +193,59 @@ class Writeback:
         st.last, st.end = coords, e0 + len(data) // isz
 
     def _dirty_chunk(self, source: ChunkedSource, st: Dirty, coords: tuple[int, ...],
-                     covered: bool) -> bytearray:
-        """The chunk's private dirty copy, made on the first write (from the fill value when
-        the write covers it, else from the chunk as it is) and pinned in the chunk cache."""
+                     covered: bool) -> bytearray | None:
+        """The chunk's private dirty copy, made on the first write from the fill value when the
+        write covers it, else from the chunk as memory holds it (pending patches applied), and
+        pinned in the chunk cache; None when the chunk would have to be read and decoded (the
+        write becomes a patch)."""
         buf = st.chunks.get(coords)
-        if buf is None:
-            buf = bytearray(source._fill() if covered else source.chunk_bytes_at(coords))
-            st.chunks[coords] = buf
-            self.nbytes += len(buf)
-            self.f.chunk_cache.put((source.owner, coords), buf, pinned=True)
+        if buf is not None:
+            return buf
+        patches = st.patches.pop(coords, [])
+        if covered:
+            base = source._fill()
+            patches = []   # superseded
+        else:
+            base = self.f.chunk_cache.peek((source.owner, coords))
+            if base is None:
+                if patches or source.index.lookup(coords) is not None:
+                    st.patches[coords] = patches
+                    return None
+                base = source._fill()
+        self.nbytes -= sum(p.nbytes for _, p in patches)
+        return self._keep(source, st, coords, _patched(base, patches, source))
+
+    def _keep(self, source: ChunkedSource, st: Dirty, coords: tuple[int, ...], buf: bytearray) -> bytearray:
+        st.chunks[coords] = buf
+        self.nbytes += len(buf)
+        self.f.chunk_cache.put((source.owner, coords), buf, pinned=True)
         return buf
+
+    def patched(self, address: int) -> bool:
+        """Whether the dataset has writes held as patches (a read must `materialize` first)."""
+        return any(s.patches for s in (self.dirty.get(address), self.flushing.get(address)) if s)
+
+    def materialize(self, ds: Dataset, offset: int, size: int) -> None:
+        """Apply the pending patches of the chunks under raw bytes [offset, offset+size) (of
+        the dirty state and of a flush under way), so that a read sees them."""
+        with self.lock:
+            states = [s for s in (self.dirty.get(ds.address), self.flushing.get(ds.address)) if s and s.patches]
+            if not states or ds.layout.layout_class != L.CHUNKED:
+                return
+            source: ChunkedSource = ds.source
+            isz, st = ds.itemsize, self._state(ds)
+            older = self.flushing.get(ds.address)
+            for box in linear_boxes(source.shape, offset // isz, -(-(offset + size) // isz)):
+                for coords in chunks_in_box(box, source.chunk):
+                    if coords in st.chunks or not any(coords in s.patches for s in states):
+                        continue
+                    # the chunk as memory or the file holds it (a flush's own copy pinned
+                    # while it is written), the flush's patches, then the newer ones
+                    base = self.f.chunk_cache.peek((source.owner, coords)) or source.chunk_bytes_at(coords)
+                    mine = st.patches.pop(coords, [])
+                    self.nbytes -= sum(p.nbytes for _, p in mine)
+                    patches = (older.patches.get(coords, []) if older else []) + mine
+                    self._keep(source, st, coords, _patched(base, patches, source))
 
     def _encode_ahead(self, ds: Dataset, source: ChunkedSource, st: Dirty, coords: tuple[int, ...]) -> None:
         buf = st.chunks.get(coords)
@@ -202,23 +259,36 @@ class Writeback:
         with self.commit_lock:
             with self.lock:
                 batch, self.dirty, self.nbytes = self.dirty, {}, 0
+                self.flushing = batch
             if not batch:
                 return
             try:
-                self._flush(batch)
+                broken = self._flush(batch)
             except BaseException:
                 with self.lock:   # nothing was published: the batch stays dirty, newer writes win
+                    self.flushing = {}
                     for address, st in batch.items():
                         self._restore(address, st)
                 raise
+        if broken:
+            raise broken[0]
 
-    def _flush(self, batch: dict[int, Dirty]) -> None:
+    def _flush(self, batch: dict[int, Dirty]) -> list[H5fsError]:
+        """Commit the batch. A dataset whose chunks cannot be made (a chunk the file holds
+        corrupt under a write) is left out, its writes dropped: it is returned, the rest lands."""
         txn = self.f.store.begin()
-        changed = []
+        changed, broken = [], []
         for address, st in batch.items():
             ds = self.f.get(address, st.path)
-            if st.chunks:
-                self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), st.chunks, st)
+            if st.chunks or st.patches:
+                try:
+                    encoded = self._encode(ds, ds.source, st.chunks, st)
+                except H5fsError as exc:
+                    log.error("%s: writes lost, the dataset is broken in the file: %s", ds.path, exc)
+                    broken.append(exc)
+                    self._drop(address)
+                    continue
+                self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), encoded)
             changed.append(ds.address)
         if any(st.external for st in batch.values()):
             external_sync_all(self.f)
@@ -227,22 +297,40 @@ class Writeback:
         txn.commit()
         with self.lock:   # no write may pin a chunk under a version of the dataset being retired
             self._forget(txn, changed)
+            self.flushing = {}
             for address, st in batch.items():   # written now: evictable unless written again since
                 owner = (address, self.f.generation(address))
                 for coords, buf in st.chunks.items():
                     if self.f.chunk_cache.peek((owner, coords)) is buf:
                         self.f.chunk_cache.unpin((owner, coords))
+        return broken
+
+    def _drop(self, address: int) -> None:
+        """Forget every write of a dataset not yet in the file (its chunks pinned included)."""
+        with self.lock:
+            st = self.dirty.pop(address, None)
+            if st is not None:
+                self.nbytes -= sum(len(b) for b in st.chunks.values())
+                self.nbytes -= sum(p.nbytes for ps in st.patches.values() for _, p in ps)
+            self.f.chunk_cache.invalidate_owner((address, self.f.generation(address)))
 
     def _restore(self, address: int, old: Dirty) -> None:
         st = self.dirty.get(address)
         if st is None:
             self.dirty[address] = old
             self.nbytes += sum(len(b) for b in old.chunks.values())
+            self.nbytes += sum(p.nbytes for ps in old.patches.values() for _, p in ps)
             return
         for coords, buf in old.chunks.items():
             if coords not in st.chunks:
+                # a newer patch of the chunk goes on top of the older whole chunk
+                buf = _patched(buf, st.patches.pop(coords, []), self.f.get(address, st.path).source)
                 st.chunks[coords], st.versions[coords] = buf, old.versions[coords]
                 self.nbytes += len(buf)
+        for coords, patches in old.patches.items():
+            if coords not in st.chunks:
+                st.patches[coords] = patches + st.patches.get(coords, [])
+                self.nbytes += sum(p.nbytes for _, p in patches)
         st.contiguous |= old.contiguous
         st.external |= old.external
 
@@ -252,15 +340,13 @@ class Writeback:
             self._background = self.flusher.submit(self.flush)
 
     def _stage_chunks(self, txn: Transaction, ds: Dataset, header: HeaderEdit,
-                      chunks: dict[tuple[int, ...], bytearray], st: Dirty | None = None,
+                      encoded: dict[tuple[int, ...], tuple[bytes, int]],
                       lay: L.DataLayout | None = None) -> L.DataLayout | None:
-        """Filter the chunks (in the worker pool), write them to fresh space, update the index
-        (`lay`: the layout as this transaction left it so far). Returns a changed layout."""
-        source: ChunkedSource = ds.source
+        """Write encoded chunks (see `_encode`) to fresh space and update the index (`lay`: the
+        layout as this transaction left it so far). Returns a changed layout."""
         lay, space = lay or ds.layout, ds.dataspace
         index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, bool(ds.filters), ds.path))
         implicit = lay.index is not None and lay.index.index_type == L.IMPLICIT
-        encoded = self._encode(ds, source, chunks, st)
         records = []
         for coords, (data, mask) in encoded.items():
             old = index.lookup(coords)
@@ -279,9 +365,11 @@ class Writeback:
 
     def _encode(self, ds: Dataset, source: ChunkedSource, chunks,
                 st: Dirty | None) -> dict[tuple[int, ...], tuple[bytes, int]]:
-        """(stored bytes, filter mask) of each chunk: filtered in the pool, or taken from the
-        encoding done ahead when the chunk did not change since."""
-        if not ds.filters:
+        """(stored bytes, filter mask) of each chunk, and of each chunk `st` holds as patches
+        (read, decoded and patched first): filtered in the pool, or taken from the encoding done
+        ahead when the chunk did not change since."""
+        patched = st.patches if st is not None else {}
+        if not ds.filters and not patched:
             return {c: (bytes(b), 0) for c, b in chunks.items()}
         ahead = st.encoded if st is not None else {}
         encode = self._encoder(ds, source)
@@ -289,6 +377,9 @@ class Writeback:
         for coords, buf in chunks.items():
             done = ahead.get(coords)
             futures[coords] = done[1] if done and done[0] == st.versions[coords] else self.pool.submit(encode, coords, buf)
+        for coords, patches in patched.items():
+            futures[coords] = self.pool.submit(
+                lambda c, p: encode(c, _patched(source.chunk_bytes_at(c), p, source)), coords, patches)
         return {c: f.result() for c, f in futures.items()}
 
     def _encoder(self, ds: Dataset, source: ChunkedSource):
@@ -298,7 +389,7 @@ class Writeback:
         skip_edges = bool(ds.layout.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS)
 
         def encode(coords: tuple[int, ...], buf: bytearray) -> tuple[bytes, int]:
-            if skip_edges and source._is_edge(coords):
+            if not filters or skip_edges and source._is_edge(coords):
                 return bytes(buf), 0
             return encode_chunk(filters, bytes(buf), replace(info, what=f"{ds.path} chunk {coords}"))
         return encode
@@ -372,7 +463,7 @@ class Writeback:
             header.set(M.LAYOUT, self._layout(new_layout))
             lay = new_layout
         if rows > space.dims[0] and _allocated_early(ds):
-            self._stage_chunks(txn, ds, header, self._fill_chunks(ds, index, dims), None, lay)
+            self._stage_chunks(txn, ds, header, self._encode(ds, ds.source, self._fill_chunks(ds, index, dims), None), lay)
         self._commit(txn, [ds.address])
 
     def _fill_chunks(self, ds: Dataset, index, dims: tuple[int, ...]) -> dict[tuple[int, ...], bytearray]:
@@ -385,7 +476,8 @@ class Writeback:
         box = ((first * source.chunk[0],) + (0,) * (len(dims) - 1),
                (dims[0] - first * source.chunk[0],) + dims[1:])
         fill = source._fill()
-        return {c: bytearray(fill) for c in chunks_in_box(box, source.chunk) if index.lookup(c) is None}
+        implicit = ds.layout.index.index_type == L.IMPLICIT   # every slot exists: fill them all
+        return {c: bytearray(fill) for c in chunks_in_box(box, source.chunk) if implicit or index.lookup(c) is None}
 
     def _cut(self, txn: Transaction, ds: Dataset, header: HeaderEdit, rows: int) -> L.DataLayout | None:
         """Shrinking to `rows`: chunks wholly beyond are removed, the chunk row cut in two keeps
@@ -410,11 +502,23 @@ class Writeback:
             new_layout = index.remove(txn, [r.coords for r in gone])
             if new_layout is not None:
                 header.set(M.LAYOUT, self._layout(new_layout))
-            for rec in gone:
-                txn.free(rec.address, rec.size)
+            if lay.index.index_type != L.IMPLICIT:   # implicit chunks are slices of one live block
+                for rec in gone:
+                    txn.free(rec.address, rec.size)
         if cut:
-            new_layout = self._stage_chunks(txn, ds, header, cut, None, new_layout) or new_layout
+            new_layout = self._stage_chunks(txn, ds, header, self._encode(ds, source, cut, None),
+                                            new_layout) or new_layout
         return new_layout
+
+
+def _patched(base: bytes, patches, source: ChunkedSource) -> bytearray:
+    """A private copy of a chunk's bytes with the patches applied in order."""
+    buf = bytearray(base)
+    if patches:
+        view = np.frombuffer(buf, np.uint8).reshape(source.chunk + (source.itemsize,))
+        for inside, piece in patches:
+            view[inside] = piece
+    return buf
 
 
 def _allocated_early(ds: Dataset) -> bool:
