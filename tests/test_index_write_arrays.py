@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import tempfile
-import time
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -489,16 +488,10 @@ def test_ten_thousand_records(tmp_path, kind):
         base = txn.allocate(len(cells) * nbytes)
         txn.write_data(base, np.repeat(np.arange(10000, dtype="i2"), CHUNK * CHUNK).tobytes())
         records = [ChunkRecord(c, base + (c[0] * 100 + c[1]) * nbytes, nbytes) for c in cells]
-        start = time.perf_counter()
         layout = idx.put(txn, records)
-        created = time.perf_counter() - start
-        start = time.perf_counter()
-        assert idx.put(txn, records[::-1]) is None
-        replaced = time.perf_counter() - start
+        assert idx.put(txn, records[::-1]) is None   # every record replaced: no new layout
         write_layout(f, ds, txn, layout)
         txn.commit()
-    print(f"{kind}: 10,000 records put in {created:.3f} s, replaced in {replaced:.3f} s")
-    assert created < 2 and replaced < 2
     model = np.zeros(shape, "i2")
     for c in cells:
         model[region(c, shape)] = c[0] * 100 + c[1]

@@ -15,7 +15,6 @@ import random
 import shutil
 import subprocess
 import tempfile
-import time
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -462,16 +461,10 @@ def test_ten_thousand_records(tmp_path, kind):
         base = txn.allocate(len(cells))
         txn.write_data(base, bytes(range(100)) * 100)
         records = [ChunkRecord(c, base + c[0] * 100 + c[1], 1) for c in cells]
-        start = time.perf_counter()
         layout = idx.put(txn, records)
-        created = time.perf_counter() - start
-        start = time.perf_counter()
-        assert idx.put(txn, records[::-1]) is None
-        replaced = time.perf_counter() - start
+        assert idx.put(txn, records[::-1]) is None   # every record replaced: no new layout
         write_layout(f, ds, txn, layout)
         txn.commit()
-    print(f"{kind}: 10,000 records put in {created:.3f} s, replaced in {replaced:.3f} s")
-    assert created < 5 and replaced < 5
     model = np.tile(np.arange(100, dtype="i1"), (100, 1))
     assert check(path, model, kind, set(cells)) >= 2
 

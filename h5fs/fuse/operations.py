@@ -375,8 +375,9 @@ class Operations(pyfuse3.Operations):
         if bsize <= 0:
             return out
         raw = state.kind == RAW
-        if self.writes is not None and self.writes.wb.patched(ds.address):   # writes not yet applied
-            await offload.run_sync(self.writes.wb.materialize, ds, boff, bsize)
+        if self.writes is not None and self.writes.wb.holds(ds.address):   # writes not all in the file
+            body = await offload.run_sync(self.writes.wb.read, ds, boff, bsize, not raw)
+            return out + body if out else body
         body = ds.read_cached(boff, bsize) if raw else ds.read_npy_cached(boff, bsize)
         if body is None:
             body = await offload.run_sync(ds.read_raw if raw else ds.read_npy_body, boff, bsize)

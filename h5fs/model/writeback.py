@@ -202,18 +202,21 @@ class Writeback:
         if buf is not None:
             return buf
         patches = st.patches.pop(coords, [])
-        if covered:
-            base = source._fill()
-            patches = []   # superseded
-        else:
-            base = self.f.chunk_cache.peek((source.owner, coords))
-            if base is None:
-                if patches or source.index.lookup(coords) is not None:
-                    st.patches[coords] = patches
-                    return None
-                base = source._fill()
         self.nbytes -= sum(p.nbytes for _, p in patches)
-        return self._keep(source, st, coords, _patched(base, patches, source))
+        if covered:
+            return self._keep(source, st, coords, bytearray(source._fill()))   # patches superseded
+        # a flush under way may hold patches of this chunk: the cache then has the chunk
+        # without them (decoded for that flush), and they come first
+        flushing = self.flushing.get(source.owner[0])
+        older = flushing.patches.get(coords, []) if flushing else []
+        base = self.f.chunk_cache.peek((source.owner, coords))
+        if base is None:
+            if patches or older or source.index.lookup(coords) is not None:
+                st.patches[coords] = patches
+                self.nbytes += sum(p.nbytes for _, p in patches)
+                return None
+            base = source._fill()
+        return self._keep(source, st, coords, _patched(base, older + patches, source))
 
     def _keep(self, source: ChunkedSource, st: Dirty, coords: tuple[int, ...], buf: bytearray) -> bytearray:
         st.chunks[coords] = buf
@@ -221,9 +224,17 @@ class Writeback:
         self.f.chunk_cache.put((source.owner, coords), buf, pinned=True)
         return buf
 
-    def patched(self, address: int) -> bool:
-        """Whether the dataset has writes held as patches (a read must `materialize` first)."""
-        return any(s.patches for s in (self.dirty.get(address), self.flushing.get(address)) if s)
+    def holds(self, address: int) -> bool:
+        """Whether writes to the dataset are not all in the file: reads go through `read`."""
+        return address in self.dirty or address in self.flushing
+
+    def read(self, ds: Dataset, offset: int, size: int, npy: bool = False) -> bytes:
+        """Raw (or `.npy` body) bytes of a dataset with writes not all in the file: pending
+        patches applied first, and no flush retires the dataset's version (moving its dirty
+        chunks to the next) while the read looks for them."""
+        with self.lock:
+            self.materialize(ds, offset, size)
+            return ds.read_npy_body(offset, size) if npy else ds.read_raw(offset, size)
 
     def materialize(self, ds: Dataset, offset: int, size: int) -> None:
         """Apply the pending patches of the chunks under raw bytes [offset, offset+size) (of
