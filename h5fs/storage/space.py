@@ -28,10 +28,6 @@ class Allocator:
         self._lock = threading.Lock()
         self._touched: list[tuple[int, int]] | None = None   # extents allocated or freed since `watch`
 
-    @property
-    def free_bytes(self) -> int:
-        return sum(self._sizes.values())
-
     def extents(self) -> list[tuple[int, int]]:
         """The reusable free extents (start, size), by address."""
         with self._lock:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import threading
 import weakref
 from dataclasses import replace
 
@@ -48,7 +47,6 @@ class Store:
         # (which libhdf5 stores with the base address added, unlike every other address)
         self.allocator = Allocator(max(superblock.eof_address - superblock.base_address,
                                        os.fstat(reader.fd).st_size - reader.base))
-        self.lock = threading.Lock()   # one transaction at a time
 
     def begin(self) -> Transaction:
         return Transaction(self)
