@@ -1,10 +1,13 @@
 """Writeback: writes into a dataset's raw bytes become dirty chunks, flushed in transactions.
 
 Reads see writes at once: a dirty chunk is pinned in the file's chunk cache under the dataset's
-current owner key, where every read looks first. `flush` filters the dirty chunks (in worker
-threads: the codecs release the GIL), writes them to fresh space, puts their records in the chunk
-index and commits (storage/transaction.py); the old chunks' space is freed after the commit. A
-chunk a write covers completely is never read or decoded.
+current owner key, where every read looks first; a write into a stored chunk not in memory waits
+as a patch, applied when a read (`read`, `materialize`) or the flush needs the chunk. `flush`
+filters the dirty chunks (in worker threads: the codecs release the GIL), writes them to fresh
+space, puts their records in the chunk index and commits (storage/transaction.py); the old
+chunks' space is freed after the commit. A chunk a write covers completely is never read or
+decoded. Past half the budget a flush starts in the background; writes go on into new dirty
+chunks meanwhile (the ones being flushed are not changed again).
 
 Contiguous data is written in place (the page cache holds it until `flush` fsyncs it); storage
 never allocated is allocated at the first write and published by the layout message. Compact
@@ -14,7 +17,10 @@ Resizes (a write past the end, a truncate) are transactions of their own, commit
 the dataset's dirty chunks: the dataspace message, the chunks falling outside (removed and freed),
 and a chunk cut by a shrink (rewritten with the fill value beyond the new end).
 
-One lock orders all of it: writes, flushes and resizes run in worker threads one at a time.
+Two locks: `commit_lock` makes commits (flushes, resizes, compact writes, allocations) one at a
+time and is taken first; `lock` guards the dirty state, is held by each write, and by a flush
+only to take its batch and to retire the dataset's version after its commit. Reads of a dataset
+with writes not all in the file take `lock` too (`read`), so no version is retired under them.
 """
 
 from __future__ import annotations
