@@ -28,10 +28,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import deque
 from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from math import prod
+from typing import Iterator
 
 import numpy as np
 
@@ -55,6 +57,7 @@ log = logging.getLogger("h5fs")
 
 DEFAULT_DIRTY_LIMIT = 64 * 1024 * 1024   # dirty chunk bytes held before writes flush them
 FILL_PIECE = 16 * 1024 * 1024            # bytes of fill value written at a time
+ENCODE_WINDOW = 6                        # chunks a flush has in the pool at once (memory bound)
 
 
 @dataclass
@@ -152,9 +155,9 @@ class Writeback:
             compact = bytearray(lay.compact_data)
             start = e0 * ds.itemsize
             compact[start:start + len(data)] = data
-            txn = self.f.store.begin()
-            HeaderEdit(txn, ds.header).set(M.LAYOUT, self._layout(replace(lay, compact_data=bytes(compact))))
-            self._commit(txn, [ds.address])
+            with self.f.store.transaction() as txn:
+                HeaderEdit(txn, ds.header).set(M.LAYOUT, self._layout(replace(lay, compact_data=bytes(compact))))
+                self._commit(txn, [ds.address])
         else:
             source = ds.source
             if not isinstance(source, ContiguousSource):
@@ -293,25 +296,24 @@ class Writeback:
     def _flush(self, batch: dict[int, Dirty]) -> list[H5fsError]:
         """Commit the batch. A dataset whose chunks cannot be made (a chunk the file holds
         corrupt under a write) is left out, its writes dropped: it is returned, the rest lands."""
-        txn = self.f.store.begin()
-        changed, broken = [], []
-        for address, st in batch.items():
-            ds = self.f.get(address, st.path)
-            if st.chunks or st.patches:
-                try:
-                    encoded = self._encode(ds, ds.source, st.chunks, st)
-                except H5fsError as exc:
-                    log.error("%s: writes lost, the dataset is broken in the file: %s", ds.path, exc)
-                    broken.append(exc)
-                    self._drop(address)
-                    continue
-                self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), encoded)
-            changed.append(ds.address)
-        if any(st.external for st in batch.values()):
-            external_sync_all(self.f)
-        if txn.empty and any(st.contiguous for st in batch.values()):
-            self.f.store.writer.sync()
-        txn.commit()
+        with self.f.store.transaction() as txn:
+            changed, broken = [], []
+            for address, st in batch.items():
+                ds = self.f.get(address, st.path)
+                if st.chunks or st.patches:
+                    try:
+                        self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), self._encode(ds, ds.source, st.chunks, st))
+                    except _Broken as exc:
+                        log.error("%s: writes lost, the dataset is broken in the file: %s", ds.path, exc.error)
+                        broken.append(exc.error)
+                        self._drop(address)
+                        continue
+                changed.append(ds.address)
+            if any(st.external for st in batch.values()):
+                external_sync_all(self.f)
+            if txn.empty and any(st.contiguous for st in batch.values()):
+                self.f.store.writer.sync()
+            txn.commit()
         with self.lock:   # no write may pin a chunk under a version of the dataset being retired
             self._forget(txn, changed)
             self.flushing = {}
@@ -357,47 +359,64 @@ class Writeback:
             self._background = self.flusher.submit(self.flush)
 
     def _stage_chunks(self, txn: Transaction, ds: Dataset, header: HeaderEdit,
-                      encoded: dict[tuple[int, ...], tuple[bytes, int]],
+                      encoded: Iterator[tuple[tuple[int, ...], tuple[bytes, int]]],
                       lay: L.DataLayout | None = None) -> L.DataLayout | None:
-        """Write encoded chunks (see `_encode`) to fresh space and update the index (`lay`: the
-        layout as this transaction left it so far). Returns a changed layout."""
+        """Write encoded chunks (see `_encode`) to fresh space as they come and update the index
+        (`lay`: the layout as this transaction left it so far). Returns a changed layout. When
+        a chunk cannot be made (`_Broken`), the space of those written is given back."""
         lay, space = lay or ds.layout, ds.dataspace
         index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, bool(ds.filters), ds.path))
         implicit = lay.index is not None and lay.index.index_type == L.IMPLICIT
-        records = []
-        for coords, (data, mask) in encoded.items():
-            old = index.lookup(coords)
-            if implicit and old is not None:
-                txn.write_data(old.address, data)   # implicit chunks live where the index says
-                continue
-            address = txn.allocate(len(data))
-            txn.write_data(address, data)
-            records.append(ChunkRecord(coords, address, len(data), mask))
-            if old is not None:
-                txn.free(old.address, old.size)
+        records, replaced = [], []
+        try:
+            for coords, (data, mask) in encoded:
+                old = index.lookup(coords)
+                if implicit and old is not None:
+                    txn.write_data(old.address, data)   # implicit chunks live where the index says
+                    continue
+                address = txn.allocate(len(data))
+                txn.write_data(address, data)
+                records.append(ChunkRecord(coords, address, len(data), mask))
+                if old is not None:
+                    replaced.append(old)
+        except _Broken:
+            for rec in records:   # written, never referenced
+                txn.free(rec.address, rec.size)
+            raise
+        for old in replaced:
+            txn.free(old.address, old.size)
         new_layout = index.put(txn, records) if records else None
         if new_layout is not None:
             header.set(M.LAYOUT, self._layout(new_layout))
         return new_layout
 
     def _encode(self, ds: Dataset, source: ChunkedSource, chunks,
-                st: Dirty | None) -> dict[tuple[int, ...], tuple[bytes, int]]:
-        """(stored bytes, filter mask) of each chunk, and of each chunk `st` holds as patches
-        (read, decoded and patched first): filtered in the pool, or taken from the encoding done
-        ahead when the chunk did not change since."""
-        patched = st.patches if st is not None else {}
-        if not ds.filters and not patched:
-            return {c: (bytes(b), 0) for c, b in chunks.items()}
+                st: Dirty | None) -> Iterator[tuple[tuple[int, ...], tuple[bytes, int]]]:
+        """(coords, (stored bytes, filter mask)) of each chunk, and of each chunk `st` holds as
+        patches (read, decoded and patched first): filtered in the pool with a few chunks in
+        flight (memory stays bounded however many a flush writes), or taken from the encoding
+        done ahead when the chunk did not change since. A chunk that cannot be made raises
+        `_Broken`."""
         ahead = st.encoded if st is not None else {}
         encode = self._encoder(ds, source)
-        futures = {}
+        jobs: list = []
         for coords, buf in chunks.items():
             done = ahead.get(coords)
-            futures[coords] = done[1] if done and done[0] == st.versions[coords] else self.pool.submit(encode, coords, buf)
-        for coords, patches in patched.items():
-            futures[coords] = self.pool.submit(
-                lambda c, p: encode(c, _patched(source.chunk_bytes_at(c), p, source)), coords, patches)
-        return {c: f.result() for c, f in futures.items()}
+            jobs.append((coords, done[1] if done and done[0] == st.versions[coords] else (encode, buf)))
+        for coords, patches in (st.patches if st is not None else {}).items():
+            jobs.append((coords, (lambda c, p: encode(c, _patched(source.chunk_bytes_at(c), p, source)), patches)))
+        running: deque[tuple[tuple[int, ...], Future]] = deque()
+        for n, (coords, job) in enumerate(jobs, 1):
+            running.append((coords, job if isinstance(job, Future) else self.pool.submit(job[0], coords, job[1])))
+            while running and (len(running) > ENCODE_WINDOW or n == len(jobs)):
+                c, future = running.popleft()
+                try:
+                    result = future.result()
+                except H5fsError as exc:
+                    for _, other in running:
+                        other.cancel()
+                    raise _Broken(exc) from exc
+                yield c, result
 
     def _encoder(self, ds: Dataset, source: ChunkedSource):
         """A function (coords, chunk bytes) -> (stored bytes, filter mask) for the pool."""
@@ -428,17 +447,17 @@ class Writeback:
         """Allocate a contiguous dataset's storage (never written so far), filled with its fill
         value, and publish it in the layout message."""
         size = ds.dataspace.count * ds.itemsize
-        txn = self.f.store.begin()
-        address = txn.allocate(size)
-        position = self.f.reader.base + address
-        if position >= os.fstat(self.f.fd).st_size and not any(ds.fill_value or b""):
-            self.f.store.writer.truncate(position + size)   # new zeros: the file grows sparse
-        else:
-            for start in range(0, size, FILL_PIECE):
-                n = min(FILL_PIECE, size - start)
-                txn.write_data(address + start, fill_pattern(ds.fill_value, ds.itemsize, start, n))
-        HeaderEdit(txn, ds.header).set(M.LAYOUT, self._layout(replace(ds.layout, address=address, size=size)))
-        self._commit(txn, [ds.address])
+        with self.f.store.transaction() as txn:
+            address = txn.allocate(size)
+            position = self.f.reader.base + address
+            if position >= os.fstat(self.f.fd).st_size and not any(ds.fill_value or b""):
+                self.f.store.writer.truncate(position + size)   # new zeros: the file grows sparse
+            else:
+                for start in range(0, size, FILL_PIECE):
+                    n = min(FILL_PIECE, size - start)
+                    txn.write_data(address + start, fill_pattern(ds.fill_value, ds.itemsize, start, n))
+            HeaderEdit(txn, ds.header).set(M.LAYOUT, self._layout(replace(ds.layout, address=address, size=size)))
+            self._commit(txn, [ds.address])
 
     # -- resizing -------------------------------------------------------------------------------
     def truncate(self, ds: Dataset, size: int) -> None:
@@ -469,19 +488,19 @@ class Writeback:
     def _resize(self, ds: Dataset, rows: int) -> None:
         space, lay = ds.dataspace, ds.layout
         dims = (rows,) + space.dims[1:]
-        txn = self.f.store.begin()
-        header = HeaderEdit(txn, ds.header)
-        if rows < space.dims[0]:
-            lay = self._cut(txn, ds, header, rows) or lay
-        header.set(M.DATASPACE, M.encode(M.DATASPACE, replace(space, dims=dims), self.f.sizes))
-        index = open_index(IndexContext(txn.reader, lay, dims, space.maxdims, bool(ds.filters), ds.path))
-        new_layout = index.resize(txn, dims)
-        if new_layout is not None:
-            header.set(M.LAYOUT, self._layout(new_layout))
-            lay = new_layout
-        if rows > space.dims[0] and _allocated_early(ds):
-            self._stage_chunks(txn, ds, header, self._encode(ds, ds.source, self._fill_chunks(ds, index, dims), None), lay)
-        self._commit(txn, [ds.address])
+        with self.f.store.transaction() as txn:
+            header = HeaderEdit(txn, ds.header)
+            if rows < space.dims[0]:
+                lay = self._cut(txn, ds, header, rows) or lay
+            header.set(M.DATASPACE, M.encode(M.DATASPACE, replace(space, dims=dims), self.f.sizes))
+            index = open_index(IndexContext(txn.reader, lay, dims, space.maxdims, bool(ds.filters), ds.path))
+            new_layout = index.resize(txn, dims)
+            if new_layout is not None:
+                header.set(M.LAYOUT, self._layout(new_layout))
+                lay = new_layout
+            if rows > space.dims[0] and _allocated_early(ds):
+                self._stage_chunks(txn, ds, header, self._encode(ds, ds.source, self._fill_chunks(ds, index, dims), None), lay)
+            self._commit(txn, [ds.address])
 
     def _fill_chunks(self, ds: Dataset, index, dims: tuple[int, ...]) -> dict[tuple[int, ...], bytearray]:
         """Chunks of fill values for every chunk of the grown extent not allocated yet (storage
@@ -526,6 +545,15 @@ class Writeback:
             new_layout = self._stage_chunks(txn, ds, header, self._encode(ds, source, cut, None),
                                             new_layout) or new_layout
         return new_layout
+
+
+class _Broken(H5fsError):
+    """A chunk of a dataset could not be made (the file holds it corrupt): the dataset's writes
+    are dropped, the rest of the flush lands."""
+
+    def __init__(self, error: H5fsError):
+        super().__init__(str(error))
+        self.error, self.errno = error, error.errno
 
 
 def _patched(base: bytes, patches, source: ChunkedSource) -> bytearray:

@@ -25,7 +25,9 @@ from __future__ import annotations
 import bisect
 import os
 import weakref
+from contextlib import contextmanager
 from dataclasses import replace
+from typing import Iterator
 
 from ..errors import FormatError
 from ..format import superblock as sbf
@@ -50,6 +52,18 @@ class Store:
 
     def begin(self) -> Transaction:
         return Transaction(self)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """A transaction for the block to stage and commit; aborted when the block raises
+        before the commit (chunk data already written to fresh space is then given back)."""
+        txn = Transaction(self)
+        try:
+            yield txn
+        except BaseException:
+            if not txn.committed:
+                txn.abort()
+            raise
 
 
 class OverlayReader(BlockReader):
@@ -100,12 +114,13 @@ class Transaction:
         self.sizes = store.reader.sizes
         self.reader = OverlayReader(self, store.reader)
         self._new: dict[int, bytes] = {}        # metadata in fresh space, by address
-        self._data: list[tuple[int, bytes]] = []  # chunk data in fresh space (never read back)
+        self._wrote_data = False                # chunk data written to fresh space already
         self._in_place: dict[int, bytes] = {}   # live metadata rewritten, by address
         self._starts: list[int] = []           # addresses of both staged kinds, sorted
         self.freed: list[tuple[int, int]] = []
         self.rewritten: list[tuple[int, int]] = []   # (address, size) of in-place updates
         self._saved = store.allocator.snapshot()
+        self.committed = False
         self._file_size = os.fstat(store.reader.fd).st_size
 
     # -- staging ------------------------------------------------------------------------------
@@ -113,8 +128,14 @@ class Transaction:
         return self.store.allocator.allocate(size)
 
     def write_data(self, address: int, data: bytes) -> None:
-        """Chunk data into space this transaction allocated."""
-        self._data.append((address, data))
+        """Chunk data into space this transaction allocated: written at once (nothing points
+        there before the commit), so a transaction never holds its chunks in memory."""
+        self.store.writer.pwrite(self.store.reader.base + address, data)
+        self._wrote_data = True
+
+    def read_data(self, address: int, size: int) -> bytes:
+        """Chunk data written by `write_data` (to move it, as an implicit index does)."""
+        return os.pread(self.store.reader.fd, size, self.store.reader.base + address)
 
     def write_new(self, address: int, data: bytes) -> None:
         """A metadata block into space this transaction allocated (readable through `reader`)."""
@@ -151,7 +172,7 @@ class Transaction:
 
     @property
     def empty(self) -> bool:
-        return not (self._new or self._data or self._in_place or self.freed)
+        return not (self._new or self._wrote_data or self._in_place or self.freed)
 
     # -- commit -------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -164,6 +185,7 @@ class Transaction:
     def commit(self) -> None:
         """Publish the staged changes (see the module's docstring). A failure before anything
         is published (ENOSPC while writing new blocks or the journal) leaves the file as it was."""
+        self.committed = True
         store = self.store
         base, writer = store.reader.base, store.writer
         updates = [(base + a, d) for a, d in sorted(self._in_place.items())]
@@ -174,8 +196,8 @@ class Transaction:
             updates.insert(0, (sb.location, sbf.encode(sb)))
         direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
         try:
-            if self._new or self._data or sb is not None:
-                for address, data in self._data + list(self._new.items()):
+            if self._new or self._wrote_data or sb is not None:
+                for address, data in self._new.items():
                     writer.pwrite(base + address, data)
                 if os.fstat(writer.fd).st_size < base + store.allocator.eoa:
                     # space allocated but never written: the file must still reach the end of

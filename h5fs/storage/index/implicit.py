@@ -89,17 +89,8 @@ class ImplicitIndex(ChunkIndex):
             if slot is None or r.size != self.nbytes:
                 raise ValueError(f"{self.ctx.what}: implicit chunk {tuple(r.coords)} of {r.size} bytes does not fit "
                                  f"the maximum grid {self.max_grid} of {self.nbytes}-byte chunks")
-            txn.write_data(slot.address, _staged_data(txn, r))
+            txn.write_data(slot.address, txn.read_data(r.address, r.size))
             txn.free(r.address, r.size)
         lay = self.ctx.layout
         return replace(lay, index=replace(lay.index, address=self.address))
 
-
-def _staged_data(txn: Transaction, rec: ChunkRecord) -> bytes:
-    """The chunk data `txn.write_data` staged at the record's address (the transaction keeps no
-    public way to read it back: chunk data is written, never read, before the commit)."""
-    for address, data in reversed(txn._data):
-        if address == rec.address and len(data) == rec.size:
-            return data
-    raise ValueError(f"chunk {tuple(rec.coords)} at {rec.address}: not written in this transaction, "
-                     "cannot move it into the implicit index's block")
