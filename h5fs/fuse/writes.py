@@ -96,7 +96,8 @@ class WriteSide:
             raise FUSEError(errno.EBADF)
         if buf:
             size = ds.raw_size
-            await offload.run_sync(self.wb.write, ds, off, bytes(buf))
+            if not self.wb.write_now(ds, off, buf):
+                await offload.run_sync(self.wb.write, ds, off, bytes(buf))
             self.last_write = time.monotonic()
             self.touched.add(ds.address)
             await self.changed(ds.address, state.ino, resized=off + len(buf) > size)

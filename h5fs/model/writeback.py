@@ -125,6 +125,25 @@ class Writeback:
             self.flush_soon()
         return len(data) - head - tail
 
+    def write_now(self, ds: Dataset, offset: int, data: bytes) -> bool:
+        """Do the write on the calling thread (the FUSE loop: no worker thread round trip) when
+        it cannot wait long: whole elements of chunked or allocated contiguous data, nothing to
+        commit, the budget not spent and the lock free. False: nothing done, use `write`."""
+        end, isz, lay = offset + len(data), ds.itemsize, ds.layout
+        if (offset % isz or end % isz or not data or self.nbytes + len(data) > self.dirty_limit
+                or lay.layout_class not in (L.CHUNKED, L.CONTIGUOUS) or self._commits(ds, end)
+                or ds.header.first(M.EXTERNAL) is not None or ds.materialized is not None):
+            return False
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self._write_elements(ds, offset // isz, data)
+        finally:
+            self.lock.release()
+        if self.nbytes > self.dirty_limit // 2:
+            self.flush_soon()
+        return True
+
     def _commits(self, ds: Dataset, end: int) -> bool:
         """Whether a write may commit a transaction itself (a resize, compact data, storage
         allocated, a virtual dataset's sources): it then takes the commit lock first."""
@@ -187,12 +206,14 @@ class Writeback:
             pos += n
             for coords in chunks_in_box(box, source.chunk):
                 dst, inside = overlap(box, coords, source.chunk)
-                buf = self._dirty_chunk(source, st, coords, _covers(inside, coords, source))
+                # a new dirty chunk the write fills entirely is made from the data at once
+                whole = part[dst] if coords not in st.chunks and _whole(inside, source.chunk) else None
+                buf = self._dirty_chunk(source, st, coords, _covers(inside, coords, source), whole)
                 if buf is None:
                     piece = part[dst].copy()
                     st.patches.setdefault(coords, []).append((inside, piece))
                     self.nbytes += piece.nbytes
-                else:
+                elif whole is None:
                     np.frombuffer(buf, np.uint8).reshape(source.chunk + (isz,))[inside] = part[dst]
                 st.versions[coords] = st.versions.get(coords, 0) + 1
         # a sequential writer that moved on is done with the chunk it left: filter it now (a
@@ -202,18 +223,21 @@ class Writeback:
         st.last, st.end = coords, e0 + len(data) // isz
 
     def _dirty_chunk(self, source: ChunkedSource, st: Dirty, coords: tuple[int, ...],
-                     covered: bool) -> bytearray | None:
+                     covered: bool, whole: np.ndarray | None = None) -> bytearray | None:
         """The chunk's private dirty copy, made on the first write from the fill value when the
-        write covers it, else from the chunk as memory holds it (pending patches applied), and
-        pinned in the chunk cache; None when the chunk would have to be read and decoded (the
-        write becomes a patch)."""
+        write covers it (from `whole` when the write fills the whole chunk), else from the chunk
+        as memory holds it (pending patches applied), and pinned in the chunk cache; None when
+        the chunk would have to be read and decoded (the write becomes a patch)."""
         buf = st.chunks.get(coords)
+        if isinstance(buf, memoryview):   # a write's own bytes (`_whole_chunk`): copied before they change
+            self.nbytes -= len(buf)
+            buf = self._keep(source, st, coords, bytearray(buf))
         if buf is not None:
             return buf
         patches = st.patches.pop(coords, [])
         self.nbytes -= sum(p.nbytes for _, p in patches)
-        if covered:
-            return self._keep(source, st, coords, bytearray(source._fill()))   # patches superseded
+        if covered:   # patches superseded
+            return self._keep(source, st, coords, bytearray(source._fill()) if whole is None else _whole_chunk(whole))
         # a flush under way may hold patches of this chunk: the cache then has the chunk
         # without them (decoded for that flush), and they come first
         flushing = self.flushing.get(source.owner[0])
@@ -294,28 +318,36 @@ class Writeback:
             raise broken[0]
 
     def _flush(self, batch: dict[int, Dirty]) -> list[H5fsError]:
-        """Commit the batch. A dataset whose chunks cannot be made (a chunk the file holds
-        corrupt under a write) is left out, its writes dropped: it is returned, the rest lands."""
-        with self.f.store.transaction() as txn:
-            changed, broken = [], []
-            for address, st in batch.items():
-                ds = self.f.get(address, st.path)
-                if st.chunks or st.patches:
-                    try:
-                        self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), self._encode(ds, ds.source, st.chunks, st))
-                    except _Broken as exc:
-                        log.error("%s: writes lost, the dataset is broken in the file: %s", ds.path, exc.error)
-                        broken.append(exc.error)
-                        self._drop(address)
+        """Commit the batch, in parts (`_parts`). A dataset whose chunks cannot be made (a chunk
+        the file holds corrupt under a write) is left out, its writes dropped: it is returned,
+        the rest lands."""
+        broken: list[H5fsError] = []
+        lost: set[int] = set()
+        for part in self._parts(batch):
+            with self.f.store.transaction() as txn:
+                changed = []
+                for address, st in part:
+                    if address in lost:
                         continue
-                changed.append(ds.address)
-            if any(st.external for st in batch.values()):
-                external_sync_all(self.f)
-            if txn.empty and any(st.contiguous for st in batch.values()):
-                self.f.store.writer.sync()
-            txn.commit()
-        with self.lock:   # no write may pin a chunk under a version of the dataset being retired
-            self._forget(txn, changed)
+                    ds = self.f.get(address, st.path)   # as the previous part left it
+                    if st.chunks or st.patches:
+                        try:
+                            self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), self._encode(ds, ds.source, st.chunks, st))
+                        except _Broken as exc:
+                            log.error("%s: writes lost, the dataset is broken in the file: %s", ds.path, exc.error)
+                            broken.append(exc.error)
+                            lost.add(address)
+                            self._drop(address)
+                            continue
+                    changed.append(address)
+                txn.commit()
+            with self.lock:   # no write may pin a chunk under a version of the dataset being retired
+                self._forget(txn, changed)
+        if any(st.external for st in batch.values()):
+            external_sync_all(self.f)
+        if any(st.contiguous for st in batch.values()):
+            self.f.store.writer.sync()
+        with self.lock:
             self.flushing = {}
             for address, st in batch.items():   # written now: evictable unless written again since
                 owner = (address, self.f.generation(address))
@@ -323,6 +355,30 @@ class Writeback:
                     if self.f.chunk_cache.peek((owner, coords)) is buf:
                         self.f.chunk_cache.unpin((owner, coords))
         return broken
+
+    def _parts(self, batch: dict[int, Dirty]) -> Iterator[list[tuple[int, Dirty]]]:
+        """The batch as transactions of at most the budget's worth of chunks each: the space a
+        part frees is reused by the next, so a flush that rewrites many chunks (random writes
+        held as small patches) does not grow the file by all of them at once."""
+        part: list[tuple[int, Dirty]] = []
+        room = self.dirty_limit
+        for address, st in batch.items():
+            todo = list(st.chunks) + [c for c in st.patches if c not in st.chunks]
+            if not todo:
+                part.append((address, st))
+                continue
+            size = max(1, self.f.get(address, st.path).source.chunk_bytes)
+            while todo:
+                n = max(1, room // size)
+                take, todo = todo[:n], todo[n:]
+                part.append((address, replace(st, chunks={c: st.chunks[c] for c in take if c in st.chunks},
+                                              patches={c: st.patches[c] for c in take if c in st.patches})))
+                room -= len(take) * size
+                if room < size:
+                    yield part
+                    part, room = [], self.dirty_limit
+        if part:
+            yield part
 
     def _drop(self, address: int) -> None:
         """Forget every write of a dataset not yet in the file (its chunks pinned included)."""
@@ -426,7 +482,7 @@ class Writeback:
 
         def encode(coords: tuple[int, ...], buf: bytearray) -> tuple[bytes, int]:
             if not filters or skip_edges and source._is_edge(coords):
-                return bytes(buf), 0
+                return buf, 0     # written as it is (a flush's chunks do not change)
             return encode_chunk(filters, bytes(buf), replace(info, what=f"{ds.path} chunk {coords}"))
         return encode
 
@@ -569,6 +625,17 @@ def _patched(base: bytes, patches, source: ChunkedSource) -> bytearray:
 def _allocated_early(ds: Dataset) -> bool:
     fill = ds.message(M.FILL)
     return fill is not None and fill.alloc_time == ALLOC_EARLY
+
+
+def _whole_chunk(data: np.ndarray) -> memoryview | bytearray:
+    """A chunk's content from the elements of a write that fill it: the write's own bytes, not
+    copied, when they are immutable (FUSE hands `bytes`) and lie in one piece."""
+    keep = data.flags.c_contiguous and not data.flags.writeable
+    return memoryview(data).cast("B") if keep else bytearray(data)
+
+
+def _whole(inside: tuple[slice, ...], chunk: tuple[int, ...]) -> bool:
+    return all(s.start == 0 and s.stop == k for s, k in zip(inside, chunk))
 
 
 def _covers(inside: tuple[slice, ...], coords: tuple[int, ...], source: ChunkedSource) -> bool:
