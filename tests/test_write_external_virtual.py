@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from h5fs.errors import CannotWrite, FormatError, ReadOnly, TooLarge
+from h5fs.errors import CannotWrite, ReadOnly, TooLarge
 from h5fs.model import external
 from h5fs.model.external import external_close_all, external_sync_all, external_write
 from h5fs.model.file import H5File
@@ -195,18 +195,28 @@ def test_unwritable_external_file_is_erofs_and_nothing_is_written(tmp_path, monk
     assert _bytes_of(tmp_path) == {"a.bin": bytes(8) + before["a.bin"][8:], "b.bin": before["b.bin"]}
 
 
-def test_missing_external_file_is_eio_and_not_created(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    p, data = _external_pair(tmp_path)
-    os.unlink(tmp_path / "b.bin")
-    before = _bytes_of(tmp_path)
-    with H5File.open(p, writable=True) as f:
-        ds = f.resolve("/x")
-        with pytest.raises(FormatError) as ei:
-            external_write(ds, 72, bytes(16))
-        assert ei.value.errno == errno.EIO and "b.bin" in str(ei.value)
+def test_missing_external_file_is_created_as_libhdf5_does(tmp_path, monkeypatch):
+    """libhdf5 creates an external file a write needs (O_CREAT); so does h5fs: the same write
+    made by h5py into a twin leaves the same bytes in the same files."""
+    values = np.arange(100, 104, dtype="<u4")
+    sides = {}
+    for side in ("h5fs", "h5py"):
+        (tmp_path / side).mkdir()
+        monkeypatch.chdir(tmp_path / side)
+        p, _ = _external_pair(tmp_path / side)
+        os.unlink(tmp_path / side / "b.bin")
+        sides[side] = p
+    monkeypatch.chdir(tmp_path / "h5fs")
+    with H5File.open(sides["h5fs"], writable=True) as f:
+        external_write(f.resolve("/x"), 72, values.tobytes())   # the end of a.bin, then b.bin
         external_close_all(f)
-    assert _bytes_of(tmp_path) == before
+    monkeypatch.chdir(tmp_path / "h5py")
+    with h5py.File(sides["h5py"], "r+") as f:
+        f["x"][18:22] = values
+    assert _bytes_of(tmp_path / "h5fs") == _bytes_of(tmp_path / "h5py")
+    assert (tmp_path / "h5fs" / "b.bin").stat().st_size == 8
+    monkeypatch.chdir(tmp_path / "h5fs")
+    assert np.array_equal(read_everything(sides["h5fs"])["x"][18:22], values)
 
 
 # --------------------------------------------------------------------------------- virtual

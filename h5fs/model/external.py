@@ -228,7 +228,7 @@ class _Writers:
             self._fds.move_to_end(ext.path)
             return fd
         try:
-            fd = open_regular(ext.path, writable=True)
+            fd = open_regular(ext.path, writable=True, create=True)   # libhdf5 creates it too
         except OSError as e:
             text = f"{what}: external data file {ext.name!r} ({ext.path}): {e.strerror or e}"
             if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ETXTBSY):

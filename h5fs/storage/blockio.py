@@ -14,13 +14,15 @@ from .metadata_cache import MetadataCache
 MAX_METADATA_BLOCK = 256 * 1024 * 1024
 
 
-def open_regular(path: str, writable: bool = False) -> int:
-    """A read-only (or read-write) fd on `path`, refusing anything but a regular file.
+def open_regular(path: str, writable: bool = False, create: bool = False) -> int:
+    """A read-only (or read-write) fd on `path`, refusing anything but a regular file; `create`
+    makes a missing file (as libhdf5 does when it writes external data).
 
     Names come from the file itself (external data files, virtual dataset sources): opening a
     FIFO would block the daemon forever and a device never ends, so neither is read.
     """
-    fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC)
+    flags = (os.O_RDWR if writable else os.O_RDONLY) | (os.O_CREAT if create else 0)
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path}: not a regular file")
