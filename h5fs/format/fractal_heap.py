@@ -228,6 +228,70 @@ def row_offset(h: FractalHeapHeader, row: int) -> int:
     return 0 if row == 0 else h.start_block_size * h.width << (row - 1)
 
 
+def entry_offset(h: FractalHeapHeader, g: HeapGeometry, block_offset: int, entry: int) -> int:
+    """Heap offset of entry `entry` (row * width + column) of the indirect block at `block_offset`."""
+    row, col = divmod(entry, h.width)
+    return block_offset + row_offset(h, row) + col * g.row_block_size[row]
+
+
+def span_size(h: FractalHeapHeader, g: HeapGeometry, entry: int, count: int) -> int:
+    """H5HF__dtable_span_size: heap bytes covered by `count` entries from `entry` of one block."""
+    return entry_offset(h, g, 0, entry + count) - entry_offset(h, g, 0, entry)
+
+
+def size_to_row(h: FractalHeapHeader, size: int) -> int:
+    """H5HF__dtable_size_to_row: the first row of direct blocks of `size` bytes."""
+    return 0 if size == h.start_block_size else _log2(size) - _log2(h.start_block_size) + 1
+
+
+def row_free_space(g: HeapGeometry) -> tuple[int, ...]:
+    """Free space of a whole empty block of each row (H5HF__hdr_finish_init_phase2): a direct
+    block's size less its prefix, or all the direct blocks under a child indirect block."""
+    free: list[int] = []
+    for row, size in enumerate(g.row_block_size):
+        if row < g.max_direct_rows:
+            free.append(size - g.dblock_overhead)
+            continue
+        covered = total = 0
+        for r in range(row):
+            if covered >= size:
+                break
+            covered += g.row_block_size[r] * g.width
+            total += free[r] * g.width
+        free.append(total)
+    return tuple(free)
+
+
+@dataclass(frozen=True, slots=True)
+class HeapParams:
+    """Creation parameters of a heap (H5HF_create_t); `id_len` 0 asks for libhdf5's default."""
+
+    width: int
+    start_block_size: int
+    max_direct_size: int
+    max_heap_bits: int
+    start_root_rows: int
+    checksum_direct_blocks: bool
+    max_managed_size: int
+    id_len: int = 0
+
+
+# what libhdf5 gives dense link storage (H5G_FHEAP_* in H5Gdense.c) and dense attribute storage
+# (H5O_FHEAP_* in H5Oprivate.h): heap IDs of 7 and 8 bytes follow from the sizes
+LINK_HEAP = HeapParams(4, 512, 64 * 1024, 32, 1, True, 4 * 1024)
+ATTRIBUTE_HEAP = HeapParams(4, 1024, 64 * 1024, 40, 1, True, 4 * 1024)
+
+
+def new_header(address: int, p: HeapParams) -> FractalHeapHeader:
+    """The header of an empty heap as H5HF__hdr_create sets it up (no I/O filters)."""
+    heap_off_size = (p.max_heap_bits + 7) // 8
+    heap_len_size = min((_log2(p.max_direct_size) + 7) // 8, btree_v2.limit_enc_size(p.max_managed_size))
+    return FractalHeapHeader(
+        address, p.id_len or 1 + heap_off_size + heap_len_size, 0, 0x02 if p.checksum_direct_blocks else 0,
+        p.max_managed_size, 0, None, 0, None, 0, 0, 0, 0, 0, 0, 0, 0, p.width, p.start_block_size,
+        p.max_direct_size, p.max_heap_bits, p.start_root_rows, None, 0)
+
+
 def check_direct_block_size(h: FractalHeapHeader, g: HeapGeometry, block_size: int, label: str) -> None:
     """Refuse a direct block size the heap cannot have."""
     if not _is_pow2(block_size) or block_size > h.max_direct_size:
