@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, replace
+from typing import Self
 
 from ..errors import FormatError, Unsupported
 from ..format import btree_v2 as bt
@@ -51,10 +52,10 @@ from ..format import free_space_manager as fsm
 from ..format.checksum import sealed
 from ..format.codec import Writer
 from ..format.fractal_heap import (ID_HUGE, ID_MANAGED, ID_TINY, LINK_HEAP, DirectBlock, DirectEntry,
-                                   FractalHeapHeader, decode_id, HeapParams, HugeId, IndirectBlock, ManagedId, TinyId,
-                                   derive, encode_direct, encode_header, encode_id, encode_indirect, entry_offset,
-                                   header_size, indirect_block_size, new_header, row_free_space, row_offset, rows_for_block,
-                                   size_to_row, span_size)
+                                   FractalHeapHeader, HeapParams, HugeId, IndirectBlock, ManagedId, TinyId,
+                                   decode_id, derive, encode_direct, encode_header, encode_id, encode_indirect,
+                                   entry_offset, header_size, indirect_block_size, new_header, row_free_space,
+                                   row_offset, rows_for_block, size_to_row, span_size)
 from .readers import btree_v2 as bt_reader
 from .readers.fractal_heap import FractalHeap
 from .transaction import Transaction
@@ -161,7 +162,7 @@ class HeapWriter:
         self._row_cache: list[_Row] | None = None
         self._fsm_changed = False
 
-    def __enter__(self) -> HeapWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -507,7 +508,7 @@ class HeapWriter:
         if self._free is None:
             singles: dict[int, int] = {}
             ranges: set[_Range] = set()
-            fh, sl = self._fsm()
+            sl = self._fsm()[1]
             if sl is not None:
                 for st in sl.sets:
                     for sec in st.sections:
@@ -685,7 +686,7 @@ class HeapWriter:
     def _release(self, offset: int, length: int) -> None:
         """H5HF__man_remove's section: merged with the singles next to it in its block; an
         emptied root direct block empties the heap."""
-        singles, ranges = self._free_state()
+        singles = self._free_state()[0]
         self._fsm_changed = True
         addrs = sorted(singles)
         i = bisect.bisect_left(addrs, offset)
