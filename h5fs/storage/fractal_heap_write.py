@@ -1,7 +1,8 @@
 """Fractal heap edits (spec III.G) as libhdf5 makes them (H5HF*.c): new heaps, objects inserted,
 removed and replaced, the heap's own free-space manager kept exact.
 
-`create(txn, params)` makes an empty heap; `insert`, `remove` and `replace` edit one object;
+`create(txn, params)` makes an empty heap, `delete` frees all of one; `insert`, `remove` and
+`replace_object` edit one object;
 `HeapWriter` chains several edits of one heap in one transaction (each block read and written
 once). Nothing is committed here: new blocks go to fresh space (`txn.write_new`), live blocks are
 rewritten whole (`txn.write_in_place`), replaced blocks are freed (`txn.free`).
@@ -96,6 +97,58 @@ def replace_object(txn: Transaction, heap_address: int, heap_id: bytes, data: by
     unchanged, as H5HF_write), else removed and inserted anew (the new ID)."""
     with HeapWriter(txn, heap_address) as w:
         return w.replace(heap_id, data)
+
+
+def delete(txn: Transaction, heap_address: int) -> None:
+    """H5HF_delete: every block of the heap becomes free space (header, direct and indirect
+    blocks, huge objects and their B-tree, the free-space manager)."""
+    heap = FractalHeap(txn.reader, heap_address)
+    h, g, s = heap.header, heap.geometry, txn.sizes
+    for address, size in _heap_extents(heap):
+        txn.free(address, size)
+    if h.free_space_manager_address is not None:
+        mh = fsm.decode_header(txn.reader.read(h.free_space_manager_address, fsm.header_size(s)),
+                               h.free_space_manager_address, s, f"{heap.what} free-space manager")
+        txn.free(mh.sections_address, mh.sections_alloc_size)
+        txn.free(mh.address, fsm.header_size(s))
+    if h.huge_btree_address is not None:
+        what = f"{heap.what} huge-object B-tree"
+        hdr = bt_reader.read_header(txn.reader, h.huge_btree_address, what)
+        stack = [] if hdr.root_address is None else [(hdr.root_address, hdr.root_nrecords, hdr.depth)]
+        while stack:
+            addr, nrec, depth = stack.pop()
+            node = bt_reader.read_node(txn.reader, hdr, addr, nrec, depth, what)
+            if depth:
+                stack += [(c.address, c.nrecords, depth - 1) for c in node.children]
+            else:
+                for rec in bt.decode_records(hdr, node, bt.record_decoder(hdr.type), what):
+                    txn.free(rec.address, rec.length)
+            txn.free(addr, hdr.node_size)
+        txn.free(hdr.address, bt.header_size(s))
+    txn.free(heap_address, header_size(s, h.filter_len))
+
+
+def _heap_extents(heap: FractalHeap):
+    """(address, size) of the heap's direct and indirect blocks."""
+    h, g = heap.header, heap.geometry
+    if h.root_address is None:
+        return
+    if h.root_rows == 0:
+        yield h.root_address, h.root_filtered_size if h.filter_len else h.start_block_size
+        return
+    stack = [(h.root_address, h.root_rows, 0)]
+    while stack:
+        addr, nrows, off = stack.pop()
+        ib = heap.read_indirect(addr, nrows, off)
+        yield addr, indirect_block_size(g, nrows)
+        for entry, e in enumerate(ib.direct):
+            if e.address is not None:
+                yield e.address, e.filtered_size if h.filter_len else g.row_block_size[entry // h.width]
+        for j, child in enumerate(ib.indirect):
+            if child is not None:
+                entry = j + g.max_direct_rows * h.width
+                size = g.row_block_size[entry // h.width]
+                stack.append((child, rows_for_block(g, size), entry_offset(h, g, off, entry)))
 
 
 # -- in-memory state ------------------------------------------------------------------------------
