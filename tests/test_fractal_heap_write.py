@@ -24,6 +24,7 @@ from h5fs.model.file import H5File
 from h5fs.storage import fractal_heap_write as fw
 from h5fs.storage.readers.btree_v2 import iterate, read_header
 from h5fs.storage.readers.fractal_heap import FractalHeap
+from message_names import link_name
 
 
 def obj_address(path, name):
@@ -215,7 +216,7 @@ def test_libhdf5_edits_a_heap_after_ours(tmp_path):
     live = {ids[k]: mine[k] for k in mine}
     with H5File.open(str(p), writable=True) as hf:
         with hf.store.transaction() as txn, fw.HeapWriter(txn, heap_addr) as w:
-            for k in ("tiny", "huge", "small"):
+            for k in ("tiny", "huge", "small", "big"):   # "big" alone in its block: the block kept empty
                 w.remove(ids[k])
                 del live[ids[k]]
             assert w.replace(ids["same"], b"r" * 700) == ids["same"]      # same size: in place
@@ -225,6 +226,7 @@ def test_libhdf5_edits_a_heap_after_ours(tmp_path):
         txn.commit()
     with H5File.open(str(p)) as hf:
         audit(hf.reader, heap_addr, {**live, **dict(zip(link_ids, objs))})
+        assert (4096 - 21) in [size for size, _ in summary(hf.reader, heap_addr)[1][5]]
     assert check(str(p)).sound
     with h5py.File(p, "r+") as f:
         g = f["g"]
@@ -384,3 +386,29 @@ def test_delete_frees_every_block(tmp_path):
     with h5py.File(p, "r") as f:
         assert {k: f["g"].get(k, getlink=True).path for k in f["g"]} == before
     assert check(str(p)).sound
+
+
+@pytest.mark.parametrize("step", [5, 2])
+def test_removal_frees_as_libhdf5_frees(tmp_path, step):
+    """libhdf5 deleting every `step`-th link of a dense group and the engine removing the same
+    heap objects from a copy leave equal heaps (no block emptied: both keep the same blocks)."""
+    import shutil
+    p, q = tmp_path / "a.h5", tmp_path / "b.h5"
+    dense_group(p, 400, target=10)
+    shutil.copy(p, q)
+    names = [f"l{i}" for i in range(0, 400, step)]
+    with H5File.open(str(q)) as hf:
+        info = hf.get(obj_address(q, "g"), "/g").message(M.LINK_INFO)
+        heap = FractalHeap(hf.reader, info.heap_address)
+        by_name = {link_name(heap.get(r.heap_id)): r.heap_id
+                   for r in iterate(hf.reader, info.name_index_address, btree_v2.decode_link_name)}
+    with h5py.File(p, "r+") as f:
+        for n in names:
+            del f["g"][n]
+    with H5File.open(str(q), writable=True) as hf:
+        with hf.store.transaction() as txn, fw.HeapWriter(txn, info.heap_address) as w:
+            for n in names:
+                w.remove(by_name[n])
+        txn.commit()
+    with H5File.open(str(p)) as a, H5File.open(str(q)) as b:
+        assert summary(b.reader, info.heap_address) == summary(a.reader, info.heap_address)
