@@ -9,7 +9,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from h5fs.check import check
@@ -314,11 +314,12 @@ def test_filtered_heap_refused(tmp_path):
 
 
 edits = st.lists(st.tuples(st.sampled_from(["insert", "insert", "insert", "remove", "replace", "commit"]),
-                           st.integers(1, 5000), st.integers(0, 1000)), min_size=1, max_size=40)
+                           st.integers(1, 5000), st.integers(0, 1000)), min_size=1, max_size=60)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=edits)
+@example(ops=[("insert", 4097, 0), ("remove", 1, 0)])           # a huge object inserted and removed in one writer
 def test_random_edits(tmp_path_factory, ops):
     """Random inserts, removals and replacements of objects from 1 byte to past the huge limit,
     committed at random points: every object reads back and the free space stays exact."""
@@ -342,6 +343,7 @@ def test_random_edits(tmp_path_factory, ops):
                 w = fw.HeapWriter(txn, addr)
             else:
                 hid = sorted(live)[pick % len(live)]
+                assert w.get(hid) == live[hid]
                 old = live.pop(hid)
                 if op == "remove":
                     w.remove(hid)

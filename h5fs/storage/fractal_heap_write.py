@@ -103,7 +103,7 @@ def delete(txn: Transaction, heap_address: int) -> None:
     """H5HF_delete: every block of the heap becomes free space (header, direct and indirect
     blocks, huge objects and their B-tree, the free-space manager)."""
     heap = FractalHeap(txn.reader, heap_address)
-    h, g, s = heap.header, heap.geometry, txn.sizes
+    h, s = heap.header, txn.sizes
     for address, size in _heap_extents(heap):
         txn.free(address, size)
     if h.free_space_manager_address is not None:
@@ -192,7 +192,8 @@ class _Row:
 
 
 class HeapWriter:
-    """Edits of one heap within a transaction; `close()` (or leaving the `with`) stages them."""
+    """Edits of one heap within a transaction; `close()` (or leaving the `with`) stages them.
+    One writer per heap at a time: a second one sees the first's edits only once it closed."""
 
     def __init__(self, txn: Transaction, heap_address: int, what: str = "fractal heap"):
         self.txn, self.sizes = txn, txn.sizes
@@ -248,6 +249,9 @@ class HeapWriter:
 
     def get(self, heap_id: bytes) -> bytes:
         kind = self.reader.kind(heap_id)
+        if kind == ID_HUGE:
+            rec = self._huge_location(heap_id)
+            return self.txn.reader.read(rec.address, rec.length, f"{self.what} huge object")
         if kind != ID_MANAGED:
             return self.reader.get(heap_id)
         hid = self._managed(heap_id)
@@ -790,9 +794,17 @@ class HeapWriter:
 
     def _huge_location(self, heap_id: bytes) -> bt.HugeObjectRecord:
         hid = decode_id(bytes(heap_id), self.g, self.what)
-        if hid.key is not None:
-            return self.reader._huge_record(hid.key)
-        return bt.HugeObjectRecord(hid.address, hid.length)
+        if hid.key is None:
+            return bt.HugeObjectRecord(hid.address, hid.length)
+        what, key = f"{self.what} huge-object B-tree", hid.key
+        if self.h.huge_btree_address is None:
+            raise FormatError(f"{self.what}: huge object {key} but no huge-object B-tree")
+        hdr = bt_reader.read_header(self.txn.reader, self.h.huge_btree_address, what)
+        rec = bt_reader.find(self.txn.reader, hdr.address, lambda r: (key > r.id) - (key < r.id),
+                             bt.record_decoder(hdr.type), what, header=hdr)
+        if rec is None:
+            raise FormatError(f"{self.what}: huge object {key} not found")
+        return rec
 
     def _remove_huge(self, heap_id: bytes) -> None:
         """H5HF__huge_remove (and H5HF__huge_term once the last one goes)."""
