@@ -30,7 +30,7 @@ from ...errors import FormatError
 from ...format import btree_v1 as bt
 from ...format.codec import Reader
 from ...format.messages.layout import DataLayout
-from ...format.messages.small import decode_btree_k
+from ...format.messages.small import BTreeK, decode_btree_k
 from ..readers.object_header import read as read_header
 from . import ChunkRecord
 from .btree_batch import changes, check_coords, check_size, merged, not_twice, same_view, spans
@@ -43,16 +43,21 @@ BTREE_K_MESSAGE = 0x13   # superblock extension message holding K for superblock
 Entry = tuple[bt.ChunkKey, int]    # a key and the child after it
 
 
-def chunk_k(txn: Transaction) -> int:
-    """The file's K for chunk B-trees (every node has room for 2K children)."""
+def btree_k(txn: Transaction) -> BTreeK:
+    """The file's K values: the superblock's (versions 0 and 1) or its extension's B-tree 'K'
+    values message (versions 2 and 3; libhdf5's defaults when it has none)."""
     sb = txn.store.superblock
     if sb.version >= 2 and sb.extension_address is not None:
         ext = read_header(txn.reader, sb.extension_address, "superblock extension")
         raw = ext.first(BTREE_K_MESSAGE)
         if raw is not None:
-            k = decode_btree_k(Reader(raw.data, 0, txn.sizes, "B-tree 'K' values message"))
-            return k.indexed_storage_internal
-    return sb.indexed_storage_k
+            return decode_btree_k(Reader(raw.data, 0, txn.sizes, "B-tree 'K' values message"))
+    return BTreeK(sb.indexed_storage_k, sb.group_internal_k, sb.group_leaf_k)
+
+
+def chunk_k(txn: Transaction) -> int:
+    """The file's K for chunk B-trees (every node has room for 2K children)."""
+    return btree_k(txn).indexed_storage_internal
 
 
 @dataclass(eq=False)

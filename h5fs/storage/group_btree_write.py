@@ -1,0 +1,280 @@
+"""Inserts into and removes from the version 1 B-tree of an old-style group (node type 0), one name
+at a time, exactly as libhdf5's H5B.c does, so that trees we edit and trees libhdf5 edits stay
+the same shape and libhdf5 keeps editing ours:
+
+- key i of a node is the heap offset of a name; child i holds the names in (key i, key i+1]
+  (the right key is the critical one: H5B_RIGHT); the left-most key of the tree is the empty
+  name at heap offset 0;
+- a name goes down the child whose range holds it, or the first / last child when it lies
+  before / after every key (H5B__insert_helper); the leaf it reaches (a symbol table node, the
+  `Leaves` callback) may split, handing up its new right sibling and the key between them;
+- a full node splits before taking a new child (H5B__split), keeping 2K * 0.1 children when it
+  is the left-most of its level, 2K * 0.9 when it is the right-most (the root too), 2K * 0.5
+  otherwise (libhdf5's default split ratios), adjusted so the new child stays with the child
+  that split;
+- a split root keeps its address: its content moves to fresh space and the root becomes a node
+  one level up over it and its new sibling (H5B_insert), so the symbol table message and the
+  cached addresses in the parent's entry never change;
+- removal (H5B__remove_helper) drops a leaf that emptied, and a node left without children (not
+  the root: an emptied root becomes an empty leaf at level 0), unlinking it from its siblings
+  and giving its left key to its right sibling; a changed right key climbs while it is a node's
+  last key and is copied to the right sibling's first key. Nodes never merge; the tree never
+  gets lower.
+
+Every node is read once per edit and written once at the end: fresh nodes with `write_new`,
+changed nodes with `write_in_place` (whole nodes; the commit's journal makes them atomic), nodes
+that left the tree freed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..errors import FormatError
+from ..format import btree_v1 as bt
+from .readers.btree_v1 import read_node
+
+if TYPE_CHECKING:
+    from .transaction import Transaction
+
+NOOP, RIGHT, REMOVE = "noop", "right", "remove"     # what an insert or removal asks of the parent
+SPLIT_RATIOS = (0.1, 0.5, 0.9)   # H5D_XFER_BTREE_SPLIT_RATIO_DEF: left-most, middle, right-most
+
+
+@dataclass(eq=False)
+class BNode:
+    address: int
+    level: int
+    keys: list[int]
+    children: list[int]
+    left: int | None = None
+    right: int | None = None
+
+    def record(self) -> bt.Node:
+        return bt.Node(bt.GROUP, self.level, tuple(self.keys), tuple(self.children), self.left, self.right,
+                       self.address)
+
+
+class Leaves(Protocol):
+    """The leaves' side of an edit (libhdf5's B-tree class callbacks for H5B_SNODE). `keys[i]` and
+    `keys[i + 1]` are the leaf's keys in its B-tree node: a callback changes `keys[i + 1]` in place
+    and says so when the leaf's last name changes."""
+
+    def compare(self, key: int) -> int:
+        """strcmp(the name, the name at heap offset `key`)."""
+
+    def create(self) -> int:
+        """A new empty leaf's address (H5G__node_create)."""
+
+    def insert(self, address: int, keys: list[int], i: int) -> tuple[str, int, int | None, bool]:
+        """(NOOP or RIGHT, the key between the leaf and its new right sibling, that sibling's
+        address, whether keys[i + 1] changed)."""
+
+    def remove(self, address: int, keys: list[int], i: int) -> tuple[str, bool]:
+        """(NOOP, or REMOVE when the leaf emptied and is gone; whether keys[i + 1] changed)."""
+
+
+class GroupBTree:
+    """One edit of the group B-tree rooted at `root` (`k`: the group internal node K)."""
+
+    def __init__(self, txn: Transaction, root: int, k: int, leaves: Leaves, what: str):
+        self.txn, self.root, self.k, self.leaves, self.what = txn, root, k, leaves, what
+        self.node_size = bt.node_size(bt.GROUP, txn.sizes, 0, k)
+        self.nodes: dict[int, BNode] = {}
+        self.dirty: set[int] = set()
+        self.fresh: set[int] = set()
+        self.freed: set[int] = set()
+
+    # -- nodes ---------------------------------------------------------------------------------
+    def node(self, address: int, level: int | None = None) -> BNode:
+        node = self.nodes.get(address)
+        if node is None:
+            if address in self.freed:
+                raise FormatError(f"{self.what}: B-tree node at {address} is reached twice")
+            rec = read_node(self.txn.reader, address, bt.GROUP, 0, self.what)
+            if len(rec.children) > 2 * self.k:
+                raise FormatError(f"{self.what}: B-tree node at {address} holds {len(rec.children)} "
+                                  f"children, K is {self.k}")
+            node = BNode(address, rec.level, list(rec.keys), list(rec.children), rec.left, rec.right)
+            self.nodes[address] = node
+        if level is not None and node.level != level:
+            raise FormatError(f"{self.what}: B-tree node at {address} has level {node.level}, expected {level}")
+        return node
+
+    def _new(self, level: int) -> BNode:
+        node = BNode(self.txn.allocate(self.node_size), level, [], [])
+        self.nodes[node.address] = node
+        self.fresh.add(node.address)
+        return node
+
+    def _search(self, node: BNode) -> tuple[int, int]:
+        """Binary search of `node`'s children for the name: (child index, comparison), 0 when
+        the child's range holds it (H5G__node_cmp3 over the node's keys)."""
+        lo, hi, idx, cmp = 0, len(node.children), 0, -1
+        while lo < hi and cmp:
+            idx = (lo + hi) // 2
+            if self.leaves.compare(node.keys[idx]) <= 0:
+                cmp = -1
+            else:
+                cmp = 1 if self.leaves.compare(node.keys[idx + 1]) > 0 else 0
+            if cmp < 0:
+                hi = idx
+            else:
+                lo = idx + 1
+        return idx, cmp
+
+    # -- find ----------------------------------------------------------------------------------
+    def find(self) -> int | None:
+        """The leaf whose range holds the name (H5B_find), None when none does."""
+        node = self.node(self.root)
+        while True:
+            idx, cmp = self._search(node)
+            if cmp or not node.children:
+                return None
+            if node.level == 0:
+                return node.children[idx]
+            node = self.node(node.children[idx], node.level - 1)
+
+    # -- insert --------------------------------------------------------------------------------
+    def insert(self) -> None:
+        """H5B_insert: the name into the tree; a split root keeps its address."""
+        outer = [0, 0]     # the root's left and right keys, as its caller would hold them
+        op, md_key, split, _ = self._insert(self.node(self.root), outer, 0)
+        if op == NOOP:
+            return
+        root, sibling = self.node(self.root), self.node(split)
+        moved = self._new(root.level)
+        moved.keys, moved.children, moved.left, moved.right = root.keys, root.children, root.left, root.right
+        sibling.left = moved.address
+        self.dirty.add(sibling.address)
+        root.keys = [moved.keys[0], md_key, sibling.keys[-1]]
+        root.children = [moved.address, sibling.address]
+        root.level, root.left, root.right = root.level + 1, None, None
+        self.dirty.add(root.address)
+
+    def _insert(self, node: BNode, outer: list[int], at: int) -> tuple[str, int, int | None, bool]:
+        """H5B__insert_helper: (NOOP or RIGHT, the key between `node` and its new right sibling,
+        that sibling, whether `node`'s right key changed). `outer[at]` and `outer[at + 1]` are
+        `node`'s keys in its parent."""
+        n = len(node.children)
+        idx, cmp = self._search(node)
+        if n == 0:
+            if node.level:
+                raise FormatError(f"{self.what}: B-tree node at {node.address} has no children")
+            node.children, node.keys = [self.leaves.create()], [0, 0]
+            self.dirty.add(node.address)
+            idx = 0
+        elif cmp > 0 and idx + 1 >= n:
+            idx = n - 1
+        elif cmp and not (cmp < 0 and idx == 0):
+            raise FormatError(f"{self.what}: B-tree node at {node.address} has keys out of order")
+        if node.level:
+            op, md_key, new_child, changed = self._insert(self.node(node.children[idx], node.level - 1),
+                                                          node.keys, idx)
+        else:
+            op, md_key, new_child, changed = self.leaves.insert(node.children[idx], node.keys, idx)
+        right_changed = changed and self._climb(node, idx, outer, at)
+        if op == NOOP:
+            return NOOP, 0, None, right_changed
+        target, sibling = node, None
+        if len(node.children) == 2 * self.k:
+            sibling = self._split(node, idx)
+            if idx >= len(node.children):
+                idx -= len(node.children)
+                target = sibling
+        target.keys.insert(idx + 1, md_key)
+        target.children.insert(idx + 1, new_child)
+        self.dirty.add(target.address)
+        if sibling is None:
+            return NOOP, 0, None, right_changed
+        return RIGHT, sibling.keys[0], sibling.address, right_changed
+
+    def _climb(self, node: BNode, idx: int, outer: list[int], at: int) -> bool:
+        """Child `idx`'s right key (`node.keys[idx + 1]`) changed: it becomes `node`'s right key
+        in its parent too when it is `node`'s last key. Whether it did."""
+        self.dirty.add(node.address)
+        if idx + 1 < len(node.children):
+            return False
+        outer[at + 1] = node.keys[idx + 1]
+        return True
+
+    def _split(self, node: BNode, idx: int) -> BNode:
+        """H5B__split of a full node about to take a child after child `idx`: its new right
+        sibling."""
+        two_k = 2 * self.k
+        ratio = SPLIT_RATIOS[2] if node.right is None else SPLIT_RATIOS[0] if node.left is None else SPLIT_RATIOS[1]
+        nleft = int(two_k * ratio)
+        if idx < nleft and nleft == two_k:
+            nleft -= 1
+        elif idx >= nleft and nleft == 0:
+            nleft += 1
+        sibling = self._new(node.level)
+        sibling.keys, sibling.children = node.keys[nleft:], node.children[nleft:]
+        node.keys, node.children = node.keys[:nleft + 1], node.children[:nleft]
+        sibling.left, sibling.right = node.address, node.right
+        if node.right is not None:
+            self.node(node.right, node.level).left = sibling.address
+            self.dirty.add(node.right)
+        node.right = sibling.address
+        self.dirty.add(node.address)
+        return sibling
+
+    # -- remove --------------------------------------------------------------------------------
+    def remove(self) -> None:
+        """H5B_remove: the name out of the tree (FormatError when no leaf range holds it: the
+        caller looks the name up first)."""
+        self._remove(self.node(self.root), 0, [0, 0], 0)
+
+    def _remove(self, node: BNode, depth: int, outer: list[int], at: int) -> tuple[str, bool]:
+        """H5B__remove_helper at `depth` below the root: (NOOP or REMOVE: `node` is gone,
+        whether `node`'s right key changed)."""
+        idx, cmp = self._search(node)
+        if cmp or not node.children:
+            raise FormatError(f"{self.what}: the name is in no B-tree leaf range")
+        if node.level:
+            op, changed = self._remove(self.node(node.children[idx], node.level - 1), depth + 1, node.keys, idx)
+        else:
+            op, changed = self.leaves.remove(node.children[idx], node.keys, idx)
+        right_changed = changed and self._climb(node, idx, outer, at)
+        if op == REMOVE:
+            n = len(node.children)
+            self.dirty.add(node.address)
+            if n == 1 and depth:
+                self._unlink(node)
+                return REMOVE, False
+            if n == 1:     # the root: an empty leaf again
+                node.children, node.keys, node.level = [], [0], 0
+            elif idx == 0:
+                del node.keys[1], node.children[0]
+            elif idx + 1 == n:
+                del node.keys[n], node.children[idx]
+                outer[at + 1] = node.keys[-1]
+                right_changed = True
+            else:
+                del node.keys[idx + 1], node.children[idx]
+        if right_changed and node.right is not None:
+            self.node(node.right, node.level).keys[0] = node.keys[-1]
+            self.dirty.add(node.right)
+        return NOOP, right_changed
+
+    def _unlink(self, node: BNode) -> None:
+        """A node that lost its last child leaves its level; its right sibling inherits its left
+        key."""
+        if node.left is not None:
+            self.node(node.left, node.level).right = node.right
+            self.dirty.add(node.left)
+        if node.right is not None:
+            sibling = self.node(node.right, node.level)
+            sibling.keys[0], sibling.left = node.keys[0], node.left
+            self.dirty.add(node.right)
+        self.freed.add(node.address)
+
+    # -- output --------------------------------------------------------------------------------
+    def stage(self) -> None:
+        txn, sizes = self.txn, self.txn.sizes
+        for address in sorted(self.freed):
+            txn.free(address, self.node_size)
+        for address in sorted((self.dirty | self.fresh) - self.freed):
+            data = bt.encode_node(self.nodes[address].record(), sizes, self.k)
+            (txn.write_new if address in self.fresh else txn.write_in_place)(address, data)

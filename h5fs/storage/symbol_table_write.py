@@ -1,0 +1,312 @@
+"""Edits old-style groups (a symbol table: local heap of names, version 1 B-tree, symbol table
+nodes) in a transaction, as libhdf5's H5Gstab.c and H5Gnode.c do, so that h5py lists the result
+and keeps editing it:
+
+- `create` (H5G__stab_create): an empty B-tree root leaf and a heap sized from the group's
+  estimates, holding the empty name at offset 0 (the tree's left-most key);
+- `insert` (H5G__stab_insert_real, H5G__node_insert): the name, then a soft link's value, go
+  into the heap; the entry goes into its node in name order (strcmp), a full node (2K entries, K
+  the group leaf K) splitting into K + K with the new entry on its side; the node's key in the
+  B-tree follows a new last name (group_btree_write does the tree's part);
+- `remove` (H5G__stab_remove, H5G__node_remove): a soft link's value, then the name, leave the
+  heap; an emptied node leaves the tree and the file; a new last name becomes the node's key;
+- `rename` within a group: the new name is inserted, then the old one removed (H5L_move's order,
+  which decides where the names land in the heap);
+- `delete` (H5G__stab_delete): frees every node and the heap of a group going away.
+
+An entry naming a group caches the group's B-tree and heap addresses (scratch-pad cache type 1)
+as libhdf5 writes it for a new group or a hard link to an existing one (`cached_stab` reads them
+from the target's header); the addresses never change afterwards (the B-tree root and the heap
+prefix stay where they are). Reference counts are the caller's: `remove` returns the entry.
+
+Each edit reads through `txn.reader` and stages every node and the heap once; nothing commits.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import FormatError, NotFound
+from ..format import btree_v1 as bt
+from ..format import local_heap as lh
+from ..format import symbol_table_node as snod
+from ..format.codec import Reader
+from ..format.messages.symbol_table import SymbolTable
+from ..format.messages.symbol_table import decode as decode_stab
+from ..format.symbol_table_entry import CACHE_NONE, CACHE_SOFTLINK, CACHE_STAB, SymbolTableEntry
+from .group_btree_write import NOOP, REMOVE, RIGHT, GroupBTree
+from .index.btree_v1_write import btree_k
+from .local_heap_write import HeapEdit, align
+from .readers import symbol_table_node as snod_reader
+from .readers.btree_v1 import read_node
+from .readers.local_heap import read as read_heap
+from .readers.object_header import read as read_header
+
+if TYPE_CHECKING:
+    from .transaction import Transaction
+
+SYMBOL_TABLE_MESSAGE = 0x11
+EST_ENTRIES, EST_NAME_LEN = 4, 8     # H5G_CRT_GINFO_EST_NUM_ENTRIES, H5G_CRT_GINFO_EST_NAME_LEN
+
+
+@dataclass(frozen=True)
+class Link:
+    """What an entry names: a hard link's object header (and, when that object is an old-style
+    group, its symbol table for the cache), or a soft link's value."""
+
+    address: int | None = None
+    cached: SymbolTable | None = None
+    soft_target: bytes | None = None
+
+
+def check_name(name: bytes) -> None:
+    if not name or b"\0" in name or b"/" in name:
+        raise ValueError(f"symbol table: {name!r} cannot name a link")
+
+
+# -- the leaves: symbol table nodes --------------------------------------------------------------
+
+
+def _compare(a: bytes, b: bytes) -> int:
+    return (a > b) - (a < b)
+
+
+@dataclass(eq=False)
+class _SymbolNodes:
+    """The symbol table nodes one edit touches, and the name it inserts or removes (the B-tree's
+    `Leaves`)."""
+
+    txn: Transaction
+    heap: HeapEdit
+    capacity: int            # 2 * group leaf K
+    name: bytes
+    what: str
+    link: Link | None = None              # what an insert links
+    done: SymbolTableEntry | None = None  # the entry inserted or removed
+    nodes: dict[int, list[SymbolTableEntry]] = field(default_factory=dict)
+    dirty: set[int] = field(default_factory=set)
+    fresh: set[int] = field(default_factory=set)
+    freed: set[int] = field(default_factory=set)
+
+    @property
+    def node_size(self) -> int:
+        return snod.node_size(self.txn.sizes, self.capacity)
+
+    def entries(self, address: int) -> list[SymbolTableEntry]:
+        if address not in self.nodes:
+            node = snod_reader.read_node(self.txn.reader, address, self.capacity, self.what)
+            self.nodes[address] = list(node.entries)
+        return self.nodes[address]
+
+    def compare(self, key: int) -> int:
+        return _compare(self.name, self.heap.string(key))
+
+    def search(self, entries: list[SymbolTableEntry]) -> tuple[int, int]:
+        """(the entry's index or where it would go, 0 when it is there)."""
+        lo, hi, cmp = 0, len(entries), 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            cmp = self.compare(entries[mid].name_offset)
+            if cmp == 0:
+                return mid, 0
+            lo, hi = (lo, mid) if cmp < 0 else (mid + 1, hi)
+        return lo, cmp
+
+    def _new(self) -> int:
+        address = self.txn.allocate(self.node_size)
+        self.nodes[address] = []
+        self.fresh.add(address)
+        return address
+
+    # -- Leaves --------------------------------------------------------------------------------
+    def create(self) -> int:
+        return self._new()
+
+    def insert(self, address: int, keys: list[int], i: int) -> tuple[str, int, int | None, bool]:
+        """H5G__node_insert."""
+        entries = self.entries(address)
+        idx, cmp = self.search(entries)
+        if entries and cmp == 0:
+            raise FileExistsError(errno.EEXIST, f"{self.what}: {self.name!r} exists already")
+        entry = self._entry()
+        self.dirty.add(address)
+        half, changed, op, md_key, right = self.capacity // 2, False, NOOP, 0, None
+        target = entries
+        if len(entries) >= self.capacity:
+            op, right = RIGHT, self._new()
+            self.nodes[right] = entries[half:]
+            del entries[half:]
+            md_key = entries[-1].name_offset
+            if idx == half:
+                md_key = entry.name_offset
+            elif idx > half:
+                idx -= half
+                target = self.nodes[right]
+                changed = idx == half
+        else:
+            changed = idx == len(entries)
+        if changed:
+            keys[i + 1] = entry.name_offset
+        target.insert(idx, entry)
+        self.done = entry
+        return op, md_key, right, changed
+
+    def _entry(self) -> SymbolTableEntry:
+        """H5G__ent_convert: the name (then a soft link's value) into the heap."""
+        link = self.link
+        name_offset = self.heap.insert(self.name + b"\0")
+        if link.soft_target is not None:
+            return SymbolTableEntry(name_offset, None, CACHE_SOFTLINK,
+                                    softlink_offset=self.heap.insert(link.soft_target + b"\0"))
+        if link.cached is not None:
+            return SymbolTableEntry(name_offset, link.address, CACHE_STAB, link.cached.btree_address,
+                                    link.cached.heap_address)
+        return SymbolTableEntry(name_offset, link.address, CACHE_NONE)
+
+    def remove(self, address: int, keys: list[int], i: int) -> tuple[str, bool]:
+        """H5G__node_remove."""
+        entries = self.entries(address)
+        idx, cmp = self.search(entries)
+        if cmp or not entries:
+            raise NotFound(f"{self.what}: no link named {self.name!r}")
+        entry = self.done = entries[idx]
+        if entry.cache_type == CACHE_SOFTLINK:
+            value = self.heap.string(entry.softlink_offset)
+            self.heap.remove(entry.softlink_offset, len(value) + 1)
+        self.heap.remove(entry.name_offset, len(self.name) + 1)
+        if len(entries) == 1:
+            self.freed.add(address)
+            return REMOVE, False
+        del entries[idx]
+        self.dirty.add(address)
+        if idx and idx == len(entries):
+            keys[i + 1] = entries[-1].name_offset
+            return NOOP, True
+        return NOOP, False
+
+    def stage(self) -> None:
+        txn = self.txn
+        for address in sorted(self.freed):
+            txn.free(address, self.node_size)
+        for address in sorted((self.dirty | self.fresh) - self.freed):
+            data = snod.encode(snod.SymbolTableNode(tuple(self.nodes[address]), self.capacity), txn.sizes)
+            (txn.write_new if address in self.fresh else txn.write_in_place)(address, data)
+
+
+# -- edits ---------------------------------------------------------------------------------------
+
+
+def _edit(txn: Transaction, stab: SymbolTable, name: bytes, what: str,
+          link: Link | None = None) -> tuple[GroupBTree, _SymbolNodes]:
+    check_name(name)
+    if stab.btree_address is None or stab.heap_address is None:
+        raise FormatError(f"{what}: symbol table message without a B-tree or a heap")
+    k = btree_k(txn)
+    leaves = _SymbolNodes(txn, HeapEdit.open(txn, stab.heap_address, what), 2 * k.group_leaf, name, what, link)
+    return GroupBTree(txn, stab.btree_address, k.group_internal, leaves, what), leaves
+
+
+def _stage(tree: GroupBTree, leaves: _SymbolNodes) -> None:
+    tree.stage()
+    leaves.stage()
+    leaves.heap.stage()
+
+
+def insert(txn: Transaction, stab: SymbolTable, name: bytes, link: Link,
+           what: str = "symbol table") -> SymbolTableEntry:
+    """Add the link `name` (FileExistsError when the group has one); the new entry."""
+    tree, leaves = _edit(txn, stab, name, what, link)
+    tree.insert()
+    _stage(tree, leaves)
+    return leaves.done
+
+
+def remove(txn: Transaction, stab: SymbolTable, name: bytes, what: str = "symbol table") -> SymbolTableEntry:
+    """Remove the link `name` (NotFound when there is none); its entry as it was."""
+    tree, leaves = _edit(txn, stab, name, what)
+    if tree.find() is None:
+        raise NotFound(f"{what}: no link named {name!r}")
+    tree.remove()
+    _stage(tree, leaves)
+    return leaves.done
+
+
+def lookup(txn: Transaction, stab: SymbolTable, name: bytes, what: str = "symbol table") -> SymbolTableEntry | None:
+    tree, leaves = _edit(txn, stab, name, what)
+    leaf = tree.find()
+    if leaf is None:
+        return None
+    entries = leaves.entries(leaf)
+    idx, cmp = leaves.search(entries)
+    return entries[idx] if entries and cmp == 0 else None
+
+
+def link_of(txn: Transaction, stab: SymbolTable, entry: SymbolTableEntry, what: str = "symbol table") -> Link:
+    """What `entry` links, as `insert` takes it."""
+    if entry.cache_type == CACHE_SOFTLINK:
+        heap = read_heap(txn.reader, stab.heap_address, what)
+        return Link(soft_target=heap.string(entry.softlink_offset))
+    cached = SymbolTable(entry.btree_address, entry.heap_address) if entry.cache_type == CACHE_STAB else None
+    return Link(entry.header_address, cached)
+
+
+def rename(txn: Transaction, stab: SymbolTable, old: bytes, new: bytes, what: str = "symbol table") -> SymbolTableEntry:
+    """Give the link `old` the name `new` (NotFound, FileExistsError); the new entry."""
+    entry = lookup(txn, stab, old, what)
+    if entry is None:
+        raise NotFound(f"{what}: no link named {old!r}")
+    if old == new:
+        return entry
+    out = insert(txn, stab, new, link_of(txn, stab, entry, what), what)
+    remove(txn, stab, old, what)
+    return out
+
+
+def create(txn: Transaction, est_entries: int = EST_ENTRIES, est_name_len: int = EST_NAME_LEN,
+           heap_size_hint: int = 0, what: str = "new symbol table") -> SymbolTable:
+    """The B-tree and heap of a new empty group, as H5G__stab_create lays them out (its
+    estimates: the group info message's, or libhdf5's defaults; a local heap size hint from the
+    group creation property list wins)."""
+    sizes, k = txn.sizes, btree_k(txn)
+    free_size = align(2 * sizes.length)
+    hint = heap_size_hint or 8 + est_entries * align(est_name_len + 1) + free_size
+    btree = txn.allocate(bt.node_size(bt.GROUP, sizes, 0, k.group_internal))
+    txn.write_new(btree, bt.encode_node(bt.Node(bt.GROUP, 0, (0,), ()), sizes, k.group_internal))
+    heap = HeapEdit.create(txn, max(hint, free_size + 2), what)
+    heap.insert(b"\0")
+    heap.stage()
+    return SymbolTable(btree, heap.address)
+
+
+def delete(txn: Transaction, stab: SymbolTable, what: str = "symbol table") -> list[SymbolTableEntry]:
+    """Free a group's B-tree, nodes and heap (H5G__stab_delete); the entries it held (the
+    caller drops their objects' reference counts)."""
+    sizes, k = txn.sizes, btree_k(txn)
+    heap = read_heap(txn.reader, stab.heap_address, what)
+    entries: list[SymbolTableEntry] = []
+    stack, seen = [stab.btree_address], set()
+    while stack:
+        address = stack.pop()
+        if address in seen:
+            raise FormatError(f"{what}: B-tree node at {address} is reached twice")
+        seen.add(address)
+        node = read_node(txn.reader, address, bt.GROUP, 0, what)
+        if node.level:
+            stack += node.children
+        else:
+            for leaf in node.children:
+                entries += snod_reader.read(txn.reader, leaf, what)
+                txn.free(leaf, snod.node_size(sizes, 2 * k.group_leaf))
+        txn.free(address, bt.node_size(bt.GROUP, sizes, 0, k.group_internal))
+    txn.free(stab.heap_address, lh.prefix_size(sizes))
+    txn.free(heap.data_address, len(heap.data))
+    return entries
+
+
+def cached_stab(txn: Transaction, address: int, what: str = "link target") -> SymbolTable | None:
+    """The symbol table of the object at `address` when it is an old-style group: what an entry
+    linking it caches (H5G__ent_convert)."""
+    raw = read_header(txn.reader, address, what).first(SYMBOL_TABLE_MESSAGE)
+    return None if raw is None else decode_stab(Reader(raw.data, 0, txn.sizes, f"{what}: symbol table message"))
