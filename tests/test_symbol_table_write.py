@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from roundtrip_support import btree_k_fcpl, new_file
 
 from h5fs.check import check
 from h5fs.errors import NotFound
@@ -40,7 +41,6 @@ from h5fs.storage.header_writer import rewrite_message
 from h5fs.storage.readers import btree_v1 as b1_reader
 from h5fs.storage.readers import local_heap as lh_reader
 from h5fs.storage.readers import symbol_table_node as snod_reader
-from roundtrip_support import btree_k_fcpl, new_file
 
 GROUP = "/g"
 TARGETS = ("d", "sub")           # a dataset and an old-style group every hard link points to
@@ -187,7 +187,7 @@ class Twins:
             assert list(g) == sorted(self.model, key=str.encode)
             assert {name: self._target(g, name) for name in g} == self.model
         with H5File.open(str(self.a)) as f:    # h5fs's reader lists the same links
-            assert [ln.name for ln in f.resolve(self.group).links()] == list(sorted(self.model, key=str.encode))
+            assert [ln.name for ln in f.resolve(self.group).links()] == sorted(self.model, key=str.encode)
         report = check(str(self.a))
         assert report.sound, report.problems[:5]
         assert shape(self.a, self.group) == shape(self.b, self.group)
@@ -287,9 +287,13 @@ def test_root_group(tmp_path):
 
 def test_new_group_as_libhdf5_lays_it_out(tmp_path):
     """`create` makes what H5G__stab_create makes: an empty root leaf (the same bytes) and an
-    88-byte heap holding the empty name. Group "e" gets it (its old B-tree and heap deleted,
-    its entry in / re-cached), then both sides fill it."""
+    88-byte heap holding the empty name. Group "e" of A gets it (its old symbol table, holding
+    links h5py made, deleted; its entry in / re-cached), then both sides fill it."""
     t = Twins(tmp_path, (8, 8), (2, 2), group="/e")
+    held = names(80, 17)
+    with h5py.File(t.a, "r+") as f:
+        for x in held:
+            f["e"][x] = f["d"]
     with H5File.open(str(t.a), writable=True) as f:
         e = f.resolve("/e")
         old = stab_of(f, "/e")
@@ -303,8 +307,10 @@ def test_new_group_as_libhdf5_lays_it_out(tmp_path):
         assert entry.cache_type == CACHE_STAB and entry.btree_address == old.btree_address
         again = stw.insert(txn, root_stab, b"e", stw.Link(e.address, stw.cached_stab(txn, e.address)))
         assert (again.btree_address, again.heap_address) == (new.btree_address, new.heap_address)
-        assert stw.delete(txn, old) == []
+        gone = stw.delete(txn, old)
+        assert len(gone) == len(held) and {g.header_address for g in gone} == {f.resolve("/d").address}
         txn.commit()
+    t.fix_refcounts()    # the caller's part: the deleted links' objects lose a reference each
     with H5File.open(str(t.a)) as a, H5File.open(str(t.b)) as b:
         na, nb = stab_of(a, "/e"), stab_of(b, "/e")
         size = B1.node_size(B1.GROUP, a.sizes, 0, 2)

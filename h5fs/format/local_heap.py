@@ -8,6 +8,8 @@ to a multiple of 8 (H5HL_SIZEOF_HDR): the padding is undefined and encodes as ze
 Free blocks are a list threaded through the data segment: each starts with the offset of the next
 one and its own size (both `size of lengths` wide). libhdf5 ends the list, and marks an empty one,
 with offset 1 (H5HL_FREE_NULL); the spec's undefined address is accepted too and encodes as 1.
+libhdf5 keeps objects and free blocks 8-byte aligned and never lists a free block smaller than
+its two fields (aligned): `align`, `free_block_size`.
 The record keeps the whole data segment, free blocks included, so their undefined bytes come back
 as they were; `encode_data` writes the free list over it.
 
@@ -25,6 +27,7 @@ SIGNATURE = b"HEAP"
 VERSION = 0
 PREFIX = "4sB3xLLO"      # signature, version, reserved, data size, free list head, data address
 FREE_NULL = 1
+ALIGNMENT = 8            # objects and free blocks start and end on 8-byte boundaries (H5HL_ALIGN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,15 @@ class LocalHeap:
         if end < 0:
             raise FormatError(f"local heap: unterminated string at offset {offset}")
         return self.data[offset:end]
+
+
+def align(n: int) -> int:
+    return -(-n // ALIGNMENT) * ALIGNMENT
+
+
+def free_block_size(sizes: Sizes) -> int:
+    """The smallest free block: its two fields, aligned (H5HL_SIZEOF_FREE)."""
+    return align(2 * sizes.length)
 
 
 def prefix_size(sizes: Sizes) -> int:

@@ -28,8 +28,8 @@ that left the tree freed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Generic, Protocol, TypeVar
 
 from ..errors import FormatError
 from ..format import btree_v1 as bt
@@ -40,6 +40,50 @@ if TYPE_CHECKING:
 
 NOOP, RIGHT, REMOVE = "noop", "right", "remove"     # what an insert or removal asks of the parent
 SPLIT_RATIOS = (0.1, 0.5, 0.9)   # H5D_XFER_BTREE_SPLIT_RATIO_DEF: left-most, middle, right-most
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class Blocks(Generic[T]):
+    """The fixed-size blocks of one kind an edit touches (B-tree nodes, symbol table nodes), each
+    read once, changed in memory and staged once: fresh ones with `write_new`, changed ones with
+    `write_in_place`, dropped ones freed."""
+
+    txn: Transaction
+    size: int
+    load: Callable[[int], T]
+    encode: Callable[[T], bytes]
+    what: str
+    items: dict[int, T] = field(default_factory=dict)
+    dirty: set[int] = field(default_factory=set)
+    fresh: set[int] = field(default_factory=set)
+    freed: set[int] = field(default_factory=set)
+
+    def get(self, address: int) -> T:
+        if address in self.freed:
+            raise FormatError(f"{self.what}: node at {address} is reached twice")
+        if address not in self.items:
+            self.items[address] = self.load(address)
+        return self.items[address]
+
+    def new(self, item: T) -> int:
+        address = self.txn.allocate(self.size)
+        self.items[address] = item
+        self.fresh.add(address)
+        return address
+
+    def touch(self, address: int) -> None:
+        self.dirty.add(address)
+
+    def drop(self, address: int) -> None:
+        self.freed.add(address)
+
+    def stage(self) -> None:
+        for address in sorted(self.freed):
+            self.txn.free(address, self.size)
+        for address in sorted((self.dirty | self.fresh) - self.freed):
+            data = self.encode(self.items[address])
+            (self.txn.write_new if address in self.fresh else self.txn.write_in_place)(address, data)
 
 
 @dataclass(eq=False)
@@ -79,34 +123,31 @@ class GroupBTree:
     """One edit of the group B-tree rooted at `root` (`k`: the group internal node K)."""
 
     def __init__(self, txn: Transaction, root: int, k: int, leaves: Leaves, what: str):
-        self.txn, self.root, self.k, self.leaves, self.what = txn, root, k, leaves, what
-        self.node_size = bt.node_size(bt.GROUP, txn.sizes, 0, k)
-        self.nodes: dict[int, BNode] = {}
-        self.dirty: set[int] = set()
-        self.fresh: set[int] = set()
-        self.freed: set[int] = set()
+        self.root, self.k, self.leaves, self.what = root, k, leaves, what
+        self.nodes = Blocks(txn, bt.node_size(bt.GROUP, txn.sizes, 0, k), self._load,
+                            lambda node: bt.encode_node(node.record(), txn.sizes, k), f"{what}: B-tree")
+        self.reader = txn.reader
 
-    # -- nodes ---------------------------------------------------------------------------------
+    def _load(self, address: int) -> BNode:
+        rec = read_node(self.reader, address, bt.GROUP, 0, self.what)
+        if len(rec.children) > 2 * self.k:
+            raise FormatError(f"{self.what}: B-tree node at {address} holds {len(rec.children)} "
+                              f"children, K is {self.k}")
+        return BNode(address, rec.level, list(rec.keys), list(rec.children), rec.left, rec.right)
+
     def node(self, address: int, level: int | None = None) -> BNode:
         node = self.nodes.get(address)
-        if node is None:
-            if address in self.freed:
-                raise FormatError(f"{self.what}: B-tree node at {address} is reached twice")
-            rec = read_node(self.txn.reader, address, bt.GROUP, 0, self.what)
-            if len(rec.children) > 2 * self.k:
-                raise FormatError(f"{self.what}: B-tree node at {address} holds {len(rec.children)} "
-                                  f"children, K is {self.k}")
-            node = BNode(address, rec.level, list(rec.keys), list(rec.children), rec.left, rec.right)
-            self.nodes[address] = node
         if level is not None and node.level != level:
             raise FormatError(f"{self.what}: B-tree node at {address} has level {node.level}, expected {level}")
         return node
 
     def _new(self, level: int) -> BNode:
-        node = BNode(self.txn.allocate(self.node_size), level, [], [])
-        self.nodes[node.address] = node
-        self.fresh.add(node.address)
+        node = BNode(0, level, [], [])
+        node.address = self.nodes.new(node)
         return node
+
+    def stage(self) -> None:
+        self.nodes.stage()
 
     def _search(self, node: BNode) -> tuple[int, int]:
         """Binary search of `node`'s children for the name: (child index, comparison), 0 when
@@ -147,11 +188,11 @@ class GroupBTree:
         moved = self._new(root.level)
         moved.keys, moved.children, moved.left, moved.right = root.keys, root.children, root.left, root.right
         sibling.left = moved.address
-        self.dirty.add(sibling.address)
+        self.nodes.touch(sibling.address)
         root.keys = [moved.keys[0], md_key, sibling.keys[-1]]
         root.children = [moved.address, sibling.address]
         root.level, root.left, root.right = root.level + 1, None, None
-        self.dirty.add(root.address)
+        self.nodes.touch(root.address)
 
     def _insert(self, node: BNode, outer: list[int], at: int) -> tuple[str, int, int | None, bool]:
         """H5B__insert_helper: (NOOP or RIGHT, the key between `node` and its new right sibling,
@@ -163,7 +204,7 @@ class GroupBTree:
             if node.level:
                 raise FormatError(f"{self.what}: B-tree node at {node.address} has no children")
             node.children, node.keys = [self.leaves.create()], [0, 0]
-            self.dirty.add(node.address)
+            self.nodes.touch(node.address)
             idx = 0
         elif cmp > 0 and idx + 1 >= n:
             idx = n - 1
@@ -185,7 +226,7 @@ class GroupBTree:
                 target = sibling
         target.keys.insert(idx + 1, md_key)
         target.children.insert(idx + 1, new_child)
-        self.dirty.add(target.address)
+        self.nodes.touch(target.address)
         if sibling is None:
             return NOOP, 0, None, right_changed
         return RIGHT, sibling.keys[0], sibling.address, right_changed
@@ -193,7 +234,7 @@ class GroupBTree:
     def _climb(self, node: BNode, idx: int, outer: list[int], at: int) -> bool:
         """Child `idx`'s right key (`node.keys[idx + 1]`) changed: it becomes `node`'s right key
         in its parent too when it is `node`'s last key. Whether it did."""
-        self.dirty.add(node.address)
+        self.nodes.touch(node.address)
         if idx + 1 < len(node.children):
             return False
         outer[at + 1] = node.keys[idx + 1]
@@ -215,9 +256,9 @@ class GroupBTree:
         sibling.left, sibling.right = node.address, node.right
         if node.right is not None:
             self.node(node.right, node.level).left = sibling.address
-            self.dirty.add(node.right)
+            self.nodes.touch(node.right)
         node.right = sibling.address
-        self.dirty.add(node.address)
+        self.nodes.touch(node.address)
         return sibling
 
     # -- remove --------------------------------------------------------------------------------
@@ -239,7 +280,7 @@ class GroupBTree:
         right_changed = changed and self._climb(node, idx, outer, at)
         if op == REMOVE:
             n = len(node.children)
-            self.dirty.add(node.address)
+            self.nodes.touch(node.address)
             if n == 1 and depth:
                 self._unlink(node)
                 return REMOVE, False
@@ -255,7 +296,7 @@ class GroupBTree:
                 del node.keys[idx + 1], node.children[idx]
         if right_changed and node.right is not None:
             self.node(node.right, node.level).keys[0] = node.keys[-1]
-            self.dirty.add(node.right)
+            self.nodes.touch(node.right)
         return NOOP, right_changed
 
     def _unlink(self, node: BNode) -> None:
@@ -263,18 +304,9 @@ class GroupBTree:
         key."""
         if node.left is not None:
             self.node(node.left, node.level).right = node.right
-            self.dirty.add(node.left)
+            self.nodes.touch(node.left)
         if node.right is not None:
             sibling = self.node(node.right, node.level)
             sibling.keys[0], sibling.left = node.keys[0], node.left
-            self.dirty.add(node.right)
-        self.freed.add(node.address)
-
-    # -- output --------------------------------------------------------------------------------
-    def stage(self) -> None:
-        txn, sizes = self.txn, self.txn.sizes
-        for address in sorted(self.freed):
-            txn.free(address, self.node_size)
-        for address in sorted((self.dirty | self.fresh) - self.freed):
-            data = bt.encode_node(self.nodes[address].record(), sizes, self.k)
-            (txn.write_new if address in self.fresh else txn.write_in_place)(address, data)
+            self.nodes.touch(node.right)
+        self.nodes.drop(node.address)

@@ -31,10 +31,6 @@ if TYPE_CHECKING:
 MIN_HEAP = 128    # H5HL_MIN_HEAP: the segment size a shrink stops at
 
 
-def align(n: int) -> int:
-    return (n + 7) & ~7
-
-
 class HeapEdit:
     """One local heap opened for editing in a transaction."""
 
@@ -44,7 +40,7 @@ class HeapEdit:
         self.free = [[b.offset, b.size] for b in heap.free]     # [offset, size], in list order
         self.data_address = heap.data_address
         self.stored_size = len(heap.data)      # the segment's size where it lies now
-        self.free_size = align(2 * txn.sizes.length)          # H5HL_SIZEOF_FREE
+        self.free_size = lh.free_block_size(txn.sizes)
         self.limit = 1 << (8 * txn.sizes.length)              # offsets and sizes are lengths
 
     @classmethod
@@ -59,8 +55,7 @@ class HeapEdit:
     def create(cls, txn: Transaction, size_hint: int, what: str) -> HeapEdit:
         """A new heap (H5HL_create): the prefix and the data segment in one block, all of it
         free. Nothing is written before `stage`."""
-        free_size = align(2 * txn.sizes.length)
-        size = align(max(size_hint, free_size))
+        size = lh.align(max(size_hint, lh.free_block_size(txn.sizes)))
         address = txn.allocate(lh.prefix_size(txn.sizes) + size)
         heap = lh.LocalHeap(bytes(size), address + lh.prefix_size(txn.sizes), (lh.FreeBlock(0, size),))
         edit = cls(txn, address, heap, what)
@@ -76,7 +71,7 @@ class HeapEdit:
     # -- H5HL_insert ---------------------------------------------------------------------------
     def insert(self, buf: bytes) -> int:
         """Store `buf`; its offset in the data segment."""
-        need = align(len(buf))
+        need = lh.align(len(buf))
         last = None       # the free block nearest the end among those passed over
         for i, block in enumerate(self.free):
             if block[1] > need and block[1] - need >= self.free_size:
@@ -120,29 +115,30 @@ class HeapEdit:
     # -- H5HL_remove ---------------------------------------------------------------------------
     def remove(self, offset: int, size: int) -> None:
         """Give back the `size` bytes at `offset` (an object `insert` stored)."""
-        size = align(size)
+        size = lh.align(size)
         if offset % 8 or size <= 0 or offset + size > len(self.data):
             raise FormatError(f"{self.what}: cannot free {offset}+{size} of a {len(self.data)}-byte local heap")
         for i, block in enumerate(self.free):
             if offset + size == block[0]:
                 block[0], block[1] = offset, block[1] + size
-                self._join(block, i, lambda other: other[0] + other[1] == block[0], True)
+                self._join(i, True)
                 return
             if block[0] + block[1] == offset:
                 block[1] += size
-                self._join(block, i, lambda other: block[0] + block[1] == other[0], False)
+                self._join(i, False)
                 return
         if size < self.free_size:
             return    # too small to list: lost, as libhdf5 loses it
         self.free.insert(0, [offset, size])
         self._shrink_if_free_end(self.free[0])
 
-    def _join(self, block: list[int], i: int, touches, before: bool) -> None:
-        """Merge into `block` the first later free block it now touches."""
+    def _join(self, i: int, grew_down: bool) -> None:
+        """Merge into free block `i` (grown down or up) the first later block it now touches."""
+        block = self.free[i]
         for j in range(i + 1, len(self.free)):
             other = self.free[j]
-            if touches(other):
-                if before:
+            if (other[0] + other[1] == block[0]) if grew_down else (block[0] + block[1] == other[0]):
+                if grew_down:
                     block[0] = other[0]
                 block[1] += other[1]
                 del self.free[j]
@@ -163,13 +159,13 @@ class HeapEdit:
             new //= 2
         if new < last[0] + self.free_size:
             if len(self.free) == 1:
-                last[1] = align(2 * new - last[0])
+                last[1] = lh.align(2 * new - last[0])
                 new = last[0] + last[1]
             else:
                 new = last[0]
                 self.free.remove(last)
         else:
-            last[1] = align(new - last[0])
+            last[1] = lh.align(new - last[0])
             new = last[0] + last[1]
         del self.data[new:]
 

@@ -25,7 +25,7 @@ Each edit reads through `txn.reader` and stages every node and the heap once; no
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import FormatError, NotFound
@@ -36,9 +36,9 @@ from ..format.codec import Reader
 from ..format.messages.symbol_table import SymbolTable
 from ..format.messages.symbol_table import decode as decode_stab
 from ..format.symbol_table_entry import CACHE_NONE, CACHE_SOFTLINK, CACHE_STAB, SymbolTableEntry
-from .group_btree_write import NOOP, REMOVE, RIGHT, GroupBTree
+from .group_btree_write import NOOP, REMOVE, RIGHT, Blocks, GroupBTree
 from .index.btree_v1_write import btree_k
-from .local_heap_write import HeapEdit, align
+from .local_heap_write import HeapEdit
 from .readers import symbol_table_node as snod_reader
 from .readers.btree_v1 import read_node
 from .readers.local_heap import read as read_heap
@@ -73,32 +73,22 @@ def _compare(a: bytes, b: bytes) -> int:
     return (a > b) - (a < b)
 
 
-@dataclass(eq=False)
 class _SymbolNodes:
     """The symbol table nodes one edit touches, and the name it inserts or removes (the B-tree's
     `Leaves`)."""
 
-    txn: Transaction
-    heap: HeapEdit
-    capacity: int            # 2 * group leaf K
-    name: bytes
-    what: str
-    link: Link | None = None              # what an insert links
-    done: SymbolTableEntry | None = None  # the entry inserted or removed
-    nodes: dict[int, list[SymbolTableEntry]] = field(default_factory=dict)
-    dirty: set[int] = field(default_factory=set)
-    fresh: set[int] = field(default_factory=set)
-    freed: set[int] = field(default_factory=set)
-
-    @property
-    def node_size(self) -> int:
-        return snod.node_size(self.txn.sizes, self.capacity)
+    def __init__(self, txn: Transaction, heap: HeapEdit, capacity: int, name: bytes, what: str,
+                 link: Link | None):
+        self.heap, self.name, self.what, self.link = heap, name, what, link
+        self.capacity = capacity     # 2 * group leaf K
+        self.done: SymbolTableEntry | None = None   # the entry inserted or removed
+        self.nodes = Blocks(txn, snod.node_size(txn.sizes, capacity),
+                            lambda a: list(snod_reader.read_node(txn.reader, a, capacity, what).entries),
+                            lambda entries: snod.encode(snod.SymbolTableNode(tuple(entries), capacity), txn.sizes),
+                            f"{what}: symbol table node")
 
     def entries(self, address: int) -> list[SymbolTableEntry]:
-        if address not in self.nodes:
-            node = snod_reader.read_node(self.txn.reader, address, self.capacity, self.what)
-            self.nodes[address] = list(node.entries)
-        return self.nodes[address]
+        return self.nodes.get(address)
 
     def compare(self, key: int) -> int:
         return _compare(self.name, self.heap.string(key))
@@ -114,36 +104,29 @@ class _SymbolNodes:
             lo, hi = (lo, mid) if cmp < 0 else (mid + 1, hi)
         return lo, cmp
 
-    def _new(self) -> int:
-        address = self.txn.allocate(self.node_size)
-        self.nodes[address] = []
-        self.fresh.add(address)
-        return address
-
     # -- Leaves --------------------------------------------------------------------------------
     def create(self) -> int:
-        return self._new()
+        return self.nodes.new([])
 
     def insert(self, address: int, keys: list[int], i: int) -> tuple[str, int, int | None, bool]:
         """H5G__node_insert."""
         entries = self.entries(address)
         idx, cmp = self.search(entries)
-        if entries and cmp == 0:
+        if cmp == 0:
             raise FileExistsError(errno.EEXIST, f"{self.what}: {self.name!r} exists already")
         entry = self._entry()
-        self.dirty.add(address)
+        self.nodes.touch(address)
         half, changed, op, md_key, right = self.capacity // 2, False, NOOP, 0, None
         target = entries
         if len(entries) >= self.capacity:
-            op, right = RIGHT, self._new()
-            self.nodes[right] = entries[half:]
+            op, right = RIGHT, self.nodes.new(entries[half:])
             del entries[half:]
             md_key = entries[-1].name_offset
             if idx == half:
                 md_key = entry.name_offset
             elif idx > half:
                 idx -= half
-                target = self.nodes[right]
+                target = self.nodes.get(right)
                 changed = idx == half
         else:
             changed = idx == len(entries)
@@ -169,7 +152,7 @@ class _SymbolNodes:
         """H5G__node_remove."""
         entries = self.entries(address)
         idx, cmp = self.search(entries)
-        if cmp or not entries:
+        if cmp:
             raise NotFound(f"{self.what}: no link named {self.name!r}")
         entry = self.done = entries[idx]
         if entry.cache_type == CACHE_SOFTLINK:
@@ -177,22 +160,14 @@ class _SymbolNodes:
             self.heap.remove(entry.softlink_offset, len(value) + 1)
         self.heap.remove(entry.name_offset, len(self.name) + 1)
         if len(entries) == 1:
-            self.freed.add(address)
+            self.nodes.drop(address)
             return REMOVE, False
         del entries[idx]
-        self.dirty.add(address)
-        if idx and idx == len(entries):
+        self.nodes.touch(address)
+        if idx == len(entries):
             keys[i + 1] = entries[-1].name_offset
             return NOOP, True
         return NOOP, False
-
-    def stage(self) -> None:
-        txn = self.txn
-        for address in sorted(self.freed):
-            txn.free(address, self.node_size)
-        for address in sorted((self.dirty | self.fresh) - self.freed):
-            data = snod.encode(snod.SymbolTableNode(tuple(self.nodes[address]), self.capacity), txn.sizes)
-            (txn.write_new if address in self.fresh else txn.write_in_place)(address, data)
 
 
 # -- edits ---------------------------------------------------------------------------------------
@@ -210,7 +185,7 @@ def _edit(txn: Transaction, stab: SymbolTable, name: bytes, what: str,
 
 def _stage(tree: GroupBTree, leaves: _SymbolNodes) -> None:
     tree.stage()
-    leaves.stage()
+    leaves.nodes.stage()
     leaves.heap.stage()
 
 
@@ -270,8 +245,8 @@ def create(txn: Transaction, est_entries: int = EST_ENTRIES, est_name_len: int =
     estimates: the group info message's, or libhdf5's defaults; a local heap size hint from the
     group creation property list wins)."""
     sizes, k = txn.sizes, btree_k(txn)
-    free_size = align(2 * sizes.length)
-    hint = heap_size_hint or 8 + est_entries * align(est_name_len + 1) + free_size
+    free_size = lh.free_block_size(sizes)
+    hint = heap_size_hint or 8 + est_entries * lh.align(est_name_len + 1) + free_size
     btree = txn.allocate(bt.node_size(bt.GROUP, sizes, 0, k.group_internal))
     txn.write_new(btree, bt.encode_node(bt.Node(bt.GROUP, 0, (0,), ()), sizes, k.group_internal))
     heap = HeapEdit.create(txn, max(hint, free_size + 2), what)
