@@ -339,6 +339,9 @@ def test_errors_stage_nothing(tmp_path):
         for bad in (b"", b"a/b", b"a\0b"):
             with pytest.raises(ValueError):
                 stw.insert(txn, stab, bad, stw.Link(f.resolve("/d").address))
+        for link in ({}, {"address": 800, "soft_target": b"/d"}):
+            with pytest.raises(ValueError):
+                stw.Link(**link)
         assert txn.empty
 
 

@@ -60,6 +60,10 @@ class Link:
     cached: SymbolTable | None = None
     soft_target: bytes | None = None
 
+    def __post_init__(self):
+        if (self.address is None) == (self.soft_target is None) or (self.cached and self.soft_target is not None):
+            raise ValueError("symbol table entry: a hard link (an address) or a soft link (a value)")
+
 
 def check_name(name: bytes) -> None:
     if not name or b"\0" in name or b"/" in name:
@@ -209,17 +213,19 @@ def remove(txn: Transaction, stab: SymbolTable, name: bytes, what: str = "symbol
 
 
 def lookup(txn: Transaction, stab: SymbolTable, name: bytes, what: str = "symbol table") -> SymbolTableEntry | None:
+    """The entry of the link `name`, None when the group has none (H5G__stab_lookup)."""
     tree, leaves = _edit(txn, stab, name, what)
     leaf = tree.find()
     if leaf is None:
         return None
     entries = leaves.entries(leaf)
     idx, cmp = leaves.search(entries)
-    return entries[idx] if entries and cmp == 0 else None
+    return entries[idx] if cmp == 0 else None
 
 
 def link_of(txn: Transaction, stab: SymbolTable, entry: SymbolTableEntry, what: str = "symbol table") -> Link:
-    """What `entry` links, as `insert` takes it."""
+    """What `entry` links, as `insert` takes it (read it before removing the entry: a soft
+    link's value leaves the heap with it)."""
     if entry.cache_type == CACHE_SOFTLINK:
         heap = read_heap(txn.reader, stab.heap_address, what)
         return Link(soft_target=heap.string(entry.softlink_offset))
@@ -261,15 +267,18 @@ def delete(txn: Transaction, stab: SymbolTable, what: str = "symbol table") -> l
     sizes, k = txn.sizes, btree_k(txn)
     heap = read_heap(txn.reader, stab.heap_address, what)
     entries: list[SymbolTableEntry] = []
-    stack, seen = [stab.btree_address], set()
+    stack: list[tuple[int, int | None]] = [(stab.btree_address, None)]
+    seen: set[int] = set()
     while stack:
-        address = stack.pop()
+        address, level = stack.pop()
         if address in seen:
             raise FormatError(f"{what}: B-tree node at {address} is reached twice")
         seen.add(address)
         node = read_node(txn.reader, address, bt.GROUP, 0, what)
+        if level is not None and node.level != level:
+            raise FormatError(f"{what}: B-tree node at {address} has level {node.level}, expected {level}")
         if node.level:
-            stack += node.children
+            stack += [(child, node.level - 1) for child in node.children]
         else:
             for leaf in node.children:
                 entries += snod_reader.read(txn.reader, leaf, what)
