@@ -63,8 +63,8 @@ class HeapEdit:
         return edit
 
     def string(self, offset: int) -> bytes:
-        end = self.data.find(b"\0", offset)
-        if offset < 0 or end < 0:
+        end = self.data.find(b"\0", offset) if 0 <= offset < len(self.data) else -1
+        if end < 0:
             raise FormatError(f"{self.what}: no string at local heap offset {offset}")
         return bytes(self.data[offset:end])
 
@@ -177,26 +177,23 @@ class HeapEdit:
     def stage(self) -> None:
         """Stage the heap's new state in the transaction (see the module docstring)."""
         txn, sizes = self.txn, self.txn.sizes
-        size, prefix_size = len(self.data), lh.prefix_size(sizes)
-        if size > self.stored_size:
-            old_address, old_size = self.data_address, self.stored_size
-            if self.stored_size:     # not a new heap: its segment moves
-                self.data_address = txn.allocate(size)
-            heap = self.record()
-            data = lh.encode_data(heap, sizes)
-            if old_size:
-                txn.write_new(self.data_address, data)
-                txn.write_in_place(self.address, lh.encode_prefix(heap, sizes))
-                txn.free(old_address, old_size)
-            else:
-                txn.write_new(self.address, lh.encode_prefix(heap, sizes) + data)
+        size, old_address, old_size = len(self.data), self.data_address, self.stored_size
+        moved = old_size and size > old_size
+        if moved:
+            self.data_address = txn.allocate(size)
+        heap = self.record()
+        prefix, data = lh.encode_prefix(heap, sizes), lh.encode_data(heap, sizes)
+        if not old_size:           # a new heap: one block
+            txn.write_new(self.address, prefix + data)
+        elif moved:
+            txn.write_new(self.data_address, data)
+            txn.write_in_place(self.address, prefix)
+            txn.free(old_address, old_size)
         else:
-            heap = self.record()
-            prefix, data = lh.encode_prefix(heap, sizes), lh.encode_data(heap, sizes)
-            if self.data_address == self.address + prefix_size:
+            if self.data_address == self.address + lh.prefix_size(sizes):
                 txn.write_in_place(self.address, prefix + data)
             else:
                 txn.write_in_place(self.address, prefix)
                 txn.write_in_place(self.data_address, data)
-            txn.free(self.data_address + size, self.stored_size - size)
+            txn.free(self.data_address + size, old_size - size)
         self.stored_size = size
