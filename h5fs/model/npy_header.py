@@ -1,0 +1,134 @@
+"""The header of a `.npy` stream (format versions 1.0, 2.0, 3.0), parsed from its first bytes.
+
+Layout: the magic b"\\x93NUMPY", major and minor version bytes, the header length (2 bytes
+little-endian in 1.0, 4 in 2.0 and 3.0), then the header: a Python dict literal with exactly the
+keys 'descr', 'fortran_order' and 'shape' (Latin-1 text in 1.0 and 2.0, UTF-8 in 3.0), padded
+with spaces and a newline; the array's bytes follow it.
+
+`parse_npy_header(data)` takes the first bytes of the stream: it returns None while they are a
+proper beginning of a header, raises NpyHeaderError (EINVAL) as soon as they cannot be one, or
+when the stream ends (`complete=True`) inside the header. Memory is bounded: a declared header
+longer than MAX_HEADER_BYTES is refused before any of it is awaited, and the text is evaluated
+with `ast.literal_eval` (no code runs), its errors (including nesting too deep) caught.
+
+The dtype: NumPy's own reading of 'descr' (np.lib.format.descr_to_dtype: padding entries become
+offsets, never overlapping ones: the element bytes are the dataset's), which must be one HDF5
+can hold (dtype_encode; a DtypeError, EINVAL, otherwise: object, unicode, datetime ...). A
+subarray dtype at the top (a header np.save never writes, np.load cannot read) stands for its
+elements: its shape is appended to the array's.
+
+Fortran order is refused unless the bytes are the same in C order (at most one dimension
+longer than 1): a column-major stream can only be stored row-major by transposing the whole
+array, which needs all of it at once (streaming with bounded memory could not fill any chunk
+before the end), and storing it as-is with the shape reversed would show another array.
+"""
+
+from __future__ import annotations
+
+import ast
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidWrite
+from .dtype_encode import datatype_of
+
+MAGIC = b"\x93NUMPY"
+MAX_HEADER_BYTES = 1 << 20
+MAX_RANK = 32
+_PREFIX = {(1, 0): struct.Struct("<H"), (2, 0): struct.Struct("<I"), (3, 0): struct.Struct("<I")}
+_KEYS = {"descr", "fortran_order", "shape"}
+
+
+class NpyHeaderError(InvalidWrite, ValueError):
+    """Bytes that do not begin a `.npy` file h5fs can store."""
+
+
+@dataclass(frozen=True, slots=True)
+class NpyHeader:
+    version: tuple[int, int]
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    fortran_order: bool
+    header_length: int        # bytes before the array data: magic, version, length field, header
+
+    @property
+    def data_nbytes(self) -> int:
+        n = self.dtype.itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def parse_npy_header(data: bytes | bytearray | memoryview, *, complete: bool = False) -> NpyHeader | None:
+    """The header at the start of `data`, or None when more bytes are needed (`complete`:
+    the stream has ended, so a partial header is an error)."""
+    data = bytes(data[:len(MAGIC) + 2 + 4 + MAX_HEADER_BYTES])
+    n = min(len(data), len(MAGIC))
+    if data[:n] != MAGIC[:n]:
+        raise NpyHeaderError("not a .npy file (no \\x93NUMPY magic)")
+    if len(data) < len(MAGIC) + 2:
+        return _more(complete)
+    version = (data[6], data[7])
+    prefix = _PREFIX.get(version)
+    if prefix is None:
+        raise NpyHeaderError(f".npy format version {version[0]}.{version[1]} (h5fs reads 1.0, 2.0 and 3.0)")
+    start = 8 + prefix.size
+    if len(data) < start:
+        return _more(complete)
+    (length,) = prefix.unpack_from(data, 8)
+    if length > MAX_HEADER_BYTES:
+        raise NpyHeaderError(f".npy header of {length} bytes (at most {MAX_HEADER_BYTES})")
+    if len(data) < start + length:
+        return _more(complete)
+    text = _text(data[start:start + length], version)
+    dtype, shape, fortran = _fields(text)
+    return NpyHeader(version, dtype, shape, fortran, start + length)
+
+
+def _more(complete: bool) -> None:
+    """Nothing yet (more bytes to come), or the error of a stream that ended inside the header."""
+    if complete:
+        raise NpyHeaderError("truncated .npy header")
+
+
+def _text(raw: bytes, version: tuple[int, int]) -> str:
+    try:
+        return raw.decode("utf-8" if version >= (3, 0) else "latin-1")
+    except UnicodeDecodeError as e:
+        raise NpyHeaderError(f".npy header is not UTF-8: {e}") from None
+
+
+def _fields(text: str) -> tuple[np.dtype, tuple[int, ...], bool]:
+    try:
+        header = ast.literal_eval(text)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as e:
+        raise NpyHeaderError(f".npy header is not a Python literal: {e}") from None
+    if not isinstance(header, dict) or set(header) != _KEYS:
+        raise NpyHeaderError(f".npy header is not a dict of {sorted(_KEYS)}: {text[:200]!r}")
+    shape, fortran = header["shape"], header["fortran_order"]
+    if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
+        raise NpyHeaderError(f".npy shape {shape!r} is not a tuple of non-negative integers")
+    if not isinstance(fortran, bool):
+        raise NpyHeaderError(f".npy fortran_order {fortran!r} is not a bool")
+    dtype = _dtype(header["descr"])
+    if dtype.subdtype is not None:
+        dtype, sub = dtype.subdtype
+        shape += sub
+    if len(shape) > MAX_RANK:
+        raise NpyHeaderError(f".npy array of rank {len(shape)} (HDF5 holds at most {MAX_RANK})")
+    if fortran and sum(d > 1 for d in shape) > 1:
+        raise NpyHeaderError("Fortran-order .npy (column-major data cannot be streamed into row-major "
+                             "chunks): save it with np.ascontiguousarray")
+    datatype_of(dtype)
+    if dtype.itemsize * int(np.prod(shape, dtype=object)) >> 63:
+        raise NpyHeaderError(f".npy array {shape} of {dtype.itemsize}-byte elements is too large")
+    return dtype, shape, fortran
+
+
+def _dtype(descr) -> np.dtype:
+    try:
+        return np.lib.format.descr_to_dtype(descr)
+    except Exception as e:  # noqa: BLE001 - NumPy raises assorted types for hostile descriptions
+        raise NpyHeaderError(f".npy descr {descr!r} is not a NumPy dtype: {e}") from None
