@@ -194,6 +194,7 @@ CASES = {
     "contiguous_fill": Case(dict(fill=3.5), dict(fillvalue=3.5)),
     "contiguous_fill_zero": Case(dict(fill=0), dict(fillvalue=0), dtype="<f8"),
     "contiguous_bool_fill": Case(dict(fill=True), dict(fillvalue=True), dtype="?"),
+    "contiguous_string_fill": Case(dict(fill=b"ab"), dict(fillvalue=b"ab"), dtype="S5"),
     "contiguous_compound_fill": Case(dict(fill=(5, b"ab")), dtype=CMP,
                                      dcpl=(("set_fill_value", (np.array((5, b"ab"), CMP),)),)),
     "contiguous_times": Case(dict(track_times=True), dict(track_times=True)),
@@ -334,6 +335,9 @@ def test_times_are_the_ones_given():
     (dict(maxshape=(None,)), "rank"),
     (dict(fill="x"), "fill value"),
     (dict(fill=[1, 2]), "fill value"),
+    (dict(chunks=(2.5, 5)), "not integers"),
+    (dict(chunks=(5, 5), layout="compact"), "compact"),
+    (dict(alloc_time=4), "allocation time"),
     (dict(filters="gzip:10"), "gzip level"),
 ])
 def test_refused_parameters(kw, match):
@@ -409,8 +413,9 @@ def test_npy_chunks(shape, itemsize, chunks):
 
 @pytest.mark.parametrize("shape", [(), (4, 0), (4, 5, 0)])
 def test_npy_storage_contiguous(shape):
-    assert npy_storage(shape, 4) == (None, shape)
-    dataset_messages("<f4", shape, maxshape=shape, layout="contiguous")
+    chunks, maxshape = npy_storage(shape, 4)
+    assert chunks is maxshape is None
+    assert dataset_messages("<f4", shape, chunks=chunks, maxshape=maxshape).layout.class_name == "contiguous"
 
 
 # -- filter specifications -------------------------------------------------------------------------

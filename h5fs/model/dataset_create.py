@@ -31,8 +31,8 @@ What libhdf5 writes (H5D__create, H5D__update_oh_info, H5D__layout_oh_create), b
 - modification time (flags 0), only when times are tracked (h5py's `track_times`, default off)
   under the earliest bound: from v108 the version-2 object header holds the times
   (`NewDataset.header_times`) and there is no message.
-h5py chooses the layout as `layout=None` here does: chunked when chunks, a maximum shape or
-filters are given (chunks from h5py's guess_chunk when not), contiguous otherwise.
+h5py chooses the layout as `layout=None` here does: chunked when chunks, a (non-empty) maximum
+shape or filters are given (chunks from h5py's guess_chunk when not), contiguous otherwise.
 
 Chunks for `cp x.npy` (`npy_storage`): the first dimension unlimited (so writes past the end
 grow the dataset) and chunks of at most NPY_CHUNK_BYTES (1 MiB, h5py's own chunk ceiling and
@@ -44,6 +44,7 @@ chunk; an empty one, such as a file of bytes still to come, full 1 MiB chunks).
 
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -90,7 +91,7 @@ class Message(NamedTuple):
     flags: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NewDataset:
     messages: tuple[Message, ...]   # the object header's messages, in libhdf5's order
     dataspace: Dataspace
@@ -117,9 +118,13 @@ def dataset_messages(dtype: np.dtype | str, shape: tuple[int, ...], *, maxshape:
     if isinstance(filters, str):
         filters = parse_filters(filters)
     if layout is None:
-        layout = "chunked" if chunks is not None or maxshape is not None or filters else "contiguous"
+        layout = "chunked" if chunks is not None or maxshape or filters else "contiguous"
     if layout not in LAYOUTS:
         raise LayoutError(f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
+    if layout != "chunked" and chunks is not None:
+        raise LayoutError(f"chunks {chunks} for a {layout} dataset")
+    if alloc_time not in (None, ALLOC_EARLY, ALLOC_LATE, ALLOC_INCREMENTAL):
+        raise LayoutError(f"unknown allocation time {alloc_time}")
     datatype = datatype_of(dt, libver)
     earliest = not at_least(libver, "v108")
     count = int(np.prod(shape, dtype=object)) if shape else 1
@@ -152,7 +157,10 @@ def dataset_messages(dtype: np.dtype | str, shape: tuple[int, ...], *, maxshape:
 
 
 def _dims(dims, what: str) -> tuple[int, ...]:
-    dims = tuple(int(d) for d in dims)
+    try:
+        dims = tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise LayoutError(f"{what} {tuple(dims)}: not integers") from None
     if len(dims) > MAX_RANK or any(not 0 <= d <= MAX_DIM for d in dims):
         raise LayoutError(f"{what} {dims}: at most {MAX_RANK} dimensions of 0..{MAX_DIM}")
     return dims
@@ -212,13 +220,13 @@ def guess_chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
 
 
 def npy_storage(shape: tuple[int, ...], itemsize: int,
-                target: int = NPY_CHUNK_BYTES) -> tuple[tuple[int, ...] | None, tuple[int | None, ...]]:
-    """(chunks, maximum shape) for an array copied in as a `.npy` (module docstring); chunks
-    None (contiguous, maximum = shape) for a scalar, or an array with an empty trailing
-    dimension (no chunk fits a fixed dimension of 0, and no data will ever come)."""
+                target: int = NPY_CHUNK_BYTES) -> tuple[tuple[int, ...] | None, tuple[int | None, ...] | None]:
+    """(chunks, maximum shape) for an array copied in as a `.npy` (module docstring), to pass
+    to dataset_messages; (None, None), contiguous, for a scalar or an array with an empty
+    trailing dimension (no chunk fits a fixed dimension of 0, and no data will ever come)."""
     shape = tuple(shape)
     if not shape or 0 in shape[1:]:
-        return None, shape
+        return None, None
     chunks = [1] * len(shape)
     inner = itemsize
     for i in range(len(shape) - 1, 0, -1):

@@ -13,8 +13,9 @@ The mapping is h5py's `h5t.py_create(dtype, logical=True)`:
   HDF5 does not), the compound as large as max(NumPy itemsize, the end of the last member);
   members keep the dtype's field order. Subarrays (fields, or the whole dtype) are array types.
 Refused (DtypeError, EINVAL): what h5py cannot store (`U` "No conversion path", datetime64 and
-timedelta64, object, NumPy 2 StringDType, zero-sized types), sizes the format cannot express, and
-types nested deeper than our own reader takes.
+timedelta64, object, zero-sized types), NumPy 2 StringDType (h5py makes variable-length strings:
+no fixed element bytes to stream), sizes the format cannot express, and types nested deeper than
+our own reader takes.
 
 Versions are libhdf5's: a new type is version 1 except arrays (at least 2, and never below their
 base); inserting a member of a later version into a compound raises the compound and every
@@ -38,7 +39,7 @@ NATIVE = ">" if sys.byteorder == "big" else "<"
 MAX_SIZE = 0xFFFFFFFF        # the datatype message's 4-byte size field (and array dimension sizes)
 MAX_MEMBERS = 0xFFFF         # the compound's 16-bit member count
 
-# (size, sign, exponent location, exponent size, mantissa size, bias, normalization, precision)
+# IEEE formats: (size, sign bit, exponent location, exponent size, mantissa size, exponent bias)
 _IEEE = {np.float16: (2, 15, 10, 5, 10, 15), np.float32: (4, 31, 23, 8, 23, 127),
          np.float64: (8, 63, 52, 11, 52, 1023)}
 
@@ -109,6 +110,8 @@ def _convert(dt: np.dtype, depth: int) -> Datatype:
         raise _refuse(dt, "Python objects have no HDF5 equivalent")
     if kind == "U":
         raise _refuse(dt, "h5py has no conversion path for fixed-length unicode (store UTF-8 bytes as 'S')")
+    if kind == "T":
+        raise _refuse(dt, "variable-length strings have no fixed-size element bytes")
     raise _refuse(dt, "h5py has no conversion path for it")
 
 
@@ -167,13 +170,15 @@ def _compound(dt: np.dtype, depth: int) -> Compound:
     size = max(end, dt.itemsize)
     if size > MAX_SIZE:
         raise _refuse(dt, f"a compound of {size} bytes (at most {MAX_SIZE})")
-    compound = Compound(1, size, ())
+    members: list[Member] = []
+    version = 1
     for name in names:
         offset, member = placed[name]
-        compound = Compound(compound.version, size, compound.members + (Member(name, offset, member),))
-        if member.version > compound.version:
-            compound = _raised(compound, member.version)
-    return compound
+        members.append(Member(name, offset, member))
+        if member.version > version:   # at most a few times: versions only go up
+            version = member.version
+            members = [Member(m.name, m.offset, _raised(m.type, version)) for m in members]
+    return Compound(version, size, tuple(members))
 
 
 def _raised(dt: Datatype, version: int) -> Datatype:

@@ -35,7 +35,7 @@ from ..errors import InvalidWrite
 from .dtype_encode import datatype_of
 
 MAGIC = b"\x93NUMPY"
-MAX_HEADER_BYTES = 1 << 20
+MAX_HEADER_BYTES = 256 << 10   # ~11,000 fields; evaluating it peaks near 40 MB (numpy's np.load: 10,000 bytes)
 MAX_RANK = 32
 _PREFIX = {(1, 0): struct.Struct("<H"), (2, 0): struct.Struct("<I"), (3, 0): struct.Struct("<I")}
 _KEYS = {"descr", "fortran_order", "shape"}
@@ -106,21 +106,21 @@ def _fields(text: str) -> tuple[np.dtype, tuple[int, ...], bool]:
     except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as e:
         raise NpyHeaderError(f".npy header is not a Python literal: {e}") from None
     if not isinstance(header, dict) or set(header) != _KEYS:
-        raise NpyHeaderError(f".npy header is not a dict of {sorted(_KEYS)}: {text[:200]!r}")
+        raise NpyHeaderError(f".npy header is not a dict of {sorted(_KEYS)}: {_short(text)}")
     shape, fortran = header["shape"], header["fortran_order"]
     if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
-        raise NpyHeaderError(f".npy shape {shape!r} is not a tuple of non-negative integers")
+        raise NpyHeaderError(f".npy shape {_short(shape)} is not a tuple of non-negative integers")
     if not isinstance(fortran, bool):
-        raise NpyHeaderError(f".npy fortran_order {fortran!r} is not a bool")
+        raise NpyHeaderError(f".npy fortran_order {_short(fortran)} is not a bool")
+    if fortran and sum(d > 1 for d in shape) > 1:
+        raise NpyHeaderError("Fortran-order .npy (column-major data cannot be streamed into row-major "
+                             "chunks): save it with np.ascontiguousarray")
     dtype = _dtype(header["descr"])
     if dtype.subdtype is not None:
         dtype, sub = dtype.subdtype
         shape += sub
     if len(shape) > MAX_RANK:
         raise NpyHeaderError(f".npy array of rank {len(shape)} (HDF5 holds at most {MAX_RANK})")
-    if fortran and sum(d > 1 for d in shape) > 1:
-        raise NpyHeaderError("Fortran-order .npy (column-major data cannot be streamed into row-major "
-                             "chunks): save it with np.ascontiguousarray")
     datatype_of(dtype)
     if dtype.itemsize * int(np.prod(shape, dtype=object)) >> 63:
         raise NpyHeaderError(f".npy array {shape} of {dtype.itemsize}-byte elements is too large")
@@ -131,4 +131,10 @@ def _dtype(descr) -> np.dtype:
     try:
         return np.lib.format.descr_to_dtype(descr)
     except Exception as e:  # noqa: BLE001 - NumPy raises assorted types for hostile descriptions
-        raise NpyHeaderError(f".npy descr {descr!r} is not a NumPy dtype: {e}") from None
+        raise NpyHeaderError(f".npy descr {_short(descr)} is not a NumPy dtype: {e}") from None
+
+
+def _short(value, limit: int = 200) -> str:
+    """repr(value), cut for an error message (a header holds up to MAX_HEADER_BYTES)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
