@@ -101,7 +101,19 @@ def entry_size(entry: HeapObject | FreeSpace, sizes: Sizes) -> int:
     """Bytes an entry takes in its collection."""
     if isinstance(entry, FreeSpace):
         return entry.size
-    return object_header_size(sizes) + _align8(len(entry.data))
+    return object_size(len(entry.data), sizes)
+
+
+def object_size(nbytes: int, sizes: Sizes) -> int:
+    """Bytes an object of `nbytes` bytes takes in a collection: its header and its data padded
+    to 8 bytes (H5HG__alloc's `need`)."""
+    return object_header_size(sizes) + _align8(nbytes)
+
+
+def new_collection_size(need: int, sizes: Sizes) -> int:
+    """The size libhdf5 gives a new collection for an object taking `need` bytes (H5HG_insert ->
+    H5HG__create): at least MIN_COLLECTION, else the object and the collection header, aligned."""
+    return max(MIN_COLLECTION, _align8(need + header_size(sizes)))
 
 
 def heap_id_size(sizes: Sizes) -> int:

@@ -1,0 +1,317 @@
+"""Global heap writes (h5fs.storage.global_heap_write) against libhdf5: attribute values replaced
+by the engine and by libhdf5 (H5Awrite removes the old object, inserts the new one) in twin files
+give the same collections; libhdf5's CWFS choices; new collections (4096 bytes, or sized to fit);
+emptied collections freed; libhdf5 inserting into collections the engine made; aborted
+transactions; random insert/remove sequences audited."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from dataclasses import replace
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from h5fs.check import check
+from h5fs.errors import CannotWrite, FormatError
+from h5fs.format import global_heap as gh
+from h5fs.format.codec import Writer
+from h5fs.format.messages import attribute as attr_msg
+from h5fs.model import messages as M
+from h5fs.model.file import H5File
+from h5fs.storage import global_heap_write as ghw
+from h5fs.storage.header_writer import rewrite_message
+from h5fs.storage.readers.global_heap import GlobalHeapReader
+
+SIZES = [(8, 8), (4, 4), (2, 2)]
+STR = h5py.string_dtype()
+
+
+def new_file(path, sizes=(8, 8), libver="earliest") -> h5py.File:
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_sizes(*sizes)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    low = h5py.h5f.LIBVER_EARLIEST if libver == "earliest" else h5py.h5f.LIBVER_LATEST
+    fapl.set_libver_bounds(low, h5py.h5f.LIBVER_LATEST)
+    return h5py.File(h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl))
+
+
+def descriptors(hf: H5File, name: str) -> list[tuple[int, int, int]]:
+    """(length, collection address, index) of each element of root attribute `name`."""
+    attr = next(a for a in hf.root.attributes() if a.name == name)
+    fmt = "<I" + ("Q" if hf.sizes.offset == 8 else "I" if hf.sizes.offset == 4 else "H") + "I"
+    return [struct.unpack_from(fmt, attr.msg.data, k * struct.calcsize(fmt)) for k in range(attr.dataspace.count)]
+
+
+def set_attribute(hf: H5File, txn, name: str, elements: list[tuple[int, gh.HeapID]]) -> None:
+    """Point root attribute `name` at new heap objects (its message rewritten in place)."""
+    header = hf.root.header
+    raw = next(r for r in header.find(M.ATTRIBUTE) if hf.root.decode(r).name == name)
+    msg = hf.root.decode(raw)
+    w = Writer(hf.sizes)
+    for length, hid in elements:
+        w.u32(length)
+        gh.encode_heap_id(w, hid)
+    data = w.getvalue() + msg.data[len(w.getvalue()):]
+    body = Writer(hf.sizes)
+    attr_msg.encode(body, replace(msg, data=data))
+    rewrite_message(txn, header, raw, body.getvalue().ljust(len(raw.data), b"\0"))
+
+
+def engine_write(hf: H5File, txn, name: str, value: bytes) -> None:
+    """What H5Awrite does to a scalar vlen string attribute: the old object removed (when not
+    empty: H5T__vlen_disk_delete), the new one inserted (H5T__vlen_disk_write)."""
+    (length, addr, index), = descriptors(hf, name)
+    if length:
+        ghw.remove(txn, addr, index)
+    set_attribute(hf, txn, name, [(len(value), ghw.insert(txn, value))])
+
+
+def commit(hf: H5File, txn) -> None:
+    txn.commit()
+    hf.invalidate(hf.root_address)
+    for address, size in txn.rewritten:
+        hf.meta.invalidate_range(address, address + size)
+
+
+def collection(hf: H5File, address: int) -> gh.Collection:
+    return GlobalHeapReader(hf.reader).collection(address)
+
+
+def state(path, names) -> dict:
+    """Each attribute's descriptors and the records of every collection they name."""
+    with H5File.open(str(path)) as hf:
+        out = {n: descriptors(hf, n) for n in names}
+        for n in names:
+            for _, addr, _ in out[n]:
+                out[addr] = collection(hf, addr).entries
+        return out
+
+
+def h5py_attrs(path) -> dict:
+    with h5py.File(path, "r") as f:
+        return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in f.attrs.items()}
+
+
+def twin(tmp_path, build, sizes=(8, 8), libver="earliest"):
+    a, b = tmp_path / "libhdf5.h5", tmp_path / "engine.h5"
+    with new_file(a, sizes, libver) as f:
+        build(f)
+    shutil.copy(a, b)
+    return a, b
+
+
+def fill(f: h5py.File) -> None:
+    for i in range(6):
+        f.attrs[f"a{i}"] = f"value {i}" * (i + 1)
+    f.create_dataset("d", data=np.array(["one", "two", "three"], dtype=STR))
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+@pytest.mark.parametrize("sizes", SIZES, ids=lambda s: f"O{s[0]}")
+@pytest.mark.parametrize("edits", [
+    [("a2", ["new text!"])],
+    [("a5", ["short"])],                          # the highest index: libhdf5's nused goes on
+    [("a0", ["p" * 3000]), ("a1", [""]), ("a5", ["q" * 200])],
+], ids=["middle", "highest", "several"])
+def test_replace_attribute_as_libhdf5(tmp_path, libver, sizes, edits):
+    a, b = twin(tmp_path, fill, sizes, libver)
+    with h5py.File(a, "r+") as f:
+        for name, values in edits:
+            f.attrs.get_id(name).write(np.array(values, dtype=STR).reshape(f.attrs.get_id(name).shape))
+    with H5File.open(str(b), writable=True) as hf:
+        for name, values in edits:     # one open file, as libhdf5's session
+            txn = hf.store.begin()
+            engine_write(hf, txn, name, values[0].encode())
+            commit(hf, txn)
+    names = [f"a{i}" for i in range(6)]
+    assert state(b, names) == state(a, names)
+    assert h5py_attrs(b) == h5py_attrs(a)
+    with h5py.File(b, "r") as f:
+        assert f["d"][()].tolist() == [b"one", b"two", b"three"]
+    assert check(str(b)).sound
+
+
+@pytest.mark.parametrize("reads", [("first", "second"), ("second", "first")])
+def test_cwfs_order_as_libhdf5(tmp_path, reads):
+    """Two collections: libhdf5 puts a new object in the one it read last (the list's front)."""
+    def build(f):
+        f.attrs["first"] = "in collection 1"
+
+    a, b = twin(tmp_path, build)
+    for path in (a, b):
+        with h5py.File(path, "r+") as f:          # a fresh open lists nothing: a new collection
+            f.attrs["second"] = "in collection 2"
+            f.attrs["third"] = ""
+    with h5py.File(a, "r+") as f:
+        for name in reads:
+            f.attrs[name]                                 # libhdf5 loads the collection
+        f.attrs.get_id("third").write(np.array("where?", dtype=STR))
+    with H5File.open(str(b), writable=True) as hf:
+        txn = hf.store.begin()
+        for name in reads:
+            (_, addr, index), = descriptors(hf, name)
+            ghw.read(txn, addr, index)
+        engine_write(hf, txn, "third", b"where?")
+        txn.commit()
+    names = ["first", "second", "third"]
+    assert state(b, names) == state(a, names)
+    with H5File.open(str(b)) as hf:
+        assert descriptors(hf, "third")[0][1] == descriptors(hf, reads[-1])[0][1]
+
+
+def test_large_object_and_emptied_collection(tmp_path):
+    """An object larger than a collection gets one sized to fit (H5HG__create); replacing it
+    empties that collection, which is freed; the new object goes to a new 4096-byte one."""
+    def build(f):
+        f.attrs["big"] = "b" * 5000
+
+    a, b = twin(tmp_path, build)
+    with H5File.open(str(a)) as hf:
+        (_, big, _), = descriptors(hf, "big")
+        assert collection(hf, big).size == gh.new_collection_size(gh.object_size(5000, hf.sizes), hf.sizes) == 5032
+    with h5py.File(a, "r+") as f:
+        f.attrs.get_id("big").write(np.array("small", dtype=STR))
+    with H5File.open(str(b), writable=True) as hf:
+        txn = hf.store.begin()
+        engine_write(hf, txn, "big", b"small")
+        assert txn.freed == [(big, 5032)]
+        txn.commit()
+    with H5File.open(str(a)) as ha, H5File.open(str(b)) as hb:
+        (_, ca, _), (_, cb, _) = descriptors(ha, "big")[0], descriptors(hb, "big")[0]
+        assert collection(ha, ca).entries == collection(hb, cb).entries
+        assert collection(hb, cb).size == 4096
+    assert h5py_attrs(b) == {"big": "small"}
+    assert check(str(b)).sound
+
+
+@pytest.mark.parametrize("sizes", SIZES, ids=lambda s: f"O{s[0]}")
+def test_new_objects_then_libhdf5_edits(tmp_path, sizes):
+    """Objects inserted into existing and new collections read back; libhdf5 reads the file,
+    then writes into a collection the engine made; everything reads back after."""
+    path = tmp_path / "f.h5"
+    words = ["alpha", "", "β", "d" * 600]
+    with new_file(path, sizes) as f:
+        f.create_dataset("s", data=np.array(words, dtype=STR))
+        f.attrs["target"] = "old"
+    blobs = [b"", b"x", b"y" * 7, b"z" * 8, b"w" * 9, bytes(range(256)) * 5, b"v" * 5000]
+    with H5File.open(str(path), writable=True) as hf:
+        txn = hf.store.begin()
+        ids = [ghw.insert(txn, blob) for blob in blobs]
+        commit(hf, txn)
+        (_, addr, index), = descriptors(hf, "target")
+        txn = hf.store.begin()
+        ghw.remove(txn, addr, index)
+        set_attribute(hf, txn, "target", [(1, ids[1])])      # the engine's b"x"
+        txn.commit()
+    assert len({hid.address for hid in ids}) == 2     # the big one alone in a collection sized to fit
+    with H5File.open(str(path)) as hf:
+        for hid, blob in zip(ids, blobs):
+            assert GlobalHeapReader(hf.reader).get_id(hid) == blob
+    with h5py.File(path, "r") as f:
+        assert [s.decode() for s in f["s"][()]] == words
+        assert f.attrs["target"] == "x"
+    assert check(str(path)).sound
+    with h5py.File(path, "r+") as f:
+        assert f.attrs["target"] == "x"              # libhdf5 loads the engine's collection ...
+        f.attrs["more"] = "libhdf5 wrote this"        # ... and puts the new object there
+        f.create_dataset("t", data=np.array(["p", "q" * 50], dtype=STR))
+    with H5File.open(str(path)) as hf:
+        (_, more, index), = descriptors(hf, "more")
+        assert (more, index) == (ids[0].address, ids[-2].index + 1)
+        for hid, blob in zip(ids, blobs):
+            assert GlobalHeapReader(hf.reader).get_id(hid) == blob
+    with h5py.File(path, "r") as f:
+        assert dict(f.attrs) == {"target": "x", "more": "libhdf5 wrote this"}
+        assert [s.decode() for s in f["t"][()]] == ["p", "q" * 50]
+    assert check(str(path)).sound
+
+
+def test_aborted_collection_never_used(tmp_path):
+    path = tmp_path / "f.h5"
+    with new_file(path) as f:
+        f.attrs["a"] = "a"
+    with H5File.open(str(path), writable=True) as hf:
+        txn = hf.store.begin()
+        lost = ghw.insert(txn, b"lost")
+        assert ghw.read(txn, lost.address, lost.index) == b"lost"
+        txn.abort()
+        txn = hf.store.begin()
+        kept = ghw.insert(txn, b"kept")
+        txn.commit()
+        assert kept.index == 1            # a new collection: the aborted one was forgotten
+        txn = hf.store.begin()
+        again = ghw.insert(txn, b"again")  # committed: reused by the next transaction
+        txn.commit()
+        assert (again.address, again.index) == (kept.address, 2)
+    with H5File.open(str(path)) as hf:
+        col = collection(hf, kept.address)
+        assert [o.data for o in col.objects.values()] == [b"kept", b"again"]
+
+
+def test_remove_errors(tmp_path):
+    path = tmp_path / "f.h5"
+    with new_file(path) as f:
+        f.attrs["a"] = "a"
+    with H5File.open(str(path), writable=True) as hf:
+        (_, addr, index), = descriptors(hf, "a")
+        txn = hf.store.begin()
+        with pytest.raises(FormatError):
+            ghw.remove(txn, addr, index + 1)
+        with pytest.raises(FormatError):
+            ghw.remove(txn, 8, 1)
+        assert txn.empty
+
+
+def audit(hf: H5File, live: dict[gh.HeapID, bytes]) -> None:
+    """Every live object reads back; each collection holding one is laid out as libhdf5 lays
+    them out (objects, then the free space), with the free space adding up."""
+    heap = GlobalHeapReader(hf.reader)
+    for hid, blob in live.items():
+        assert heap.get_id(hid) == blob
+    for address in {hid.address for hid in live}:
+        col = heap.collection(address)
+        assert sorted(col.objects) == sorted(h.index for h in live if h.address == address)
+        assert all(isinstance(e, gh.HeapObject) for e in col.entries[:-1])
+        used = gh.header_size(hf.sizes) + sum(gh.entry_size(o, hf.sizes) for o in col.objects.values())
+        assert col.free == col.size - used
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(st.one_of(st.integers(0, 1500), st.integers(1500, 6000), st.just(-1)),
+                         min_size=1, max_size=12), min_size=1, max_size=6),
+       st.sampled_from(SIZES), st.randoms(use_true_random=False))
+def test_random_inserts_and_removes(tmp_path_factory, batches, sizes, rnd):
+    """Transactions of inserts (sizes) and removals (-1: a random live object)."""
+    path = tmp_path_factory.mktemp("gh") / "f.h5"
+    with new_file(path, sizes) as f:
+        f.attrs["a"] = "a"
+    live: dict[gh.HeapID, bytes] = {}
+    with H5File.open(str(path), writable=True) as hf:
+        for n, batch in enumerate(batches):
+            txn = hf.store.begin()
+            model = dict(live)
+            try:
+                for op in batch:
+                    if op < 0 and model:
+                        hid = rnd.choice(sorted(model, key=lambda h: (h.address, h.index)))
+                        del model[hid]
+                        ghw.remove(txn, hid.address, hid.index)
+                    elif op >= 0:
+                        blob = bytes([n]) * op
+                        model[ghw.insert(txn, blob)] = blob
+            except CannotWrite:
+                assert sizes == (2, 2)              # 64 KiB of 2-byte addresses used up
+                txn.abort()
+                continue
+            txn.commit()
+            live = model
+            for address, _ in txn.freed:    # only emptied collections are freed
+                assert not any(h.address == address for h in live)
+    with H5File.open(str(path)) as hf:
+        audit(hf, live)
+    assert check(str(path)).sound
