@@ -31,12 +31,16 @@ SIZES = [(8, 8), (4, 4), (2, 2)]
 STR = h5py.string_dtype()
 
 
+LOW_BOUNDS = {"earliest": h5py.h5f.LIBVER_EARLIEST, "v108": h5py.h5f.LIBVER_V18, "v110": h5py.h5f.LIBVER_V110,
+              "latest": h5py.h5f.LIBVER_LATEST}
+
+
 def new_file(path, sizes=(8, 8), libver="earliest") -> h5py.File:
+    """A new file with these sizes of offsets and lengths and this low format bound."""
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
     fcpl.set_sizes(*sizes)
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-    low = h5py.h5f.LIBVER_EARLIEST if libver == "earliest" else h5py.h5f.LIBVER_LATEST
-    fapl.set_libver_bounds(low, h5py.h5f.LIBVER_LATEST)
+    fapl.set_libver_bounds(LOW_BOUNDS[libver], h5py.h5f.LIBVER_LATEST)
     return h5py.File(h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl))
 
 
@@ -47,19 +51,23 @@ def descriptors(hf: H5File, name: str) -> list[tuple[int, int, int]]:
     return [struct.unpack_from(fmt, attr.msg.data, k * struct.calcsize(fmt)) for k in range(attr.dataspace.count)]
 
 
-def set_attribute(hf: H5File, txn, name: str, elements: list[tuple[int, gh.HeapID]]) -> None:
-    """Point root attribute `name` at new heap objects (its message rewritten in place)."""
+def rewrite_attribute(hf: H5File, txn, name: str, data: bytes) -> None:
+    """Replace the value of root attribute `name` (its message rewritten in place)."""
     header = hf.root.header
     raw = next(r for r in header.find(M.ATTRIBUTE) if hf.root.decode(r).name == name)
     msg = hf.root.decode(raw)
     w = Writer(hf.sizes)
+    attr_msg.encode(w, replace(msg, data=data + msg.data[len(data):]))
+    rewrite_message(txn, header, raw, w.getvalue().ljust(len(raw.data), b"\0"))
+
+
+def set_attribute(hf: H5File, txn, name: str, elements: list[tuple[int, gh.HeapID]]) -> None:
+    """Point root attribute `name`'s elements at heap objects."""
+    w = Writer(hf.sizes)
     for length, hid in elements:
         w.u32(length)
         gh.encode_heap_id(w, hid)
-    data = w.getvalue() + msg.data[len(w.getvalue()):]
-    body = Writer(hf.sizes)
-    attr_msg.encode(body, replace(msg, data=data))
-    rewrite_message(txn, header, raw, body.getvalue().ljust(len(raw.data), b"\0"))
+    rewrite_attribute(hf, txn, name, w.getvalue())
 
 
 def engine_write(hf: H5File, txn, name: str, value: bytes) -> None:

@@ -7,8 +7,9 @@ libhdf5 keeps inserting into and removing from the same collections afterwards:
   into a new collection of max(4096, what the object needs) bytes (H5HG__create), added at the
   front of the list (H5F_cwfs_add). Inside a collection (H5HG__alloc) the object takes the start of
   the free-space object, which keeps the rest (its header written when the rest can hold one,
-  else the rest is the implied free tail) with the index one past the highest in use (libhdf5's
-  `nused` as it reads a collection back), or the lowest free one past 65535. Refcount 0.
+  else the rest is the implied free tail). Its index is the collection's `nused`: one past the
+  highest in use when the collection was first read, raised by each insert, never lowered by a
+  removal (libhdf5's while it keeps the collection); past 65535 the lowest free one. Refcount 0.
 - `remove` (H5HG_remove): the objects after the removed one move down over it, and the room goes
   to the free-space object at the end; a collection left with no objects is freed whole.
   Otherwise it moves one place forward in the list, or joins its end (H5F_cwfs_advance_heap).
@@ -17,9 +18,10 @@ libhdf5 keeps inserting into and removing from the same collections afterwards:
 libhdf5 may also extend a collection in place into free file space (H5HG_extend); a new
 collection is made instead (the structure libhdf5 reads is the same).
 
-The list is this module's memory of one open file (per `Store`), as libhdf5's is per open file:
-collections this mount created, read, or removed from. Collections leave it only through this
-module (`remove` emptying one), so code that frees a whole collection otherwise must not exist.
+The list and the `nused` counters are this module's memory of one open file (per `Store`), as
+libhdf5's are per open file: collections this mount created, read, or removed from. Collections
+must be emptied through `remove` (which frees them), never freed whole by other code, or the list
+would name space the file no longer holds.
 
 Crash safety: a collection changes by one write of the whole block (write_in_place; a new one by
 write_new), so a reader sees it whole, before or after. A collection made by a transaction that
