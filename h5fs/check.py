@@ -5,8 +5,12 @@ structure reachable from the superblock is read, its checksum verified, every B-
 index walked, each object's errors caught and recorded), then checks the map as a whole: no two
 extents overlap (both owners named), nothing lies past the superblock's end of allocation (the
 end of the file is checked as each extent is met), the free space persistent free-space managers
-list is space nothing uses. A complete record in the journal beside the file (`FILE.h5fs-journal`)
-means metadata updates a writer committed still wait to be replayed: the file alone is not what
+list is space nothing uses and no two sections overlap, the File Space Info message's end of
+allocation before the managers lies within the end of allocation (libhdf5 1.10 releases the space
+between the two at its first allocation), and under paged aggregation libhdf5's page rules hold:
+a block of a page or more starts on a page, a smaller one lies within one page, no page holds
+both raw data and metadata or a free section of the other kind's manager. A complete record in
+the journal beside the file (`FILE.h5fs-journal`) means metadata updates a writer committed still wait to be replayed: the file alone is not what
 was committed, which is a problem too. The Report lists the problems (`/path: structure: what is
 wrong`) and sums up the space: bytes used, bytes unused (gaps below the end of allocation, which
 libhdf5 and h5fs may both leave), bytes the free-space managers list, the file's size.
@@ -26,11 +30,13 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from .errors import H5fsError
+from .format.messages.file_space_info import V1_PAGE, FileSpaceInfo
 from .model.file import H5File
 from .storage import journal
 from .storage.blockio import open_regular
 from .storage.locking import take_lock
 from .storage.readers import superblock as superblock_reader
+from .storage.space import LARGE, RAW
 from .storage.space_map import FILE, UNEXPECTED, Extent, Problem, Progress, gaps, walk
 
 MAX_OVERLAPS = 1000   # overlap lines reported; the rest are counted
@@ -81,7 +87,10 @@ def check(path: str, progress: Progress | None = None) -> Report:
         eoa, eof = sb.eof_address - sb.base_address, size - sb.location
     used = sorted(smap.extents, key=lambda e: e.address)
     unused = sum(n for _, n in gaps(used, eoa))
-    problems += smap.problems + _space_problems(used, smap.free, eoa)
+    info = smap.file_space
+    problems += smap.problems + _space_problems(used, smap.free, eoa) + _manager_problems(smap.free, info, eoa)
+    if info is not None and info.version == 1 and info.strategy == V1_PAGE:
+        problems += _page_problems(used, smap.free, info.page_size)
     return Report(path, tuple(dict.fromkeys(problems)), eof, eoa, eoa - unused, unused,
                   sum(e.size for e in smap.free), smap.objects, smap.chunks)
 
@@ -130,6 +139,51 @@ def _space_problems(used: list[Extent], free: list[Extent], eoa: int) -> list[Pr
             hit = reaches[i]
             out.append(Problem(s.path, s.structure, f"{s.address}+{s.size} is listed free but {hit.what} uses "
                                                     f"{hit.address}+{hit.size}"))
+    return out
+
+
+def _manager_problems(free: list[Extent], info: FileSpaceInfo | None, eoa: int) -> list[Problem]:
+    """Free sections listed twice (by two managers or one), the message's end of allocation
+    before the managers past the end of allocation."""
+    out = []
+    reach = None
+    for s in sorted(free, key=lambda e: e.address):
+        if reach is not None and s.address < reach.end:
+            out.append(Problem(s.path, s.structure, f"{s.address}+{s.size} overlaps {reach.what} at "
+                                                    f"{reach.address}+{reach.size}"))
+        if reach is None or s.end > reach.end:
+            reach = s
+    before = info.eoa_before_managers if info is not None else None
+    if before is not None and before > eoa:
+        out.append(Problem(FILE, "file space info message",
+                           f"end of allocation before the managers {before} lies past the end of allocation ({eoa})"))
+    return out
+
+
+def _page_problems(used: list[Extent], free: list[Extent], page: int) -> list[Problem]:
+    """libhdf5's paged aggregation (H5MF__alloc_pagefs): large blocks on pages, small blocks
+    and small sections within a page, each page of small blocks of one kind (used: by address)."""
+    out, kinds = [], {}   # page number -> (raw, the first extent that set it)
+    for e in used:
+        if e.size >= page:
+            if e.address % page:
+                out.append(Problem(e.path, e.structure, f"{e.address}+{e.size} is a page or more and does not start "
+                                                        f"on a page ({page} bytes)"))
+        elif e.address // page != (e.end - 1) // page:
+            out.append(Problem(e.path, e.structure, f"{e.address}+{e.size} crosses a page boundary ({page} bytes)"))
+        elif kinds.setdefault(e.address // page, (e.raw, e))[0] != e.raw:
+            first = kinds[e.address // page][1]
+            out.append(Problem(e.path, e.structure, f"{e.address}+{e.size} shares page {e.address // page} with "
+                                                    f"{first.what} ({'raw data' if first.raw else 'metadata'})"))
+    for s in free:
+        if s.slot == LARGE or s.slot is None:
+            continue
+        if s.address // page != (s.end - 1) // page:
+            out.append(Problem(s.path, s.structure, f"{s.address}+{s.size} crosses a page boundary ({page} bytes)"))
+        elif kinds.setdefault(s.address // page, (s.slot == RAW, s))[0] != (s.slot == RAW):
+            first = kinds[s.address // page][1]
+            out.append(Problem(s.path, s.structure, f"{s.address}+{s.size} lies in page {s.address // page} with "
+                                                    f"{first.what} of the other kind"))
     return out
 
 

@@ -32,10 +32,13 @@ from h5fs.errors import FormatError  # noqa: E402
 from h5fs.format import checksum  # noqa: E402
 from h5fs.format import free_space_manager as fsm  # noqa: E402
 from h5fs.format import superblock as sbf  # noqa: E402
-from h5fs.format.codec import Reader  # noqa: E402
+from h5fs.format.codec import Reader, Writer  # noqa: E402
+from h5fs.format.messages import layout as L  # noqa: E402
 from h5fs.format.messages import file_space_info  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
 from h5fs.storage import journal  # noqa: E402
+from h5fs.storage.header_writer import rewrite_message  # noqa: E402
+from h5fs.storage.index import IndexContext, open_index  # noqa: E402
 from h5fs.storage.space_map import gaps, used_extents, walk  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,8 +96,13 @@ def delete_some(path: Path) -> None:
         f["vlenz"][5] = "changed" * 40
 
 
-def persistent_file(path: Path, libver: str, strategy=h5py.h5f.FSPACE_STRATEGY_FSM_AGGR) -> None:
-    with R.new_file(path, libver, (8, 8), persistent_fcpl(strategy)) as f:
+def persistent_file(path: Path, libver: str, strategy=h5py.h5f.FSPACE_STRATEGY_FSM_AGGR, persist: bool = True,
+                    page: int = 4096) -> None:
+    fcpl = persistent_fcpl(strategy)
+    if not persist or page != 4096:
+        fcpl.set_file_space_strategy(strategy, persist, 1)
+        fcpl.set_file_space_page_size(page)
+    with R.new_file(path, libver, (8, 8), fcpl) as f:
         R.chunked_datasets(f, True)
         varied(f, path)
     delete_some(path)
@@ -164,6 +172,7 @@ SOUND = {
     "persistent-earliest": lambda p: persistent_file(p, "earliest"),
     "persistent-latest": lambda p: persistent_file(p, "latest"),
     "paged-latest": lambda p: persistent_file(p, "latest", h5py.h5f.FSPACE_STRATEGY_PAGE),
+    "paged-transient-512": lambda p: persistent_file(p, "latest", h5py.h5f.FSPACE_STRATEGY_PAGE, False, 512),
     "filters": filters_file,
     "user-block": user_block_file,
 }
@@ -412,8 +421,109 @@ def test_space_listed_free_but_used(built, tmp_path):
         fh.seek(at)
         fh.write(new)
     lines = [str(p) for p in check(str(path)).problems]
-    assert lines == [f"(file): free-space manager free section: 0+{first.size} is listed free but (file): "
+    slot = info.managers.index(address)
+    assert lines == [f"(file): free-space manager {slot} free section: 0+{first.size} is listed free but (file): "
                      f"superblock uses 0+48"], lines
+
+
+def first_manager(path: Path, slot: int | None = None):
+    """(File Space Info, a manager's header, its section list) of a file."""
+    with H5File.open(str(path)) as f:
+        info = file_space_info.decode(Reader(f.extension.first(file_space_info.TYPE).data, 0, f.sizes))
+        address = next(a for i, a in enumerate(info.managers) if a is not None and slot in (None, i))
+        header = fsm.decode_header(f.reader.read(address, fsm.header_size(f.sizes)), address, f.sizes, "fsm")
+        raw = f.reader.read(header.sections_address, header.sections_size)
+        return info, header, fsm.decode_sections(raw, header, f.sizes, "fsm")
+
+
+def poke(path: Path, address: int, data: bytes) -> None:
+    with H5File.open(str(path)) as f:
+        at = f.superblock.location + address
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        fh.write(data)
+
+
+def problems_of(path: Path) -> list[str]:
+    return [str(p) for p in check(str(path)).problems]
+
+
+def test_manager_header_describes_its_list(built, tmp_path):
+    """libhdf5 reads a section list by the counts in its manager's header."""
+    path = tmp_path / "counts.h5"
+    shutil.copy(built("persistent-latest"), path)
+    info, header, _ = first_manager(path)
+    poke(path, header.address, fsm.encode_header(replace(header, total_space=header.total_space + 1), sizes(path)))
+    slot = info.managers.index(header.address)
+    assert any(line.startswith(f"(file): free-space manager {slot} header: counts ") for line in problems_of(path))
+
+
+def sizes(path: Path):
+    with H5File.open(str(path)) as f:
+        return f.sizes
+
+
+def test_sections_listed_twice(built, tmp_path):
+    path = tmp_path / "twice.h5"
+    shutil.copy(built("persistent-latest"), path)
+    info, header, listed = first_manager(path)
+    first, second = listed.sets[0], listed.sets[1]
+    moved = replace(second, sections=(replace(second.sections[0], offset=first.sections[0].offset),)
+                    + second.sections[1:])
+    poke(path, header.sections_address, fsm.encode_sections(replace(listed, sets=(first, moved) + listed.sets[2:]),
+                                                            header, sizes(path)))
+    assert any(" overlaps (file): free-space manager" in line for line in problems_of(path))
+
+
+def test_section_of_a_type_its_manager_does_not_hold(built, tmp_path):
+    """Paged aggregation: a small-section manager listing a large section."""
+    path = tmp_path / "typed.h5"
+    shutil.copy(built("paged-latest"), path)
+    info, header, listed = first_manager(path, file_space_info.SLOT_META)
+    first = listed.sets[0]
+    wrong = replace(first, sections=(replace(first.sections[0], type=fsm.FILE_LARGE),) + first.sections[1:])
+    poke(path, header.sections_address, fsm.encode_sections(replace(listed, sets=(wrong,) + listed.sets[1:]),
+                                                            header, sizes(path)))
+    assert problems_of(path) == [f"(file): free-space manager 0 section list: 1 sections of type 2 (at "
+                                 f"{first.sections[0].offset}; this manager's are of type 1)"]
+
+
+def test_end_of_allocation_before_the_managers_past_the_end(built, tmp_path):
+    """libhdf5 1.10 would release the space between the two (here: beyond the end)."""
+    path = tmp_path / "eoa.h5"
+    shutil.copy(built("persistent-latest"), path)
+    with H5File.open(str(path), writable=True) as f:
+        raw = f.extension.first(file_space_info.TYPE)
+        info = file_space_info.decode(Reader(raw.data, 0, f.sizes))
+        w = Writer(f.sizes)
+        file_space_info.encode(w, replace(info, eoa_before_managers=info.eoa_before_managers + 4096))
+        with f.store.transaction() as txn:
+            rewrite_message(txn, f.extension, raw, w.getvalue())
+            txn.commit()
+        eoa = f.superblock.eof_address
+    assert problems_of(path) == [f"(file): file space info message: end of allocation before the managers "
+                                 f"{eoa + 4096} lies past the end of allocation ({eoa})"]
+
+
+def test_raw_data_in_a_metadata_page(built, tmp_path):
+    """Paged aggregation: a small chunk moved into space allocated as metadata (a writer that did
+    not say it was raw data) shares a page with metadata or the metadata manager's sections."""
+    path = tmp_path / "mixed.h5"
+    shutil.copy(built("paged-latest"), path)
+    with H5File.open(str(path), writable=True) as f:
+        ds = next(obj for _, obj in R.objects(f) if getattr(obj, "layout", None) is not None
+                  and obj.layout.layout_class == L.CHUNKED and obj.layout.index.index_type == L.FIXED_ARRAY)
+        with f.store.transaction() as txn:
+            index = open_index(IndexContext(txn.reader, ds.layout, ds.dataspace.dims, ds.dataspace.maxdims,
+                                            bool(ds.filters), ds.path))
+            rec = next(iter(index.records()))
+            address = txn.allocate(rec.size)
+            txn.write_data(address, txn.read_data(rec.address, rec.size))
+            txn.free(rec.address, rec.size, raw=True)
+            index.put(txn, [replace(rec, address=address)])
+            txn.commit()
+    lines = problems_of(path)
+    assert lines and all(f"{ds.path}: chunk " in line and "page" in line for line in lines), lines
 
 
 def test_used_extents_refuses_an_incomplete_map(clean, tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from h5fs.errors import H5fsError
-from h5fs.storage.space import PAGE, Allocator
+from h5fs.storage.space import LARGE, META, PAGE, RAW, Allocator
 
 
 def test_end_of_file_and_alignment():
@@ -55,3 +55,76 @@ def test_adopt_keeps_out_what_changed_during_the_walk():
     a.release()
     assert a.extents() == [(0, 100), (180, 100), (900, 100)]
     assert b == 1000
+
+
+def test_split_pools_take_their_own_kind_first():
+    """Files persisting free space without paging: metadata and raw data pools (the managers of
+    slots 0 and 2); each kind takes its own first, then the other's; frees go to their kind."""
+    a = Allocator(10000, split=True)
+    a.load(META, [(1000, 100)])
+    a.load(RAW, [(2000, 100)])
+    assert a.allocate(64, raw=True) == 2000
+    assert a.allocate(64) == 1000
+    assert a.allocate(32, raw=True) == 2064      # the rest of the raw pool
+    assert a.allocate(32, raw=True) == 1064      # then the metadata pool
+    a.free(3000, 50, raw=True)
+    a.free(4000, 50)
+    a.release()
+    assert a.pool(RAW) == [(2096, 4), (3000, 50)] and a.pool(META) == [(1096, 4), (4000, 50)]
+    with pytest.raises(H5fsError):
+        a.add_free(3010, 8)                      # already free in the other pool
+
+
+def test_paged_large_requests_are_page_aligned():
+    """A page or more: page aligned from the large pool (the part before the page stays free)
+    or from a page-aligned end of file, whose last page's rest becomes a large section."""
+    P = 512
+    a = Allocator(4 * P, page=P)
+    a.load(LARGE, [(P + 100, 2 * P)])            # [612, 1636): one whole page, at 1024
+    assert a.allocate(P) == 2 * P
+    assert a.pool(LARGE) == [(P + 100, P - 100), (3 * P, 100)]
+    assert a.allocate(P + 1) == 4 * P            # no room: the end of the file
+    assert a.eoa == 6 * P and a.pool(LARGE)[-1] == (5 * P + 1, P - 1)
+
+
+def test_paged_small_requests_keep_pages_of_one_kind():
+    P = 512
+    a = Allocator(2 * P, page=P)
+    m = a.allocate(100)                          # a new metadata page
+    r = a.allocate(100, raw=True)                # a new raw data page
+    assert (m, r) == (2 * P, 3 * P) and a.kinds == {2: META, 3: RAW}
+    assert a.allocate(50) == 2 * P + 104         # 8-byte aligned, in the metadata page
+    assert a.allocate(300, raw=True) == 3 * P + 104
+    assert a.pool(META) == [(2 * P + 100, 4), (2 * P + 154, P - 154)]
+    # a freed small block goes to its page's pool whatever the caller says; merged within the page
+    a.free(3 * P + 104, 300)
+    a.release()
+    assert a.pool(RAW) == [(3 * P + 100, P - 100)]
+    # a page wholly free returns to the large pool (and merges there)
+    a.free(3 * P, 100, raw=True)
+    a.release()
+    assert a.pool(RAW) == [] and 3 * P not in a.kinds and a.pool(LARGE) == [(3 * P, P)]
+
+
+def test_paged_sections_do_not_merge_across_pages():
+    P = 512
+    a = Allocator(4 * P, page=P)
+    a.load(META, [(P - 64, 64)])
+    a.free(P, 64)                                # the next page, metadata too
+    a.release()
+    assert a.pool(META) == [(P - 64, 64), (P, 64)]
+
+
+def test_after_previews_frees_without_releasing():
+    a = Allocator(1000, split=True)
+    a.load(META, [(0, 8)])
+    assert a.after([(8, 8, False), (100, 50, True)]) == {META: [(0, 16)], RAW: [(100, 50)]}
+    assert a.extents() == [(0, 8)]
+
+
+def test_paged_adoption_takes_whole_pages_only():
+    P = 512
+    a = Allocator(8 * P, page=P)
+    a.watch()
+    assert a.adopt([(100, 3 * P)]) == 2 * P      # [100, 1636): pages 1 and 2
+    assert a.pool(LARGE) == [(P, 2 * P)]

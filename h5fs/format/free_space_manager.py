@@ -144,6 +144,18 @@ class SectionList:
         return sum(len(s.sections) for s in self.sets)
 
 
+def section_sets(sections: list[tuple[int, Section]]) -> tuple[SectionSet, ...]:
+    """(size, section) pairs grouped as libhdf5 serializes them: sets by increasing size, each
+    set's sections by increasing offset."""
+    sets: list[SectionSet] = []
+    for size, sec in sorted(sections, key=lambda t: (t[0], t[1].offset)):
+        if sets and sets[-1].size == size:
+            sets[-1] = SectionSet(size, sets[-1].sections + (sec,))
+        else:
+            sets.append(SectionSet(size, (sec,)))
+    return tuple(sets)
+
+
 def _carries_indirect(header: FreeSpaceHeader, stype: int) -> bool:
     return header.client == CLIENT_HEAP and stype in WITH_INDIRECT
 

@@ -3,23 +3,30 @@ tells which bytes below the end of allocation no structure uses; they join the a
 list, minus whatever the mount allocated or freed while the walk ran (the allocator records it).
 
 Nothing is adopted when the walk meets a structure it cannot follow (what that structure names
-would look unused), and the sections a persistent free-space manager lists stay out: libhdf5
-allocates from them when it writes the file again.
+would look unused). The sections the file's persistent free-space managers list are not adopted
+again: the allocator holds them already (h5fs.storage.persistent_space), or, where h5fs honours
+the managers only, they stay theirs. In a file persisting its free space what is adopted joins its
+managers' lists at the next commit; under paged aggregation only whole free pages are adopted
+(the kind of a part of a page is unknown).
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 
 from ..storage.space_map import gaps, walk
 
 log = logging.getLogger("h5fs")
 
 
-def find_free_space(f) -> int:
-    """Adopt the unused space of the open writable file `f`; returns the bytes adopted."""
+def find_free_space(f, quiet=nullcontext()) -> int:
+    """Adopt the unused space of the open writable file `f`; returns the bytes adopted. `quiet`
+    (a lock) holds off transactions while the recording starts: space a transaction in flight
+    allocated before it would otherwise be missed by the walk and taken for unused."""
     allocator = f.store.allocator
-    end = allocator.watch()
+    with quiet:
+        end = allocator.watch()
     try:
         smap = walk(f)
     except Exception:

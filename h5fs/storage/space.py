@@ -4,44 +4,152 @@ Space a transaction frees is not reusable at once: until the change that stopped
 durable, a crash could bring the old structure back, so it waits in `pending` until `release()`
 (called after the commit's last barrier). Addresses are relative to the superblock's base, like
 every address in the file; `eoa` is the end of allocated space that the superblock records.
+
+Free space lives in pools, the free-space managers libhdf5 would keep for the file (numbered as
+their slots in the File Space Info message), so that a file persisting its free space can
+list each pool in its manager (h5fs.storage.persistent_space):
+- one pool (META) for a file without persistent managers;
+- META and RAW (metadata and raw data, sec2's "dichotomy" type map) for libhdf5's FSM_AGGR
+  strategy with persistent managers: each kind takes its own pool first, then the other;
+- paged aggregation (strategy PAGE, H5MF__alloc_pagefs), with or without persistence: a request of
+  a page or more is "large": page aligned, from the LARGE pool or the end of the file, which stays
+  page aligned (the rest of the last page is a LARGE section); a smaller one takes room in a page
+  of its own kind (META or RAW pool; pages never mix kinds, sections never cross a page) or a new
+  page. A freed block under a page goes to the pool of its page's kind and merges within the page
+  only; a page wholly free returns to LARGE (H5MF__sect_small_merge).
+
+Outside paged aggregation every block starts on an 8-byte boundary and one of a page (4 KiB) or
+less never straddles a page boundary: rewriting it in place later is one page write, which a killed
+daemon does not tear.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
+from typing import Callable
 
 from ..errors import H5fsError
+from ..format.messages.file_space_info import SLOT_LARGE as LARGE
+from ..format.messages.file_space_info import SLOT_META as META
+from ..format.messages.file_space_info import SLOT_RAW as RAW
 
 ALIGNMENT = 8   # every block starts on an 8-byte boundary
-# A block of one page or less never straddles a page boundary: rewriting it in place later is one
-# page write, which a killed daemon does not tear.
 PAGE = 4096
+
+Extent = tuple[int, int]     # (address, size)
+
+
+class FreeList:
+    """Free extents of one pool, sorted by start, merged when adjacent unless a `boundary`
+    multiple lies between them."""
+
+    def __init__(self, boundary: int | None = None):
+        self.boundary = boundary
+        self.starts: list[int] = []
+        self.sizes: dict[int, int] = {}
+
+    def copy(self) -> FreeList:
+        out = FreeList(self.boundary)
+        out.starts, out.sizes = list(self.starts), dict(self.sizes)
+        return out
+
+    def extents(self) -> list[Extent]:
+        return [(a, self.sizes[a]) for a in self.starts]
+
+    def overlaps(self, address: int, size: int) -> bool:
+        i = bisect.bisect_left(self.starts, address)
+        return i < len(self.starts) and self.starts[i] < address + size or \
+            bool(i) and self.starts[i - 1] + self.sizes[self.starts[i - 1]] > address
+
+    def add(self, address: int, size: int) -> Extent:
+        """Add an extent (merged with its neighbours); returns the extent it became part of."""
+        if self.overlaps(address, size):
+            raise H5fsError(f"space allocator: extent {address}+{size} freed twice")
+        i = bisect.bisect_left(self.starts, address)
+        if i < len(self.starts) and self.starts[i] == address + size and self._joins(address + size):
+            size += self.sizes.pop(self.starts.pop(i))   # merge with the next
+        if i and (prev := self.starts[i - 1]) + self.sizes[prev] == address and self._joins(address):
+            self.sizes[prev] += size                     # and the previous
+            return prev, self.sizes[prev]
+        self.starts.insert(i, address)
+        self.sizes[address] = size
+        return address, size
+
+    def _joins(self, at: int) -> bool:
+        """Whether extents meeting at `at` may merge (each lies within one boundary interval)."""
+        return self.boundary is None or at % self.boundary != 0
+
+    def take(self, size: int, place: Callable[[int, int], int]) -> int | None:
+        """First fit: the first extent holding `size` bytes at `place(start, size)`, carved."""
+        for start in self.starts:
+            have = self.sizes[start]
+            at = place(start, size)
+            if at + size <= start + have:
+                self.remove(at, size)
+                return at
+        return None
+
+    def remove(self, address: int, size: int) -> None:
+        """Carve [address, address + size) out of the extent holding it."""
+        i = bisect.bisect_right(self.starts, address) - 1
+        start = self.starts[i] if i >= 0 else address
+        end = start + self.sizes.get(start, 0)
+        if i < 0 or address + size > end:
+            raise H5fsError(f"space allocator: {address}+{size} is not free")
+        del self.starts[i], self.sizes[start]
+        for a, b in ((start, address), (address + size, end)):
+            if b > a:
+                bisect.insort(self.starts, a)
+                self.sizes[a] = b - a
 
 
 class Allocator:
-    def __init__(self, eoa: int):
+    def __init__(self, eoa: int, page: int | None = None, split: bool = False):
+        """`page`: libhdf5's paged aggregation with that page size; `split`: metadata and raw
+        data in pools of their own (a file persisting free space without paging)."""
         self.eoa = eoa
-        self._starts: list[int] = []        # free extents, sorted by start, never adjacent
-        self._sizes: dict[int, int] = {}
-        self.pending: list[tuple[int, int]] = []
+        self.page = page
+        if page is not None:
+            self.pools = {META: FreeList(page), RAW: FreeList(page), LARGE: FreeList()}
+        else:
+            self.pools = {META: FreeList(), RAW: FreeList()} if split else {META: FreeList()}
+        self.kinds: dict[int, int] = {}     # paged: page number -> the small pool it belongs to
+        self.pending: list[Extent] = []
+        self._pending_raw: list[bool] = []
         self._lock = threading.Lock()
-        self._touched: list[tuple[int, int]] | None = None   # extents allocated or freed since `watch`
+        self._touched: list[Extent] | None = None   # extents allocated or freed since `watch`
 
-    def extents(self) -> list[tuple[int, int]]:
-        """The reusable free extents (start, size), by address."""
+    def extents(self) -> list[Extent]:
+        """The reusable free extents (start, size), by address, of every pool."""
         with self._lock:
-            return [(a, self._sizes[a]) for a in self._starts]
+            return sorted(e for pool in self.pools.values() for e in pool.extents())
+
+    def pool(self, pool: int) -> list[Extent]:
+        with self._lock:
+            return self.pools[pool].extents()
 
     def snapshot(self) -> tuple:
         with self._lock:
-            return self.eoa, list(self._starts), dict(self._sizes), list(self.pending)
+            return (self.eoa, {p: fl.copy() for p, fl in self.pools.items()}, dict(self.kinds), list(self.pending),
+                    list(self._pending_raw))
 
     def restore(self, saved: tuple) -> None:
         """Undo the allocations and frees since `snapshot` (a transaction that failed)."""
         with self._lock:
-            self.eoa, self._starts, self._sizes, self.pending = saved[0], list(saved[1]), dict(saved[2]), list(saved[3])
+            eoa, pools, kinds, pending, raw = saved
+            self.eoa, self.kinds, self.pending, self._pending_raw = eoa, dict(kinds), list(pending), list(raw)
+            self.pools = {p: fl.copy() for p, fl in pools.items()}
 
+    def load(self, pool: int, extents: list[Extent]) -> None:
+        """Free space a persistent manager lists (paged: its small sections type their pages)."""
+        with self._lock:
+            for address, size in extents:
+                self.pools[pool].add(address, size)
+                if self.page is not None and pool != LARGE:
+                    self.kinds[address // self.page] = pool
+
+    # -- the walk for unused space ------------------------------------------------------------
     def watch(self) -> int:
         """Start recording every extent allocated or freed (a walk of the file for unused space
         begins); returns the end of allocation the walk covers."""
@@ -49,80 +157,121 @@ class Allocator:
             self._touched = []
             return self.eoa
 
-    def adopt(self, gaps: list[tuple[int, int]]) -> int:
-        """Space the walk found unused: what nobody allocated or freed since `watch` and the free
-        list does not hold already becomes reusable. Returns the bytes adopted."""
+    def adopt(self, gaps: list[Extent]) -> int:
+        """Space the walk found unused: what nobody allocated or freed since `watch` and no pool
+        holds already becomes reusable (paged: whole pages only, a part of a page being of
+        unknown kind). Returns the bytes adopted."""
         with self._lock:
-            busy = sorted(self._touched + [(a, self._sizes[a]) for a in self._starts] + self.pending)
+            held = [e for pool in self.pools.values() for e in pool.extents()]
+            busy = sorted(self._touched + held + self.pending)
             self._touched = None
             adopted = 0
             for start, size in _subtract(gaps, busy):
-                self._add(start, size)
+                if self.page is not None:
+                    first, last = -(-start // self.page) * self.page, (start + size) // self.page * self.page
+                    if last <= first:
+                        continue
+                    start, size = first, last - first
+                self.pools[LARGE if self.page is not None else META].add(start, size)
                 adopted += size
             return adopted
 
-    def allocate(self, size: int) -> int:
+    # -- allocation ---------------------------------------------------------------------------
+    def allocate(self, size: int, raw: bool = False) -> int:
         if size <= 0:
             raise H5fsError(f"allocation of {size} bytes")
         with self._lock:
-            at = self._allocate(size)
+            at = self._paged(size, raw) if self.page is not None else self._allocate(size, raw)
             if self._touched is not None:
                 self._touched.append((at, size))
             return at
 
-    def _allocate(self, size: int) -> int:
-        for i, start in enumerate(self._starts):
-            have = self._sizes[start]
-            at = _place(start, size)
-            if at + size <= start + have:
-                del self._sizes[start]
-                del self._starts[i]
-                if at > start:
-                    self._insert(start, at - start)
-                if at + size < start + have:
-                    self._insert(at + size, start + have - at - size)
+    def _allocate(self, size: int, raw: bool) -> int:
+        mine = RAW if raw and RAW in self.pools else META
+        for pool in [mine] + [p for p in self.pools if p != mine]:
+            at = self.pools[pool].take(size, _place)
+            if at is not None:
                 return at
         at = _place(self.eoa, size)
         if at > self.eoa:
-            self._add(self.eoa, at - self.eoa)
+            self.pools[META].add(self.eoa, at - self.eoa)
         self.eoa = at + size
         return at
 
-    def free(self, address: int, size: int) -> None:
+    def _paged(self, size: int, raw: bool) -> int:
+        page = self.page
+        if size >= page:   # large: page aligned, from LARGE or a page-aligned end of file
+            at = self.pools[LARGE].take(size, lambda start, _: -(-start // page) * page)
+            if at is None:
+                at = -(-self.eoa // page) * page
+                end = -(-(at + size) // page) * page
+                for a, b in ((self.eoa, at), (at + size, end)):
+                    if b > a:
+                        self.pools[LARGE].add(a, b - a)
+                self.eoa = end
+            return at
+        pool = RAW if raw else META
+        at = self.pools[pool].take(size, lambda start, _: -(-start // ALIGNMENT) * ALIGNMENT)
+        if at is None:   # a new page of this kind
+            at = self._paged(page, raw)
+            self.kinds[at // page] = pool
+            self.pools[pool].add(at + size, page - size)
+        return at
+
+    # -- freeing ------------------------------------------------------------------------------
+    def free(self, address: int, size: int, raw: bool = False) -> None:
         """Give back an extent once the current transaction is durable."""
         if size > 0:
             with self._lock:
                 self.pending.append((address, size))
+                self._pending_raw.append(raw)
                 if self._touched is not None:
                     self._touched.append((address, size))
 
     def release(self) -> None:
         """Make pending frees reusable (the change that dropped them is durable)."""
         with self._lock:
-            for address, size in self.pending:
-                self._add(address, size)
+            for (address, size), raw in zip(self.pending, self._pending_raw):
+                self._give(address, size, raw)
             self.pending.clear()
+            self._pending_raw.clear()
+
+    def after(self, frees: list[tuple[int, int, bool]]) -> dict[int, list[Extent]]:
+        """Each pool's extents as they will be once `frees` (address, size, raw) are released."""
+        with self._lock:
+            saved = self.pools, self.kinds
+            self.pools, self.kinds = {p: fl.copy() for p, fl in self.pools.items()}, dict(self.kinds)
+            try:
+                for address, size, raw in frees:
+                    self._give(address, size, raw)
+                return {p: fl.extents() for p, fl in self.pools.items()}
+            finally:
+                self.pools, self.kinds = saved
 
     def add_free(self, address: int, size: int) -> None:
         """Space found unused (by a walk of the file): reusable now."""
         with self._lock:
-            self._add(address, size)
+            self._give(address, size, False)
 
-    def _add(self, address: int, size: int) -> None:
-        i = bisect.bisect_left(self._starts, address)
-        if i < len(self._starts) and self._starts[i] < address + size or \
-                i and self._starts[i - 1] + self._sizes[self._starts[i - 1]] > address:
+    def _give(self, address: int, size: int, raw: bool) -> None:
+        if any(p.overlaps(address, size) for p in self.pools.values()):
             raise H5fsError(f"space allocator: extent {address}+{size} freed twice")
-        if i < len(self._starts) and self._starts[i] == address + size:  # merge with the next
-            size += self._sizes.pop(self._starts.pop(i))
-        if i and self._starts[i - 1] + self._sizes[self._starts[i - 1]] == address:  # and the previous
-            self._sizes[self._starts[i - 1]] += size
+        page = self.page
+        if page is None:
+            self.pools[RAW if raw and RAW in self.pools else META].add(address, size)
             return
-        self._insert(address, size)
-
-    def _insert(self, address: int, size: int) -> None:
-        bisect.insort(self._starts, address)
-        self._sizes[address] = size
+        if size >= page:
+            self.pools[LARGE].add(address, size)
+            return
+        while size:   # a small block lies in one page; a piece of each page it touches if not
+            n = min(size, page - address % page)
+            pool = self.kinds.setdefault(address // page, RAW if raw else META)
+            start, got = self.pools[pool].add(address, n)
+            if got == page:   # the whole page is free: it returns to the large pool
+                self.pools[pool].remove(start, got)
+                del self.kinds[start // page]
+                self.pools[LARGE].add(start, got)
+            address, size = address + n, size - n
 
 
 def _place(start: int, size: int) -> int:
@@ -133,7 +282,7 @@ def _place(start: int, size: int) -> int:
     return at
 
 
-def _subtract(gaps: list[tuple[int, int]], busy: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _subtract(gaps: list[Extent], busy: list[Extent]) -> list[Extent]:
     """The parts of `gaps` (start, size) that no extent of `busy` (sorted) overlaps."""
     out = []
     for start, size in sorted(gaps):

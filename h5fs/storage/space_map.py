@@ -13,12 +13,19 @@ external data files outside the file. Every size is the block's size on disk as 
 allocates it (a v1 B-tree node has room for 2K entries, a shared-message list for its cutoff,
 a paged array data block holds all its pages).
 
-Space a persistent free-space manager lists is free (`SpaceMap.free`), not used; the managers'
-own blocks are used. The walk checks what it reads (the readers verify checksums and bounds) and
-never stops at a broken structure: each failure becomes a Problem naming the object and the
-structure, and the walk goes on with the rest. With `chunks=True` every filtered chunk is also
-decoded (one at a time); chunks of variable-length data are always decoded, to find the global
-heap objects they name.
+Space a persistent free-space manager lists is free (`SpaceMap.free`, each section with the slot
+of its manager in the File Space Info message, kept in `SpaceMap.file_space`), not used; the
+managers' own blocks are used. A file manager's header must describe its section list (counts
+and total space: libhdf5 reads the list by them) and its sections be of the type its slot holds
+(h5fs.storage.persistent_space). Raw data (chunks, contiguous data, global heap collections, huge
+fractal heap objects: libhdf5's H5FD_MEM_DRAW and _GHEAP allocations) is marked `raw`: paged
+aggregation keeps it in pages of its own.
+
+The walk checks what it reads (the readers verify checksums and bounds) and never stops at a
+broken structure: each failure becomes a Problem naming the object and the structure, and the
+walk goes on with the rest. With `chunks=True` every filtered chunk is also decoded (one at a
+time); chunks of variable-length data are always decoded, to find the global heap objects they
+name.
 
 The walk reads objects through the file (a model H5File, duck-typed: `header`, `get`, `root_address`,
 ...) and never imports the model: the layers stay one-way. `used_extents(file)` is what the
@@ -30,8 +37,8 @@ from __future__ import annotations
 import contextlib
 import struct
 from collections import deque
-from itertools import pairwise
 from dataclasses import dataclass, field
+from itertools import pairwise
 from math import prod
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -55,6 +62,7 @@ from ..format.symbol_table_entry import CACHE_STAB
 from .filters import ChunkInfo
 from .filters.pipeline import decode_chunk
 from .index import ChunkRecord, IndexContext, open_index
+from .persistent_space import SLOTS
 from .readers import btree_v1 as b1_reader
 from .readers import btree_v2 as bt_reader
 from .readers import local_heap as lh_reader
@@ -87,6 +95,8 @@ class Extent:
     size: int
     path: str
     structure: str
+    raw: bool = False             # raw data (module docstring), not metadata
+    slot: int | None = None       # a free section: the slot of the file's manager listing it
 
     @property
     def end(self) -> int:
@@ -111,6 +121,7 @@ class Problem:
 class SpaceMap:
     extents: list[Extent] = field(default_factory=list)   # used, in the order the walk met them
     free: list[Extent] = field(default_factory=list)      # sections of the file's free-space managers
+    file_space: file_space_info.FileSpaceInfo | None = None   # the File Space Info message
     problems: list[Problem] = field(default_factory=list)
     objects: int = 0
     chunks: int = 0
@@ -267,9 +278,9 @@ class _Walk:
         except (H5fsError, OSError, *UNEXPECTED) as e:
             self.problem(path, structure, e)
 
-    def add(self, address: int | None, size: int, path: str, structure: str) -> bool:
-        """Record an extent; False (and a problem) when it does not lie inside the file, so that
-        the caller does not read it."""
+    def add(self, address: int | None, size: int, path: str, structure: str, raw: bool = False) -> bool:
+        """Record an extent (`raw`: of raw data); False (and a problem) when it does not lie
+        inside the file, so that the caller does not read it."""
         if address is None:
             self.problem(path, structure, "undefined address")
             return False
@@ -278,7 +289,7 @@ class _Walk:
             self.problem(path, structure, f"{address}+{size} lies outside the file ({eof} bytes)")
             return False
         if size:
-            self.map.extents.append(Extent(address, size, path, structure))
+            self.map.extents.append(Extent(address, size, path, structure, raw))
         return True
 
     def first_time(self, key: object) -> bool:
@@ -321,9 +332,12 @@ class _Walk:
                 elif raw.type == SOHM_TABLE:
                     self.sohm(sohm_table.decode(c))
                 elif raw.type == FSINFO:
-                    for addr in file_space_info.decode(c).managers:
+                    info = self.map.file_space = file_space_info.decode(c)
+                    types = SLOTS.get(info.strategy, {}) if info.version == 1 else {}
+                    for slot, addr in enumerate(info.managers):
                         if addr is not None:
-                            self.free_space_manager(FILE, "free-space manager", addr, fsm.CLIENT_FILE)
+                            self.free_space_manager(FILE, f"free-space manager {slot}", addr, fsm.CLIENT_FILE, slot,
+                                                    types.get(slot))
 
     def sohm(self, msg: sohm_table.SohmTableMessage) -> None:
         s, what = self.sizes, "shared message table"
@@ -493,7 +507,7 @@ class _Walk:
             self.heap_indirect(heap, path, label)
         if h.huge_btree_address is not None:
             for rec in self.btree_v2(path, f"{label} huge-object index", h.huge_btree_address, records=True):
-                self.add(rec.address, rec.length, path, f"{label} huge object")
+                self.add(rec.address, rec.length, path, f"{label} huge object", raw=True)
         if h.free_space_manager_address is not None:
             self.free_space_manager(path, f"{label} free-space manager", h.free_space_manager_address,
                                     fsm.CLIENT_HEAP)
@@ -557,7 +571,10 @@ class _Walk:
             self.problem(path, f"{label} header", f"counts {hdr.total_records} records, the nodes hold {total}")
         return out
 
-    def free_space_manager(self, path: str, label: str, address: int, client: int) -> None:
+    def free_space_manager(self, path: str, label: str, address: int, client: int, slot: int | None = None,
+                           stype: int | None = None) -> None:
+        """A manager's blocks; a file manager's sections (its `slot`, of section type `stype`
+        where the strategy fixes it) are free space."""
         s = self.sizes
         if not self.first_time(("free-space manager", address)) or \
                 not self.add(address, fsm.header_size(s), path, f"{label} header"):
@@ -566,6 +583,8 @@ class _Walk:
             h = fsm.decode_header(self.reader.read(address, fsm.header_size(s), label), address, s, label)
             if h.client != client:
                 raise FormatError(f"manager of client {h.client}, expected {client}")
+            if h.sections_address is None and client == fsm.CLIENT_FILE and (h.total_sections or h.total_space):
+                raise FormatError(f"counts {h.total_sections} sections of {h.total_space} bytes and has no list")
             if h.sections_address is None or not self.add(h.sections_address, h.sections_alloc_size, path,
                                                           f"{label} section list"):
                 return
@@ -573,7 +592,17 @@ class _Walk:
                 raise FormatError(f"section list of {h.sections_size} bytes in {h.sections_alloc_size}")
             found = fsm.decode_sections(self.reader.read(h.sections_address, h.sections_size, label), h, s, label)
             if client == fsm.CLIENT_FILE:
-                self.map.free += [Extent(sec.offset, st.size, path, f"{label} free section")
+                total = sum(st.size * len(st.sections) for st in found.sets)
+                counts = h.total_sections, h.serial_sections, h.ghost_sections, h.total_space
+                if counts != (found.sections, found.sections, 0, total):
+                    self.problem(path, f"{label} header", f"counts {h.total_sections} sections ({h.serial_sections} "
+                                 f"serialized, {h.ghost_sections} ghosts) of {h.total_space} bytes, its list "
+                                 f"{found.sections} of {total}")
+                wrong = [sec for st in found.sets for sec in st.sections if stype is not None and sec.type != stype]
+                if wrong:
+                    self.problem(path, f"{label} section list", f"{len(wrong)} sections of type {wrong[0].type} "
+                                 f"(at {wrong[0].offset}; this manager's are of type {stype})")
+                self.map.free += [Extent(sec.offset, st.size, path, f"{label} free section", slot=slot)
                                   for st in found.sets for sec in st.sections]
 
     # -- datasets ---------------------------------------------------------------------------------
@@ -602,7 +631,7 @@ class _Walk:
         if lay.address is None:
             return
         size = lay.size if lay.size >= 0 else ds.dataspace.count * dt.size
-        if not self.add(lay.address, size, path, "contiguous data") or not fields:
+        if not self.add(lay.address, size, path, "contiguous data", raw=True) or not fields:
             return
         step = max(1, SCAN_BYTES // dt.size) * dt.size
         used = min(size, ds.dataspace.count * dt.size)
@@ -618,7 +647,7 @@ class _Walk:
         if kind == L.IMPLICIT:   # one allocation for the maximum extent: its chunks hold nothing to check
             allocated = index.address is not None and self.add(
                 index.address, prod(index.max_grid) * index.nbytes, path,
-                "implicit chunk index (every chunk of the maximum extent)")
+                "implicit chunk index (every chunk of the maximum extent)", raw=True)
             if not (allocated and fields):
                 return
         self.index_blocks(index, kind, path)
@@ -644,7 +673,7 @@ class _Walk:
                 prev = rec.coords
                 if not filters and rec.size != nbytes:
                     self.problem(path, label, f"{rec.size} bytes stored, a chunk is {nbytes}")
-                elif kind != L.IMPLICIT and not self.add(rec.address, rec.size, path, label):
+                elif kind != L.IMPLICIT and not self.add(rec.address, rec.size, path, label, raw=True):
                     continue   # inside the implicit index's allocation, or outside the file
                 elif decode:
                     with self.guard(path, label):
@@ -733,7 +762,7 @@ class _Walk:
             col = self.collections[address] = None
             with self.guard(path, f"{where}: global heap collection at {address}"):
                 col = self.f.global_heap.collection(address)
-                self.add(address, col.size, path, "global heap collection")
+                self.add(address, col.size, path, "global heap collection", raw=True)
                 self.collections[address] = col
         if col is None:
             return None

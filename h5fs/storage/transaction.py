@@ -14,6 +14,9 @@ A transaction stages two kinds of writes:
    in the journal first (fsync), applied, fsynced, and the journal retired, so a crash in between
    is finished at the next open;
 3. space the transaction freed becomes reusable (the allocator's `release`).
+Before step 1, a file persisting its free space has its free-space managers rewritten as the
+transaction leaves the allocator (h5fs.storage.persistent_space): their updates are part of the
+same commit.
 
 While a transaction builds its changes, `reader` shows the file as it will be after the commit
 (staged metadata over the file's bytes) with a private metadata cache, so the engine's readers and
@@ -27,14 +30,15 @@ import os
 import weakref
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..errors import FormatError
 from ..format import superblock as sbf
 from .blockio import MAX_METADATA_BLOCK, BlockReader
-from .journal import Journal
+from .journal import SUFFIX, Journal
 from .metadata_cache import MetadataCache
-from .space import PAGE, Allocator
+from .persistent_space import setup
+from .space import PAGE
 from .writer import FileWriter, Recorder
 
 
@@ -47,8 +51,9 @@ class Store:
         self.writer = FileWriter(reader.fd, 0, recorder)
         # never hand out space the file already holds, even past the recorded end of allocation
         # (which libhdf5 stores with the base address added, unlike every other address)
-        self.allocator = Allocator(max(superblock.eof_address - superblock.base_address,
-                                       os.fstat(reader.fd).st_size - reader.base))
+        eoa = max(superblock.eof_address - superblock.base_address, os.fstat(reader.fd).st_size - reader.base)
+        # the file's free-space strategy: its allocator, and its persistent managers if it keeps them
+        self.allocator, self.persistent = setup(reader, superblock, eoa, journal.path.removesuffix(SUFFIX))
 
     def begin(self) -> Transaction:
         return Transaction(self)
@@ -118,14 +123,26 @@ class Transaction:
         self._in_place: dict[int, bytes] = {}   # live metadata rewritten, by address
         self._starts: list[int] = []           # addresses of both staged kinds, sorted
         self.freed: list[tuple[int, int]] = []
+        self._freed_raw: list[bool] = []        # whether each freed extent held raw data
+        self._allocated = False
+        self._on_commit: list[Callable[[], None]] = []
         self.rewritten: list[tuple[int, int]] = []   # (address, size) of in-place updates
         self._saved = store.allocator.snapshot()
         self.committed = False
+        self.superblock: sbf.Superblock | None = None   # a new one to publish (set_superblock)
         self._file_size = os.fstat(store.reader.fd).st_size
 
     # -- staging ------------------------------------------------------------------------------
-    def allocate(self, size: int) -> int:
-        return self.store.allocator.allocate(size)
+    def allocate(self, size: int, raw: bool = False) -> int:
+        """Fresh space for metadata, or for raw data (`raw`: chunks, contiguous data): a file
+        with paged aggregation keeps the two kinds in pages of their own."""
+        self._allocated = True
+        return self.store.allocator.allocate(size, raw)
+
+    def set_superblock(self, sb: sbf.Superblock) -> None:
+        """A new superblock (e.g. the root group's entry in versions 0-1), published first at
+        commit with the end of allocation it then has."""
+        self.superblock = sb
 
     def write_data(self, address: int, data: bytes) -> None:
         """Chunk data into space this transaction allocated: written at once (nothing points
@@ -145,10 +162,19 @@ class Transaction:
         """New bytes for live metadata (readable through `reader`, published at commit)."""
         self._stage(self._in_place, address, data)
 
-    def free(self, address: int | None, size: int) -> None:
-        """Space the file stops using when this transaction commits."""
+    def free(self, address: int | None, size: int, raw: bool = False) -> None:
+        """Space the file stops using when this transaction commits (`raw`: it held raw data)."""
         if address is not None and size > 0:
             self.freed.append((address, size))
+            self._freed_raw.append(raw)
+
+    def frees(self) -> list[tuple[int, int, bool]]:
+        """(address, size, raw) of every extent this transaction frees."""
+        return [(a, n, raw) for (a, n), raw in zip(self.freed, self._freed_raw)]
+
+    def on_commit(self, hook: Callable[[], None]) -> None:
+        """Call `hook` once the commit has published the staged changes."""
+        self._on_commit.append(hook)
 
     def _stage(self, where: dict[int, bytes], address: int, data: bytes) -> None:
         self.reader.meta.invalidate_range(address, address + len(data))  # decoded before: stale
@@ -187,10 +213,19 @@ class Transaction:
         is published (ENOSPC while writing new blocks or the journal) leaves the file as it was."""
         self.committed = True
         store = self.store
+        if store.persistent is not None and (self._allocated or self.freed):
+            try:   # the file's free-space managers follow the space this transaction moved
+                store.persistent.settle(self)
+            except BaseException:
+                self.abort()
+                raise
         base, writer = store.reader.base, store.writer
         updates = [(base + a, d) for a, d in sorted(self._in_place.items())]
         eoa = store.allocator.eoa + store.superblock.base_address
-        sb = replace(store.superblock, eof_address=eoa) if eoa > store.superblock.eof_address else None
+        sb = self.superblock or store.superblock
+        if eoa > sb.eof_address:
+            sb = replace(sb, eof_address=eoa)
+        sb = None if sb == store.superblock else sb
         if sb is not None:
             # first: no published pointer may lie beyond the end of allocation libhdf5 checks
             updates.insert(0, (sb.location, sbf.encode(sb)))
@@ -219,6 +254,10 @@ class Transaction:
         if sb is not None:
             store.superblock = sb
         self.rewritten = [(a, len(d)) for a, d in self._in_place.items()]
-        for address, size in self.freed:
-            store.allocator.free(address, size)
+        # new blocks too: a reader may have cached what the space held before it was reused
+        self.rewritten += [(a, len(d)) for a, d in self._new.items()]
+        for hook in self._on_commit:
+            hook()
+        for address, size, raw in self.frees():
+            store.allocator.free(address, size, raw)
         store.allocator.release()

@@ -7,6 +7,19 @@ strategy, persist flag, threshold, page size, page-end metadata threshold, the E
 managers allocated their own space, and twelve manager addresses (the six small-section managers,
 then the six large-section ones) only when persisting. `persist` keeps the stored byte (any
 nonzero value persists); in a version 0 message it is 1 under ALL_PERSIST, 0 otherwise.
+
+`eoa_before_managers` (libhdf5's eoa_pre_fsm_fsalloc) is a relative address, as every address in
+the file. libhdf5 1.10.1 to 1.10.x allocated its managers' own blocks at the end of the file at
+close and stored the end of allocation before them here; at the first allocation after a
+read-write open it released everything from there to the end of allocation
+(H5MF_tidy_self_referential_fsm_hack). Later versions store the final end of allocation (the
+hack then releases nothing) and use the field in assertions only (H5MF_settle_meta_data_fsm).
+
+Which slots hold managers: libhdf5 maps each allocation type to a manager through the file
+driver's type map; with the sec2 (and core) driver's "dichotomy" map every metadata type shares
+H5FD_MEM_SUPER's manager and raw data shares H5FD_MEM_DRAW's (global heaps and huge fractal heap
+objects count as raw data), and under paged aggregation every request of a page or more goes to
+one generic large manager (H5F_MEM_PAGE_LARGE_SUPER) (H5MF__alloc_to_fs_type).
 """
 
 from __future__ import annotations
@@ -19,6 +32,8 @@ from ..codec import Reader, Writer
 V0_ALL_PERSIST = 1                      # version 0 strategy H5F_FILE_SPACE_ALL_PERSIST
 V1_FSM_AGGR, V1_PAGE, V1_AGGR, V1_NONE = 0, 1, 2, 3
 MANAGERS = {0: 6, 1: 12}                # version -> manager addresses stored when persisting
+TYPE = 0x0017
+SLOT_META, SLOT_RAW, SLOT_LARGE = 0, 2, 6   # slots of the managers libhdf5 fills (module docstring)
 
 
 @dataclass(frozen=True, slots=True)
