@@ -32,9 +32,13 @@ from .codec import Sizes
 MAX_BLOCKS = 1024          # continuation blocks per object
 MAX_MESSAGES = 65536       # messages per object, NIL and continuation included
 MAX_HEADER_BYTES = 64 * 1024 * 1024
+MESSAGE_MAX = 65536        # a message's data is smaller (libhdf5's H5O_MESG_MAX_SIZE; 16-bit size field)
+MIN_CHUNK = 22             # least message bytes of a new block: a message header and a continuation (H5O_MIN_SIZE)
 
-NIL, CONTINUATION = 0x0000, 0x0010
-FLAG_CONSTANT, FLAG_SHARED, FLAG_FAIL_UNKNOWN = 0x01, 0x02, 0x80
+NIL, CONTINUATION, REFCOUNT = 0x0000, 0x0010, 0x0016
+# Message flags: 0x04 "do not share", 0x08 "fail if unknown and writing", 0x10 "mark if unknown",
+# 0x20 "was unknown", 0x40 "shareable", 0x80 "fail if unknown"
+FLAG_CONSTANT, FLAG_SHARED, FLAG_DONT_SHARE, FLAG_FAIL_UNKNOWN = 0x01, 0x02, 0x04, 0x80
 
 # Header flags (v2)
 HDR_CHUNK0_WIDTH = 0x03    # bits 0-1: the size of chunk 0 is 1, 2, 4 or 8 bytes wide
@@ -142,7 +146,7 @@ class ObjectHeader:
     @property
     def chunk0_size(self) -> int:
         """The stored size of chunk 0: block 0's message bytes (gap included, checksum not)."""
-        return self.blocks[0].length - self.prefix_size - _tail(self.version)
+        return self.blocks[0].length - self.prefix_size - tail_size(self.version)
 
     def all_messages(self) -> Iterator[RawMessage]:
         """Every message of every block in stored order, NIL and continuation included."""
@@ -156,7 +160,7 @@ class ObjectHeader:
         for b in self.blocks:
             out += [Space(b.address, m.offset, head + m.size, True) for m in b.messages if m.type == NIL]
             if b.gap:
-                out.append(Space(b.address, b.length - _tail(self.version) - b.gap, b.gap, False))
+                out.append(Space(b.address, b.length - tail_size(self.version) - b.gap, b.gap, False))
         return tuple(out)
 
 
@@ -171,15 +175,36 @@ def message_header_size(version: int, track_order: bool = False) -> int:
     return _message_struct(version, track_order).size
 
 
+def align(version: int, n: int) -> int:
+    """A message's stored size for `n` bytes of data: v1 pads messages to multiples of 8."""
+    return (n + 7) & ~7 if version == 1 else n
+
+
+def block_overhead(version: int) -> int:
+    """Bytes of a continuation block that are not messages: v2's "OCHK" and checksum."""
+    return len(CONTINUATION_SIGNATURE) + CHECKSUM_SIZE if version == 2 else 0
+
+
+def continuation_size(version: int, sizes: Sizes) -> int:
+    """The stored size of a continuation message."""
+    return align(version, sizes.offset + sizes.length)
+
+
+def chunk0_width_flags(size: int) -> int:
+    """The v2 header flag bits for a chunk 0 of `size` message bytes: the narrowest size field."""
+    return next(bits for bits, st in _CHUNK0.items() if size < 1 << 8 * st.size)
+
+
 def _message_struct(version: int, track_order: bool) -> struct.Struct:
     return V1_MESSAGE if version == 1 else (V2_MESSAGE_ORDER if track_order else V2_MESSAGE)
 
 
-def _tail(version: int) -> int:
+def tail_size(version: int) -> int:
+    """Bytes after a block's messages: v2's checksum."""
     return CHECKSUM_SIZE if version == 2 else 0
 
 
-def _start(version: int, flags: int, index: int) -> int:
+def block_start(version: int, flags: int, index: int) -> int:
     """Offset of the first message in block `index`."""
     if index == 0:
         return prefix_size(version, flags)
@@ -277,7 +302,7 @@ class _Walk:
     def block(self, buf: bytes, address: int, index: int) -> HeaderBlock:
         self.seen.add(address)
         self.total += len(buf)
-        start, end = _start(self.version, self.flags, index), len(buf)
+        start, end = block_start(self.version, self.flags, index), len(buf)
         if self.version == 2:
             what = f"{self.what}: object header" if index == 0 else f"{self.what}: object header continuation"
             if index and buf[:4] != CONTINUATION_SIGNATURE:

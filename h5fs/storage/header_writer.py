@@ -1,27 +1,635 @@
-"""Rewrites messages of an object header in place, inside a transaction."""
+"""Object header edits inside a transaction: messages added, removed and replaced, continuation
+blocks created and freed, reference counts, placed as libhdf5 places them (H5Oalloc.c).
+
+`Layout` is libhdf5's in-memory header (H5O_t): blocks ("chunks") and a message table in the order
+libhdf5 numbers them after reading the header (chunk by chunk, each in stored order), so ties in
+its best-fit searches fall the same way; adjacent NIL messages are merged on load, as libhdf5 does
+when it opens a header for writing (H5O__chunk_deserialize). Its methods are libhdf5's, named in
+each docstring: a new message takes the best-fitting NIL message, split (H5O__alloc,
+H5O__alloc_null); with none, a continuation block is allocated, its continuation message taking a
+NIL message or the room of a message moved into the new block (H5O__alloc_new_chunk,
+H5O__alloc_chunk); a removed message becomes NIL and the header is condensed: messages moved
+towards block 0, NILs merged, emptied blocks freed with their continuation messages
+(H5O__condense_header). v2 bytes too few for a message header are a block's "gap", never in a
+block that holds a NIL message (libhdf5 refuses such a block). Two things differ from libhdf5,
+neither visible to a reader: blocks are never extended into free space (H5O__alloc_extend_chunk:
+a new continuation block is made instead), and NIL messages are written as zeros (libhdf5 leaves
+whatever bytes were there).
+
+`HeaderEdit` applies one edit at a time to the header as it last left it (what libhdf5 does
+between two opens of the file), then stages each block that changed: once per transaction, the
+whole block with its checksum (write_in_place; the journal makes several atomic), new blocks with
+write_new, freed blocks with txn.free. A message that cannot be stored in any header block (64 KiB
+and more) raises NoRoom: attributes then go to dense storage.
+"""
 
 from __future__ import annotations
 
-from ..format.object_header import ObjectHeader, RawMessage, encode_block, replace_message
+import errno
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ..errors import H5fsError
+from ..format import object_header as oh
+from ..format.codec import Reader, Sizes, Writer
+from ..format.messages import small
+from ..format.object_header import CONTINUATION, NIL, REFCOUNT, ObjectHeader, RawMessage
 from .transaction import Transaction
 
+ATTRIBUTE = 0x000C
 
-def rewrite_message(txn: Transaction, header: ObjectHeader, old: RawMessage, data: bytes) -> ObjectHeader:
-    """Stage the header block holding `old` with its data replaced (same stored size, checksum
-    recomputed); returns the header as it will be."""
-    new, i = replace_message(header, old, data)
-    txn.write_in_place(new.blocks[i].address, encode_block(new, i))
-    return new
+
+class NoRoom(H5fsError):
+    """A message too large for any object header block (libhdf5's H5O_MESG_MAX_SIZE)."""
+
+    errno = errno.E2BIG
+
+
+@dataclass(eq=False)
+class Chunk:
+    address: int
+    length: int          # the whole block: prefix or signature, messages, gap, checksum
+    start: int           # offset of its first message
+    end: int             # offset after its last message and gap
+    gap: int = 0
+    index: int = 0       # its number in libhdf5's chunk list
+
+
+@dataclass(eq=False)
+class Message:
+    type: int
+    flags: int
+    data: bytes          # the stored data (v1: padded to 8 bytes)
+    corder: int
+    chunk: Chunk
+    offset: int          # of its message header in the block
+    target: Chunk | None = None   # continuation messages: the block named
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(eq=False)
+class _Movable:
+    """H5O_msg_alloc_info_t: a message to move out for a continuation message, and the room
+    it leaves (itself, the gap or NIL message after it)."""
+
+    msg: Message
+    total: int
+    gap: int
+    null: Message | None
+
+
+class Layout:
+    """One object header as libhdf5 edits it (see the module docstring)."""
+
+    def __init__(self, header: ObjectHeader, sizes: Sizes, allocate: Callable[[int], int]):
+        self.record = header
+        self.sizes, self.allocate = sizes, allocate
+        self.version, self.flags, self.refcount, self.times = header.version, header.flags, header.refcount, header.times
+        self.track = header.track_order
+        self.head = oh.message_header_size(self.version, self.track)
+        self.tail = oh.tail_size(self.version)
+        self.cont_size = oh.continuation_size(self.version, sizes)
+        self.freed: list[tuple[int, int]] = []
+        self.chunks: list[Chunk] = []
+        self.msgs: list[Message] = []
+        for i, b in enumerate(header.blocks):
+            c = Chunk(b.address, b.length, oh.block_start(self.version, self.flags, i), b.length - self.tail, b.gap)
+            self.chunks.append(c)
+            for m in b.messages:
+                last = self.msgs[-1] if self.msgs else None
+                if m.type == NIL and last is not None and last.type == NIL and last.chunk is c:
+                    last.data = bytes(last.size + self.head + m.size)
+                else:
+                    self.msgs.append(Message(m.type, m.flags, m.data, m.creation_order or 0, c, m.offset))
+        self.renumber()
+        by_address = {c.address: c for c in self.chunks}
+        for m in self.msgs:
+            if m.type == CONTINUATION:
+                m.target = by_address[oh.decode_continuation(m.data, sizes, "continuation message").address]
+
+    # -- what the header holds --------------------------------------------------------------
+    def find(self, raw: RawMessage) -> Message:
+        for m in self.msgs:
+            if m.chunk.address == raw.block and m.offset == raw.offset:
+                if m.type != raw.type or m.data != raw.data:
+                    break
+                return m
+        raise ValueError(f"object header at {self.record.address}: no such message (type {raw.type:#x} "
+                         f"at {raw.block}+{raw.offset}); edits since made it stale?")
+
+    def in_chunk(self, chunk: Chunk) -> list[Message]:
+        return [m for m in self.msgs if m.chunk is chunk]
+
+    def end(self, m: Message) -> int:
+        return m.offset + self.head + m.size
+
+    def data_end(self, chunk: Chunk) -> int:
+        return chunk.end - chunk.gap
+
+    def renumber(self) -> None:
+        for i, c in enumerate(self.chunks):
+            c.index = i
+
+    def point(self, cont: Message, chunk: Chunk) -> None:
+        """Continuation message `cont` names `chunk`."""
+        cont.target = chunk
+        cont.data = oh.encode_continuation(oh.Continuation(chunk.address, chunk.length), self.sizes).ljust(cont.size, b"\0")
+
+    def new_message(self, mtype: int, size: int, chunk: Chunk, offset: int) -> Message:
+        m = Message(mtype, 0, bytes(size), 0, chunk, offset)
+        self.msgs.append(m)
+        return m
+
+    def header(self) -> ObjectHeader:
+        """The record (blocks in libhdf5's chunk order; block 0 first)."""
+        held: dict[int, list[Message]] = {id(c): [] for c in self.chunks}
+        for m in self.msgs:
+            if m.size >= oh.MESSAGE_MAX:
+                raise ValueError(f"object header at {self.record.address}: a message of {m.size} bytes")
+            held[id(m.chunk)].append(m)
+        blocks = tuple(oh.HeaderBlock(c.address, c.length, tuple(
+            RawMessage(m.type, m.flags, m.data, m.corder if self.track else None, c.address, m.offset)
+            for m in sorted(held[id(c)], key=lambda m: m.offset)), c.gap) for c in self.chunks)
+        return replace(self.record, refcount=self.refcount, blocks=blocks, flags=self.flags, times=self.times,
+                       nmesgs=len(self.msgs))
+
+    # -- gaps (v2) ----------------------------------------------------------------------------
+    def eliminate_gap(self, null: Message, at: int, size: int) -> None:
+        """H5O__eliminate_gap: the `size` bytes at `at` join NIL message `null`, the messages
+        between them sliding over."""
+        if null.offset < at:
+            lo, hi, step = self.end(null), at, size
+        else:
+            lo, hi, step = at + size, null.offset, -size
+            null.offset -= size
+        for m in self.in_chunk(null.chunk):
+            if m is not null and lo <= m.offset < hi:
+                m.offset += step
+        null.data = bytes(null.size + size)
+        null.chunk.gap = 0
+
+    def add_gap(self, chunk: Chunk, keep: Message, at: int, size: int) -> None:
+        """H5O__add_gap: `size` bytes at `at` freed: into a NIL message of the block (not `keep`),
+        else to the block's end, where with the block's gap they may make a NIL message."""
+        for m in self.msgs:
+            if m.type == NIL and m.chunk is chunk and m is not keep:
+                self.eliminate_gap(m, at, size)
+                return
+        for m in self.in_chunk(chunk):
+            if m.offset + self.head > at:
+                m.offset -= size
+        size += chunk.gap
+        if size >= self.head:
+            self.new_message(NIL, size - self.head, chunk, chunk.end - size)
+            chunk.gap = 0
+        else:
+            chunk.gap = size
+
+    # -- allocation ---------------------------------------------------------------------------
+    def best_null(self, size: int) -> Message | None:
+        """H5O__alloc_find_best_null (its ties included)."""
+        found = None
+        for m in self.msgs:
+            if m.type != NIL:
+                continue
+            if m.size == size:
+                if found is None:
+                    found = m
+                elif m.chunk.index < found.chunk.index:
+                    found = m
+                    if m.chunk.index == 0:
+                        break
+            elif m.size > size and (found is None or m.size < found.size
+                                    or m.size == found.size and m.chunk.index < found.chunk.index):
+                found = m
+        return found
+
+    def alloc_null(self, null: Message, mtype: int, size: int) -> Message:
+        """H5O__alloc_null: NIL message `null` becomes a message of `size` bytes, the rest
+        split off as a NIL message or a gap."""
+        chunk = null.chunk
+        rest = null.size - size
+        if rest > 0:
+            null.data = null.data[:size]
+            if rest < self.head:
+                self.add_gap(chunk, null, self.end(null), rest)
+            else:
+                split = self.new_message(NIL, rest - self.head, chunk, self.end(null))
+                if chunk.gap:
+                    self.eliminate_gap(split, self.data_end(chunk), chunk.gap)
+        null.type = mtype
+        return null
+
+    def alloc(self, mtype: int, data: bytes, flags: int, corder: int) -> Message:
+        """H5O__alloc (chunks never extended: see the module docstring)."""
+        size = self.stored_size(data)
+        null = self.best_null(size)
+        m = self.alloc_null(self.new_chunk(size) if null is None else null, mtype, size)
+        m.flags, m.data, m.corder = flags, data.ljust(size, b"\0"), corder
+        return m
+
+    def stored_size(self, data: bytes) -> int:
+        size = oh.align(self.version, len(data))
+        if size >= oh.MESSAGE_MAX:
+            raise NoRoom(f"object header at {self.record.address}: a message of {len(data)} bytes "
+                         f"(at most {oh.MESSAGE_MAX - 8})")
+        return size
+
+    def best_movable(self) -> _Movable | None:
+        """H5O__alloc_find_best_nonnull: the message to move out so that a continuation message
+        takes its room (attributes last, then the smallest, then the earliest block)."""
+        found = None
+        for m in self.msgs:
+            if m.type == CONTINUATION:
+                continue
+            gap, null = 0, None
+            if self.end(m) == self.data_end(m.chunk):
+                gap = m.chunk.gap
+            else:
+                null = next((x for x in self.msgs if x.type == NIL and x.chunk is m.chunk
+                             and x.offset == self.end(m)), None)
+            total = m.size + gap + (self.head + null.size if null else 0)
+            if total < self.cont_size:
+                continue
+            if found is None or found.msg.type == ATTRIBUTE and m.type != ATTRIBUTE or total < found.total or \
+                    total == found.total and m.chunk.index < found.msg.chunk.index:
+                found = _Movable(m, total, gap, null)
+        return found
+
+    def new_chunk(self, size: int) -> Message:
+        """H5O__alloc_new_chunk and H5O__alloc_chunk: a continuation block for `size` bytes of
+        message; returns the NIL message filling what the block has left."""
+        size = oh.align(self.version, size)
+        home = self.best_null(self.cont_size)
+        movable = None
+        if home is None:
+            movable = self.best_movable()
+            if movable is None:
+                size += sum(self.head + m.size for m in self.in_chunk(self.chunks[-1]) if m.type != CONTINUATION)
+            else:
+                size += self.head + movable.msg.size
+        size = oh.align(self.version, max(oh.MIN_CHUNK, size + self.head))   # libhdf5 keeps v1 blocks aligned too
+        length = size + oh.block_overhead(self.version)
+        chunk = Chunk(self.allocate(length), length, oh.block_start(self.version, 0, 1), length - self.tail)
+        pos = chunk.start
+
+        def move(m: Message) -> None:
+            nonlocal pos
+            m.chunk, m.offset = chunk, pos
+            pos += self.head + m.size
+
+        if home is None and movable is None:
+            # every message of the last block moves (libhdf5: "should be extremely rare")
+            last = self.chunks[-1]
+            for m in self.in_chunk(last):
+                if m.type == NIL:
+                    self.msgs.remove(m)
+                else:
+                    move(m)
+            home = self.new_message(NIL, last.end - last.start - self.head, last, last.start)
+            last.gap = 0
+        elif home is None:
+            m = movable.msg
+            home = self.new_message(NIL, m.size, m.chunk, m.offset)
+            move(m)
+            if movable.gap:
+                home.data = bytes(home.size + movable.gap)
+                home.chunk.gap = 0
+            elif movable.null is not None:
+                home.data = bytes(home.size + self.head + movable.null.size)
+                self.msgs.remove(movable.null)
+        rest = self.new_message(NIL, chunk.end - pos - self.head, chunk, pos)
+        self.chunks.append(chunk)
+        self.renumber()
+        cont = self.alloc_null(home, CONTINUATION, self.cont_size)
+        cont.flags = 0
+        self.point(cont, chunk)
+        return rest
+
+    # -- removal and condensing ---------------------------------------------------------------
+    def release(self, m: Message) -> None:
+        """H5O__release_mesg: the message becomes NIL (zeros), absorbing the block's gap."""
+        m.type, m.flags, m.data = NIL, 0, bytes(m.size)
+        if m.chunk.gap:
+            self.eliminate_gap(m, self.data_end(m.chunk), m.chunk.gap)
+
+    def drop_chunk(self, chunk: Chunk) -> None:
+        self.freed.append((chunk.address, chunk.length))
+        self.chunks.remove(chunk)
+        self.renumber()
+
+    def condense(self) -> None:
+        """H5O__condense_header."""
+        while self.move_forward() | self.merge_null() | self.remove_empty_chunks():
+            pass
+
+    def move_forward(self) -> bool:
+        """H5O__move_msgs_forward: NIL messages bubble to their block's end; a continuation
+        message whose (last) block's messages fit in its room takes them instead; a message fitting
+        in a NIL message of an earlier block moves there."""
+        did = False
+        while True:
+            packed = False
+            nulls = [x for x in self.msgs if x.type == NIL]   # what changes them ends the pass
+            # largest[c]: the largest NIL message before block c (most messages fit none: no search)
+            largest = [-1] * (len(self.chunks) + 1)
+            for x in nulls:
+                largest[x.chunk.index + 1] = max(largest[x.chunk.index + 1], x.size)
+            for c in range(1, len(largest)):
+                largest[c] = max(largest[c], largest[c - 1])
+            u = 0
+            while u < len(self.msgs):
+                m = self.msgs[u]
+                u += 1
+                if m.type == NIL:
+                    if self.end(m) == self.data_end(m.chunk):
+                        continue
+                    after = next(x for x in self.msgs if x.chunk is m.chunk and x.offset == self.end(m))
+                    if after.type != NIL:
+                        after.offset, m.offset = m.offset, m.offset + self.head + after.size
+                        packed = True
+                    continue
+                if m.type == CONTINUATION and self.move_cont(m):
+                    packed = True
+                    break
+                if m.size <= largest[m.chunk.index]:
+                    null = next(x for x in nulls if m.chunk.index > x.chunk.index and m.size <= x.size)
+                    self.move_into(m, null)
+                    packed = True
+                if packed:   # libhdf5 starts over at the first message that is not NIL after any change
+                    break
+            did |= packed
+            if not packed:
+                return did
+
+    def move_into(self, m: Message, null: Message) -> None:
+        """The part of H5O__move_msgs_forward moving message `m` into NIL message `null` of an
+        earlier block; a NIL message takes `m`'s old place."""
+        old_chunk, old_offset = m.chunk, m.offset
+        m.chunk, m.offset = null.chunk, null.offset
+        if m.size == null.size:
+            freed = null
+        elif null.size - m.size < self.head:
+            gap = null.size - m.size
+            null.data = bytes(m.size)
+            self.add_gap(null.chunk, null, self.end(m), gap)
+            freed = null
+        else:
+            null.offset += self.head + m.size
+            null.data = bytes(null.size - self.head - m.size)
+            freed = self.new_message(NIL, 0, old_chunk, old_offset)
+        freed.chunk, freed.offset, freed.data = old_chunk, old_offset, bytes(m.size)
+        if old_chunk.gap:
+            self.eliminate_gap(freed, self.data_end(old_chunk), old_chunk.gap)
+
+    def move_cont(self, cont: Message) -> bool:
+        """H5O__move_cont: the messages of the last block move into its continuation message's
+        room (and the gap after it) when they fit; the block is freed."""
+        target = cont.target
+        if target is not self.chunks[-1]:
+            return False
+        moving = [m for m in self.in_chunk(target) if m.type != NIL]
+        needed = sum(self.head + m.size for m in moving)
+        gap = cont.chunk.gap
+        if not needed or needed > gap + cont.size + self.head:
+            return False
+        home, pos, end = cont.chunk, cont.offset, self.end(cont)
+        self.release(cont)
+        for m in moving:
+            m.chunk, m.offset = home, pos
+            pos += self.head + m.size
+        rest = gap + end - pos
+        if rest >= self.head:
+            cont.offset, cont.data = pos, bytes(rest - self.head)
+        else:
+            if rest:
+                self.add_gap(home, cont, pos, rest)
+            self.msgs.remove(cont)
+        self.msgs = [m for m in self.msgs if m.chunk is not target]
+        self.drop_chunk(target)
+        return True
+
+    def merge_null(self) -> bool:
+        """H5O__merge_null: adjacent NIL messages of a block become one."""
+        did = False
+        while True:
+            merged = False
+            nulls = [m for m in self.msgs if m.type == NIL]
+            by_chunk: dict[int, list[Message]] = {}
+            for m in nulls:
+                by_chunk.setdefault(id(m.chunk), []).append(m)
+            for u in nulls:
+                for v in by_chunk[id(u.chunk)]:
+                    if v is not u and (self.end(u) == v.offset or self.end(v) == u.offset):
+                        u.offset = min(u.offset, v.offset)
+                        u.data = bytes(u.size + self.head + v.size)
+                        self.msgs.remove(v)
+                        merged = True
+                        if not self.remove_empty_chunks() and u.size >= oh.MESSAGE_MAX:
+                            self.shrink(u.chunk)
+                        break
+                if merged:
+                    break
+            did |= merged
+            if not merged:
+                return did
+
+    def remove_empty_chunks(self) -> bool:
+        """H5O__remove_empty_chunks: a continuation block holding one NIL message is freed and
+        the continuation message naming it becomes NIL."""
+        did = False
+        while True:
+            empty = next((m for m in self.msgs if m.type == NIL and m.chunk is not self.chunks[0]
+                          and self.head + m.size == m.chunk.end - m.chunk.start), None)
+            if empty is None:
+                return did
+            cont = next(m for m in self.msgs if m.type == CONTINUATION and m.target is empty.chunk)
+            self.release(cont)
+            self.msgs.remove(empty)
+            self.drop_chunk(empty.chunk)
+            did = True
+
+    def shrink(self, chunk: Chunk) -> None:
+        """H5O__alloc_shrink_chunk: a block loses its NIL messages and gap (the end of it is
+        freed); a v2 block 0 may take a narrower size field."""
+        old_length = chunk.length
+        end = self.data_end(chunk)
+        for m in reversed(self.msgs):
+            if m.type == NIL and m.chunk is chunk:
+                cut = self.head + m.size
+                for x in self.in_chunk(chunk):
+                    if x.offset > m.offset:
+                        x.offset -= cut
+                end -= cut
+                self.msgs.remove(m)
+        least = oh.align(self.version, oh.MIN_CHUNK)
+        if end - chunk.start < least:
+            size = max(oh.align(self.version, least - (end - chunk.start)), self.head) - self.head
+            self.new_message(NIL, size, chunk, end)
+            end += self.head + size
+        if chunk is self.chunks[0] and self.version == 2:
+            width = oh.HDR_CHUNK0_WIDTH
+            bits = min(self.flags & width, oh.chunk0_width_flags(end - chunk.start))
+            cut = chunk.start - oh.prefix_size(2, (self.flags & ~width) | bits)
+            self.flags = (self.flags & ~width) | bits
+            for x in self.in_chunk(chunk):
+                x.offset -= cut
+            chunk.start -= cut
+            end -= cut
+        chunk.end, chunk.gap, chunk.length = end, 0, end + self.tail
+        if chunk is not self.chunks[0]:
+            self.point(next(m for m in self.msgs if m.type == CONTINUATION and m.target is chunk), chunk)
+        self.freed.append((chunk.address + chunk.length, old_length - chunk.length))
 
 
 class HeaderEdit:
-    """Successive message rewrites of one header in one transaction (each sees the last)."""
+    """Successive edits of one object header in one transaction, each seeing the last."""
 
     def __init__(self, txn: Transaction, header: ObjectHeader):
-        self.txn, self.header = txn, header
+        self.txn = txn
+        self._header = header
+        self._images = {b.address: oh.encode_block(header, i) for i, b in enumerate(header.blocks)}
+        self._fresh: set[int] = set()        # blocks this edit allocated
+
+    @property
+    def header(self) -> ObjectHeader:
+        """The header as it will be after the commit."""
+        return self._header
+
+    def _layout(self) -> Layout:
+        def allocate(size: int) -> int:
+            address = self.txn.allocate(size)
+            self._fresh.add(address)
+            return address
+        return Layout(self._header, self.txn.sizes, allocate)
+
+    def _publish(self, lay: Layout) -> None:
+        """Stage every block that changed, free what the header let go, and read it back."""
+        record = lay.header()
+        images = {b.address: oh.encode_block(record, i) for i, b in enumerate(record.blocks)}
+        for address, image in images.items():
+            if address in self._fresh:
+                self.txn.write_new(address, image)
+            elif image != self._images.get(address):
+                self.txn.write_in_place(address, image)
+        for address, size in lay.freed:
+            self.txn.free(address, size)
+
+        def fetch(address: int, length: int) -> bytes:
+            if len(images.get(address, b"")) != length:
+                raise ValueError(f"object header at {record.address}: no block of {length} bytes at {address}")
+            return images[address]
+        self._header = oh.decode(images[record.address], record.address, self.txn.sizes,
+                                 f"object header at {record.address}", fetch)
+        self._images = images
+
+    def _placed(self, m: Message) -> RawMessage:
+        return next(r for r in self._header.all_messages() if r.block == m.chunk.address and r.offset == m.offset)
+
+    # -- edits --------------------------------------------------------------------------------
+    def _editable(self, mtype: int) -> None:
+        """Continuation and NIL messages are the engine's; v1 headers hold no reference count
+        message (libhdf5 refuses one)."""
+        if mtype in (NIL, CONTINUATION) or mtype == REFCOUNT and self._header.version == 1:
+            raise ValueError(f"object header at {self._header.address}: a message of type {mtype:#x} is not editable")
+
+    def add(self, mtype: int, data: bytes, flags: int = 0, *, creation_order: int = 0) -> RawMessage:
+        """A new message (H5O_msg_append_oh): returns it as placed (valid until the next edit).
+        `creation_order` is stored where the header tracks it (attributes: theirs)."""
+        self._editable(mtype)
+        lay = self._layout()
+        m = lay.alloc(mtype, data, flags, creation_order)
+        self._publish(lay)
+        return self._placed(m)
+
+    def remove(self, raw: RawMessage) -> None:
+        """The message becomes NIL and the header is condensed (H5O_msg_remove)."""
+        self._editable(raw.type)
+        lay = self._layout()
+        lay.release(lay.find(raw))
+        lay.condense()
+        self._publish(lay)
+
+    def replace(self, raw: RawMessage, data: bytes, flags: int | None = None, *, relocate: bool = False) -> RawMessage:
+        """A new body (and flags) for a message: in place when its stored size stays (v1: padded to
+        it) and `relocate` is false, otherwise removed and added again and the header condensed,
+        as libhdf5 renames an attribute (H5O__attr_rename_mod_cb: it relocates whenever the name's
+        length changes, with flag "do not share"). Returns the message as placed."""
+        self._editable(raw.type)
+        lay = self._layout()
+        m = lay.find(raw)
+        size = lay.stored_size(data)
+        flags = m.flags if flags is None else flags
+        if size == m.size and not relocate:
+            m.data, m.flags = data.ljust(size, b"\0"), flags
+        else:
+            lay.release(m)
+            m = lay.alloc(raw.type, data, flags, m.corder)
+            lay.condense()
+        self._publish(lay)
+        return self._placed(m)
 
     def set(self, mtype: int, data: bytes) -> None:
-        old = self.header.first(mtype)
+        """A new body for the first message of type `mtype`."""
+        old = self._header.first(mtype)
         if old is None:
-            raise ValueError(f"object header at {self.header.address}: no message of type {mtype:#x}")
-        self.header = rewrite_message(self.txn, self.header, old, data)
+            raise ValueError(f"object header at {self._header.address}: no message of type {mtype:#x}")
+        self.replace(old, data)
+
+    @property
+    def refcount(self) -> int:
+        """The object's hard link count: v1's prefix field, v2's reference count message (1
+        without one)."""
+        if self._header.version == 1:
+            return self._header.refcount
+        m = self._header.first(REFCOUNT)
+        return 1 if m is None else small.decode_refcount(Reader(m.data, 0, self.txn.sizes, "reference count message"))
+
+    @refcount.setter
+    def refcount(self, count: int) -> None:
+        """v2 as H5O__link_oh: a count above 1 is a reference count message (flag "do not
+        share"), added, rewritten, or removed (with the header condensed) at 1 or below."""
+        lay = self._layout()
+        if lay.version == 1:
+            lay.refcount = count
+        else:
+            have = [m for m in lay.msgs if m.type == REFCOUNT]
+            body = refcount_body(count, self.txn.sizes)
+            if have and count <= 1:
+                for m in have:
+                    lay.release(m)
+                lay.condense()
+            elif have:
+                have[0].data = body
+            elif count > 1:
+                lay.alloc(REFCOUNT, body, oh.FLAG_DONT_SHARE, 0)
+        self._publish(lay)
+
+    @property
+    def times(self) -> tuple[int, int, int, int] | None:
+        """v2 headers storing times: (access, modification, change, birth), in seconds."""
+        return self._header.times
+
+    @times.setter
+    def times(self, times: tuple[int, int, int, int]) -> None:
+        if not self._header.flags & oh.HDR_TIMES:
+            raise ValueError(f"object header at {self._header.address} stores no times")
+        lay = self._layout()
+        lay.times = tuple(times)
+        self._publish(lay)
+
+
+def refcount_body(count: int, sizes: Sizes) -> bytes:
+    w = Writer(sizes)
+    small.encode_refcount(w, count)
+    return w.getvalue()
+
+
+def rewrite_message(txn: Transaction, header: ObjectHeader, old: RawMessage, data: bytes) -> ObjectHeader:
+    """Stage `old` with its data replaced (HeaderEdit.replace); returns the header as it will be."""
+    edit = HeaderEdit(txn, header)
+    edit.replace(old, data)
+    return edit.header
