@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h5fs.check import check
+from h5fs.errors import CannotWrite
 from h5fs.format import object_header as OH
 from h5fs.format.codec import Reader
 from h5fs.format.messages import attribute as A
@@ -583,6 +584,41 @@ def test_create_dataset(tmp_path, libver, times):
     assert check(str(path)).sound
 
 
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_create_hard_linked(tmp_path, libver):
+    """A new group made with a link count of 2 (v2: a reference count message, as H5O__link_oh
+    adds it) and linked twice: libhdf5 counts 2, and drops to 1 when h5py deletes a link."""
+    path = tmp_path / "f.h5"
+    with new_file(path, libver) as f:
+        f.create_group("x")
+    with H5File.open(str(path), writable=True) as f:
+        txn = f.store.begin()
+        if libver == "latest":
+            messages = [(M.LINK_INFO, M.encode(M.LINK_INFO, LI.LinkInfo(False, False, None, None, None, None), txn.sizes), 0),
+                        (M.GROUP_INFO, M.encode(M.GROUP_INFO, small.GroupInfo(None, None, None, None), txn.sizes),
+                         OH.FLAG_CONSTANT)]
+            address = create_header(txn, txn.sizes, 2, messages, refcount=2, track_times=True)
+            root = HeaderEdit(txn, read_header(txn.reader, f.root_address, "/"))
+            for name in ("one", "two"):
+                root.add(M.LINK, link_body(name, address, txn.sizes))
+        else:
+            stab = stw.create(txn)
+            address = create_header(txn, txn.sizes, 1, [(M.SYMBOL_TABLE, M.encode(M.SYMBOL_TABLE, stab, txn.sizes), 0)],
+                                    refcount=2)
+            for name in (b"one", b"two"):
+                stw.insert(txn, f.root.message(M.SYMBOL_TABLE), name, stw.Link(address, stab))
+        txn.commit()
+    assert rc(path, "one") == 2
+    with h5py.File(path, "r+") as f:
+        assert f["one"] == f["two"]
+        f["one"].create_group("inner")
+        del f["two"]
+    assert rc(path, "one") == 1 and header_of(path, "one").first(M.REFCOUNT) is None
+    with h5py.File(path, "r") as f:
+        assert list(f["one"]) == ["inner"]
+    assert check(str(path)).sound
+
+
 # -- limits -------------------------------------------------------------------------------------------
 
 
@@ -602,6 +638,35 @@ def test_too_large(tmp_path, libver):
             edit.replace(raw, attribute_body("ok", value(65530), 3, txn.sizes))
         txn.commit()
     verify(path, {"ok": value(60000)})
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_unknown_messages(tmp_path, libver):
+    """A message of a type neither h5fs nor libhdf5 knows: flagged "mark if unknown", both mark it
+    "was unknown" when they next write the header; flagged "fail if unknown and writing", both
+    refuse to write the object (libhdf5 already refuses to open it for writing)."""
+    a, b, c = tmp_path / "a.h5", tmp_path / "b.h5", tmp_path / "c.h5"
+    make(a, Case(libver))
+    with editing(a) as e:
+        e.add(0x40, b"unknown!", OH.FLAG_MARK_UNKNOWN)
+    b.write_bytes(a.read_bytes())
+    with editing(a) as e:
+        Attributes(e, 1 if libver == "earliest" else 3).add("x", value(3))
+    with h5py.File(b, "r+") as f:
+        f["obj"].attrs["x"] = value(3)
+    for p in (a, b):
+        assert header_of(p).first(0x40).flags == OH.FLAG_MARK_UNKNOWN | OH.FLAG_WAS_UNKNOWN
+    verify(a, {"x": value(3)})
+    make(c, Case(libver))
+    with editing(c) as e:
+        e.add(0x40, b"unknown!", OH.FLAG_FAIL_UNKNOWN_WRITE)
+    with H5File.open(str(c), writable=True) as f:
+        txn = f.store.begin()
+        with pytest.raises(CannotWrite):
+            HeaderEdit(txn, read_header(txn.reader, f.resolve("/obj").address, "obj"))
+    with h5py.File(c, "r+") as f, pytest.raises(Exception, match="unknown"):
+        f["obj"].attrs["x"] = 1
+    assert h5py_attributes(c) == {}
 
 
 # -- random edits -------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ cycles and absurd sizes. It does no I/O: `decode` takes block 0's bytes and a `f
 length)` giving continuation blocks' bytes (h5fs.storage.readers.object_header reads the file).
 
 Encoding: `encode_block(header, i)` gives block i's bytes (prefix or OCHK signature, messages in
-order, the gap, the checksum); `encode_continuation` a continuation message body. Undefined bytes
+order, the gap, the checksum); `encode_continuation` a continuation message body. The sizes a
+writer lays blocks out with (`align`, `block_overhead`, `continuation_size`, `chunk0_width_flags`,
+`MIN_CHUNK`, `MESSAGE_MAX`) are libhdf5's (h5fs.storage.header_writer places the messages). Undefined bytes
 encode as zeros, as libhdf5 writes them: the 4 alignment bytes of the v1 prefix, the 3 reserved
 bytes of each v1 message header, v2 gaps. Message data is kept whole (v1 padding, the old bytes
 of a NIL message), so what libhdf5 left there comes back unchanged.
@@ -22,8 +24,8 @@ of a NIL message), so what libhdf5 left there comes back unchanged.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from ..errors import FormatError, Unsupported
 from . import checksum
@@ -36,9 +38,11 @@ MESSAGE_MAX = 65536        # a message's data is smaller (libhdf5's H5O_MESG_MAX
 MIN_CHUNK = 22             # least message bytes of a new block: a message header and a continuation (H5O_MIN_SIZE)
 
 NIL, CONTINUATION, REFCOUNT = 0x0000, 0x0010, 0x0016
-# Message flags: 0x04 "do not share", 0x08 "fail if unknown and writing", 0x10 "mark if unknown",
-# 0x20 "was unknown", 0x40 "shareable", 0x80 "fail if unknown"
-FLAG_CONSTANT, FLAG_SHARED, FLAG_DONT_SHARE, FLAG_FAIL_UNKNOWN = 0x01, 0x02, 0x04, 0x80
+# Message flags (IV.A.1): constant, shared (the body is a shared-message reference), not to be
+# shared, writers that do not understand the type must fail, must mark it "was unknown" when they
+# write the object, was unknown to a writer, shareable, readers that do not understand it must fail
+FLAG_CONSTANT, FLAG_SHARED, FLAG_DONT_SHARE, FLAG_FAIL_UNKNOWN_WRITE = 0x01, 0x02, 0x04, 0x08
+FLAG_MARK_UNKNOWN, FLAG_WAS_UNKNOWN, FLAG_SHAREABLE, FLAG_FAIL_UNKNOWN = 0x10, 0x20, 0x40, 0x80
 
 # Header flags (v2)
 HDR_CHUNK0_WIDTH = 0x03    # bits 0-1: the size of chunk 0 is 1, 2, 4 or 8 bytes wide
@@ -371,21 +375,6 @@ def encode_block(header: ObjectHeader, index: int) -> bytes:
     if len(out) != block.length:
         raise ValueError(f"object header block at {block.address}: {len(out)} bytes encoded, {block.length} recorded")
     return bytes(out)
-
-
-def replace_message(header: ObjectHeader, old: RawMessage, data: bytes) -> tuple[ObjectHeader, int]:
-    """The header with `old`'s data replaced by `data`, and the index of the block holding it.
-    The message keeps its stored size (v1 data shorter than it is padded with zeros): a change
-    of size would move the messages after it."""
-    if len(data) > old.size or header.version == 2 and len(data) != old.size:
-        raise Unsupported(f"object header at {header.address}: a message of {old.size} bytes cannot become {len(data)}")
-    for i, block in enumerate(header.blocks):
-        if block.address == old.block:
-            new = replace(old, data=data + bytes(old.size - len(data)))
-            messages = tuple(new if m is old or m == old else m for m in block.messages)
-            blocks = header.blocks[:i] + (replace(block, messages=messages),) + header.blocks[i + 1:]
-            return replace(header, blocks=blocks), i
-    raise ValueError(f"object header at {header.address}: no block at {old.block}")
 
 
 def encode_continuation(cont: Continuation, sizes: Sizes) -> bytes:

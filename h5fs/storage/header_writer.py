@@ -3,18 +3,24 @@ blocks created and freed, reference counts, placed as libhdf5 places them (H5Oal
 
 `Layout` is libhdf5's in-memory header (H5O_t): blocks ("chunks") and a message table in the order
 libhdf5 numbers them after reading the header (chunk by chunk, each in stored order), so ties in
-its best-fit searches fall the same way; adjacent NIL messages are merged on load, as libhdf5 does
-when it opens a header for writing (H5O__chunk_deserialize). Its methods are libhdf5's, named in
-each docstring: a new message takes the best-fitting NIL message, split (H5O__alloc,
-H5O__alloc_null); with none, a continuation block is allocated, its continuation message taking a
-NIL message or the room of a message moved into the new block (H5O__alloc_new_chunk,
-H5O__alloc_chunk); a removed message becomes NIL and the header is condensed: messages moved
-towards block 0, NILs merged, emptied blocks freed with their continuation messages
+its searches fall the same way. Loading does what libhdf5 does when it opens a header for writing
+(H5O__chunk_deserialize): adjacent NIL messages merge, messages of unknown types flagged "mark if
+unknown" are marked "was unknown"; an unknown message flagged "fail if unknown and writing" makes
+the header unwritable (CannotWrite). The methods are libhdf5's, named in each docstring: a new
+message takes the best-fitting NIL message, split (H5O__alloc, H5O__alloc_null); with none, a
+continuation block is allocated, its continuation message taking a NIL message or the room of a
+message moved into the new block (H5O__alloc_new_chunk, H5O__alloc_chunk); a removed message
+becomes NIL and the header is condensed: messages moved towards block 0, NILs merged, emptied
+blocks freed with their continuation messages, blocks whose NILs reach 64 KiB shrunk
 (H5O__condense_header). v2 bytes too few for a message header are a block's "gap", never in a
-block that holds a NIL message (libhdf5 refuses such a block). Two things differ from libhdf5,
-neither visible to a reader: blocks are never extended into free space (H5O__alloc_extend_chunk:
-a new continuation block is made instead), and NIL messages are written as zeros (libhdf5 leaves
-whatever bytes were there).
+block that holds a NIL message (libhdf5 refuses such a block).
+
+Where libhdf5 cannot extend a block, the engine puts every block, message and gap where libhdf5
+does (tests/test_header_write.py compares twins edit by edit). The differences, none visible to a
+reader: blocks are never extended in place into free space or the end of the file
+(H5O__alloc_extend_chunk: a new continuation block is made instead), and NIL messages are written
+as zeros with no flags (libhdf5 leaves the bytes there were, and may leave stale flags on NIL and
+continuation messages).
 
 `HeaderEdit` applies one edit at a time to the header as it last left it (what libhdf5 does
 between two opens of the file), then stages each block that changed: once per transaction, the
@@ -29,7 +35,7 @@ import errno
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..errors import H5fsError
+from ..errors import CannotWrite, H5fsError
 from ..format import object_header as oh
 from ..format.codec import Reader, Sizes, Writer
 from ..format.messages import small
@@ -103,7 +109,10 @@ class Layout:
                 if m.type == NIL and last is not None and last.type == NIL and last.chunk is c:
                     last.data = bytes(last.size + self.head + m.size)
                 else:
-                    self.msgs.append(Message(m.type, m.flags, m.data, m.creation_order or 0, c, m.offset))
+                    flags = m.flags
+                    if m.type not in oh.KNOWN_TYPES and flags & oh.FLAG_MARK_UNKNOWN:
+                        flags |= oh.FLAG_WAS_UNKNOWN   # as libhdf5 marks them when it writes the object
+                    self.msgs.append(Message(m.type, flags, m.data, m.creation_order or 0, c, m.offset))
         self.renumber()
         by_address = {c.address: c for c in self.chunks}
         for m in self.msgs:
@@ -489,6 +498,10 @@ class HeaderEdit:
     """Successive edits of one object header in one transaction, each seeing the last."""
 
     def __init__(self, txn: Transaction, header: ObjectHeader):
+        for m in header.messages:
+            if m.type not in oh.KNOWN_TYPES and m.flags & oh.FLAG_FAIL_UNKNOWN_WRITE:
+                raise CannotWrite(f"object header at {header.address}: message type {m.type:#x}, unknown, "
+                                  "forbids writers that do not know it")
         self.txn = txn
         self._header = header
         self._images = {b.address: oh.encode_block(header, i) for i, b in enumerate(header.blocks)}
