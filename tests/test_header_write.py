@@ -402,6 +402,38 @@ def test_shrink_as_libhdf5(tmp_path, libver):
     verify(a, {"a2": value(22002, 2)})
 
 
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_messages_moved_out_as_libhdf5(tmp_path, libver):
+    """A full block 0 of small messages (a named datatype and eight 3-byte messages of unknown
+    types, made by create_header): no NIL message takes a continuation message, so libhdf5 moves
+    one message out (v1: the datatype), or, none being large enough (v2), every message of the
+    last block; both engine and libhdf5 add the same attribute and lay the header out alike."""
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    make(a, Case(libver))
+    with H5File.open(str(a), writable=True) as f:
+        txn = f.store.begin()
+        version = 2 if libver == "latest" else 1
+        messages = [(M.DATATYPE, M.encode(M.DATATYPE, U8, txn.sizes), OH.FLAG_CONSTANT)]
+        messages += [(0x40 + i, bytes([i]) * 3, 0) for i in range(8)]
+        address = create_header(txn, txn.sizes, version, messages)
+        if version == 2:
+            HeaderEdit(txn, read_header(txn.reader, f.root_address, "/")).add(M.LINK, link_body("t", address, txn.sizes))
+        else:
+            stw.insert(txn, f.root.message(M.SYMBOL_TABLE), b"t", stw.Link(address))
+        txn.commit()
+    with h5py.File(a, "r+") as f:
+        assert isinstance(f["t"], h5py.Datatype)
+        f.create_dataset("after", data=np.zeros(4096, np.uint8))   # block 0 no longer ends the file
+    b.write_bytes(a.read_bytes())
+    before = header_of(a, "t")
+    assert len(before.blocks) == 1 and not before.free_space()
+    with editing(a, "/t") as e, lib_open(b, libver) as f:
+        Attributes(e, 1 if libver == "earliest" else 3).add("x", value(5))
+        f["t"].attrs["x"] = value(5)
+    assert placement(header_of(a, "t")) == placement(header_of(b, "t"))
+    verify(a, {"x": value(5)}, "t")
+
+
 # -- reference counts ----------------------------------------------------------------------------------
 
 
@@ -471,6 +503,21 @@ def test_refcount_v1(tmp_path):
         del f["g"]
     assert rc(path, "h") == 1
     assert header_of(path, "h").refcount == 1
+    assert check(str(path)).sound
+
+
+def test_times(tmp_path):
+    """The times a v2 prefix stores: rewritten as libhdf5 reads them; a header storing none refuses."""
+    path = tmp_path / "f.h5"
+    make(path, Case("latest", track_times=True))
+    with editing(path) as e:
+        e.times = (1_000_000_001, 1_000_000_002, 1_000_000_003, 1_000_000_004)
+    with h5py.File(path, "r") as f:
+        info = h5py.h5o.get_info(f["obj"].id)
+        assert (info.atime, info.mtime, info.ctime, info.btime) == (1_000_000_001, 1_000_000_002, 1_000_000_003,
+                                                                    1_000_000_004)
+    with editing(path, "/other") as e, pytest.raises(ValueError):
+        e.times = (1, 2, 3, 4)
     assert check(str(path)).sound
 
 
