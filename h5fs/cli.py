@@ -99,6 +99,7 @@ class MountConfig:
         self.readahead_kb = DEFAULT_READAHEAD_KB
         self.writeback_mb = DEFAULT_WRITEBACK_MB
         self.writeback_cache = False
+        self.compression: str | None = None   # new datasets' filters (None: the default)
         fsname = self.source
         passthrough: list[str] = []
         for opt in _split_options(args.options):
@@ -118,6 +119,13 @@ class MountConfig:
                     raise CliError(f"bad value in -o {opt}: an integer is needed") from None
             elif key == "writeback_cache" and not eq:
                 self.writeback_cache = True
+            elif key == "compression" and eq:
+                from .model.filter_spec import parse_filters
+                try:
+                    parse_filters(val)
+                except ValueError as exc:
+                    raise CliError(f"bad value in -o {opt}: {exc}") from None
+                self.compression = val
             elif key == "fsname" and eq:
                 fsname = val
             elif key == "subtype" or key in IGNORED_OPTIONS:
@@ -204,7 +212,8 @@ def _run_daemon(cfg: MountConfig, on_ready, on_fail) -> int:
         info = {"pid": os.getpid(), "file": cfg.source, "log": cfg.log_path or "stderr"}
         writeback = None if cfg.readonly else Writeback(h5, cfg.writeback_mb << 20)
         return serve(h5, cfg.source, cfg.mountpoint, cfg.fuse_options(), writeback=writeback,
-                     writeback_cache=cfg.writeback_cache, info=info, readahead_kb=cfg.readahead_kb,
+                     writeback_cache=cfg.writeback_cache, compression=cfg.compression, info=info,
+                     readahead_kb=cfg.readahead_kb,
                      on_ready=on_ready, on_fail=on_fail)
     except Exception as exc:
         logging.getLogger("h5fs").exception("daemon failed")
@@ -381,7 +390,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument("-o", dest="options", action="append", metavar="OPTIONS",
                    help="comma-separated options: ro, log=PATH, verbose, readahead_kb=N, writeback_mb=N, "
-                        "writeback_cache, fsname=NAME, and FUSE options (allow_other, default_permissions, ...)")
+                        "writeback_cache, compression=SPEC (new datasets; default gzip:4,shuffle; none), fsname=NAME, and FUSE options (allow_other, default_permissions, ...)")
     m.add_argument("file", metavar="FILE")
     m.add_argument("mountpoint", metavar="MOUNTPOINT")
     m.set_defaults(func=cmd_mount)

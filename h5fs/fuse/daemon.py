@@ -40,11 +40,12 @@ def _tune_gc() -> None:
 
 
 def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, writeback: Writeback | None,
-          writeback_cache: bool, info: dict, readahead_kb: int, on_ready: Callable[[], None],
+          writeback_cache: bool, compression: str | None, info: dict, readahead_kb: int, on_ready: Callable[[], None],
           on_fail: Callable[[str], None]) -> int:
     """Mount and serve until unmounted or signalled; return the exit status. A writable mount
     returns only when every write is in the file, durably."""
-    ops = Operations(h5file, source, writeback=writeback, info=info)
+    ops = Operations(h5file, source, writeback=writeback, info=info, mountpoint=os.path.abspath(mountpoint),
+                     compression=compression)
     ops.enable_writeback_cache = writeback_cache
     try:
         pyfuse3.init(ops, mountpoint, fuse_options)

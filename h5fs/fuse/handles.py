@@ -27,6 +27,20 @@ class OpenFile:
     size: int            # bytes of data after the prefix
 
 
+@dataclass(slots=True)
+class NpyStream:
+    """A `.npy` file being created (`cp x.npy DIR/`): its bytes are held until the header
+    parses, then dataset `name` is made from it and the rest is written into it as it comes."""
+    ino: int
+    parent: object            # the directory's node
+    name: str                 # the dataset's link name (the file name without `.npy`)
+    head: bytearray           # the bytes written before the header was complete
+    header: object = None     # the parsed NpyHeader
+    obj: object = None        # the dataset, once made
+    end: int = 0              # bytes of array data written so far (contiguous from 0)
+    failed: BaseException | None = None   # why the file cannot become a dataset
+
+
 @dataclass(frozen=True, slots=True)
 class OpenDir:
     ino: int
@@ -35,7 +49,7 @@ class OpenDir:
 
 class Handles:
     def __init__(self) -> None:
-        self.files: dict[int, OpenFile] = {}
+        self.files: dict[int, OpenFile | NpyStream] = {}
         self.dirs: dict[int, OpenDir] = {}
         self._next = 1
 
@@ -44,7 +58,7 @@ class Handles:
         self._next += 1
         return fh
 
-    def open_file(self, state: OpenFile) -> int:
+    def open_file(self, state: OpenFile | NpyStream) -> int:
         fh = self._number()
         self.files[fh] = state
         return fh

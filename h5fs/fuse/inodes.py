@@ -81,6 +81,19 @@ class InodeTable:
             self._nodes[node.ino] = node
         return node
 
+    def adopt(self, node: Node, address: int) -> None:
+        """A node made before its object existed (a `.npy` file being created) now stands for
+        the object at `address`."""
+        if self._links.get(node.key) is node:
+            del self._links[node.key]
+        node.address = node.key = address
+        self._index(node.kind, address)[address] = node
+
+    def drop_link(self, group_address: int, name: bytes) -> None:
+        """A soft or external link is gone or replaced: the next lookup of the name gets a new
+        node (the kernel may still hold the old inode until it forgets it)."""
+        self._links.pop((group_address, name), None)
+
     def drop_unknown(self, node: Node) -> None:
         """Release a node interned but never handed out (its reply failed)."""
         if node.lookups == 0:

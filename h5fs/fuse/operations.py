@@ -38,15 +38,17 @@ from ..errors import H5fsError
 from ..model import namespace
 from ..model.namespace import DIR, DTYPE, NPY, RAW, SYMLINK, Entry, Numbers
 from ..format.messages.layout import VIRTUAL
+from ..model.tree_edit import TreeEditor
 from ..model.writeback import Writeback
 from . import offload, views
 from .blocks import BlockCounts
 from .errors import boundary, warn_once
-from .handles import Handles, OpenDir, OpenFile
+from .handles import Handles, NpyStream, OpenDir, OpenFile
 from .inodes import InodeTable, Node
 from .invalidate import Invalidator
 from .lru import Lru
 from .prefetch import Prefetcher
+from .edits import DEFAULT_FILTERS, EditSide
 from .writes import WriteSide
 
 log = logging.getLogger("h5fs.fuse")
@@ -62,11 +64,14 @@ FH_HANDLERS = frozenset({"read", "release", "flush", "fsync", "write", "readdir"
 
 
 class Operations(pyfuse3.Operations):
-    def __init__(self, h5file, source: str, *, writeback: Writeback | None = None, info: dict | None = None):
+    def __init__(self, h5file, source: str, *, writeback: Writeback | None = None, info: dict | None = None,
+                 mountpoint: str = "/", compression: str | None = None):
         super().__init__()
         self.f = h5file
         self.source = source
         self.writes = WriteSide(self, writeback) if writeback is not None else None
+        self.edits = EditSide(self, TreeEditor(h5file, writeback), compression or DEFAULT_FILTERS) if writeback is not None else None
+        self.mountpoint = mountpoint
         self.info = {k: str(v) for k, v in (info or {}).items()}  # extra root facts: pid, file, log
         st = os.stat(source)
         self.uid, self.gid = st.st_uid, st.st_gid
@@ -366,6 +371,8 @@ class Operations(pyfuse3.Operations):
         state = self.handles.files.get(fh)
         if state is None:
             raise FUSEError(errno.EBADF)
+        if isinstance(state, NpyStream):   # being created: written, not read (cp does not)
+            raise FUSEError(errno.EBADF)
         prefix, ds = state.prefix, state.obj
         out = prefix[off:off + size] if off < len(prefix) else b""
         if state.kind == DTYPE:
@@ -392,7 +399,11 @@ class Operations(pyfuse3.Operations):
 
     @boundary
     async def flush(self, fh: int) -> None:
-        return None   # a closed file's writes land with the background flush (writes.FLUSH_DELAY)
+        # a closed file's writes land with the background flush (writes.FLUSH_DELAY); a `.npy`
+        # file being created is checked whole
+        state = self.handles.files.get(fh)
+        if isinstance(state, NpyStream):
+            await self._edits().stream_finish(state)
 
     @boundary
     async def fsync(self, fh: int, datasync: bool) -> None:
@@ -488,9 +499,17 @@ class Operations(pyfuse3.Operations):
         self._check(node)
         if fields.update_size:
             await self.writes.truncate(node, attr.st_size)
-        elif fields.update_mode or fields.update_uid or fields.update_gid:
-            raise FUSEError(errno.EPERM)
-        return self._stat(node)   # times: kept as the file records them
+        if fields.update_mode or fields.update_uid or fields.update_gid:
+            # HDF5 keeps no owner or mode: one the mount already shows is accepted (cp -p,
+            # rsync -a), any other change is refused
+            current = self._stat(node)
+            if (fields.update_mode and stat.S_IMODE(attr.st_mode) != stat.S_IMODE(current.st_mode)
+                    or fields.update_uid and attr.st_uid != current.st_uid
+                    or fields.update_gid and attr.st_gid != current.st_gid):
+                raise FUSEError(errno.EPERM)
+        if fields.update_mtime and node.kind != SYMLINK:
+            await self._edits().touch(node, attr.st_mtime_ns)
+        return self._stat(node)
 
     @boundary
     async def write(self, fh, off, buf):
@@ -503,43 +522,64 @@ class Operations(pyfuse3.Operations):
 
     @boundary
     async def create(self, parent_inode, name, mode, flags, ctx):
-        raise FUSEError(errno.EROFS)
+        edits = self._edits()
+        fh, attrs = await edits.create(self._dir(parent_inode), name)
+        return pyfuse3.FileInfo(fh=fh), attrs
 
     @boundary
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         raise FUSEError(errno.EROFS)
 
+    def _edits(self) -> EditSide:
+        if self.edits is None:
+            raise FUSEError(errno.EROFS)
+        return self.edits
+
     @boundary
     async def mkdir(self, parent_inode, name, mode, ctx):
-        raise FUSEError(errno.EROFS)
+        edits = self._edits()
+        return await edits.mkdir(self._dir(parent_inode), name)
 
     @boundary
     async def unlink(self, parent_inode, name, ctx):
-        raise FUSEError(errno.EROFS)
+        edits = self._edits()
+        await edits.unlink(self._dir(parent_inode), name)
 
     @boundary
     async def rmdir(self, parent_inode, name, ctx):
-        raise FUSEError(errno.EROFS)
+        edits = self._edits()
+        await edits.rmdir(self._dir(parent_inode), name)
 
     @boundary
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
-        raise FUSEError(errno.EROFS)
+        edits = self._edits()
+        await edits.rename(self._dir(parent_inode_old), name_old, self._dir(parent_inode_new), name_new, flags)
 
     @boundary
     async def symlink(self, parent_inode, name, target, ctx):
-        raise FUSEError(errno.EROFS)
+        edits = self._edits()
+        return await edits.symlink(self._dir(parent_inode), name, target)
 
     @boundary
     async def link(self, inode, new_parent_inode, new_name, ctx):
-        raise FUSEError(errno.EROFS)
+        edits = self._edits()
+        node = self._node(inode)
+        self._check(node)
+        return await edits.link(node, self._dir(new_parent_inode), new_name)
 
     @boundary
     async def setxattr(self, inode, name, value, ctx):
-        raise FUSEError(errno.EROFS)
+        edits = self._edits()
+        node = self._node(inode)
+        self._check(node)
+        await edits.setxattr(node, name, value)
 
     @boundary
     async def removexattr(self, inode, name, ctx):
-        raise FUSEError(errno.EROFS)
+        edits = self._edits()
+        node = self._node(inode)
+        self._check(node)
+        await edits.removexattr(node, name)
 
 
 def _log_broken(node: Node) -> None:

@@ -26,7 +26,7 @@ from ..model.namespace import NPY, RAW
 from ..model.free_space import find_free_space
 from ..model.writeback import Writeback
 from . import offload
-from .handles import OpenFile
+from .handles import NpyStream, OpenFile
 
 log = logging.getLogger("h5fs.fuse")
 
@@ -47,7 +47,7 @@ class WriteSide:
 
     async def _find_free_space(self) -> None:
         try:
-            await offload.run_sync(find_free_space, self.ops.f)
+            await offload.run_sync(find_free_space, self.ops.f, self.wb.commit_lock)
         except Exception as exc:  # noqa: BLE001 - new space keeps coming from the end of the file
             log.warning("free space not reused: %s: %s", type(exc).__name__, exc)
 
@@ -81,6 +81,9 @@ class WriteSide:
     # -- requests -----------------------------------------------------------------------------
     async def write(self, state: OpenFile, off: int, buf: bytes) -> int:
         """Write `buf` at `off` of an open view; returns the bytes taken (all of them)."""
+        if isinstance(state, NpyStream):
+            self.last_write = time.monotonic()
+            return await self.ops.edits.stream_write(state, off, buf)
         ds, taken = state.obj, len(buf)
         if state.kind == NPY:
             if ds.converted:

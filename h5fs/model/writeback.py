@@ -176,7 +176,7 @@ class Writeback:
             compact[start:start + len(data)] = data
             with self.f.store.transaction() as txn:
                 HeaderEdit(txn, ds.header).set(M.LAYOUT, self._layout(replace(lay, compact_data=bytes(compact))))
-                self._commit(txn, [ds.address])
+                self.commit(txn, [ds.address])
         else:
             source = ds.source
             if not isinstance(source, ContiguousSource):
@@ -380,6 +380,11 @@ class Writeback:
         if part:
             yield part
 
+    def discard(self, address: int) -> None:
+        """A dataset going away: its writes not in the file are forgotten."""
+        with self.commit_lock:
+            self._drop(address)
+
     def _drop(self, address: int) -> None:
         """Forget every write of a dataset not yet in the file (its chunks pinned included)."""
         with self.lock:
@@ -430,17 +435,17 @@ class Writeback:
                 if implicit and old is not None:
                     txn.write_data(old.address, data)   # implicit chunks live where the index says
                     continue
-                address = txn.allocate(len(data))
+                address = txn.allocate(len(data), raw=True)
                 txn.write_data(address, data)
                 records.append(ChunkRecord(coords, address, len(data), mask))
                 if old is not None:
                     replaced.append(old)
         except _Broken:
             for rec in records:   # written, never referenced
-                txn.free(rec.address, rec.size)
+                txn.free(rec.address, rec.size, raw=True)
             raise
         for old in replaced:
-            txn.free(old.address, old.size)
+            txn.free(old.address, old.size, raw=True)
         new_layout = index.put(txn, records) if records else None
         if new_layout is not None:
             header.set(M.LAYOUT, self._layout(new_layout))
@@ -486,7 +491,8 @@ class Writeback:
             return encode_chunk(filters, bytes(buf), replace(info, what=f"{ds.path} chunk {coords}"))
         return encode
 
-    def _commit(self, txn: Transaction, addresses: list[int]) -> None:
+    def commit(self, txn: Transaction, addresses: list[int]) -> None:
+        """Commit `txn` and forget what it made stale (`addresses`: object headers it changed)."""
         txn.commit()
         self._forget(txn, addresses)
 
@@ -504,7 +510,7 @@ class Writeback:
         value, and publish it in the layout message."""
         size = ds.dataspace.count * ds.itemsize
         with self.f.store.transaction() as txn:
-            address = txn.allocate(size)
+            address = txn.allocate(size, raw=True)
             position = self.f.reader.base + address
             if position >= os.fstat(self.f.fd).st_size and not any(ds.fill_value or b""):
                 self.f.store.writer.truncate(position + size)   # new zeros: the file grows sparse
@@ -513,7 +519,7 @@ class Writeback:
                     n = min(FILL_PIECE, size - start)
                     txn.write_data(address + start, fill_pattern(ds.fill_value, ds.itemsize, start, n))
             HeaderEdit(txn, ds.header).set(M.LAYOUT, self._layout(replace(ds.layout, address=address, size=size)))
-            self._commit(txn, [ds.address])
+            self.commit(txn, [ds.address])
 
     # -- resizing -------------------------------------------------------------------------------
     def truncate(self, ds: Dataset, size: int) -> None:
@@ -556,7 +562,7 @@ class Writeback:
                 lay = new_layout
             if rows > space.dims[0] and _allocated_early(ds):
                 self._stage_chunks(txn, ds, header, self._encode(ds, ds.source, self._fill_chunks(ds, index, dims), None), lay)
-            self._commit(txn, [ds.address])
+            self.commit(txn, [ds.address])
 
     def _fill_chunks(self, ds: Dataset, index, dims: tuple[int, ...]) -> dict[tuple[int, ...], bytearray]:
         """Chunks of fill values for every chunk of the grown extent not allocated yet (storage
@@ -596,7 +602,7 @@ class Writeback:
                 header.set(M.LAYOUT, self._layout(new_layout))
             if lay.index.index_type != L.IMPLICIT:   # implicit chunks are slices of one live block
                 for rec in gone:
-                    txn.free(rec.address, rec.size)
+                    txn.free(rec.address, rec.size, raw=True)
         if cut:
             new_layout = self._stage_chunks(txn, ds, header, self._encode(ds, source, cut, None),
                                             new_layout) or new_layout

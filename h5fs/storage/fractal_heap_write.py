@@ -122,7 +122,7 @@ def delete(txn: Transaction, heap_address: int) -> None:
                 stack += [(c.address, c.nrecords, depth - 1) for c in node.children]
             else:
                 for rec in bt.decode_records(hdr, node, bt.record_decoder(hdr.type), what):
-                    txn.free(rec.address, rec.length)
+                    txn.free(rec.address, rec.length, raw=True)   # huge objects are raw data
             txn.free(addr, hdr.node_size)
         txn.free(hdr.address, bt.header_size(s))
     txn.free(heap_address, header_size(s, h.filter_len))
@@ -370,8 +370,8 @@ class HeapWriter:
         self._adjust(managed_alloc_size=size)
         return addr
 
-    def _alloc(self, size: int) -> int:
-        addr = self.txn.allocate(size)
+    def _alloc(self, size: int, raw: bool = False) -> int:
+        addr = self.txn.allocate(size, raw=raw)
         self._new.add(addr)
         return addr
 
@@ -778,7 +778,7 @@ class HeapWriter:
 
     def _insert_huge(self, data: bytes) -> bytes:
         """H5HF__huge_insert: the object in its own space, recorded in the huge-object B-tree."""
-        addr = self._alloc(len(data))
+        addr = self._alloc(len(data), raw=True)   # raw data in libhdf5's sec2 map
         self._put(addr, data)
         if self.g.huge_direct:
             rec, hid = bt.HugeObjectRecord(addr, len(data)), HugeId(address=addr, length=len(data))
@@ -810,7 +810,7 @@ class HeapWriter:
         """H5HF__huge_remove (and H5HF__huge_term once the last one goes)."""
         rec = self._huge_location(heap_id)
         self._huge_tree_drop(rec)
-        self.txn.free(rec.address, rec.length)
+        self.txn.free(rec.address, rec.length, raw=True)
         self._adjust(huge_count=-1, huge_size=-rec.length)
 
     def _huge_leaf(self) -> tuple[bt.BTreeV2Header, list[bt.HugeObjectRecord]]:

@@ -201,7 +201,7 @@ def _create(txn: Transaction, mem: _Memory, need: int) -> tuple[gh.Collection, _
     size = gh.new_collection_size(need, sizes)
     if size > min(gh.MAX_COLLECTION, (1 << 8 * sizes.length) - 1):
         raise CannotWrite(f"a global heap object taking {need} bytes: too large for a collection of this file")
-    address = txn.allocate(size)
+    address = txn.allocate(size, raw=True)   # libhdf5's sec2 map: global heaps are raw data
     if address + size >= sizes.undefined:
         raise CannotWrite(f"a global heap collection at {address}+{size}: beyond this file's {sizes.offset}-byte addresses")
     col = _with(gh.Collection(address, size, (), sizes), ())
@@ -235,7 +235,7 @@ def remove(txn: Transaction, address: int, index: int) -> None:
         _stage(txn, _with(col, objects), entry)
         _advance(mem.cwfs, entry)
         return
-    txn.free(address, col.size)          # H5AC__FREE_FILE_SPACE_FLAG: the collection goes
+    txn.free(address, col.size, raw=True)          # H5AC__FREE_FILE_SPACE_FLAG: the collection goes
     del mem.nused[address]
     if entry in mem.cwfs:
         mem.cwfs.remove(entry)

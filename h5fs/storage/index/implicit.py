@@ -83,14 +83,14 @@ class ImplicitIndex(ChunkIndex):
     def _allocate(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout:
         """Allocate the block (every chunk of the maximum grid) and move the chunks of
         `records`, written elsewhere in this transaction, to their places in it."""
-        self.address = txn.allocate(prod(self.max_grid) * self.nbytes)
+        self.address = txn.allocate(prod(self.max_grid) * self.nbytes, raw=True)
         for r in records:
             slot = self._record(tuple(r.coords))
             if slot is None or r.size != self.nbytes:
                 raise ValueError(f"{self.ctx.what}: implicit chunk {tuple(r.coords)} of {r.size} bytes does not fit "
                                  f"the maximum grid {self.max_grid} of {self.nbytes}-byte chunks")
             txn.write_data(slot.address, txn.read_data(r.address, r.size))
-            txn.free(r.address, r.size)
+            txn.free(r.address, r.size, raw=True)
         lay = self.ctx.layout
         return replace(lay, index=replace(lay.index, address=self.address))
 

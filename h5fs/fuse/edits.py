@@ -1,0 +1,336 @@
+"""The mount's namespace edits: mkdir, rmdir, unlink, rename, link, symlink, setxattr,
+removexattr and utimens, each one transaction of the engine's tree editor
+(h5fs.model.tree_edit) run in a worker thread.
+
+Names are checked here (what HDF5 can hold, what the mount shows: `D` and `D.npy` are one
+dataset); the editor checks the tree (existence, emptiness, cycles). After an edit the adapter's
+caches of what changed are dropped (listings, attribute tables, facts, stat numbers) and the
+kernel is told of changes it did not make itself (the link count of an object with other names,
+attributes of other inodes of the same object).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+
+import numpy as np
+import pyfuse3
+from pyfuse3 import FUSEError
+
+from ..errors import InvalidWrite
+from ..model import namespace
+from ..model.dataset_create import npy_storage
+from ..model.namespace import DIR, NPY, NPY_SUFFIX, RAW, SYMLINK, Entry, Numbers
+from ..model.npy_header import NpyHeaderError, parse_npy_header
+from ..model.tree_edit import TreeEditor
+from . import offload, views
+from .handles import NpyStream, OpenFile
+from .inodes import Node
+
+log = logging.getLogger("h5fs.fuse")
+
+DEFAULT_FILTERS = "gzip:4,shuffle"   # new datasets' compression (-o compression=...)
+BYTES_CHUNK = 1 << 20                # chunk of the uint8 dataset any other new file becomes
+
+
+def link_name(name: bytes) -> str:
+    """The HDF5 link name for a file name a user gives (UTF-8, no NUL; the kernel already
+    refuses '/', empty names and names over NAME_MAX)."""
+    if len(name) > namespace.NAME_MAX:
+        raise FUSEError(errno.ENAMETOOLONG)
+    if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
+        raise FUSEError(errno.EINVAL)
+    try:
+        return name.decode("utf-8")
+    except UnicodeDecodeError:
+        log.warning("%r: not UTF-8, HDF5 cannot hold it as a link name", name)
+        raise FUSEError(errno.EINVAL) from None
+
+
+class EditSide:
+    def __init__(self, ops, editor: TreeEditor, filters: str = DEFAULT_FILTERS):
+        self.ops, self.editor, self.filters = ops, editor, filters
+
+    # -- what a name stands for -------------------------------------------------------------
+    async def _entry(self, parent: Node, name: bytes) -> namespace.Entry | None:
+        ops = self.ops
+        return await offload.run_sync(namespace.lookup, ops.f, ops._object(parent), parent.path, name)
+
+    async def _link_of(self, parent: Node, name: bytes) -> tuple[str, namespace.Entry]:
+        """The link name behind a file name of `parent` (`D.npy` is the link `D`), and its entry."""
+        entry = await self._entry(parent, name)
+        if entry is None:
+            raise FUSEError(errno.ENOENT)
+        text = name.decode("utf-8", "surrogateescape")
+        if entry.kind == NPY:
+            text = text[:-len(NPY_SUFFIX)]
+        return text, entry
+
+    async def _free_name(self, parent: Node, name: bytes) -> str:
+        """A new link name for `name`, which must not show in `parent` yet (nor as the `.npy`
+        view of a dataset: `x.npy` beside dataset `x` would hide the view)."""
+        text = link_name(name)
+        if await self._entry(parent, name) is not None:
+            raise FUSEError(errno.EEXIST)
+        return text
+
+    # -- the edits -------------------------------------------------------------------------------
+    async def mkdir(self, parent: Node, name: bytes):
+        text = await self._free_name(parent, name)
+        await self._run(self.editor.mkdir, self.ops._object(parent), text)
+        self._changed(parent, name)
+        return await self._lookup(parent, name)
+
+    async def rmdir(self, parent: Node, name: bytes) -> None:
+        text, entry = await self._link_of(parent, name)
+        if entry.kind != DIR:
+            raise FUSEError(errno.ENOTDIR)
+        await self._run(self.editor.rmdir, self.ops._object(parent), text)
+        self._changed(parent, name)
+        await self._forget_object(entry.address)
+
+    async def unlink(self, parent: Node, name: bytes) -> None:
+        text, entry = await self._link_of(parent, name)
+        if entry.kind == DIR:
+            raise FUSEError(errno.EISDIR)
+        await self._run(self.editor.unlink, self.ops._object(parent), text)
+        self._changed(parent, name, _other_view(name, entry))
+        if entry.address is not None:
+            await self._forget_object(entry.address)
+
+    async def rename(self, old_parent: Node, old: bytes, new_parent: Node, new: bytes, flags: int) -> None:
+        if flags & ~pyfuse3.RENAME_NOREPLACE:
+            raise FUSEError(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not for HDF5 links
+        text, entry = await self._link_of(old_parent, old)
+        link = new
+        if entry.kind == NPY:   # mv D.npy E.npy renames the dataset
+            if not new.endswith(NPY_SUFFIX.encode()) or new == NPY_SUFFIX.encode():
+                raise FUSEError(errno.EINVAL)
+            link = new[:-len(NPY_SUFFIX)]
+        new_text = link_name(link)
+        existing = await self._entry(new_parent, link)
+        if existing is not None:
+            if flags & pyfuse3.RENAME_NOREPLACE:
+                raise FUSEError(errno.EEXIST)
+            if existing.kind == DIR and entry.kind != DIR:
+                raise FUSEError(errno.EISDIR)
+            if entry.kind == DIR and existing.kind != DIR:
+                raise FUSEError(errno.ENOTDIR)
+            if existing.address is not None and existing.address == entry.address and existing.kind != SYMLINK:
+                return   # two names of one object: rename(2) does nothing
+        await self._run(self.editor.rename, self.ops._object(old_parent), text,
+                        self.ops._object(new_parent), new_text)
+        for parent, name in ((old_parent, old), (new_parent, new)):
+            self._changed(parent, name, _other_view(name, entry))
+        if existing is not None and existing.address is not None and existing.address != entry.address:
+            await self._forget_object(existing.address)
+
+    async def link(self, node: Node, new_parent: Node, new: bytes):
+        if node.kind not in (RAW, NPY, DIR) or node.address is None:
+            raise FUSEError(errno.EPERM)
+        text = await self._free_name(new_parent, new)
+        await self._run(self.editor.hard_link, node.address, self.ops._object(new_parent), text)
+        self._changed(new_parent, new)
+        await self._refresh(node.address)
+        return await self._lookup(new_parent, new)
+
+    async def symlink(self, parent: Node, name: bytes, target: bytes):
+        text = await self._free_name(parent, name)
+        kind, where = self.link_target(parent, target)
+        if kind == "external":
+            await self._run(self.editor.external_link, self.ops._object(parent), text, *where)
+        else:
+            await self._run(self.editor.soft_link, self.ops._object(parent), text, where)
+        self._changed(parent, name)
+        return await self._lookup(parent, name)
+
+    # -- new files ---------------------------------------------------------------------------
+    async def create(self, parent: Node, name: bytes) -> tuple[int, pyfuse3.EntryAttributes]:
+        """A new file: `x.npy` becomes dataset `x` once its header is written (`NpyStream`);
+        any other name a one-dimensional uint8 dataset with an unlimited dimension holding the
+        file's bytes. Returns the handle and the new entry's attributes."""
+        ops = self.ops
+        text = await self._free_name(parent, name)
+        if text.endswith(NPY_SUFFIX) and text != NPY_SUFFIX:
+            if await self._entry(parent, name[:-len(NPY_SUFFIX)]) is not None:
+                raise FUSEError(errno.EEXIST)
+            entry = Entry(name, NPY, namespace.join(parent.path, text), None, Numbers(1, None))
+            node = ops.table.intern(parent, entry)
+            node.lookups += 1
+            stream = NpyStream(node.ino, parent, text[:-len(NPY_SUFFIX)], bytearray())
+            return ops.handles.open_file(stream), ops._stat(node)
+        await self._run(self.editor.create_dataset, ops._object(parent), text, np.uint8, (0,),
+                        maxshape=(None,), chunks=(BYTES_CHUNK,), filters=self.filters)
+        self._changed(parent, name, name + NPY_SUFFIX.encode())
+        attrs = await self._lookup(parent, name)
+        node = ops.table.get(attrs.st_ino)
+        return ops.handles.open_file(OpenFile(node.ino, RAW, ops._object(node), b"", 0)), attrs
+
+    async def stream_write(self, stream: NpyStream, off: int, buf: bytes) -> int:
+        taken = len(buf)
+        if stream.failed is not None:
+            raise InvalidWrite(f"{stream.name}.npy: {stream.failed}")
+        if stream.header is None:
+            if off > len(stream.head):
+                self._fail(stream, InvalidWrite("a write past the end of a .npy header not yet complete"))
+            stream.head[off:off + len(buf)] = buf
+            try:
+                header = parse_npy_header(stream.head)
+            except NpyHeaderError as exc:
+                self._fail(stream, exc)
+            if header is not None:
+                await self._make(stream, header)
+            return taken
+        start = off - stream.header.header_length
+        if start < 0:   # the header again: only its own bytes
+            if bytes(buf[:-start]) != bytes(stream.head[off:stream.header.header_length]):
+                self._fail(stream, InvalidWrite("a write changing the .npy header"))
+            buf, start = buf[-start:], 0
+        await self._body(stream, start, bytes(buf))
+        return taken
+
+    def _fail(self, stream: NpyStream, exc: Exception) -> None:
+        stream.failed = exc
+        raise InvalidWrite(f"{stream.parent.path}/{stream.name}.npy: {exc}")
+
+    async def _make(self, stream: NpyStream, header) -> None:
+        """The header is complete: the dataset is made, and the bytes after it written."""
+        ops = self.ops
+        chunks, maxshape = npy_storage(header.shape, header.dtype.itemsize)
+        filters = self.filters if chunks is not None else ()
+        address = await self._run(self.editor.create_dataset, ops._object(stream.parent), stream.name,
+                                  header.dtype, header.shape, maxshape=maxshape, chunks=chunks, filters=filters)
+        node = ops.table.get(stream.ino)
+        stream.header, stream.obj = header, ops.f.get(address, namespace.join(stream.parent.path, stream.name))
+        if node is not None:
+            ops.table.adopt(node, address)
+            node.numbers = await offload.run_sync(namespace.numbers, stream.obj)
+        self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), stream.name.encode())
+        rest = bytes(stream.head[header.header_length:])
+        del stream.head[header.header_length:]
+        if rest:
+            await self._body(stream, 0, rest)
+
+    async def _body(self, stream: NpyStream, start: int, data: bytes) -> None:
+        if start + len(data) > stream.header.data_nbytes:
+            self._fail(stream, InvalidWrite("more array data than its header says"))
+        wb = self.ops.writes.wb
+        if not wb.write_now(stream.obj, start, data):
+            await offload.run_sync(wb.write, stream.obj, start, data)
+        if start <= stream.end:
+            stream.end = max(stream.end, start + len(data))
+        self.ops.writes.touched.add(stream.obj.address)
+
+    async def stream_finish(self, stream: NpyStream) -> None:
+        """At close: a `.npy` file that is not whole (or not valid) leaves no dataset (EINVAL)."""
+        if stream.failed is None and (stream.header is None or stream.end < stream.header.data_nbytes):
+            stream.failed = InvalidWrite("truncated: the file ends before its array data does")
+        if stream.failed is None:
+            return
+        if stream.obj is not None:
+            obj, stream.obj = stream.obj, None
+            await self._run(self.editor.unlink, self.ops._object(stream.parent), stream.name)
+            self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), stream.name.encode())
+            await self._forget_object(obj.address)
+        raise InvalidWrite(f"{stream.parent.path}/{stream.name}.npy: {stream.failed}")
+
+    def link_target(self, parent: Node, target: bytes) -> tuple[str, object]:
+        """("soft", HDF5 path) or ("external", (file name, HDF5 path)) for a symlink target:
+        relative (resolved against the link's group), absolute inside the mount, or
+        `FILE:/path`; anything else cannot be an HDF5 link (EPERM)."""
+        text = target.decode("utf-8", "surrogateescape")
+        head, sep, tail = text.partition(":/")
+        if sep and head and not text.startswith("/"):   # what readlink shows of an external link
+            return "external", (head, "/" + tail)
+        if text.startswith("/"):
+            root = self.ops.mountpoint.rstrip("/")
+            if text != root and not text.startswith(root + "/"):
+                log.warning("%s: symlink target %r lies outside the mount", parent.path, text)
+                raise FUSEError(errno.EPERM)
+            path = text[len(root):] or "/"
+        else:
+            path = os.path.join(parent.path, text)
+        path = os.path.normpath(path)
+        if path.startswith("//"):
+            path = path[1:]
+        if not path.startswith("/") or path.startswith("/.."):
+            log.warning("%s: symlink target %r leaves the file", parent.path, text)
+            raise FUSEError(errno.EPERM)
+        return "soft", path
+
+    async def setxattr(self, node: Node, name: bytes, value: bytes) -> None:
+        attr = self._attribute_name(node, name)
+        await self._run(self.editor.set_attribute, self.ops._object(node), attr, value)
+        self._attributes_changed(node, attr)
+
+    async def removexattr(self, node: Node, name: bytes) -> None:
+        attr = self._attribute_name(node, name)
+        if attr not in await self.ops._attributes(node):
+            raise FUSEError(pyfuse3.ENOATTR)
+        await self._run(self.editor.remove_attribute, self.ops._object(node), attr)
+        self._attributes_changed(node, attr)
+
+    async def touch(self, node: Node, mtime_ns: int) -> None:
+        await self._run(self.editor.touch, self.ops._object(node), mtime_ns)
+        await self._refresh(node.address)
+
+    def _attribute_name(self, node: Node, name: bytes) -> str:
+        if node.kind == SYMLINK:
+            raise FUSEError(errno.EPERM)   # HDF5 links carry no attributes
+        attr = views.attribute_name_for_xattr(name)
+        if attr is None:
+            # user.h5fs.* facts are read-only; other namespaces are not HDF5 attributes
+            raise FUSEError(errno.EPERM if views.fact_for_xattr(name) is not None else errno.ENOTSUP)
+        return attr
+
+    # -- telling what changed -----------------------------------------------------------------
+    async def _run(self, fn, *args, **kwargs):
+        return await offload.run_sync(functools.partial(fn, *args, **kwargs))
+
+    def _changed(self, parent: Node, name: bytes, twin: bytes | None = None) -> None:
+        """`name` in `parent` changed through the kernel (which updates its own dentry): the
+        listing goes, and the kernel forgets the dataset's other view `twin` it may hold."""
+        self.ops.listings.pop(parent.address)
+        self.ops.table.drop_link(parent.address, name)
+        if twin:
+            self.ops.invalidator.entry(parent, twin)
+
+    async def _lookup(self, parent: Node, name: bytes):
+        return await self.ops.lookup(parent.ino, name)
+
+    async def _refresh(self, address: int) -> None:
+        """An object's stat numbers (link count, times) changed: every inode of it asks again."""
+        ops = self.ops
+        obj = ops.f.get(address, "")
+        numbers = await offload.run_sync(namespace.numbers, obj)
+        for node in (ops.table.find_object(address), ops.table.find_view(address)):
+            if node is not None:
+                node.numbers = numbers
+                await ops.invalidator.attributes(node)
+
+    async def _forget_object(self, address: int) -> None:
+        """A link to the object went: its link count changed, or it is gone."""
+        ops = self.ops
+        ops.attribute_tables.pop(address)
+        for npy in (False, True):
+            ops.fact_tables.pop((address, npy))
+        try:
+            await self._refresh(address)
+        except Exception:  # noqa: BLE001 - freed with its last link: nothing left to show
+            pass
+
+    def _attributes_changed(self, node: Node, attr: str) -> None:
+        self.ops.attribute_tables.pop(node.address)
+        self.ops.xattr_values.pop((node.address, attr))
+
+
+def _other_view(name: bytes, entry: namespace.Entry) -> bytes | None:
+    """The name of a dataset's other view (`D` for `D.npy` and back)."""
+    if entry.kind == NPY:
+        return name[:-len(NPY_SUFFIX)]
+    if entry.kind == RAW:
+        return name + NPY_SUFFIX.encode()
+    return None

@@ -1,0 +1,205 @@
+"""A group's links edited inside a transaction, whatever stores them: a symbol table (old-style
+groups: local heap, v1 B-tree, symbol table nodes), link messages in the group's own header
+(compact), or a fractal heap indexed by v2 B-trees (dense), switching between the last two as
+libhdf5 does (H5G__obj_insert: past the group info's maximum compact count the links go dense;
+H5G__obj_remove: below its minimum dense count they come back).
+
+Reference counts of the objects hard links name are the caller's; so is committing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import CannotWrite
+from ..format import btree_v1
+from ..format.codec import Reader, Writer
+from ..format.messages import link as link_msg
+from ..format.messages import link_info as link_info_msg
+from ..format.messages import small
+from ..format.messages import symbol_table as stab_msg
+from ..format.messages.link import Link
+from ..format.messages.link_info import LinkInfo
+from ..format.symbol_table_entry import CACHE_NONE, CACHE_STAB
+from . import symbol_table_write as stab_write
+from .header_writer import HeaderEdit
+from .readers import btree_v2, local_heap, symbol_table_node
+from .readers.fractal_heap import FractalHeap
+from .readers.btree_v1 import iterate_leaves
+from .readers.object_header import read as read_header
+from .transaction import Transaction
+
+LINK_INFO, LINK, GROUP_INFO, SYMBOL_TABLE = 0x02, 0x06, 0x0A, 0x11
+MAX_COMPACT, MIN_DENSE = 8, 6          # libhdf5's defaults when the group info stores none
+UTF8 = 1
+
+
+def encode_link(link: Link, sizes) -> bytes:
+    w = Writer(sizes)
+    link_msg.encode(w, link)
+    return w.getvalue()
+
+
+class GroupLinks:
+    """The links of the group whose header is at `address`, edited in `txn`."""
+
+    def __init__(self, txn: Transaction, address: int, what: str):
+        self.txn, self.what = txn, what
+        self.edit = HeaderEdit(txn, read_header(txn.reader, address, what))
+
+    # -- what the header says -----------------------------------------------------------------
+    def _decode(self, mtype: int, decode):
+        raw = self.edit.header.first(mtype)
+        return None if raw is None else decode(Reader(raw.data, 0, self.txn.sizes, f"{self.what}: message {mtype:#x}"))
+
+    @property
+    def symbol_table(self) -> stab_msg.SymbolTable | None:
+        return self._decode(SYMBOL_TABLE, stab_msg.decode)
+
+    @property
+    def info(self) -> LinkInfo | None:
+        return self._decode(LINK_INFO, link_info_msg.decode)
+
+    def _phase(self) -> tuple[int, int]:
+        gi = self._decode(GROUP_INFO, small.decode_group_info)
+        if gi is None or gi.max_compact is None:
+            return MAX_COMPACT, MIN_DENSE
+        return gi.max_compact, gi.min_dense
+
+    def _compact(self) -> list[tuple[object, Link]]:
+        return [(raw, link_msg.decode(Reader(raw.data, 0, self.txn.sizes, f"{self.what}: link message")))
+                for raw in self.edit.header.find(LINK)]
+
+    def is_group(self) -> bool:
+        return self.symbol_table is not None or self.info is not None
+
+    def _storage(self) -> str:
+        if self.symbol_table is not None:
+            return "symbol table"
+        info = self.info
+        if info is None:
+            raise CannotWrite(f"{self.what}: a group with neither a symbol table nor link info")
+        return "compact" if info.heap_address is None else "dense"
+
+    # -- reading ---------------------------------------------------------------------------------
+    def all(self) -> list[Link]:
+        kind = self._storage()
+        if kind == "symbol table":
+            stab = self.symbol_table
+            heap = local_heap.read(self.txn.reader, stab.heap_address, self.what)
+            return [self._from_entry(stab, e, heap) for e in _stab_entries(self.txn.reader, stab, self.what)]
+        if kind == "compact":
+            return [ln for _, ln in self._compact()]
+        return self._dense_links()
+
+    def lookup(self, name: str) -> Link | None:
+        kind = self._storage()
+        if kind == "symbol table":
+            stab = self.symbol_table
+            entry = stab_write.lookup(self.txn, stab, name.encode("utf-8"), self.what)
+            return None if entry is None else self._from_entry(stab, entry)
+        if kind == "compact":
+            return next((ln for _, ln in self._compact() if ln.name == name), None)
+        return next((ln for ln in self._dense_links() if ln.name == name), None)
+
+    def _from_entry(self, stab, entry, heap=None) -> Link:
+        link = stab_write.link_of(self.txn, stab, entry, self.what)
+        if heap is None:
+            heap = local_heap.read(self.txn.reader, stab.heap_address, self.what)
+        name = heap.string(entry.name_offset).decode("utf-8", "surrogateescape")
+        if link.soft_target is not None:
+            return Link(name, link_msg.SOFT, target=link.soft_target.decode("utf-8", "surrogateescape"))
+        return Link(name, link_msg.HARD, address=link.address)
+
+    # -- edits -------------------------------------------------------------------------------------
+    def insert(self, link: Link) -> None:
+        """Add `link` (FileExistsError when the name is taken)."""
+        kind = self._storage()
+        if kind == "symbol table":
+            self._stab_insert(link)
+            return
+        if self.lookup(link.name) is not None:
+            raise FileExistsError(f"{self.what}: a link named {link.name!r} exists")
+        info = self.info
+        if info.track_order:   # the next creation index, as H5G__obj_insert numbers links
+            order = info.max_creation_index or 0
+            link = replace(link, creation_order=order)
+            info = replace(info, max_creation_index=order + 1)
+        link = replace(link, charset=UTF8)
+        if kind == "dense" or len(self.edit.header.find(LINK)) + 1 > self._phase()[0]:
+            self._no_dense()
+        self.edit.add(LINK, encode_link(link, self.txn.sizes))
+        if info != self.info:
+            self._set_info(info)
+
+    def remove(self, name: str) -> Link:
+        """Remove the link `name` (FileNotFoundError when there is none); returns it."""
+        kind = self._storage()
+        if kind == "symbol table":
+            stab = self.symbol_table
+            entry = stab_write.lookup(self.txn, stab, name.encode("utf-8"), self.what)
+            if entry is None:
+                raise FileNotFoundError(f"{self.what}: no link named {name!r}")
+            link = self._from_entry(stab, entry)
+            stab_write.remove(self.txn, stab, name.encode("utf-8"), self.what)
+            return link
+        if kind == "compact":
+            for raw, link in self._compact():
+                if link.name == name:
+                    self.edit.remove(raw)
+                    return link
+            raise FileNotFoundError(f"{self.what}: no link named {name!r}")
+        self._no_dense()
+
+    def _stab_insert(self, link: Link) -> None:
+        if link.link_type == link_msg.HARD:
+            target = stab_write.Link(link.address, stab_write.cached_stab(self.txn, link.address, self.what))
+        elif link.link_type == link_msg.SOFT:
+            target = stab_write.Link(soft_target=link.target.encode("utf-8"))
+        else:   # a symbol table cannot hold it: the group turns new-style first, as in libhdf5
+            self._stab_to_new()
+            self.insert(link)
+            return
+        stab_write.insert(self.txn, self.symbol_table, link.name.encode("utf-8"), target, self.what)
+
+    def _stab_to_new(self) -> None:
+        """A symbol-table group becomes a new-style one holding the same links (H5G__obj_insert
+        converting an old-style group for a link a symbol table cannot store): the symbol
+        table's blocks are freed and its message replaced by link info and group info."""
+        links = self.all()
+        stab = self.symbol_table
+        stab_write.delete(self.txn, stab, self.what)
+        self.edit.remove(self.edit.header.first(SYMBOL_TABLE))
+        w = Writer(self.txn.sizes)
+        link_info_msg.encode(w, LinkInfo(False, False, None, None, None, None))
+        self.edit.add(LINK_INFO, w.getvalue())
+        self.edit.add(GROUP_INFO, b"\0\0")
+        for link in links:
+            self.insert(link)
+        sb = self.txn.superblock or self.txn.store.superblock
+        entry = sb.root_entry
+        if entry is not None and entry.header_address == self.edit.header.address and entry.cache_type == CACHE_STAB:
+            # the superblock's root entry caches the symbol table no longer there
+            self.txn.set_superblock(replace(sb, root_entry=replace(entry, cache_type=CACHE_NONE, btree_address=None,
+                                                                   heap_address=None)))
+
+    def _set_info(self, info: LinkInfo) -> None:
+        w = Writer(self.txn.sizes)
+        link_info_msg.encode(w, info)
+        self.edit.set(LINK_INFO, w.getvalue())
+
+    # -- dense storage -------------------------------------------------------------------------
+    def _no_dense(self) -> None:
+        raise CannotWrite(f"{self.what}: editing dense link storage (groups of more than "
+                          f"{self._phase()[0]} links in new-style files) is not supported yet")
+
+    def _dense_links(self) -> list[Link]:
+        info = self.info
+        heap = FractalHeap(self.txn.reader, info.heap_address, self.what)
+        return [link_msg.decode(Reader(heap.get(rec.heap_id), 0, self.txn.sizes, self.what))
+                for rec in btree_v2.iterate(self.txn.reader, info.name_index_address, what=self.what)]
+
+
+def _stab_entries(reader, stab: stab_msg.SymbolTable, what: str) -> list:
+    return [entry for _, snod, _ in iterate_leaves(reader, stab.btree_address, btree_v1.GROUP, 0, what)
+            for entry in symbol_table_node.read(reader, snod, what)]

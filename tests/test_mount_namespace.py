@@ -1,0 +1,234 @@
+"""Namespace edits through a real read-write mount with real tools (mkdir, rmdir, rm, mv, ln,
+ln -s), in old-format (symbol tables, v1 headers) and new-format files (link messages, v2
+headers), compared with a model of the edits; then h5py reads every object and link, `h5fs check`
+passes (space accounting included) and h5dump reads the old-format files."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+from write_support import verify_file
+
+LAYOUTS = ("earliest", "latest", "earliest-4byte")
+
+
+def make_file(path, layout: str) -> None:
+    libver = layout.split("-")[0]
+    kwargs = {}
+    if layout.endswith("4byte"):
+        fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+        fcpl.set_sizes(4, 4)
+        fid = h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl)
+        fid.close()
+        kwargs["mode"] = "r+"
+    with h5py.File(path, kwargs.pop("mode", "w"), libver=libver) as f:
+        g = f.create_group("g")
+        g.create_dataset("d", data=np.arange(10, dtype="<i8"))
+        f.create_dataset("x", data=np.arange(100.0).reshape(10, 10), chunks=(5, 5), compression="gzip")
+        f.create_dataset("c", data=np.arange(1000, dtype="<f4"))
+        f["g"].attrs["note"] = "keep"
+
+
+def tree(path) -> dict[str, object]:
+    """Every link of the file by path: ("group", nlink) / ("dataset", nlink, values) /
+    ("soft", target) / ("external", file, path)."""
+    out: dict[str, object] = {}
+    with h5py.File(path, "r") as f:
+        def visit(group, prefix):
+            for name in group:
+                p = f"{prefix}/{name}"
+                link = group.get(name, getlink=True)
+                if isinstance(link, h5py.SoftLink):
+                    out[p] = ("soft", link.path)
+                elif isinstance(link, h5py.ExternalLink):
+                    out[p] = ("external", link.filename, link.path)
+                else:
+                    obj = group[name]
+                    rc = h5py.h5o.get_info(obj.id).rc
+                    if isinstance(obj, h5py.Group):
+                        out[p] = ("group", rc)
+                        visit(obj, p)
+                    else:
+                        out[p] = ("dataset", rc, obj[()].tolist())
+        visit(f, "")
+    return out
+
+
+def errno_of(*cmd: str) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0, f"{cmd} succeeded"
+    return done.stderr
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_mkdir_rmdir_rm_mv_ln(tmp_path, mount, layout):
+    path = tmp_path / f"ns-{layout}.h5"
+    make_file(path, layout)
+    before = tree(path)
+    mp = mount(path, "rw")
+    os.makedirs(mp / "a" / "b")
+    assert sorted(os.listdir(mp / "a")) == ["b"]
+    assert "Directory not empty" in errno_of("rmdir", str(mp / "a"))
+    subprocess.run(["ln", str(mp / "x"), str(mp / "a" / "x2")], check=True)
+    assert os.stat(mp / "x").st_nlink == 2 and os.stat(mp / "a" / "x2.npy").st_nlink == 2
+    subprocess.run(["ln", "-s", "../g/d", str(mp / "a" / "rel")], check=True)
+    subprocess.run(["ln", "-s", str(mp / "c"), str(mp / "abs")], check=True)
+    subprocess.run(["ln", "-s", "other.h5:/data", str(mp / "ext")], check=True)
+    assert "Operation not permitted" in errno_of("ln", "-s", "/etc/passwd", str(mp / "out"))
+    assert (mp / "a" / "rel").read_bytes() == np.arange(10, dtype="<i8").tobytes()   # through the symlink
+    subprocess.run(["mv", str(mp / "g" / "d.npy"), str(mp / "g" / "e.npy")], check=True)   # renames the dataset
+    subprocess.run(["mv", str(mp / "g" / "e"), str(mp / "a" / "b" / "moved")], check=True)
+    with pytest.raises(OSError) as ei:
+        os.rename(mp / "a", mp / "a" / "b" / "inside")
+    assert ei.value.errno == errno.EINVAL
+    subprocess.run(["mv", "-f", str(mp / "c"), str(mp / "x")], check=True)   # replaces one name of x
+    subprocess.run(["rm", str(mp / "a" / "x2.npy")], check=True)             # x's last link: freed
+    subprocess.run(["rmdir", str(mp / "a" / "b" / "moved")], capture_output=True)
+    subprocess.run(["mkdir", str(mp / "g" / "empty")], check=True)
+    subprocess.run(["rmdir", str(mp / "g" / "empty")], check=True)
+    assert sorted(os.listdir(mp)) == ["a", "abs", "ext", "g", "x", "x.npy"]
+    assert sorted(os.listdir(mp / "a")) == ["b", "rel"]
+    subprocess.run(["h5fs", "umount", str(mp)], check=True)
+
+    want = {
+        "/a": ("group", 1), "/a/b": ("group", 1),
+        "/a/b/moved": ("dataset", 1, before["/g/d"][2]),
+        "/a/rel": ("soft", "/g/d"), "/abs": ("soft", "/c"), "/ext": ("external", "other.h5", "/data"),
+        "/g": ("group", 1), "/x": ("dataset", 1, before["/c"][2]),
+    }
+    assert tree(path) == want
+    verify_file(path, h5dump=layout.startswith("earliest"))
+    with h5py.File(path, "r+") as f:   # libhdf5 goes on editing what h5fs edited
+        f["a"].create_group("more")
+        del f["a/b/moved"]
+        f["g"]["n"] = np.ones(3)
+    assert set(tree(path)) == set(want) - {"/a/b/moved"} | {"/a/more", "/g/n"}
+    verify_file(path, h5dump=layout.startswith("earliest"))
+
+
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_removed_storage_is_reused(tmp_path, mount, layout):
+    """rm frees a dataset's header, chunks and index: a new copy of the data written after
+    the removal takes the freed space instead of growing the file."""
+    path = tmp_path / f"reuse-{layout}.h5"
+    make_file(path, layout)
+    with h5py.File(path, "r+") as f:
+        f.create_dataset("big", data=np.random.default_rng(1).standard_normal((256, 256)), chunks=(32, 256))
+    size = path.stat().st_size
+    mp = mount(path, "rw")
+    subprocess.run(["rm", str(mp / "big")], check=True)
+    subprocess.run(["h5fs", "umount", str(mp)], check=True)
+    assert "/big" not in tree(path)
+    out = subprocess.run(["h5fs", "check", str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout
+    unused = int(out.stdout.split(" unused")[0].rsplit(" ", 1)[-1])
+    assert unused >= 256 * 256 * 8   # the chunks are free space now
+    assert path.stat().st_size == size
+
+
+def test_edits_on_a_read_only_mount_are_erofs(tmp_path, mount):
+    path = tmp_path / "ro.h5"
+    make_file(path, "latest")
+    mp = mount(path)
+    for call in (lambda: os.mkdir(mp / "n"), lambda: os.unlink(mp / "x"), lambda: os.rmdir(mp / "g"),
+                 lambda: os.rename(mp / "x", mp / "y"), lambda: os.symlink("g", mp / "s"),
+                 lambda: os.link(mp / "x", mp / "y")):
+        with pytest.raises(OSError) as ei:
+            call()
+        assert ei.value.errno == errno.EROFS
+
+
+@pytest.mark.parametrize("name", [b"n" * 256, b"\xff\xfe"])
+def test_names_hdf5_cannot_hold_are_refused(tmp_path, mount, name):
+    path = tmp_path / "names.h5"
+    make_file(path, "latest")
+    mp = mount(path, "rw")
+    with pytest.raises(OSError) as ei:
+        os.mkdir(os.path.join(bytes(mp), name))
+    assert ei.value.errno in (errno.ENAMETOOLONG, errno.EINVAL)
+    assert sorted(os.listdir(mp)) == ["c", "c.npy", "g", "x", "x.npy"]
+
+
+NPY_CASES = {
+    "f8-2d": np.arange(300000, dtype="<f8").reshape(1000, 300),
+    "i2-big-endian": np.arange(-500, 500, dtype=">i2"),
+    "bool": np.array([True, False, True]),
+    "complex": np.array([1 + 2j, 3 - 4j], dtype="<c16"),
+    "bytes": np.array([b"ab", b"cde"], dtype="S3"),
+    "structured": np.array([(1, (2.5, 3.5)), (4, (5.5, 6.5))], dtype=[("a", "<i4"), ("b", "<f8", (2,))]),
+    "scalar": np.array(7.25),
+}
+
+
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_cp_npy_and_other_files_create_datasets(tmp_path, mount, layout):
+    path = tmp_path / f"cp-{layout}.h5"
+    make_file(path, layout)
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, arr in NPY_CASES.items():
+        np.save(src / f"{name}.npy", arr)
+    (src / "notes.txt").write_bytes(bytes(range(256)) * 5000)
+    (src / "truncated.npy").write_bytes((src / "f8-2d.npy").read_bytes()[:100000])
+    (src / "garbage.npy").write_bytes(b"not an npy file at all" * 10)
+    mp = mount(path, "rw")
+    os.mkdir(mp / "h")
+    where = {name: "g" if i < 4 else "h" for i, name in enumerate(NPY_CASES)}   # compact groups
+    for name in NPY_CASES:
+        subprocess.run(["cp", str(src / f"{name}.npy"), str(mp / where[name])], check=True)
+    subprocess.run(["cp", str(src / "notes.txt"), str(mp / "g")], check=True)
+    for bad in ("truncated.npy", "garbage.npy"):
+        done = subprocess.run(["cp", str(src / bad), str(mp / "g")], capture_output=True, text=True)
+        assert done.returncode != 0 and "Invalid argument" in done.stderr, done.stderr
+    assert (mp / "g" / "notes.txt").read_bytes() == (src / "notes.txt").read_bytes()
+    for name, arr in NPY_CASES.items():   # read back through the mount at once
+        got = np.load(mp / where[name] / f"{name}.npy")
+        assert got.dtype == arr.dtype and np.array_equal(got, arr), name
+    listed = sorted(os.listdir(mp / "g"))
+    assert "truncated" not in listed and "garbage" not in listed and "truncated.npy" not in listed
+    subprocess.run(["h5fs", "umount", str(mp)], check=True)
+    data = verify_file(path, h5dump=layout == "earliest")
+    with h5py.File(path, "r") as f:
+        for name, arr in NPY_CASES.items():
+            ds = f[where[name]][name]
+            assert ds.shape == arr.shape and np.array_equal(ds[()], arr), name
+            if arr.ndim:
+                assert ds.maxshape[0] is None and ds.compression == "gzip" and ds.shuffle
+        assert bytes(f["g/notes.txt"][()]) == (src / "notes.txt").read_bytes()
+    assert set(data) >= {f"{where[n]}/{n}" for n in NPY_CASES}
+
+
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_setfattr_and_touch(tmp_path, mount, layout):
+    path = tmp_path / f"attrs-{layout}.h5"
+    make_file(path, layout)
+    with h5py.File(path, "r+") as f:
+        f["x"].attrs["scale"] = np.array([1.5, 2.5])
+        f["x"].attrs["count"] = np.int16(3)
+    mp = mount(path, "rw")
+    run = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True)  # noqa: E731
+    run("setfattr", "-n", "user.title", "-v", "température", str(mp / "g"))
+    run("setfattr", "-n", "user.scale", "-v", "[3, 4.25]", str(mp / "x"))
+    run("setfattr", "-n", "user.count", "-v", "-7", str(mp / "x.npy"))
+    run("setfattr", "-x", "user.note", str(mp / "g"))
+    for bad, err in (("[1]", "Invalid argument"), ("abc", "Invalid argument")):
+        done = subprocess.run(["setfattr", "-n", "user.scale", "-v", bad, str(mp / "x")], capture_output=True, text=True)
+        assert err in done.stderr
+    done = subprocess.run(["setfattr", "-n", "user.h5fs.dtype", "-v", "f4", str(mp / "x")], capture_output=True, text=True)
+    assert "Operation not permitted" in done.stderr
+    assert os.getxattr(mp / "x", "user.scale") == b"[3.0, 4.25]"
+    run("touch", "-d", "2020-01-02 03:04:05", str(mp / "x"))
+    if layout == "latest":
+        assert os.stat(mp / "x").st_mtime == 1577934245
+    subprocess.run(["h5fs", "umount", str(mp)], check=True)
+    verify_file(path, h5dump=layout == "earliest")
+    with h5py.File(path, "r") as f:
+        assert dict(f["g"].attrs) == {"title": "température"}
+        assert f["x"].attrs["scale"].tolist() == [3.0, 4.25] and f["x"].attrs["scale"].dtype == "<f8"
+        assert f["x"].attrs["count"] == -7 and f["x"].attrs["count"].dtype == "<i2"
