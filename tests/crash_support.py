@@ -121,3 +121,20 @@ def rebuild(original: str, recording: str, out: str, stop: int, extra: list[int]
 def barriers(recording: str) -> list[int]:
     """Indexes of the recorded fsyncs (a prefix up to one of them is durable)."""
     return [i for i, (op, _, _, _) in enumerate(read_recording(recording)) if op == b"S"]
+
+
+def replayed_prefixes(original: str, recording: str, out: str, seed: int):
+    """Rebuild `out` from every prefix of the recorded writes that ends at an fsync, alone and
+    with a random subset of the writes after it applied in random order (what a power loss
+    keeps), then open it writable as the next mount does (journal replay); yields after each."""
+    from h5fs.model.file import H5File
+    rng = random.Random(seed)
+    ops = len(read_recording(recording))
+    marks = barriers(recording)
+    assert marks, "the daemon recorded no fsync"
+    for b, stop in enumerate(marks):
+        later = list(range(stop + 1, marks[b + 1] if b + 1 < len(marks) else ops))
+        for extra in ([], rng.sample(later, rng.randrange(len(later) + 1))):
+            rebuild(original, recording, out, stop + 1, extra)
+            H5File.open(out, writable=True).close()
+            yield

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from conftest import run_h5fs, wait_until
-from crash_support import barriers, kill_daemon, rebuild
+from crash_support import kill_daemon, rebuild, replayed_prefixes
 from h5fs.check import check
+from test_mount_namespace import tree
 from h5fs.model.file import H5File
 from h5fs.storage.writer import read_recording
 
@@ -34,23 +35,11 @@ def make(path, libver: str) -> None:
 
 def names(path) -> set[tuple[str, str]]:
     """Every link as (path, kind), every hard link's object read whole on the way."""
-    out: set[tuple[str, str]] = set()
-    with h5py.File(path, "r") as f:
-        def visit(group, prefix):
-            for name in group:
-                p = f"{prefix}/{name}"
-                link = group.get(name, getlink=True)
-                if isinstance(link, h5py.SoftLink):
-                    out.add((p, "soft"))
-                    continue
-                obj = group[name]
-                if isinstance(obj, h5py.Group):
-                    out.add((p, "group"))
-                    visit(obj, p)
-                else:
-                    assert obj[()].tolist() == list(range(1000)), p
-                    out.add((p, "dataset"))
-        visit(f, "")
+    out = set()
+    for p, entry in tree(path).items():
+        if entry[0] == "dataset":
+            assert entry[2] == list(range(1000)), p
+        out.add((p, entry[0]))
     return out
 
 
@@ -147,18 +136,11 @@ def test_power_loss_during_namespace_edits(mount, tmp_path, libver, monkeypatch)
     run_h5fs("umount", mp, check=True)
     monkeypatch.delenv("H5FS_RECORD")
     states = [{("/data", "dataset"), ("/keep", "group")}] + edits.done
-    ops = len(read_recording(str(recording)))
-    marks = barriers(str(recording))
-    assert marks
-    rng = random.Random(1)
     out = str(tmp_path / "replayed.h5")
-    for b, stop in enumerate(marks):
-        later = list(range(stop + 1, marks[b + 1] if b + 1 < len(marks) else ops))
-        for extra in ([], rng.sample(later, rng.randrange(len(later) + 1))):
-            rebuild(str(original), str(recording), out, stop + 1, extra)
-            H5File.open(out, writable=True).close()   # what the next mount does: replay the journal
-            assert names(out) in states
-            report = check(out)
-            assert report.sound, report.problems
+    for _ in replayed_prefixes(str(original), str(recording), out, seed=1):
+        assert names(out) in states
+        report = check(out)
+        assert report.sound, report.problems
+    ops = len(read_recording(str(recording)))
     rebuild(str(original), str(recording), out, ops, [])
     assert names(out) == states[-1]
