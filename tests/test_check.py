@@ -37,7 +37,7 @@ from h5fs.format.messages import layout as L  # noqa: E402
 from h5fs.format.messages import file_space_info  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
 from h5fs.storage import journal  # noqa: E402
-from h5fs.storage.header_writer import rewrite_message  # noqa: E402
+from h5fs.storage.header_writer import HeaderEdit, rewrite_message  # noqa: E402
 from h5fs.storage.index import IndexContext, open_index  # noqa: E402
 from h5fs.storage.space_map import gaps, used_extents, walk  # noqa: E402
 
@@ -651,3 +651,28 @@ def test_command_shows_progress_on_a_terminal(built):
         os.close(master)
     assert proc.returncode == 0
     assert b"objects walked" in shown and b"chunks checked" in shown
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_reference_counts_are_checked(tmp_path, libver):
+    """Hard links and shared datatypes count in an object's header as libhdf5 counts them
+    (h5py's files are sound); a count one off is reported."""
+    import h5py
+    path = tmp_path / f"rc-{libver}.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        f["T"] = np.dtype("<f4")
+        d = f.create_dataset("d", shape=(4,), dtype=f["T"])
+        f.create_dataset("e", shape=(2,), dtype=f["T"])
+        f["g/again"] = d
+        f["soft"] = h5py.SoftLink("/d")
+        assert h5py.h5o.get_info(f["T"].id).rc == 3 and h5py.h5o.get_info(d.id).rc == 2
+    assert check(str(path)).sound
+    with H5File.open(str(path), writable=True) as f:
+        ds = f.resolve("/d")
+        with f.store.transaction() as txn:
+            edit = HeaderEdit(txn, ds.header)
+            edit.refcount = 3
+            txn.commit()
+    problems = check(str(path)).problems
+    assert [(p.path, p.structure) for p in problems] == [("/d", "reference count")], problems
+    assert "counts 3, 2 lead" in problems[0].message

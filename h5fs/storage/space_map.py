@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from itertools import pairwise
 from math import prod
@@ -57,6 +57,7 @@ from ..format import symbol_table_node as snod
 from ..format.codec import Reader
 from ..format.messages import datatype as dtm
 from ..format.messages import file_space_info, shared, small, sohm_table
+from ..format.object_header import REFCOUNT
 from ..format.messages import layout as L
 from ..format.symbol_table_entry import CACHE_STAB
 from .filters import ChunkInfo
@@ -246,15 +247,28 @@ class _Walk:
         self.shared: list[tuple[int, str]] = []     # headers that shared messages name, walked last
         self.seen: set[object] = set()               # addresses (with a kind) already walked
         self.collections: dict[int, object] = {}     # global heap collection address -> Collection | None
+        self.references: Counter[int] = Counter()    # header address -> links and shared uses met
+        self.counts: dict[int, tuple[int, str]] = {}  # header address -> (its reference count, path)
 
     def run(self) -> SpaceMap:
         self.superblock()
         self.enqueue(self.f.root_address, "/")
+        self.references[self.f.root_address] += 1   # the superblock's
         while self.queue or self.shared:
             self.object(*(self.queue.popleft() if self.queue else self.shared.pop()))
             self.map.objects += 1
             self.tick()
+        if not self.map.problems:   # with links unread the counts would be incomplete
+            self.reference_counts()
         return self.map
+
+    def reference_counts(self) -> None:
+        """Every object's header counts the hard links and shared-message uses that lead to it
+        (libhdf5's H5O_link)."""
+        for address, (count, path) in self.counts.items():
+            found = self.references[address]
+            if count != found:
+                self.problem(path, "reference count", f"the header counts {count}, {found} lead to the object")
 
     def tick(self) -> None:
         if self.progress is not None:
@@ -374,6 +388,8 @@ class _Walk:
         if header is None:
             return
         self.header_blocks(header, path)
+        with self.guard(path, "reference count"):
+            self.counts[address] = (_refcount(header, self.sizes), path)
         for raw in header.messages:
             if raw.shared:
                 self.shared_source(raw.type, raw.data, path)
@@ -392,6 +408,7 @@ class _Walk:
         with self.guard(path, f"shared message {mtype:#x}"):
             ref = shared.decode(Reader(data, 0, self.sizes, "shared message"))
             if ref.kind == shared.IN_OBJECT_HEADER:
+                self.references[ref.address] += 1
                 self.enqueue(ref.address, f"{path} (shared message {mtype:#x})", self.shared)
 
     def group(self, group, path: str) -> None:
@@ -409,6 +426,7 @@ class _Walk:
         with self.guard(path, "links"):
             for link in group.links():
                 if link.kind == "hard":
+                    self.references[link.address] += 1
                     self.enqueue(link.address, ("" if path == "/" else path) + "/" + link.name)
 
     def attributes(self, obj, path: str) -> None:
@@ -783,3 +801,12 @@ def _inside(data: bytes, coords, chunk_dims, dims, itemsize: int) -> bytes:
         return b""
     arr = np.frombuffer(data, np.uint8).reshape(tuple(chunk_dims) + (itemsize,))
     return arr[tuple(slice(0, n) for n in shape)].tobytes()
+
+
+def _refcount(header, sizes) -> int:
+    """An object header's link count: v1's prefix field, v2's reference count message (1
+    without one)."""
+    if header.version == 1:
+        return header.refcount
+    raw = header.first(REFCOUNT)
+    return 1 if raw is None else small.decode_refcount(Reader(raw.data, 0, sizes, "reference count message"))
