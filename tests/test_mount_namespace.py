@@ -13,6 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
+from conftest import run_h5fs
 from write_support import verify_file
 
 LAYOUTS = ("earliest", "latest", "earliest-4byte")
@@ -232,3 +233,130 @@ def test_setfattr_and_touch(tmp_path, mount, layout):
         assert dict(f["g"].attrs) == {"title": "température"}
         assert f["x"].attrs["scale"].tolist() == [3.0, 4.25] and f["x"].attrs["scale"].dtype == "<f8"
         assert f["x"].attrs["count"] == -7 and f["x"].attrs["count"].dtype == "<i2"
+
+
+PROPERTY_OPS = int(os.environ.get("H5FS_PROPERTY_OPS", "120"))
+
+
+class Model:
+    """The tree as links to objects: what h5py must find after the same edits."""
+
+    def __init__(self, path):
+        self.links: dict[str, object] = {}      # path -> object id (hard) or ("soft", target)
+        self.objects: dict[int, dict] = {}       # id -> {"kind", "values", "attrs"}
+        self.next_id = 0
+        for p, v in tree(path).items():
+            if v[0] == "soft":
+                self.links[p] = v
+            else:
+                self.add(p, v[0], v[2] if v[0] == "dataset" else None)
+
+    def add(self, path: str, kind: str, values=None) -> None:
+        self.next_id += 1
+        oid = self.next_id
+        self.objects[oid] = {"kind": kind, "values": values, "attrs": {}}
+        self.links[path] = oid
+
+    def kind(self, path: str) -> str:
+        v = self.links[path]
+        return v[0] if isinstance(v, tuple) else self.objects[v]["kind"]
+
+    def children(self, group: str) -> list[str]:
+        return sorted(p for p in self.links if p.rsplit("/", 1)[0] == group)
+
+    def of_kind(self, kind: str) -> list[str]:
+        return sorted(p for p in self.links if self.kind(p) == kind)
+
+    def remove(self, path: str) -> None:
+        v = self.links.pop(path)
+        if not isinstance(v, tuple) and v not in self.links.values():
+            del self.objects[v]
+
+    def expected(self) -> dict[str, object]:
+        out = {}
+        for p, v in self.links.items():
+            if isinstance(v, tuple):
+                out[p] = v
+                continue
+            obj, rc = self.objects[v], list(self.links.values()).count(v)
+            out[p] = ("group", rc) if obj["kind"] == "group" else ("dataset", rc, obj["values"])
+        return out
+
+
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_random_namespace_edits_against_a_model(tmp_path, mount, layout):
+    """Random mkdir, cp of .npy files, rm, rmdir, mv, ln, ln -s, setfattr and data writes through
+    the mount against the same operations on a model; listings compared through the mount as it
+    goes, the whole tree and attributes by h5py after unmounting, and again after a remount.
+    H5FS_PROPERTY_OPS sets the length."""
+    import random
+    rng = random.Random(layout)
+    path = tmp_path / f"prop-{layout}.h5"
+    make_file(path, layout)
+    m = Model(path)
+    m.objects[m.links["/g"]]["attrs"]["note"] = "keep"
+    mp = mount(path, "rw")
+    for i in range(PROPERTY_OPS):
+        g = rng.choice(m.of_kind("group") + [""])
+        full = layout == "latest" and len(m.children(g)) >= 6   # kept in compact link storage
+        op = rng.choice(["rm", "mv"] if full else ["mkdir", "cp", "rm", "mv", "ln", "symlink", "setfattr", "write"])
+        new = f"{g}/n{i}"
+        if op == "mkdir":
+            os.mkdir(mp / new[1:])
+            m.add(new, "group")
+        elif op == "cp":
+            arr = np.arange(rng.randrange(1, 50), dtype=rng.choice(["<i4", ">f8", "u1"]))
+            np.save(tmp_path / "src.npy", arr)
+            subprocess.run(["cp", str(tmp_path / "src.npy"), str(mp / (new[1:] + ".npy"))], check=True)
+            m.add(new, "dataset", arr.tolist())
+        elif op == "rm":
+            victims = [p for p in m.children(g) if m.kind(p) != "group" or not m.children(p)]
+            if victims:
+                victim = rng.choice(victims)
+                (os.rmdir if m.kind(victim) == "group" else os.unlink)(mp / victim[1:])
+                m.remove(victim)
+        elif op == "mv":
+            movable = [p for p in m.children(g) if m.kind(p) != "group" or not m.children(p)]
+            into = rng.choice(m.of_kind("group") + [""])
+            if movable and not (layout == "latest" and len(m.children(into)) >= 6):
+                src, dst = rng.choice(movable), f"{into}/m{i}"
+                os.rename(mp / src[1:], mp / dst[1:])
+                m.links[dst] = m.links.pop(src)
+        elif op == "ln" and m.of_kind("dataset"):
+            src = rng.choice(m.of_kind("dataset"))
+            os.link(mp / src[1:], mp / new[1:])
+            m.links[new] = m.links[src]
+        elif op == "symlink" and m.of_kind("dataset"):
+            target = rng.choice(m.of_kind("dataset"))
+            os.symlink(str(mp) + target, mp / new[1:])
+            m.links[new] = ("soft", target)
+        elif op == "setfattr":
+            target = rng.choice(m.of_kind("group") + m.of_kind("dataset"))
+            os.setxattr(mp / target[1:], "user.tag", f"value {i}".encode())
+            m.objects[m.links[target]]["attrs"]["tag"] = f"value {i}"
+        elif op == "write" and m.of_kind("dataset"):
+            target = rng.choice(m.of_kind("dataset"))
+            obj = m.objects[m.links[target]]
+            dt = np.load(mp / (target[1:] + ".npy")).dtype
+            first = np.array([i % 100], dtype=dt)
+            fd = os.open(mp / target[1:], os.O_WRONLY)
+            os.pwrite(fd, first.tobytes(), 0)
+            os.close(fd)
+            values = np.array(obj["values"], dtype=dt)
+            values.reshape(-1)[0] = first[0]
+            obj["values"] = values.tolist()
+        if i % 20 == 0:
+            listed = sorted(os.listdir(mp / g[1:]) if g else os.listdir(mp))
+            names = [p.rsplit("/", 1)[1] for p in m.children(g)]
+            assert listed == sorted(names + [n + ".npy" for n, p in zip(names, m.children(g))
+                                             if m.kind(p) == "dataset"])
+    subprocess.run(["h5fs", "umount", str(mp)], check=True)
+    for remounted in (False, True):
+        if remounted:
+            run_h5fs("umount", mount(path, "rw"), check=True)
+        assert tree(path) == m.expected()
+        with h5py.File(path, "r") as f:
+            for p, v in m.links.items():
+                if not isinstance(v, tuple):
+                    assert dict(f[p].attrs) == m.objects[v]["attrs"], p
+        verify_file(path, h5dump=layout == "earliest")
