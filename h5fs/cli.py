@@ -378,6 +378,42 @@ def cmd_check(args: argparse.Namespace) -> int:
     return run(args.file)
 
 
+# ----------------------------------------------------------------------------------- create
+
+CREATE_XATTR = "user.h5fs.create"   # the request the daemon takes on a directory of its mount
+
+
+def _dims(text: str | None, what: str, none_ok: bool = False) -> list | None:
+    if text is None:
+        return None
+    try:
+        return [None if none_ok and d.strip().lower() == "none" else int(d) for d in text.split(",") if d.strip()]
+    except ValueError:
+        raise CliError(f"bad {what} {text!r}: comma-separated integers{' or None' if none_ok else ''}") from None
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    """An empty dataset made by the daemon of the mount PATH lies in (never a second writer)."""
+    import json
+    parent, name = os.path.split(os.path.abspath(args.path))
+    if not name:
+        raise CliError(f"{args.path}: no dataset name")
+    try:
+        kind = os.getxattr(parent, "user.h5fs.kind")   # every object of a mount answers it
+    except OSError:
+        kind = None
+    if kind != b"group":
+        raise CliError(f"{parent}: not a directory of an h5fs mount")
+    request = {"name": name, "shape": _dims(args.shape, "shape"), "dtype": args.dtype,
+               "chunks": _dims(args.chunks, "chunks"), "maxshape": _dims(args.maxshape, "maxshape", True),
+               "filters": args.filters, "fill": args.fill, "layout": args.layout}
+    try:
+        os.setxattr(parent, CREATE_XATTR, json.dumps(request).encode())
+    except OSError as exc:
+        raise CliError(f"cannot create {args.path}: {exc.strerror} (the mount's log says why)") from None
+    return 0
+
+
 # ----------------------------------------------------------------------------------- main
 
 
@@ -406,6 +442,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="first finish the updates a crash interrupted (replay the journal), as a mount does")
     c.add_argument("file", metavar="FILE")
     c.set_defaults(func=cmd_check)
+    k = sub.add_parser("create", help="create an empty dataset through a read-write mount",
+                       description="Create dataset PATH (inside a read-write h5fs mount) with the given "
+                                   "layout; the mount's daemon writes it.")
+    k.add_argument("path", metavar="PATH")
+    k.add_argument("--shape", required=True, help="e.g. 1000,1000")
+    k.add_argument("--dtype", required=True, help="a NumPy dtype: f4, <i8, S10, ...")
+    k.add_argument("--chunks", help="chunk shape, e.g. 100,100 (chunked layout)")
+    k.add_argument("--maxshape", help="maximum shape, None for unlimited, e.g. None,1000")
+    k.add_argument("--filters", default="none", help="e.g. gzip:4,shuffle (chunked layout; default none)")
+    k.add_argument("--fill", type=float, help="fill value")
+    k.add_argument("--layout", choices=["contiguous", "chunked", "compact"],
+                   help="default: chunked when chunks, maxshape or filters are given, else contiguous")
+    k.set_defaults(func=cmd_create)
     return p
 
 

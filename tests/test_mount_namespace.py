@@ -360,3 +360,27 @@ def test_random_namespace_edits_against_a_model(tmp_path, mount, layout):
                 if not isinstance(v, tuple):
                     assert dict(f[p].attrs) == m.objects[v]["attrs"], p
         verify_file(path, h5dump=layout == "earliest")
+
+
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_h5fs_create_through_the_mount(tmp_path, mount, layout):
+    path = tmp_path / f"create-{layout}.h5"
+    make_file(path, layout)
+    mp = mount(path, "rw")
+    run_h5fs("create", mp / "g" / "img", "--shape", "300,200", "--dtype", "f4", "--chunks", "100,100",
+             "--maxshape", "None,200", "--filters", "gzip:4,shuffle", "--fill", "-1", check=True)
+    run_h5fs("create", mp / "plain", "--shape", "5", "--dtype", ">i2", check=True)
+    for name, args, text in (("new", ["--shape", "3", "--dtype", "U5"], "Invalid argument"),
+                             ("img", ["--shape", "3", "--dtype", "f4"], "File exists")):
+        done = run_h5fs("create", mp / "g" / name, *args)
+        assert done.returncode == 1 and text in done.stderr, done.stderr
+    done = run_h5fs("create", tmp_path / "x", "--shape", "3", "--dtype", "f4")
+    assert done.returncode == 1 and "not a directory of an h5fs mount" in done.stderr
+    assert np.load(mp / "g" / "img.npy").min() == -1
+    run_h5fs("umount", mp, check=True)
+    verify_file(path, h5dump=layout == "earliest")
+    with h5py.File(path, "r") as f:
+        d = f["g/img"]
+        assert (d.shape, d.maxshape, d.chunks, d.dtype, d.compression, d.shuffle, d.fillvalue) == \
+            ((300, 200), (None, 200), (100, 100), np.dtype("<f4"), "gzip", True, -1)
+        assert f["plain"].dtype == np.dtype(">i2") and f["plain"].chunks is None

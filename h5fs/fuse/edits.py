@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
 import logging
 import os
 
@@ -34,6 +35,7 @@ log = logging.getLogger("h5fs.fuse")
 
 DEFAULT_FILTERS = "gzip:4,shuffle"   # new datasets' compression (-o compression=...)
 BYTES_CHUNK = 1 << 20                # chunk of the uint8 dataset any other new file becomes
+CREATE_XATTR = b"user.h5fs.create"   # `h5fs create`'s request, set on the parent directory
 
 
 def link_name(name: bytes) -> str:
@@ -237,6 +239,25 @@ class EditSide:
             await self._forget_object(obj.address)
         raise InvalidWrite(f"{stream.parent.path}/{stream.name}.npy: {stream.failed}")
 
+    async def create_dataset(self, parent: Node, request: bytes) -> None:
+        """`h5fs create`: an empty dataset as the request (JSON) describes it."""
+        try:
+            r = json.loads(request)
+            name, shape, dtype = r["name"], tuple(r["shape"]), np.dtype(r["dtype"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidWrite(f"{parent.path}: a create request that does not parse: {exc}") from None
+        raw = name.encode("utf-8", "surrogateescape")
+        text = await self._free_name(parent, raw)
+        maxshape = None if r.get("maxshape") is None else tuple(r["maxshape"])
+        chunks = None if r.get("chunks") is None else tuple(r["chunks"])
+        filters = r.get("filters") or ()
+        if filters == "none":
+            filters = ()
+        await self._run(self.editor.create_dataset, self.ops._object(parent), text, dtype, shape, maxshape=maxshape,
+                        chunks=chunks, filters=filters, layout=r.get("layout"), fill=r.get("fill"))
+        self._changed(parent, raw, raw + NPY_SUFFIX.encode())
+        self.ops.invalidator.entry(parent, raw)
+
     def link_target(self, parent: Node, target: bytes) -> tuple[str, object]:
         """("soft", HDF5 path) or ("external", (file name, HDF5 path)) for a symlink target:
         relative (resolved against the link's group), absolute inside the mount, or
@@ -262,6 +283,9 @@ class EditSide:
         return "soft", path
 
     async def setxattr(self, node: Node, name: bytes, value: bytes) -> None:
+        if name == CREATE_XATTR and node.kind == DIR:
+            await self.create_dataset(node, value)
+            return
         attr = self._attribute_name(node, name)
         await self._run(self.editor.set_attribute, self.ops._object(node), attr, value)
         self._attributes_changed(node, attr)
