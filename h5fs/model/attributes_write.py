@@ -20,6 +20,7 @@ from ..format.messages import attribute as attr_msg
 from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages import dataspace as S
 from ..format.messages import datatype as T
+from ..storage.dense_storage import ATTRIBUTES, DenseStore
 from ..storage.header_writer import HeaderEdit, NoRoom
 from ..storage.readers.object_header import read as read_header
 from ..storage.transaction import Transaction
@@ -27,7 +28,9 @@ from .attribute_values import create_string_attribute, release_value, store_valu
 from .libver import libver_for_superblock
 
 ATTRIBUTE, ATTRIBUTE_INFO = 0x0C, 0x15
-MAX_COMPACT = 8   # libhdf5's attribute phase change when the header stores none
+MAX_COMPACT, MIN_DENSE = 8, 6   # libhdf5's attribute phase change when the header stores none
+MAX_MESSAGE = 65536             # H5O_MESG_MAX_SIZE: larger attributes live in dense storage only
+NO_ORDER = 0xFFFF               # H5O_MAX_CRT_ORDER_IDX: the creation order of an untracked attribute
 
 
 class _Attributes:
@@ -51,47 +54,90 @@ class _Attributes:
                 return raw, msg
         return None
 
-    def _dense(self) -> bool:
-        info = self.info()
-        return info is not None and info.heap_address is not None
+    def _store(self, info) -> DenseStore | None:
+        if info is None or info.heap_address is None:
+            return None
+        return DenseStore(self.txn, ATTRIBUTES, info.heap_address, info.name_index_address,
+                          info.order_index_address if info.index_order else None, self.what)
+
+    def _new_value(self, msg: attr_msg.AttributeMessage, text: bytes) -> bytes:
+        """The attribute message with `text` as its value (datatype and shape kept)."""
+        name = msg.name
+        if msg.datatype_shared:
+            raise CannotWrite(f"{self.what}: attribute {name!r} has a shared (committed) datatype")
+        dt = T.decode(Reader(msg.datatype_raw, 0, self.txn.sizes, f"{self.what}: attribute {name!r}"))
+        space = S.decode(Reader(msg.dataspace_raw, 0, self.txn.sizes, f"{self.what}: attribute {name!r}"))
+        data = store_value(self.txn, text, dt, space, old=msg.data[:space.count * dt.size])
+        return _encode(replace(msg, data=data), self.txn.sizes)
 
     def set(self, name: str, text: bytes) -> None:
-        if self._dense():
-            raise CannotWrite(f"{self.what}: attributes in dense storage cannot be edited yet")
-        found = self.compact(name)
-        if found is not None:
-            raw, msg = found
-            if msg.datatype_shared:
-                raise CannotWrite(f"{self.what}: attribute {name!r} has a shared (committed) datatype")
-            dt = T.decode(Reader(msg.datatype_raw, 0, self.txn.sizes, f"{self.what}: attribute {name!r}"))
-            space = S.decode(Reader(msg.dataspace_raw, 0, self.txn.sizes, f"{self.what}: attribute {name!r}"))
-            data = store_value(self.txn, text, dt, space, old=msg.data[:space.count * dt.size])
-            self.edit.replace(raw, _encode(replace(msg, data=data), self.txn.sizes))
-            return
+        info = self.info()
+        store = self._store(info)
+        key = name.encode("utf-8", "surrogateescape")
+        if store is not None:
+            raw = store.lookup(key)
+            if raw is not None:
+                store.replace(key, self._new_value(self._decode_bytes(raw), text))
+                store.close()
+                return
+        else:
+            found = self.compact(name)
+            if found is not None:
+                self.edit.replace(found[0], self._new_value(found[1], text))
+                return
         libver = libver_for_superblock(self.f.superblock.version)
         msg = create_string_attribute(self.txn, name, text, libver)
+        raw = _encode(msg, self.txn.sizes)
         order = 0
         if self.edit.header.version > 1:
-            info = self.info()
             if info is None:   # a version 2 header's first attribute brings the attribute info
                 track = bool(self.edit.header.flags & oh.HDR_TRACK_ORDER)
                 info = ainfo_msg.AttributeInfo(track, bool(self.edit.header.flags & oh.HDR_INDEX_ORDER),
                                                0 if track else None, None, None, None)
                 self._set_info(info, add=True)
+            new_info = info
             if info.track_order:
                 order = info.max_creation_index or 0
-                self._set_info(replace(info, max_creation_index=order + 1))
-            if len(self.edit.header.find(ATTRIBUTE)) + 1 > self._max_compact():
-                raise CannotWrite(f"{self.what}: more attributes than compact storage holds "
-                                  "(dense attribute storage cannot be written yet)")
+                new_info = replace(info, max_creation_index=order + 1)
+            else:
+                order = NO_ORDER
+            if store is None and (len(self.edit.header.find(ATTRIBUTE)) >= self._phase()[0]
+                                  or len(raw) >= MAX_MESSAGE):
+                store = self._to_dense(info)
+                new_info = replace(new_info, heap_address=store.heap_address, name_index_address=store.name_index,
+                                   order_index_address=store.corder_index)
+            if new_info != info:
+                self._set_info(new_info)
+        if store is not None:
+            store.insert(key, raw, order)
+            store.close()
+            return
         try:
-            self.edit.add(ATTRIBUTE, _encode(msg, self.txn.sizes), creation_order=order)
+            self.edit.add(ATTRIBUTE, raw, creation_order=order if order != NO_ORDER else 0)
         except NoRoom as exc:
             raise CannotWrite(f"{self.what}: attribute {name!r} does not fit in the object header: {exc}") from exc
 
-    def _max_compact(self) -> int:
+    def _decode_bytes(self, raw: bytes) -> attr_msg.AttributeMessage:
+        return attr_msg.decode(Reader(raw, 0, self.txn.sizes, f"{self.what}: attribute message"))
+
+    def _phase(self) -> tuple[int, int]:
         h = self.edit.header
-        return h.attr_max_compact if h.attr_max_compact is not None else MAX_COMPACT
+        if h.attr_max_compact is None:
+            return MAX_COMPACT, MIN_DENSE
+        return h.attr_max_compact, h.attr_min_dense
+
+    def _to_dense(self, info) -> DenseStore:
+        """H5O__attr_create going dense: new storage takes the attribute messages, in header order,
+        with their creation order."""
+        store = DenseStore.create(self.txn, ATTRIBUTES, info.index_order, self.what)
+        for raw in self.edit.header.find(ATTRIBUTE):
+            msg = self._decode(raw)
+            order = raw.creation_order if info.track_order and raw.creation_order is not None else NO_ORDER
+            store.insert(msg.name.encode("utf-8", "surrogateescape"), bytes(raw.data), order)
+        store.close()
+        while raws := self.edit.header.find(ATTRIBUTE):   # each removal can move the others
+            self.edit.remove(raws[0])
+        return store
 
     def _set_info(self, info, add: bool = False) -> None:
         w = Writer(self.txn.sizes)
@@ -102,17 +148,49 @@ class _Attributes:
             self.edit.set(ATTRIBUTE_INFO, w.getvalue())
 
     def remove(self, name: str) -> None:
-        if self._dense():
-            raise CannotWrite(f"{self.what}: attributes in dense storage cannot be edited yet")
-        found = self.compact(name)
-        if found is None:
-            raise NotFound(f"{self.what}: no attribute {name!r}")
-        raw, msg = found
+        info = self.info()
+        store = self._store(info)
+        if store is not None:
+            try:
+                raw = store.remove(name.encode("utf-8", "surrogateescape"))
+            except FileNotFoundError:
+                raise NotFound(f"{self.what}: no attribute {name!r}") from None
+            store.close()
+            self._release(self._decode_bytes(raw))
+            left = store.count()
+            if left < self._phase()[1] and self._to_compact(store):
+                info = replace(info, heap_address=None, name_index_address=None, order_index_address=None)
+                if left:
+                    self._set_info(info)
+        else:
+            found = self.compact(name)
+            if found is None:
+                raise NotFound(f"{self.what}: no attribute {name!r}")
+            raw, msg = found
+            self._release(msg)
+            self.edit.remove(raw)
+            left = len(self.edit.header.find(ATTRIBUTE))
+        if info is not None and left == 0:   # H5O__attr_remove_update: the info goes with the last one
+            self.edit.remove(self.edit.header.first(ATTRIBUTE_INFO))
+
+    def _release(self, msg: attr_msg.AttributeMessage) -> None:
+        """Free what the value holds in the global heap."""
         if not msg.datatype_shared:
-            dt = T.decode(Reader(msg.datatype_raw, 0, self.txn.sizes, f"{self.what}: attribute {name!r}"))
-            space = S.decode(Reader(msg.dataspace_raw, 0, self.txn.sizes, f"{self.what}: attribute {name!r}"))
+            dt = T.decode(Reader(msg.datatype_raw, 0, self.txn.sizes, f"{self.what}: attribute {msg.name!r}"))
+            space = S.decode(Reader(msg.dataspace_raw, 0, self.txn.sizes, f"{self.what}: attribute {msg.name!r}"))
             release_value(self.txn, msg.data[:space.count * dt.size], dt, space)
-        self.edit.remove(raw)
+
+    def _to_compact(self, store: DenseStore) -> bool:
+        """H5O__attr_remove_update going compact: the attributes become messages again, in name
+        index order, unless one is too large for a message; whether they did."""
+        entries = store.items()
+        if any(len(raw) >= MAX_MESSAGE for _, raw in entries):
+            return False
+        for rec, raw in entries:
+            order = rec.corder if rec.corder != NO_ORDER else 0
+            self.edit.add(ATTRIBUTE, raw, creation_order=order)
+        store.delete()
+        return True
 
 
 def _encode(msg: attr_msg.AttributeMessage, sizes) -> bytes:

@@ -22,15 +22,16 @@ from ..format.messages.link import Link
 from ..format.messages.link_info import LinkInfo
 from ..format.symbol_table_entry import CACHE_NONE, CACHE_STAB
 from . import symbol_table_write as stab_write
+from .dense_storage import LINKS, DenseStore
 from .header_writer import HeaderEdit
-from .readers import btree_v2, local_heap, symbol_table_node
-from .readers.fractal_heap import FractalHeap
+from .readers import local_heap, symbol_table_node
 from .readers.btree_v1 import iterate_leaves
 from .readers.object_header import read as read_header
 from .transaction import Transaction
 
 LINK_INFO, LINK, GROUP_INFO, SYMBOL_TABLE = 0x02, 0x06, 0x0A, 0x11
 MAX_COMPACT, MIN_DENSE = 8, 6          # libhdf5's defaults when the group info stores none
+MAX_MESSAGE = 65536                    # H5O_MESG_MAX_SIZE: larger links live in dense storage only
 UTF8 = 1
 
 
@@ -100,7 +101,7 @@ class GroupLinks:
             return None if entry is None else self._from_entry(stab, entry)
         if kind == "compact":
             return next((ln for _, ln in self._compact() if ln.name == name), None)
-        return next((ln for ln in self._dense_links() if ln.name == name), None)
+        return self._dense_lookup(name)
 
     def _from_entry(self, stab, entry, heap=None) -> Link:
         link = stab_write.link_of(self.txn, stab, entry, self.what)
@@ -126,9 +127,16 @@ class GroupLinks:
             link = replace(link, creation_order=order)
             info = replace(info, max_creation_index=order + 1)
         link = replace(link, charset=UTF8)
-        if kind == "dense" or len(self.edit.header.find(LINK)) + 1 > self._phase()[0]:
-            self._no_dense()
-        self.edit.add(LINK, encode_link(link, self.txn.sizes))
+        raw = encode_link(link, self.txn.sizes)
+        if kind == "compact" and (len(self.edit.header.find(LINK)) >= self._phase()[0] or len(raw) >= MAX_MESSAGE):
+            info = self._to_dense(info)
+            kind = "dense"
+        if kind == "dense":
+            store = self._dense(info)
+            store.insert(link.name.encode("utf-8", "surrogateescape"), raw, link.creation_order or 0)
+            store.close()
+        else:
+            self.edit.add(LINK, raw)
         if info != self.info:
             self._set_info(info)
 
@@ -143,13 +151,28 @@ class GroupLinks:
             link = self._from_entry(stab, entry)
             stab_write.remove(self.txn, stab, name.encode("utf-8"), self.what)
             return link
+        info = self.info
         if kind == "compact":
-            for raw, link in self._compact():
-                if link.name == name:
-                    self.edit.remove(raw)
-                    return link
-            raise FileNotFoundError(f"{self.what}: no link named {name!r}")
-        self._no_dense()
+            found = next(((raw, ln) for raw, ln in self._compact() if ln.name == name), None)
+            if found is None:
+                raise FileNotFoundError(f"{self.what}: no link named {name!r}")
+            self.edit.remove(found[0])
+            link, left = found[1], len(self.edit.header.find(LINK))
+        else:
+            store = self._dense(info)
+            link = _decode_link(store.remove(name.encode("utf-8", "surrogateescape")), self.txn.sizes, self.what)
+            store.close()
+            left = store.count()
+            if left == 0:
+                store.delete()
+                info = replace(info, heap_address=None, name_index_address=None, order_index_address=None)
+            elif left < self._phase()[1]:
+                info = self._to_compact(info, store)
+        if left == 0 and info.track_order:   # H5G__obj_remove_update_linfo starts numbering again
+            info = replace(info, max_creation_index=0)
+        if info != self.info:
+            self._set_info(info)
+        return link
 
     def _stab_insert(self, link: Link) -> None:
         if link.link_type == link_msg.HARD:
@@ -189,15 +212,42 @@ class GroupLinks:
         self.edit.set(LINK_INFO, w.getvalue())
 
     # -- dense storage -------------------------------------------------------------------------
-    def _no_dense(self) -> None:
-        raise CannotWrite(f"{self.what}: editing dense link storage (groups of more than "
-                          f"{self._phase()[0]} links in new-style files) is not supported yet")
+    def _dense(self, info: LinkInfo) -> DenseStore:
+        return DenseStore(self.txn, LINKS, info.heap_address, info.name_index_address,
+                          info.order_index_address if info.index_order else None, self.what)
 
     def _dense_links(self) -> list[Link]:
-        info = self.info
-        heap = FractalHeap(self.txn.reader, info.heap_address, self.what)
-        return [link_msg.decode(Reader(heap.get(rec.heap_id), 0, self.txn.sizes, self.what))
-                for rec in btree_v2.iterate(self.txn.reader, info.name_index_address, what=self.what)]
+        return [_decode_link(raw, self.txn.sizes, self.what) for _, raw in self._dense(self.info).items()]
+
+    def _dense_lookup(self, name: str) -> Link | None:
+        raw = self._dense(self.info).lookup(name.encode("utf-8", "surrogateescape"))
+        return None if raw is None else _decode_link(raw, self.txn.sizes, self.what)
+
+    def _to_dense(self, info: LinkInfo) -> LinkInfo:
+        """H5G__obj_insert going dense: new storage takes the link messages, in header order."""
+        store = DenseStore.create(self.txn, LINKS, info.index_order, self.what)
+        for raw, link in self._compact():
+            store.insert(link.name.encode("utf-8", "surrogateescape"), bytes(raw.data), link.creation_order or 0)
+        store.close()
+        while raws := self.edit.header.find(LINK):   # each removal can move the others
+            self.edit.remove(raws[0])
+        return replace(info, heap_address=store.heap_address, name_index_address=store.name_index,
+                       order_index_address=store.corder_index)
+
+    def _to_compact(self, info: LinkInfo, store: DenseStore) -> LinkInfo:
+        """H5G__obj_remove_update_linfo going compact: the links become messages again, in name
+        index order, unless one is too large for a message."""
+        raws = [raw for _, raw in store.items()]
+        if any(len(raw) >= MAX_MESSAGE for raw in raws):
+            return info
+        for raw in raws:
+            self.edit.add(LINK, raw)
+        store.delete()
+        return replace(info, heap_address=None, name_index_address=None, order_index_address=None)
+
+
+def _decode_link(raw: bytes, sizes, what: str) -> Link:
+    return link_msg.decode(Reader(raw, 0, sizes, f"{what}: link message"))
 
 
 def _stab_entries(reader, stab: stab_msg.SymbolTable, what: str) -> list:

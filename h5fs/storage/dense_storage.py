@@ -1,0 +1,251 @@
+"""Dense storage of links (H5Gdense.c) and attributes (H5Adense.c) edited in a transaction: the
+messages live in a fractal heap, found by name through a v2 B-tree of name hashes (type 5 or 8) and,
+when the object indexes creation order, through a second one keyed by creation order (type 6 or 9).
+
+A name index orders records by the lookup3 hash of the name, then, for names whose hashes tie, by
+the names themselves (strcmp order), which are read from the heap only then (libhdf5's
+H5G__dense_btree2_name_compare and H5A__dense_btree2_name_compare).
+
+New storage takes libhdf5's parameters: the heaps of format/fractal_heap.py (LINK_HEAP,
+ATTRIBUTE_HEAP) and B-trees of 512-byte nodes that split when full and merge below 40%
+(H5G_NAME_BT2_*, H5G_CORDER_BT2_*, H5A_NAME_BT2_*, H5A_CORDER_BT2_*). Attribute records carry the
+message flags; h5fs stores unshared messages only, so they are 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import total_ordering
+from typing import TYPE_CHECKING, Callable
+
+from ..errors import FormatError, Unsupported
+from ..format import btree_v2 as bt
+from ..format.checksum import lookup3
+from ..format.codec import Reader, Sizes
+from ..format.fractal_heap import ATTRIBUTE_HEAP, LINK_HEAP, HeapParams
+from ..format.messages import attribute as attr_msg
+from ..format.messages import link as link_msg
+from . import fractal_heap_write as heap_write
+from .btree_v2_edit import BTreeV2Edit, delete as delete_tree, new_header
+from .index.btree_batch import changes
+from .readers import btree_v2 as bt_reader
+from .readers.fractal_heap import FractalHeap
+
+if TYPE_CHECKING:
+    from .transaction import Transaction
+
+NODE_SIZE, SPLIT_PERCENT, MERGE_PERCENT = 512, 100, 40
+MSG_SHARED = 0x02   # an attribute record's flag: the heap holds a shared-message reference
+
+
+def name_hash(name: bytes) -> int:
+    return lookup3(name, 0)
+
+
+@total_ordering
+class NameKey:
+    """A name index key: the hash, then the name, read (once) only when hashes tie."""
+
+    __slots__ = ("hash", "_name", "_load")
+
+    def __init__(self, h: int, name: bytes | None = None, load: Callable[[], bytes] | None = None):
+        self.hash, self._name, self._load = h, name, load
+
+    @property
+    def name(self) -> bytes:
+        if self._name is None:
+            self._name = self._load()
+        return self._name
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, NameKey) and self.hash == other.hash and self.name == other.name
+
+    def __lt__(self, other: NameKey) -> bool:
+        return self.hash < other.hash or (self.hash == other.hash and self.name < other.name)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+
+@dataclass(frozen=True)
+class DenseKind:
+    """What link and attribute storage differ in."""
+
+    label: str
+    heap: HeapParams
+    name_type: int
+    corder_type: int
+    name_record_size: int
+    corder_record_size: int
+    name_of: Callable[[bytes, Sizes], bytes]          # the name inside a stored message
+    name_record: Callable[[bytes, int, int], object]  # (heap ID, hash, creation order) -> record
+    corder_record: Callable[[bytes, int], object]     # (heap ID, creation order) -> record
+
+
+def _link_name(raw: bytes, sizes: Sizes) -> bytes:
+    return link_msg.decode(Reader(raw, 0, sizes, "dense link")).name.encode("utf-8", "surrogateescape")
+
+
+def _attribute_name(raw: bytes, sizes: Sizes) -> bytes:
+    return attr_msg.decode(Reader(raw, 0, sizes, "dense attribute")).name.encode("utf-8", "surrogateescape")
+
+
+LINKS = DenseKind("link", LINK_HEAP, bt.LINK_NAME, bt.LINK_CORDER, 4 + 7, 8 + 7, _link_name,
+                  lambda hid, h, order: bt.LinkNameRecord(h, hid),
+                  lambda hid, order: bt.LinkCorderRecord(order, hid))
+ATTRIBUTES = DenseKind("attribute", ATTRIBUTE_HEAP, bt.ATTR_NAME, bt.ATTR_CORDER, 8 + 1 + 4 + 4, 8 + 1 + 4,
+                       _attribute_name,
+                       lambda hid, h, order: bt.AttrNameRecord(hid, 0, order, h),
+                       lambda hid, order: bt.AttrCorderRecord(hid, 0, order))
+
+
+class DenseStore:
+    """One object's dense links or attributes; `close()` stages the heap's changes."""
+
+    def __init__(self, txn: Transaction, kind: DenseKind, heap: int, name_index: int, corder_index: int | None,
+                 what: str):
+        self.txn, self.kind, self.what = txn, kind, what
+        self.heap_address, self.name_index, self.corder_index = heap, name_index, corder_index
+        self._writer: heap_write.HeapWriter | None = None
+        self._reader = FractalHeap(txn.reader, heap, f"{what}: dense {kind.label} heap")
+
+    @classmethod
+    def create(cls, txn: Transaction, kind: DenseKind, with_corder: bool, what: str) -> DenseStore:
+        """Empty storage (H5G__dense_create, H5A__dense_create): a heap and its empty indexes."""
+        heap = heap_write.create(txn, kind.heap)
+        name = cls._new_tree(txn, kind.name_type, kind.name_record_size, what)
+        order = cls._new_tree(txn, kind.corder_type, kind.corder_record_size, what) if with_corder else None
+        return cls(txn, kind, heap, name, order, what)
+
+    @staticmethod
+    def _new_tree(txn: Transaction, btype: int, record_size: int, what: str) -> int:
+        hdr = new_header(txn.sizes, btype, NODE_SIZE, record_size, SPLIT_PERCENT, MERGE_PERCENT)
+        return BTreeV2Edit(txn, hdr, _no_key, bt.record_decoder(btype), bt.record_encoder(btype), what,
+                           new=True).apply([]).address
+
+    # -- reading ---------------------------------------------------------------------------------
+    def _get(self, heap_id: bytes) -> bytes:
+        return self._writer.get(heap_id) if self._writer is not None else self._reader.get(heap_id)
+
+    def _check(self, rec) -> None:
+        if getattr(rec, "flags", 0) & MSG_SHARED:
+            raise Unsupported(f"{self.what}: a shared (SOHM) {self.kind.label} message in dense storage")
+
+    def _key(self, rec) -> NameKey:
+        return NameKey(rec.hash, load=lambda: self.kind.name_of(self._get(rec.heap_id), self.txn.sizes))
+
+    def _header(self, address: int) -> bt.BTreeV2Header:
+        return bt_reader.read_header(self.txn.reader, address, f"{self.what}: dense {self.kind.label} index")
+
+    def count(self) -> int:
+        return self._header(self.name_index).total_records
+
+    def find(self, name: bytes):
+        """The name index's record of `name`, or None."""
+        want = NameKey(name_hash(name), name)
+
+        def compare(rec) -> int:
+            key = self._key(rec)
+            return (want > key) - (want < key)
+
+        hdr = self._header(self.name_index)
+        return bt_reader.find(self.txn.reader, hdr.address, compare, bt.record_decoder(hdr.type),
+                              f"{self.what}: dense {self.kind.label} name index", header=hdr)
+
+    def lookup(self, name: bytes) -> bytes | None:
+        """The stored message named `name`, or None."""
+        rec = self.find(name)
+        if rec is None:
+            return None
+        self._check(rec)
+        return self._get(rec.heap_id)
+
+    def items(self) -> list[tuple[object, bytes]]:
+        """(name record, stored message) of every entry, in name-index order."""
+        out = []
+        for rec in bt_reader.iterate(self.txn.reader, self.name_index, what=f"{self.what}: dense {self.kind.label} "
+                                     "name index", expect_type=self.kind.name_type):
+            self._check(rec)
+            out.append((rec, self._get(rec.heap_id)))
+        return out
+
+    # -- edits -------------------------------------------------------------------------------------
+    def _heap(self) -> heap_write.HeapWriter:
+        if self._writer is None:
+            self._writer = heap_write.HeapWriter(self.txn, self.heap_address, f"{self.what}: dense {self.kind.label} heap")
+        return self._writer
+
+    def _edit(self, address: int, todo: list) -> None:
+        hdr = self._header(address)
+        key = self._key if hdr.type == self.kind.name_type else _corder
+        BTreeV2Edit(self.txn, hdr, key, bt.record_decoder(hdr.type), bt.record_encoder(hdr.type),
+                    f"{self.what}: dense {self.kind.label} index").apply(todo)
+
+    def insert(self, name: bytes, message: bytes, corder: int = 0) -> None:
+        """Store `message` under `name` (the caller checked that the name is free)."""
+        heap_id = self._heap().insert(message)
+        h = name_hash(name)
+        self._edit(self.name_index, changes([(NameKey(h, name), self.kind.name_record(heap_id, h, corder))]))
+        if self.corder_index is not None:
+            self._edit(self.corder_index, [(corder, self.kind.corder_record(heap_id, corder))])
+
+    def remove(self, name: bytes) -> bytes:
+        """Drop the entry `name` (FileNotFoundError when there is none); its stored message."""
+        rec = self.find(name)
+        if rec is None:
+            raise FileNotFoundError(f"{self.what}: no {self.kind.label} named {name!r}")
+        self._check(rec)
+        message = self._get(rec.heap_id)
+        self._edit(self.name_index, [(NameKey(rec.hash, name), None)])
+        if self.corder_index is not None:
+            self._edit(self.corder_index, [(_order_of(rec, self), None)])
+        self._heap().remove(rec.heap_id)
+        return message
+
+    def replace(self, name: bytes, message: bytes) -> None:
+        """New bytes for the entry `name` (in place when the size is kept, as H5A__dense_write)."""
+        rec = self.find(name)
+        if rec is None:
+            raise FileNotFoundError(f"{self.what}: no {self.kind.label} named {name!r}")
+        self._check(rec)
+        heap_id = self._heap().replace(rec.heap_id, message)
+        if heap_id == rec.heap_id:
+            return
+        order = _order_of(rec, self)
+        self._edit(self.name_index, [(NameKey(rec.hash, name), self.kind.name_record(heap_id, rec.hash, order))])
+        if self.corder_index is not None:
+            self._edit(self.corder_index, [(order, self.kind.corder_record(heap_id, order))])
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self._reader = FractalHeap(self.txn.reader, self.heap_address, f"{self.what}: dense {self.kind.label} heap")
+
+    def delete(self) -> None:
+        """Free the heap and both indexes (H5G__dense_delete, H5A__dense_delete: the messages'
+        own storage is the caller's)."""
+        self.close()
+        delete_tree(self.txn, self.name_index, f"{self.what}: dense {self.kind.label} name index")
+        if self.corder_index is not None:
+            delete_tree(self.txn, self.corder_index, f"{self.what}: dense {self.kind.label} creation-order index")
+        heap_write.delete(self.txn, self.heap_address)
+
+
+def _no_key(rec) -> None:
+    raise AssertionError("an empty tree has no keys")
+
+
+def _corder(rec) -> int:
+    return rec.corder
+
+
+def _order_of(rec, store: DenseStore) -> int:
+    """The creation order of a name record: attribute records carry it, link records do not, so a
+    link's comes from its message."""
+    if hasattr(rec, "corder"):
+        return rec.corder
+    link = link_msg.decode(Reader(store._get(rec.heap_id), 0, store.txn.sizes, store.what))
+    if link.creation_order is None:
+        raise FormatError(f"{store.what}: link {link.name!r} has no creation order but the group indexes it")
+    return link.creation_order
