@@ -37,8 +37,8 @@ doubling table (H5HF__sect_single_full_dblock, H5HF__hdr_reverse_iter, root halv
 keeps the block with a single section covering it: a state libhdf5 reads and later converts itself
 the first time it touches that section.
 
-Heaps with I/O filters are refused (Unsupported). Huge objects in a B-tree deeper than one leaf
-are refused too (the generic v2 B-tree writer is not in this module).
+Heaps with I/O filters are refused (Unsupported). The huge-object B-tree is edited by the generic
+v2 B-tree editor (btree_v2_edit.py), keyed by the huge ID (or address and length for direct IDs).
 """
 
 from __future__ import annotations
@@ -50,13 +50,13 @@ from typing import Self
 from ..errors import FormatError, Unsupported
 from ..format import btree_v2 as bt
 from ..format import free_space_manager as fsm
-from ..format.checksum import sealed
-from ..format.codec import Writer
 from ..format.fractal_heap import (ID_HUGE, ID_MANAGED, ID_TINY, LINK_HEAP, DirectBlock, DirectEntry,
                                    FractalHeapHeader, HeapParams, HugeId, IndirectBlock, ManagedId, TinyId,
                                    decode_id, derive, encode_direct, encode_header, encode_id, encode_indirect,
                                    entry_offset, header_size, indirect_block_size, new_header, row_free_space,
                                    row_offset, rows_for_block, size_to_row, span_size)
+from .btree_v2_edit import BTreeV2Edit
+from .btree_v2_edit import new_header as new_tree_header
 from .readers import btree_v2 as bt_reader
 from .readers.fractal_heap import FractalHeap
 from .transaction import Transaction
@@ -813,60 +813,31 @@ class HeapWriter:
         self.txn.free(rec.address, rec.length, raw=True)
         self._adjust(huge_count=-1, huge_size=-rec.length)
 
-    def _huge_leaf(self) -> tuple[bt.BTreeV2Header, list[bt.HugeObjectRecord]]:
-        hdr = bt_reader.read_header(self.txn.reader, self.h.huge_btree_address, f"{self.what} huge-object B-tree")
-        if hdr.depth:
-            raise Unsupported(f"{self.what}: huge-object B-tree of depth {hdr.depth}")
-        if hdr.root_address is None:
-            return hdr, []
-        node = bt_reader.read_node(self.txn.reader, hdr, hdr.root_address, hdr.root_nrecords, 0,
-                                   f"{self.what} huge-object B-tree")
-        return hdr, bt.decode_records(hdr, node, bt.record_decoder(hdr.type), self.what)
-
     def _huge_key(self, r: bt.HugeObjectRecord):
         return r.id if r.id is not None and not self.g.huge_direct else (r.address, r.length)
 
-    def _huge_tree_put(self, rec: bt.HugeObjectRecord) -> None:
+    def _huge_tree(self, todo: list) -> bt.BTreeV2Header:
+        """Apply `todo` to the huge-object B-tree, made first when the heap has none."""
+        what = f"{self.what} huge-object B-tree"
         if self.h.huge_btree_address is None:
             rsize = self.sizes.offset + self.sizes.length * (1 if self.g.huge_direct else 2)
-            addr = self._alloc(bt.header_size(self.sizes))
-            raw = Writer(self.sizes)
-            raw.fields(bt.HEADER_LAYOUT, bt.SIG_HEADER, 0, self._huge_type(), HUGE_NODE_SIZE, rsize, 0, HUGE_SPLIT,
-                       HUGE_MERGE, self.sizes.undefined, 0, 0)
-            hdr = bt.decode_header(sealed(raw.buf), addr, self.sizes)
-            self.txn.write_new(addr, bt.encode_header(hdr))
-            self._set(huge_btree_address=addr)
-        hdr, records = self._huge_leaf()
-        records.append(rec)
-        records.sort(key=self._huge_key)
-        if len(records) > hdr.levels[0].max_nrec:
-            raise Unsupported(f"{self.what}: more huge objects than one B-tree leaf holds")
-        self._huge_tree_store(hdr, records)
+            hdr, new = new_tree_header(self.sizes, self._huge_type(), HUGE_NODE_SIZE, rsize, HUGE_SPLIT,
+                                       HUGE_MERGE), True
+        else:
+            hdr, new = bt_reader.read_header(self.txn.reader, self.h.huge_btree_address, what), False
+        hdr = BTreeV2Edit(self.txn, hdr, self._huge_key, bt.record_decoder(hdr.type), bt.record_encoder(hdr.type),
+                          what, new=new).apply(todo)
+        self._set(huge_btree_address=hdr.address)
+        return hdr
+
+    def _huge_tree_put(self, rec: bt.HugeObjectRecord) -> None:
+        self._huge_tree([(self._huge_key(rec), rec)])
 
     def _huge_tree_drop(self, rec: bt.HugeObjectRecord) -> None:
-        hdr, records = self._huge_leaf()
-        key = self._huge_key(rec)
-        kept = [r for r in records if self._huge_key(r) != key]
-        if len(kept) == len(records):
-            raise FormatError(f"{self.what}: huge object not in its B-tree")
-        if not kept:     # H5HF__huge_term: the tree goes with the last huge object
-            if hdr.root_address is not None:
-                self.txn.free(hdr.root_address, hdr.node_size)
+        hdr = self._huge_tree([(self._huge_key(rec), None)])
+        if hdr.total_records == 0:     # H5HF__huge_term: the tree goes with the last huge object
             self.txn.free(hdr.address, bt.header_size(self.sizes))
             self._set(huge_btree_address=None, next_huge_id=0)
-            return
-        self._huge_tree_store(hdr, kept)
-
-    def _huge_tree_store(self, hdr: bt.BTreeV2Header, records: list) -> None:
-        """The one leaf rewritten (in place when it exists) and the header's counts."""
-        root = hdr.root_address
-        if root is None:
-            root = self._alloc(hdr.node_size)
-        raw = bt.encode_records(hdr, bt.record_encoder(hdr.type), records)
-        image = bt.encode_node(hdr, bt.Node(root, 0, raw, ()))
-        self._put(root, image)
-        self._put(hdr.address, bt.encode_header(replace(hdr, root_address=root, root_nrecords=len(records),
-                                                        total_records=len(records))))
 
     # -- staging --------------------------------------------------------------------------------
 
