@@ -8,6 +8,7 @@ from ..format.codec import Reader
 from ..format.messages import link as link_msg
 from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
+from ..storage import dense_storage
 from ..storage.readers import local_heap, symbol_table_node
 from ..storage.readers.btree_v1 import iterate_leaves
 from . import messages as M
@@ -23,7 +24,16 @@ class Group(H5Object):
         return self._links[0]
 
     def link(self, name: str) -> Link | None:
+        if not self.has("_links") and self.header.first(M.SYMBOL_TABLE) is None:
+            info = self.message(M.LINK_INFO)
+            if info is not None and info.heap_address is not None:   # one name index descent
+                return self.cached(("link", name), lambda: self._dense_link(info, name), 400)
         return self._links[1].get(name)
+
+    def _dense_link(self, info, name: str) -> Link | None:
+        raw = dense_storage.lookup(self.file.reader, dense_storage.LINKS, info.heap_address, info.name_index_address,
+                                   name.encode("utf-8", "surrogateescape"), self.path)
+        return None if raw is None else link_msg.decode(Reader(raw, 0, self.file.sizes, f"{self.path}: dense link"))
 
     @derived(lambda table: 300 + 400 * len(table[0]))  # a link record, its name, its dict slot
     def _links(self) -> tuple[list[Link], dict[str, Link]]:

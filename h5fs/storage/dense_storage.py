@@ -99,6 +99,31 @@ ATTRIBUTES = DenseKind("attribute", ATTRIBUTE_HEAP, bt.ATTR_NAME, bt.ATTR_CORDER
                        lambda hid, order: bt.AttrCorderRecord(hid, 0, order))
 
 
+def find(reader, kind: DenseKind, name_index: int, name: bytes, get: Callable[[bytes], bytes], what: str):
+    """The record of `name` in the name index at `name_index`, or None, descending from the root
+    only; `get` reads a heap object (names are read only when hashes tie)."""
+    want = NameKey(name_hash(name), name)
+
+    def compare(rec) -> int:
+        key = NameKey(rec.hash, load=lambda: kind.name_of(get(rec.heap_id), reader.sizes))
+        return (want > key) - (want < key)
+
+    label = f"{what}: dense {kind.label} name index"
+    hdr = bt_reader.read_header(reader, name_index, label)
+    return bt_reader.find(reader, hdr.address, compare, bt.record_decoder(hdr.type), label, header=hdr)
+
+
+def lookup(reader, kind: DenseKind, heap_address: int, name_index: int, name: bytes, what: str) -> bytes | None:
+    """The stored message named `name`, or None, read without a transaction."""
+    heap = FractalHeap(reader, heap_address, f"{what}: dense {kind.label} heap")
+    rec = find(reader, kind, name_index, name, heap.get, what)
+    if rec is None:
+        return None
+    if getattr(rec, "flags", 0) & MSG_SHARED:
+        raise Unsupported(f"{what}: a shared (SOHM) {kind.label} message in dense storage")
+    return heap.get(rec.heap_id)
+
+
 class DenseStore:
     """One object's dense links or attributes; `close()` stages the heap's changes."""
 
@@ -142,15 +167,7 @@ class DenseStore:
 
     def find(self, name: bytes):
         """The name index's record of `name`, or None."""
-        want = NameKey(name_hash(name), name)
-
-        def compare(rec) -> int:
-            key = self._key(rec)
-            return (want > key) - (want < key)
-
-        hdr = self._header(self.name_index)
-        return bt_reader.find(self.txn.reader, hdr.address, compare, bt.record_decoder(hdr.type),
-                              f"{self.what}: dense {self.kind.label} name index", header=hdr)
+        return find(self.txn.reader, self.kind, self.name_index, name, self._get, self.what)
 
     def lookup(self, name: bytes) -> bytes | None:
         """The stored message named `name`, or None."""
