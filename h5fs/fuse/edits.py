@@ -171,10 +171,25 @@ class EditSide:
         node = ops.table.get(attrs.st_ino)
         return ops.handles.open_file(OpenFile(node.ino, RAW, ops._object(node), b"", 0)), attrs
 
+    def replace_stream(self, node: Node) -> NpyStream:
+        """`cp y.npy D.npy` (D.npy opened with O_TRUNC, or truncated to 0 through its handle):
+        the new array is streamed into a dataset of its own, which gives D its data at close
+        (`stream_finish`); D stays whole until then."""
+        ds = self.ops.f.get(node.address, node.path.removesuffix(NPY_SUFFIX))
+        return NpyStream(node.ino, None, "", bytearray(), replaces=ds)
+
+    def truncated(self, node: Node, state: OpenFile | NpyStream) -> NpyStream:
+        """A `.npy` handle truncated to 0 (`dd of=D.npy` opens, then truncates): a new file."""
+        if isinstance(state, OpenFile):
+            return self.replace_stream(node)
+        if state.head or state.header is not None:
+            raise InvalidWrite(f"{state.what}: truncated while being written")
+        return state
+
     async def stream_write(self, stream: NpyStream, off: int, buf: bytes) -> int:
         taken = len(buf)
         if stream.failed is not None:
-            raise InvalidWrite(f"{stream.name}.npy: {stream.failed}")
+            raise InvalidWrite(f"{stream.what}: {stream.failed}")
         if stream.header is None:
             if off > len(stream.head):
                 self._fail(stream, InvalidWrite("a write past the end of a .npy header not yet complete"))
@@ -196,25 +211,33 @@ class EditSide:
 
     def _fail(self, stream: NpyStream, exc: Exception) -> None:
         stream.failed = exc
-        raise InvalidWrite(f"{stream.parent.path}/{stream.name}.npy: {exc}")
+        raise InvalidWrite(f"{stream.what}: {exc}")
 
     async def _make(self, stream: NpyStream, header) -> None:
         """The header is complete: the dataset is made, and the bytes after it written."""
-        ops = self.ops
         chunks, maxshape = npy_storage(header.shape, header.dtype.itemsize)
-        filters = self.filters if chunks is not None else ()
+        storage = dict(maxshape=maxshape, chunks=chunks, filters=self.filters if chunks is not None else ())
+        if stream.replaces is not None:
+            address = await self._run(self.editor.create_unlinked_dataset, stream.replaces, header.dtype,
+                                      header.shape, **storage)
+            stream.header, stream.obj = header, self.ops.f.get(address, f"{stream.replaces.path} (new data)")
+        else:
+            await self._make_linked(stream, header, storage)
+        rest = bytes(stream.head[header.header_length:])
+        del stream.head[header.header_length:]
+        if rest:
+            await self._body(stream, 0, rest)
+
+    async def _make_linked(self, stream: NpyStream, header, storage: dict) -> None:
+        ops = self.ops
         address = await self._run(self.editor.create_dataset, ops._object(stream.parent), stream.name,
-                                  header.dtype, header.shape, maxshape=maxshape, chunks=chunks, filters=filters)
+                                  header.dtype, header.shape, **storage)
         node = ops.table.get(stream.ino)
         stream.header, stream.obj = header, ops.f.get(address, namespace.join(stream.parent.path, stream.name))
         if node is not None:
             ops.table.adopt(node, address)
             node.numbers = await offload.run_sync(namespace.numbers, stream.obj)
         self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), stream.name.encode())
-        rest = bytes(stream.head[header.header_length:])
-        del stream.head[header.header_length:]
-        if rest:
-            await self._body(stream, 0, rest)
 
     async def _body(self, stream: NpyStream, start: int, data: bytes) -> None:
         if start + len(data) > stream.header.data_nbytes:
@@ -224,11 +247,16 @@ class EditSide:
             await offload.run_sync(wb.write, stream.obj, start, data)
         if start <= stream.end:
             stream.end = max(stream.end, start + len(data))
-        self.ops.writes.touched.add(stream.obj.address)
+        if not stream.unlinked:   # nothing shows an unlinked dataset's numbers
+            self.ops.writes.touched.add(stream.obj.address)
 
     async def stream_finish(self, stream: NpyStream) -> None:
-        """At close: a `.npy` file that is not whole (or not valid) leaves no dataset (EINVAL)."""
-        if stream.failed is None and (stream.header is None or stream.end < stream.header.data_nbytes):
+        """At close: a `.npy` file that is not whole (or not valid) answers EINVAL and leaves no
+        dataset; a whole one replacing D's data gives it to D."""
+        if stream.replaces is not None:
+            await self._replacement_closed(stream)
+            return
+        if stream.failed is None and _incomplete(stream):
             stream.failed = InvalidWrite("truncated: the file ends before its array data does")
         if stream.failed is None:
             return
@@ -237,7 +265,38 @@ class EditSide:
             await self._run(self.editor.unlink, self.ops._object(stream.parent), stream.name)
             self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), stream.name.encode())
             await self._forget_object(obj.address)
-        raise InvalidWrite(f"{stream.parent.path}/{stream.name}.npy: {stream.failed}")
+        raise InvalidWrite(f"{stream.what}: {stream.failed}")
+
+    async def _replacement_closed(self, stream: NpyStream) -> None:
+        """Every close of a descriptor flushes, and some tools close a duplicate first (dd):
+        nothing written yet is no error, and an incomplete array is kept for more writes; the
+        unlinked dataset goes at release (`stream_release`)."""
+        if stream.failed is not None:
+            raise InvalidWrite(f"{stream.what}: {stream.failed}")
+        if not _incomplete(stream):
+            if stream.unlinked:
+                await self._replace(stream)
+        elif stream.head or stream.header is not None:
+            raise InvalidWrite(f"{stream.what}: truncated: the file ends before its array data does")
+
+    async def _replace(self, stream: NpyStream) -> None:
+        """The new array is whole: it becomes D's data in one transaction, and the kernel forgets
+        what it holds of D (pages, size: the inode stays, as after O_TRUNC on any file)."""
+        ops, ds = self.ops, stream.replaces
+        try:
+            await self._run(self.editor.replace_data, ds, stream.obj.address)
+        except Exception as exc:
+            stream.failed = exc
+            raise
+        stream.obj = ds   # later writes of this handle go to D itself
+        ops.writes.paged.add(stream.ino)   # the pages cp wrote
+        await ops.writes.changed(ds.address, None, resized=True)
+
+    async def stream_release(self, stream: NpyStream) -> None:
+        """The file is closed for good: a replacement that never became D's data is freed."""
+        if stream.unlinked:
+            obj, stream.obj = stream.obj, None
+            await self._run(self.editor.drop_unlinked, obj.address, obj.path)
 
     async def create_dataset(self, parent: Node, request: bytes) -> None:
         """`h5fs create`: an empty dataset as the request (JSON) describes it."""
@@ -349,6 +408,10 @@ class EditSide:
     def _attributes_changed(self, node: Node, attr: str) -> None:
         self.ops.attribute_tables.pop(node.address)
         self.ops.xattr_values.pop((node.address, attr))
+
+
+def _incomplete(stream: NpyStream) -> bool:
+    return stream.header is None or stream.end < stream.header.data_nbytes
 
 
 def _other_view(name: bytes, entry: namespace.Entry) -> bytes | None:

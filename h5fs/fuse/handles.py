@@ -30,15 +30,30 @@ class OpenFile:
 @dataclass(slots=True)
 class NpyStream:
     """A `.npy` file being created (`cp x.npy DIR/`): its bytes are held until the header
-    parses, then dataset `name` is made from it and the rest is written into it as it comes."""
+    parses, then dataset `name` is made from it and the rest is written into it as it comes.
+    Or one replacing an existing `D.npy` (opened with O_TRUNC): the array goes into a dataset
+    no link names, which gives D its data at close."""
     ino: int
-    parent: object            # the directory's node
+    parent: object            # the directory's node (None: replacing)
     name: str                 # the dataset's link name (the file name without `.npy`)
     head: bytearray           # the bytes written before the header was complete
     header: object = None     # the parsed NpyHeader
     obj: object = None        # the dataset, once made
     end: int = 0              # bytes of array data written so far (contiguous from 0)
     failed: BaseException | None = None   # why the file cannot become a dataset
+    replaces: object = None   # the dataset D whose data it replaces
+
+    @property
+    def what(self) -> str:
+        """The `.npy` file's path, for messages."""
+        if self.replaces is not None:
+            return f"{self.replaces.path}.npy"
+        return f"{self.parent.path.rstrip('/')}/{self.name}.npy"
+
+    @property
+    def unlinked(self) -> bool:
+        """The array is in a dataset of its own, not yet given to the one it replaces."""
+        return self.replaces is not None and self.obj is not None and self.obj is not self.replaces
 
 
 @dataclass(frozen=True, slots=True)

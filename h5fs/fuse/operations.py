@@ -353,6 +353,8 @@ class Operations(pyfuse3.Operations):
         if writing and node.kind not in (RAW, NPY):
             raise FUSEError(errno.EACCES)
         if flags & os.O_TRUNC:
+            if node.kind == NPY:   # a new array replacing the data (cp y.npy D.npy)
+                return pyfuse3.FileInfo(fh=self.handles.open_file(self._edits().replace_stream(node)))
             await self.writes.truncate(node, None)
         obj = self._object(node)
         if namespace.numbers_from_header(obj):
@@ -394,8 +396,10 @@ class Operations(pyfuse3.Operations):
 
     @boundary
     async def release(self, fh: int) -> None:
-        self.handles.files.pop(fh, None)
+        state = self.handles.files.pop(fh, None)
         self.prefetcher.forget(fh)
+        if isinstance(state, NpyStream):
+            await self._edits().stream_release(state)
 
     @boundary
     async def flush(self, fh: int) -> None:
@@ -498,7 +502,11 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         self._check(node)
         if fields.update_size:
-            await self.writes.truncate(node, attr.st_size)
+            state = self.handles.files.get(fh) if fh is not None else None
+            if node.kind == NPY and attr.st_size == 0 and state is not None:
+                self.handles.files[fh] = self._edits().truncated(node, state)
+            else:
+                await self.writes.truncate(node, attr.st_size)
         if fields.update_mode or fields.update_uid or fields.update_gid:
             # HDF5 keeps no owner or mode: one the mount already shows is accepted (cp -p,
             # rsync -a), any other change is refused

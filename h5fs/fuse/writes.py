@@ -150,7 +150,7 @@ class WriteSide:
             await ops.invalidator.attributes(node)
         if resized:
             for fh, state in list(ops.handles.files.items()):
-                if state.obj.address == address:
+                if isinstance(state, OpenFile) and state.obj.address == address:
                     ops.handles.files[fh] = _reopened(state)
 
 

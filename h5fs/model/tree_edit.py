@@ -17,28 +17,33 @@ from collections import deque
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..errors import H5fsError
+from ..errors import CannotWrite, H5fsError
 from ..format import object_header as oh
-from ..format.codec import Writer
+from ..format.codec import Reader, Writer
 from ..format.messages import link as link_msg
 from ..format.messages import link_info as link_info_msg
 from ..format.messages import modification_time
+from ..format.messages import shared as shared_msg
 from ..format.messages import symbol_table as stab_msg
 from ..format.messages.link import Link
+from ..format.object_header import RawMessage
 from ..storage import symbol_table_write as stab_write
 from ..storage.header_create import create_header
 from ..storage.header_writer import HeaderEdit
 from ..storage.links_write import GROUP_INFO, LINK_INFO, SYMBOL_TABLE, GroupLinks, encode_link
-from ..storage.object_delete import free_object, shared_headers
+from ..storage.object_delete import free_object, free_storage, shared_headers
 from ..storage.readers.object_header import read as read_header
 from ..storage.transaction import Transaction
-from .dataset_create import dataset_messages
+from . import messages as M
+from .dataset_create import NewDataset, dataset_messages
 from .libver import libver_for_superblock
 from .objects import H5Object
 
 
 MTIME_OLD, MTIME = 0x0E, 0x12
 DATASET_HEADER_HINT = 256   # libhdf5's least object header for a new dataset (H5D__update_oh_info)
+# what describes a dataset's data (a replacement of the data replaces these messages)
+DATA_MESSAGES = frozenset({M.DATASPACE, M.DATATYPE, M.FILL_OLD, M.FILL, M.EXTERNAL, M.LAYOUT, M.FILTERS})
 
 
 class NamespaceError(H5fsError):
@@ -103,21 +108,71 @@ class TreeEditor:
                              track_times=bool(header.flags & oh.HDR_TIMES),
                              track_attr_order=bool(header.flags & oh.HDR_TRACK_ORDER))
 
-    def create_dataset(self, parent: H5Object, name: str, dtype, shape: tuple[int, ...], *,
-                       maxshape=None, chunks=None, filters=(), layout: str | None = None, fill=None) -> int:
+    def create_dataset(self, parent: H5Object, name: str, dtype, shape: tuple[int, ...], **storage) -> int:
         """A new dataset `name` in `parent`, described as libhdf5 would write it for this file's
-        format (model/dataset_create.py); nothing allocated until data is written."""
-        libver = libver_for_superblock(self.f.superblock.version)
-        new = dataset_messages(dtype, shape, maxshape=maxshape, chunks=chunks, filters=filters, layout=layout,
-                               fill=fill, libver=libver, sizes=self.f.sizes)
+        format (model/dataset_create.py; `storage`: its keyword arguments); nothing allocated
+        until data is written."""
+        new = self._describe(dtype, shape, storage)
         with self._edit() as (txn, touched):
             links = self._links(txn, parent, touched)
             _refuse_existing(links, name)
-            address = create_header(txn, txn.sizes, new.header_version, list(new.messages),
-                                    track_times=new.header_times, min_size=DATASET_HEADER_HINT)
+            address = _dataset_header(txn, new, new.header_version)
             touched.add(address)
             links.insert(Link(name, link_msg.HARD, address=address))
         return address
+
+    def _describe(self, dtype, shape: tuple[int, ...], storage: dict) -> NewDataset:
+        libver = libver_for_superblock(self.f.superblock.version)
+        return dataset_messages(dtype, shape, libver=libver, sizes=self.f.sizes, **storage)
+
+    # -- data replaced (cp y.npy D.npy) --------------------------------------------------------
+    def create_unlinked_dataset(self, like: H5Object, dtype, shape: tuple[int, ...], **storage) -> int:
+        """A dataset no link names, to receive the data `replace_data` later gives `like`; its
+        header has `like`'s version, so that its messages move there as they are stored. Until
+        then nothing reaches it: after a crash its space is free (the next mount's walk finds it)."""
+        new = self._describe(dtype, shape, storage)
+        with self._edit() as (txn, touched):
+            address = _dataset_header(txn, new, like.header.version)
+            touched.add(address)
+        return address
+
+    def drop_unlinked(self, address: int, path: str) -> None:
+        """Free a dataset `create_unlinked_dataset` made, its data not wanted."""
+        with self._edit() as (txn, touched):
+            touched.add(address)
+            self.wb.discard(address)
+            free_object(txn, self.f, address, path)
+
+    def replace_data(self, ds: H5Object, source: int) -> None:
+        """Give dataset `ds` the data of the unlinked dataset at `source` in one transaction (the
+        writes into `source` in the file first): `ds`'s data messages (dataspace, datatype, fill
+        value, filters, layout, external files) become `source`'s, and its old storage and
+        `source`'s header are freed. Its address stays, and with it its hard links, attributes
+        and other messages."""
+        self.wb.flush()
+        with self._edit() as (txn, touched):
+            touched.update((ds.address, source))
+            free_storage(txn, self.f, ds.address, ds.path)
+            edit = HeaderEdit(txn, read_header(txn.reader, ds.address, ds.path))
+            while (raw := _data_message(edit.header)) is not None:
+                if raw.shared:
+                    self._unshare(txn, touched, raw, ds.path)
+                edit.remove(raw)
+            new = read_header(txn.reader, source, f"{ds.path} (its new data)")
+            for raw in new.messages:
+                if raw.type in DATA_MESSAGES:
+                    edit.add(raw.type, raw.data, raw.flags)
+            for block in new.blocks:
+                txn.free(block.address, block.length)
+            self.wb.discard(ds.address)   # writes into the old data since the flush go with it
+
+    def _unshare(self, txn: Transaction, touched: set[int], raw, path: str) -> None:
+        """A shared message goes from a header: one use fewer of the header it lives in (a
+        committed datatype); one in the shared message table cannot be counted down yet."""
+        ref = shared_msg.decode(Reader(raw.data, 0, txn.sizes, f"{path}: shared message"))
+        if ref.kind != shared_msg.IN_OBJECT_HEADER:
+            raise CannotWrite(f"{path}: a message in the shared message table (replacing it is not supported)")
+        self._unref(txn, touched, ref.address, f"{path} (its committed datatype)")
 
     def rmdir(self, parent: H5Object, name: str) -> None:
         with self._edit() as (txn, touched):
@@ -242,6 +297,15 @@ class TreeEditor:
                     return
             if edit.header.version > 1:
                 edit.add(MTIME, _encoded(modification_time.encode_new, seconds, txn.sizes))
+
+
+def _dataset_header(txn: Transaction, new: NewDataset, version: int) -> int:
+    return create_header(txn, txn.sizes, version, list(new.messages), track_times=new.header_times and version > 1,
+                         min_size=DATASET_HEADER_HINT)
+
+
+def _data_message(header) -> RawMessage | None:
+    return next((m for m in header.messages if m.type in DATA_MESSAGES), None)
 
 
 def _encoded(encode, value, sizes) -> bytes:

@@ -1,7 +1,8 @@
 """An object whose last hard link went: its header and everything only it uses become free
 space (libhdf5's H5O_delete): header blocks, group storage (symbol table, dense links), dataset
 storage (contiguous data, chunks and every chunk index block, an external file list's heap),
-dense attribute storage. The extents come from the space map's walk of that one object: links
+dense attribute storage; `free_storage` frees a dataset's data storage alone (its data replaced
+by another's). The extents come from the space map's walk of that one object: links
 and shared messages are not followed, global heap collections (shared with other objects) are
 left as they are, as libhdf5 leaves them.
 
@@ -32,6 +33,9 @@ class _ObjectWalk(_Walk):
     def scan(self, raw, dt, path, where, fields=None, depth=0) -> None:
         pass
 
+    def heap_object(self, path, where, address, index) -> None:
+        pass   # a global heap collection (a virtual dataset's mappings) may hold others' objects too
+
 
 def shared_headers(header, sizes) -> list[int]:
     """Object headers `header` shares messages from (committed datatypes), one per message."""
@@ -51,8 +55,20 @@ def free_object(txn: Transaction, f, address: int, path: str) -> bool:
     object could not be walked whole and was left in place (logged)."""
     walk = _ObjectWalk(f, False, None)
     walk.object(address, path)
+    return _free(txn, walk, path, "removed")
+
+
+def free_storage(txn: Transaction, f, address: int, path: str) -> bool:
+    """Free the data storage of the dataset at `address` (the file `f` as committed), its
+    header and attributes kept: its data was replaced. False as for `free_object`."""
+    walk = _ObjectWalk(f, False, None)
+    walk.dataset(f.get(address, path), path)
+    return _free(txn, walk, path, "data replaced")
+
+
+def _free(txn: Transaction, walk: _ObjectWalk, path: str, done: str) -> bool:
     if walk.map.problems:
-        log.warning("%s: removed, but its storage is kept (it cannot be read whole: %s)", path,
+        log.warning("%s: %s, but its storage is kept (it cannot be read whole: %s)", path, done,
                     walk.map.problems[0])
         return False
     for ext in walk.map.extents:
