@@ -52,10 +52,12 @@ class WriteSide:
             log.warning("free space not reused: %s: %s", type(exc).__name__, exc)
 
     async def _flusher(self) -> None:
-        """Flush FLUSH_DELAY s after the last write."""
+        """Flush FLUSH_DELAY s after the last write (or the last namespace edit, whose journal
+        record the flush retires)."""
         while True:
             await trio.sleep(FLUSH_POLL)
-            if (self.wb.dirty or self.touched) and time.monotonic() - self.last_write >= FLUSH_DELAY:
+            pending = self.wb.dirty or self.touched or self.ops.f.store.journal.pending
+            if pending and time.monotonic() - self.last_write >= FLUSH_DELAY:
                 try:
                     await self.flush()
                 except (OSError, H5fsError) as exc:   # kept dirty: fsync and unmount try again
@@ -66,6 +68,8 @@ class WriteSide:
         """Everything in the file; then the stat numbers of what changed since the last flush
         (background flushes included) are refreshed."""
         if not self.wb.dirty and not self.touched:
+            if self.ops.f.store.journal.pending:   # namespace edits: durable, their record retired
+                await offload.run_sync(self.wb.flush)
             return
         touched, self.touched = self.touched, set()
         try:

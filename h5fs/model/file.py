@@ -108,6 +108,7 @@ class H5File:
 
     def close(self) -> None:
         if self.store is not None:
+            self.store.settle()
             self.store.journal.close()
             self.store = None
         if self.fd >= 0:

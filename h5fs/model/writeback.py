@@ -305,6 +305,7 @@ class Writeback:
                 batch, self.dirty, self.nbytes = self.dirty, {}, 0
                 self.flushing = batch
             if not batch:
+                self.f.store.settle()
                 return
             try:
                 broken = self._flush(batch)
@@ -314,6 +315,7 @@ class Writeback:
                     for address, st in batch.items():
                         self._restore(address, st)
                 raise
+            self.f.store.settle()   # the file alone holds every commit: no journal record left
         if broken:
             raise broken[0]
 

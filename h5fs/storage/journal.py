@@ -62,6 +62,7 @@ class Journal:
         except OSError as e:
             raise H5fsError(f"cannot open the journal {path}: {e.strerror}") from e
         self.writer = FileWriter(fd, TAG, recorder)
+        self.pending = False   # a record is logged whose updates may not be durable in the file yet
 
     def replay(self, fd: int) -> int:
         """Apply again the record a crash left (to the .h5 file open at `fd`), durably, and
@@ -83,12 +84,14 @@ class Journal:
         self.writer.truncate(0)
         self.writer.pwrite(0, record)
         self.writer.sync()
+        self.pending = True
 
     def clear(self) -> None:
         """The record is applied and durable in the file: retire it (durably, so a later crash
-        never replays it over newer contents)."""
+        never replays it over newer contents; the caller fsynced the file first)."""
         self.writer.truncate(0)
         self.writer.sync()
+        self.pending = False
 
     def close(self) -> None:
         """Close it, removing the file when no record waits in it (a clean close)."""

@@ -10,10 +10,14 @@ A transaction stages two kinds of writes:
 `commit` orders them with fsync barriers:
 1. new blocks, then fsync: they are durable before anything points at them;
 2. the superblock's end of allocated space (when it grew) and the in-place updates: one update
-   that lies within one page is written directly (a page write is not torn); several are logged
-   in the journal first (fsync), applied, fsynced, and the journal retired, so a crash in between
-   is finished at the next open;
+   that lies within one page is written directly (a page write is not torn) and fsynced; several
+   are logged in the journal first (fsync), then applied, so a crash in between is finished at the
+   next open (the replay rewrites the same bytes);
 3. space the transaction freed becomes reusable (the allocator's `release`).
+A logged record is retired lazily: the next commit's first fsync makes its updates durable before
+that commit replaces the record (its space reuse included: until then a crash replays the record,
+so nothing points into space reused after it), and `Store.settle` retires it at fsync and close.
+A commit thus costs two fsyncs, not four.
 Before step 1, a file persisting its free space has its free-space managers rewritten as the
 transaction leaves the allocator (h5fs.storage.persistent_space): their updates are part of the
 same commit.
@@ -57,6 +61,13 @@ class Store:
 
     def begin(self) -> Transaction:
         return Transaction(self)
+
+    def settle(self) -> None:
+        """Make every committed update durable in the file itself and retire the journal's record
+        (at fsync and close: the file alone is then whole)."""
+        if self.journal.pending:
+            self.writer.sync()
+            self.journal.clear()
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
@@ -229,8 +240,12 @@ class Transaction:
         if sb is not None:
             # first: no published pointer may lie beyond the end of allocation libhdf5 checks
             updates.insert(0, (sb.location, sbf.encode(sb)))
-        direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
+        journal = store.journal
+        # a record still in the journal may cover the same bytes: then this update is logged too
+        direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE \
+            and not journal.pending
         try:
+            synced = False
             if self._new or self._wrote_data or sb is not None:
                 for address, data in self._new.items():
                     writer.pwrite(base + address, data)
@@ -239,18 +254,19 @@ class Transaction:
                     # allocation, or libhdf5 takes it for truncated
                     writer.truncate(base + store.allocator.eoa)
                 writer.sync()
+                synced = True
             if updates and not direct:
-                store.journal.log(updates)
+                if journal.pending and not synced:
+                    writer.sync()   # the previous record's updates are durable before it is replaced
+                journal.log(updates)
         except BaseException:
             self.abort()
             raise
         store.reader.eof = max(store.reader.eof, os.fstat(writer.fd).st_size)
         for position, data in updates:
             writer.pwrite(position, data)
-        if updates:
+        if updates and direct:
             writer.sync()
-            if not direct:
-                store.journal.clear()
         if sb is not None:
             store.superblock = sb
         self.rewritten = [(a, len(d)) for a, d in self._in_place.items()]
