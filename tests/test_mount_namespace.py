@@ -133,6 +133,31 @@ def test_removed_storage_is_reused(tmp_path, mount, layout):
     assert path.stat().st_size == size
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rm_r_removes_a_tree_of_datasets(tmp_path, mount, layout):
+    """`rm -r` lists each dataset twice (D and D.npy), removes D, then removes the D.npy it
+    listed: that succeeds (the file went with D), so the whole tree goes and rm exits 0. Outside
+    a listing, removing a view whose dataset is gone is ENOENT, as for any missing file."""
+    path = tmp_path / f"rmr-{layout}.h5"
+    make_file(path, layout)
+    with h5py.File(path, "r+") as f:
+        t = f.create_group("t")
+        for i in range(12):
+            t.create_dataset(f"d{i}", data=np.arange(i + 1))
+        t.create_group("sub").create_dataset("x", data=np.arange(5.0), chunks=(2,))
+        f.create_dataset("solo", data=[1, 2])
+    mp = mount(path, "rw")
+    done = subprocess.run(["rm", "-r", str(mp / "t")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not (mp / "t").exists()
+    subprocess.run(["rm", str(mp / "solo")], check=True)
+    assert "No such file" in errno_of("rm", str(mp / "solo.npy"))
+    mount.unmount(mp)
+    after = tree(path)
+    assert not any(p.startswith("/t") or p.startswith("/solo") for p in after) and "/g/d" in after
+    verify_file(path, h5dump=layout.startswith("earliest"))
+
+
 def test_edits_on_a_read_only_mount_are_erofs(tmp_path, mount):
     path = tmp_path / "ro.h5"
     make_file(path, "latest")

@@ -55,6 +55,8 @@ def link_name(name: bytes) -> str:
 class EditSide:
     def __init__(self, ops, editor: TreeEditor, filters: str = DEFAULT_FILTERS):
         self.ops, self.editor, self.filters = ops, editor, filters
+        # (dir inode, name): a view whose dataset went with its twin while a listing was open
+        self.gone_twins: set[tuple[int, bytes]] = set()
 
     # -- what a name stands for -------------------------------------------------------------
     async def _entry(self, parent: Node, name: bytes) -> namespace.Entry | None:
@@ -99,9 +101,25 @@ class EditSide:
         if entry.kind == DIR:
             raise FUSEError(errno.EISDIR)
         await self._run(self.editor.unlink, self.ops._object(parent), text)
-        self._changed(parent, name, _other_view(name, entry))
+        twin = _other_view(name, entry)
+        self._changed(parent, name, twin)
+        if twin and self.ops.handles.reading(parent.ino):
+            self.gone_twins.add((parent.ino, twin))
         if entry.address is not None:
             await self._forget_object(entry.address)
+
+    def unlink_gone_twin(self, parent_ino: int, name: bytes) -> bool:
+        """Whether `name` is the other view of a dataset removed while its directory was being
+        read (`rm -r` listed both `D` and `D.npy`, removed `D`, and now removes `D.npy`): that
+        unlink succeeds, as the file is gone."""
+        if (parent_ino, name) in self.gone_twins:
+            self.gone_twins.discard((parent_ino, name))
+            return True
+        return False
+
+    def closed_dir(self, ino: int) -> None:
+        if not self.ops.handles.reading(ino):
+            self.gone_twins = {key for key in self.gone_twins if key[0] != ino}
 
     async def rename(self, old_parent: Node, old: bytes, new_parent: Node, new: bytes, flags: int) -> None:
         if flags & ~pyfuse3.RENAME_NOREPLACE:

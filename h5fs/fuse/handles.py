@@ -68,6 +68,10 @@ class Handles:
         self.dirs: dict[int, OpenDir] = {}
         self._next = 1
 
+    def reading(self, ino: int) -> bool:
+        """Whether a listing of directory `ino` is open."""
+        return any(d.ino == ino for d in self.dirs.values())
+
     def _number(self) -> int:
         fh = self._next
         self._next += 1

@@ -58,6 +58,7 @@ BLKSIZE = 1 << 20       # st_blksize: `cat` and friends read in 1 MiB pieces
 SETTLE_WAIT = 0.5       # s a lookup/getattr waits for a chunk index walk before answering an estimate
 ATTRIBUTE_TABLES = 256  # objects whose attributes-by-name are kept (listxattr, then getxattr of each)
 FACT_TABLES = 256
+GONE_TWIN_INO = 1 << 63  # the inode of a view removed with its twin (never in the inode table)
 XATTR_VALUES = 1024     # formatted values kept (getfattr asks each value twice: size, then bytes)
 LISTED_ENTRIES = 65536   # entries of recent listings kept (`find`, then `getfattr -R`, list each group; ~250 B each)
 FH_HANDLERS = frozenset({"read", "release", "flush", "fsync", "write", "readdir", "releasedir"})
@@ -259,6 +260,8 @@ class Operations(pyfuse3.Operations):
         except Exception as exc:
             self._mark_broken(parent, exc)
             raise FUSEError(errno.EIO) from None
+        if entry is None and self.edits is not None and (parent_inode, name) in self.edits.gone_twins:
+            return self._gone_twin()
         if entry is None:  # a negative entry, cached as long as anything else
             neg = pyfuse3.EntryAttributes()
             neg.st_ino = 0
@@ -268,8 +271,20 @@ class Operations(pyfuse3.Operations):
             await self._settle(entry.address, entry.path, entry.numbers)
         return self._hand_out(parent, entry)
 
+    def _gone_twin(self) -> pyfuse3.EntryAttributes:
+        """An empty file that is not cached: only for the unlink of a view already removed."""
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = GONE_TWIN_INO
+        a.entry_timeout = a.attr_timeout = 0
+        a.st_mode = stat.S_IFREG | 0o644
+        a.st_nlink = 1
+        a.st_uid, a.st_gid = self.uid, self.gid
+        return a
+
     @boundary
     async def getattr(self, inode: int, ctx=None) -> pyfuse3.EntryAttributes:
+        if inode == GONE_TWIN_INO:
+            return self._gone_twin()
         node = self._node(inode)
         if node.kind == RAW and node.error is None:
             await self._settle(node.address, node.path, node.numbers)
@@ -315,7 +330,9 @@ class Operations(pyfuse3.Operations):
 
     @boundary
     async def releasedir(self, fh: int) -> None:
-        self.handles.dirs.pop(fh, None)
+        listing = self.handles.dirs.pop(fh, None)
+        if listing is not None and self.edits is not None:
+            self.edits.closed_dir(listing.ino)
 
     @boundary
     async def readlink(self, inode: int, ctx=None) -> bytes:
@@ -551,6 +568,8 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def unlink(self, parent_inode, name, ctx):
         edits = self._edits()
+        if edits.unlink_gone_twin(parent_inode, name):
+            return
         await edits.unlink(self._dir(parent_inode), name)
 
     @boundary
