@@ -8,17 +8,20 @@ A transaction stages two kinds of writes:
   end-of-allocation): nothing may see them before the new blocks are durable.
 
 `commit` orders them with fsync barriers:
-1. new blocks, then fsync: they are durable before anything points at them;
-2. the superblock's end of allocated space (when it grew) and the in-place updates: one update
-   that lies within one page is written directly (a page write is not torn) and fsynced; several
-   are logged in the journal first (fsync), then applied, so a crash in between is finished at the
-   next open (the replay rewrites the same bytes);
-3. space the transaction freed becomes reusable (the allocator's `release`).
-A logged record is retired lazily: the next commit's first fsync makes its updates durable before
-that commit replaces the record (its space reuse included: until then a crash replays the record,
-so nothing points into space reused after it), and `Store.settle` retires it at fsync and close.
-A commit thus costs two fsyncs, not four.
-Before step 1, a file persisting its free space has its free-space managers rewritten as the
+- a small commit (new metadata blocks of at most MAX_LOGGED_NEW bytes, no chunk data) is appended
+  whole to the journal (new blocks and in-place updates, one fsync), then written to the file;
+- otherwise new blocks (and chunk data written before) are written, then fsynced: they are
+  durable before anything points at them; then the superblock's end of allocated space (when it
+  grew) and the in-place updates: one update that lies within one page is written directly (a
+  page write is not torn) and fsynced when no record is pending; several are appended to the
+  journal first (fsync), then applied;
+- space the transaction freed becomes reusable (the allocator's `release`).
+A crash after a record is durable is finished at the next open: the replay writes every pending
+record again, in order. Records stay until `Store.settle` fsyncs the file and empties the journal
+(at fsync, flush and close, past JOURNAL_LIMIT bytes, and before a commit writes new blocks straight
+into the file: an older record could otherwise rewrite space that commit reuses). A namespace edit
+thus costs one fsync.
+Before all that, a file persisting its free space has its free-space managers rewritten as the
 transaction leaves the allocator (h5fs.storage.persistent_space): their updates are part of the
 same commit.
 
@@ -39,11 +42,15 @@ from typing import Callable, Iterator
 from ..errors import FormatError
 from ..format import superblock as sbf
 from .blockio import MAX_METADATA_BLOCK, BlockReader
+from .journal import LIMIT as JOURNAL_LIMIT
 from .journal import SUFFIX, Journal
 from .metadata_cache import MetadataCache
 from .persistent_space import setup
 from .space import PAGE
 from .writer import FileWriter, Recorder
+
+
+MAX_LOGGED_NEW = 1 << 20   # new blocks a commit may put in the journal rather than fsync in place
 
 
 class Store:
@@ -241,32 +248,44 @@ class Transaction:
             # first: no published pointer may lie beyond the end of allocation libhdf5 checks
             updates.insert(0, (sb.location, sbf.encode(sb)))
         journal = store.journal
-        # a record still in the journal may cover the same bytes: then this update is logged too
-        direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE \
-            and not journal.pending
+        new = [(base + a, d) for a, d in self._new.items()]
+        size = os.fstat(writer.fd).st_size
+        reach = max([p + len(d) for p, d in new], default=size)
+        # small metadata commits go whole into the journal: one fsync, the file's comes later
+        logged = bool(new) and not self._wrote_data and sum(len(d) for _, d in new) <= MAX_LOGGED_NEW \
+            and max(reach, size) >= base + store.allocator.eoa
+        # with records pending, a single-page update is logged too (a record may cover its bytes)
+        direct = not logged and not journal.pending and len(updates) == 1 \
+            and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
         try:
-            synced = False
-            if self._new or self._wrote_data or sb is not None:
-                for address, data in self._new.items():
-                    writer.pwrite(base + address, data)
-                if os.fstat(writer.fd).st_size < base + store.allocator.eoa:
-                    # space allocated but never written: the file must still reach the end of
-                    # allocation, or libhdf5 takes it for truncated
-                    writer.truncate(base + store.allocator.eoa)
-                writer.sync()
-                synced = True
-            if updates and not direct:
-                if journal.pending and not synced:
-                    writer.sync()   # the previous record's updates are durable before it is replaced
-                journal.log(updates)
+            if logged:
+                journal.log(new + updates)
+            else:
+                if new or self._wrote_data or sb is not None:
+                    # a pending record may rewrite space this commit reuses: retire it first
+                    store.settle()
+                    for position, data in new:
+                        writer.pwrite(position, data)
+                    if os.fstat(writer.fd).st_size < base + store.allocator.eoa:
+                        # space allocated but never written: the file must still reach the end of
+                        # allocation, or libhdf5 takes it for truncated
+                        writer.truncate(base + store.allocator.eoa)
+                    writer.sync()
+                if updates and not direct:
+                    journal.log(updates)
         except BaseException:
             self.abort()
             raise
+        if logged:
+            for position, data in new:
+                writer.pwrite(position, data)
         store.reader.eof = max(store.reader.eof, os.fstat(writer.fd).st_size)
         for position, data in updates:
             writer.pwrite(position, data)
         if updates and direct:
             writer.sync()
+        if journal.size > JOURNAL_LIMIT:
+            store.settle()
         if sb is not None:
             store.superblock = sb
         self.rewritten = [(a, len(d)) for a, d in self._in_place.items()]
