@@ -9,6 +9,7 @@ never serves the structure that used to live there. Thread-safe: decoders run in
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict
 from typing import Callable, Hashable, TypeVar
@@ -24,6 +25,7 @@ class MetadataCache:
         self.used = 0
         self._items: OrderedDict[tuple[int, Hashable], tuple[object, int]] = OrderedDict()
         self._kinds: dict[int, set[Hashable]] = {}   # address -> kinds cached there
+        self._addresses: list[int] = []               # those addresses, sorted (range invalidation)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -55,7 +57,11 @@ class MetadataCache:
                 return hit[0]  # type: ignore[return-value]
             if size <= self.budget:
                 self._items[key] = (value, size)
-                self._kinds.setdefault(address, set()).add(kind)
+                kinds = self._kinds.get(address)
+                if kinds is None:
+                    kinds = self._kinds[address] = set()
+                    bisect.insort(self._addresses, address)
+                kinds.add(kind)
                 self.used += size
                 while self.used > self.budget:
                     self._drop(next(iter(self._items)))
@@ -81,6 +87,7 @@ class MetadataCache:
         kinds.discard(key[1])
         if not kinds:
             del self._kinds[key[0]]
+            del self._addresses[bisect.bisect_left(self._addresses, key[0])]
         return value
 
     def invalidate(self, address: int) -> list[object]:
@@ -92,11 +99,13 @@ class MetadataCache:
         """Forget everything decoded from an address in [start, end) (a freed or rewritten
         extent); returns what was forgotten."""
         with self._lock:
-            return [self._drop((address, kind)) for address in [a for a in self._kinds if start <= a < end]
+            lo, hi = bisect.bisect_left(self._addresses, start), bisect.bisect_left(self._addresses, end)
+            return [self._drop((address, kind)) for address in self._addresses[lo:hi]
                     for kind in list(self._kinds[address])]
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
             self._kinds.clear()
+            self._addresses.clear()
             self.used = 0
