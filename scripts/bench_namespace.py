@@ -255,7 +255,10 @@ def template(path: Path, libver: str, fill: Callable[[h5py.File], None] = lambda
 
 
 def copy_of(source: Path, target: Path) -> Path:
+    """A fresh copy of `source`; a journal an interrupted earlier run left beside `target`
+    belongs to the file it replaces, and would be replayed into the copy."""
     target.unlink(missing_ok=True)
+    Path(f"{target}.h5fs-journal").unlink(missing_ok=True)
     return Path(shutil.copyfile(source, target))
 
 
