@@ -82,8 +82,11 @@ class FreeList:
 
     def take(self, size: int, place: Callable[[int, int], int]) -> int | None:
         """First fit: the first extent holding `size` bytes at `place(start, size)`, carved."""
+        sizes = self.sizes
         for start in self.starts:
-            have = self.sizes[start]
+            have = sizes[start]
+            if have < size:   # placing can only move the start forward
+                continue
             at = place(start, size)
             if at + size <= start + have:
                 self.remove(at, size)
