@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import total_ordering
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import FormatError, Unsupported
+from ..errors import CannotWrite, FormatError
 from ..format import btree_v2 as bt
 from ..format.checksum import lookup3
 from ..format.codec import Reader, Sizes
@@ -105,7 +105,7 @@ def find(reader, kind: DenseKind, name_index: int, name: bytes, get: Callable[[b
     want = NameKey(name_hash(name), name)
 
     def compare(rec) -> int:
-        key = NameKey(rec.hash, load=lambda: kind.name_of(get(rec.heap_id), reader.sizes))
+        key = NameKey(rec.hash, load=lambda: kind.name_of(get(unshared(rec, kind, what).heap_id), reader.sizes))
         return (want > key) - (want < key)
 
     label = f"{what}: dense {kind.label} name index"
@@ -117,11 +117,14 @@ def lookup(reader, kind: DenseKind, heap_address: int, name_index: int, name: by
     """The stored message named `name`, or None, read without a transaction."""
     heap = FractalHeap(reader, heap_address, f"{what}: dense {kind.label} heap")
     rec = find(reader, kind, name_index, name, heap.get, what)
-    if rec is None:
-        return None
+    return None if rec is None else heap.get(unshared(rec, kind, what).heap_id)
+
+
+def unshared(rec, kind: DenseKind, what: str):
+    """`rec`, unless its heap object is a reference into the shared-message table (not read)."""
     if getattr(rec, "flags", 0) & MSG_SHARED:
-        raise Unsupported(f"{what}: a shared (SOHM) {kind.label} message in dense storage")
-    return heap.get(rec.heap_id)
+        raise CannotWrite(f"{what}: a shared (SOHM) {kind.label} message in dense storage")
+    return rec
 
 
 class DenseStore:
@@ -152,12 +155,9 @@ class DenseStore:
     def _get(self, heap_id: bytes) -> bytes:
         return self._writer.get(heap_id) if self._writer is not None else self._reader.get(heap_id)
 
-    def _check(self, rec) -> None:
-        if getattr(rec, "flags", 0) & MSG_SHARED:
-            raise Unsupported(f"{self.what}: a shared (SOHM) {self.kind.label} message in dense storage")
-
     def _key(self, rec) -> NameKey:
-        return NameKey(rec.hash, load=lambda: self.kind.name_of(self._get(rec.heap_id), self.txn.sizes))
+        return NameKey(rec.hash, load=lambda: self.kind.name_of(self._get(unshared(rec, self.kind, self.what).heap_id),
+                                                                 self.txn.sizes))
 
     def _header(self, address: int) -> bt.BTreeV2Header:
         return bt_reader.read_header(self.txn.reader, address, f"{self.what}: dense {self.kind.label} index")
@@ -172,18 +172,14 @@ class DenseStore:
     def lookup(self, name: bytes) -> bytes | None:
         """The stored message named `name`, or None."""
         rec = self.find(name)
-        if rec is None:
-            return None
-        self._check(rec)
-        return self._get(rec.heap_id)
+        return None if rec is None else self._get(unshared(rec, self.kind, self.what).heap_id)
 
     def items(self) -> list[tuple[object, bytes]]:
         """(name record, stored message) of every entry, in name-index order."""
         out = []
         for rec in bt_reader.iterate(self.txn.reader, self.name_index, what=f"{self.what}: dense {self.kind.label} "
                                      "name index", expect_type=self.kind.name_type):
-            self._check(rec)
-            out.append((rec, self._get(rec.heap_id)))
+            out.append((rec, self._get(unshared(rec, self.kind, self.what).heap_id)))
         return out
 
     # -- edits -------------------------------------------------------------------------------------
@@ -211,8 +207,7 @@ class DenseStore:
         rec = self.find(name)
         if rec is None:
             raise FileNotFoundError(f"{self.what}: no {self.kind.label} named {name!r}")
-        self._check(rec)
-        message = self._get(rec.heap_id)
+        message = self._get(unshared(rec, self.kind, self.what).heap_id)
         self._edit(self.name_index, [(NameKey(rec.hash, name), None)])
         if self.corder_index is not None:
             self._edit(self.corder_index, [(_order_of(rec, self), None)])
@@ -224,7 +219,7 @@ class DenseStore:
         rec = self.find(name)
         if rec is None:
             raise FileNotFoundError(f"{self.what}: no {self.kind.label} named {name!r}")
-        self._check(rec)
+        unshared(rec, self.kind, self.what)
         heap_id = self._heap().replace(rec.heap_id, message)
         if heap_id == rec.heap_id:
             return
