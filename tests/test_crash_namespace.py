@@ -24,7 +24,9 @@ from h5fs.model.file import H5File
 from h5fs.storage.writer import read_recording
 
 ROUNDS = int(os.environ.get("H5FS_CRASH_ROUNDS", "5"))
-LIBVERS = ("earliest", "latest")
+# (libver, the most links the edited group holds): 6 keeps a new-style group's links compact, 12
+# takes them past 8 into dense storage and back below 6, again and again
+CASES = [("earliest", 6), ("latest", 6), ("latest", 12)]
 
 
 def make(path, libver: str) -> None:
@@ -47,8 +49,8 @@ class Edits:
     """Namespace edits through the mount (mkdir, ln -s, ln, mv, rmdir, rm), each step's tree
     recorded once acknowledged."""
 
-    def __init__(self, root, seed: int, tag: str):
-        self.root, self.rng, self.tag = root, random.Random(seed), tag
+    def __init__(self, root, seed: int, tag: str, most: int = 6):
+        self.root, self.rng, self.tag, self.most = root, random.Random(seed), tag, most
         self.model = {("/data", "dataset"), ("/keep", "group")}
         self.done: list[set] = []          # the model after each acknowledged edit
         self.pending: set | None = None    # the model the edit in flight would give
@@ -58,8 +60,8 @@ class Edits:
         children = [(p, k) for p, k in self.model if p.startswith("/keep/")]
         empty = [p for p, k in children if k == "group" and not any(q.startswith(p + "/") for q, _ in self.model)]
         links = [p for p, k in children if k != "group"]
-        # the group stays small (compact link storage in new-style files)
-        kinds = ["rmdir", "unlink"] if len(children) >= 6 else ["mkdir", "symlink", "link", "rename", "rmdir", "unlink"]
+        kinds = ["rmdir", "unlink"] if len(children) >= self.most else \
+            ["mkdir", "symlink", "link", "rename", "rmdir", "unlink"]
         kind = self.rng.choice(kinds)
         if kind == "rename" and not empty or kind == "rmdir" and not empty or kind == "unlink" and not links:
             kind = "unlink" if links else "rmdir" if empty else "mkdir"
@@ -93,8 +95,8 @@ def _edit_until_killed(edits: Edits) -> None:
         pass
 
 
-@pytest.mark.parametrize("libver", LIBVERS)
-def test_kill_during_namespace_edits(mount, tmp_path, libver):
+@pytest.mark.parametrize("libver,most", CASES)
+def test_kill_during_namespace_edits(mount, tmp_path, libver, most):
     path = tmp_path / f"ns-{libver}.h5"
     make(path, libver)
     rng = random.Random(libver)
@@ -102,7 +104,7 @@ def test_kill_during_namespace_edits(mount, tmp_path, libver):
     for r in range(ROUNDS):
         mp = mount(path, "rw")
         pid = int(os.getxattr(mp, "user.h5fs.pid"))
-        edits = Edits(mp, seed=r, tag=f"r{r}_")
+        edits = Edits(mp, seed=r, tag=f"r{r}_", most=most)
         edits.model = model
         worker = threading.Thread(target=_edit_until_killed, args=(edits,))
         worker.start()
@@ -121,8 +123,8 @@ def test_kill_during_namespace_edits(mount, tmp_path, libver):
     assert report.sound, report.problems
 
 
-@pytest.mark.parametrize("libver", LIBVERS)
-def test_power_loss_during_namespace_edits(mount, tmp_path, libver, monkeypatch):
+@pytest.mark.parametrize("libver,most", CASES)
+def test_power_loss_during_namespace_edits(mount, tmp_path, libver, most, monkeypatch):
     original = tmp_path / "original.h5"
     make(original, libver)
     path = tmp_path / "live.h5"
@@ -130,11 +132,18 @@ def test_power_loss_during_namespace_edits(mount, tmp_path, libver, monkeypatch)
     recording = tmp_path / "writes.rec"
     monkeypatch.setenv("H5FS_RECORD", str(recording))
     mp = mount(path, "rw")
-    edits = Edits(mp, seed=3, tag="p")
-    for i in range(40):
+    edits = Edits(mp, seed=3, tag="p", most=most)
+    steps = 40 if most <= 6 else 120   # long enough to pass 8 links
+    for i in range(steps):
         edits.step(i)
+    edits.most = 0   # then the group empties: back below the dense minimum, and to no link
+    for i in range(steps, steps + 40):
+        if any(p.startswith("/keep/") for p, _ in edits.model):
+            edits.step(i)
     run_h5fs("umount", mp, check=True)
     monkeypatch.delenv("H5FS_RECORD")
+    if most > 8:   # the group went dense on the way, and came back
+        assert max(sum(p.startswith("/keep/") for p, _ in state) for state in edits.done) > 8
     states = [{("/data", "dataset"), ("/keep", "group")}] + edits.done
     out = str(tmp_path / "replayed.h5")
     for _ in replayed_prefixes(str(original), str(recording), out, seed=1):
