@@ -120,10 +120,25 @@ class Writeback:
                 offset -= head
             self._write_elements(ds, offset // isz, data)
         if self.nbytes > self.dirty_limit:
-            self.flush()          # the budget is spent: the writer waits
+            self._spent()
         elif self.nbytes > self.dirty_limit // 2:
             self.flush_soon()
         return len(data) - head - tail
+
+    def _spent(self) -> None:
+        """The budget is spent: the writer waits for the flush under way, then what it wrote
+        since is flushed in the background while it goes on (the encoders never run dry between
+        batches; at most two budgets are dirty). After a failed flush it flushes itself, so the
+        error reaches it and nothing piles up."""
+        running = self._background
+        if running is not None:
+            try:
+                running.result()
+            except Exception:   # noqa: BLE001 - met again by the flush below
+                self.flush()
+                return
+        if self.nbytes > self.dirty_limit:
+            self._background = self.flusher.submit(self.flush)
 
     def write_now(self, ds: Dataset, offset: int, data: bytes) -> bool:
         """Do the write on the calling thread (the FUSE loop: no worker thread round trip) when
