@@ -93,6 +93,7 @@ class Writeback:
         self.flusher = ThreadPoolExecutor(1, thread_name_prefix="h5fs-flush")
         self._background: Future | None = None
         self.flushing: dict[int, Dirty] = {}   # the batch a flush is writing (reads see its patches)
+        self.flushing_nbytes = 0               # its dirty bytes
         self.nbytes = 0
 
     def close(self) -> None:
@@ -119,17 +120,17 @@ class Writeback:
                 data = ds.read_raw(offset - head, head) + bytes(data) + ds.read_raw(end, tail)
                 offset -= head
             self._write_elements(ds, offset // isz, data)
-        if self.nbytes > self.dirty_limit:
+        if self.nbytes + self.flushing_nbytes > self.dirty_limit:
             self._spent()
         elif self.nbytes > self.dirty_limit // 2:
             self.flush_soon()
         return len(data) - head - tail
 
     def _spent(self) -> None:
-        """The budget is spent: the writer waits for the flush under way, then what it wrote
-        since is flushed in the background while it goes on (the encoders never run dry between
-        batches; at most two budgets are dirty). After a failed flush it flushes itself, so the
-        error reaches it and nothing piles up."""
+        """The budget (dirty bytes, those being flushed included) is spent: the writer waits for
+        the flush under way, then what it wrote since is flushed in the background while it goes
+        on, so the encoders do not run dry between batches. After a failed flush it flushes
+        itself, so the error reaches it and nothing piles up."""
         running = self._background
         if running is not None:
             try:
@@ -137,7 +138,7 @@ class Writeback:
             except Exception:   # noqa: BLE001 - met again by the flush below
                 self.flush()
                 return
-        if self.nbytes > self.dirty_limit:
+        if self.nbytes > self.dirty_limit // 2:
             self._background = self.flusher.submit(self.flush)
 
     def write_now(self, ds: Dataset, offset: int, data: bytes) -> bool:
@@ -145,7 +146,8 @@ class Writeback:
         it cannot wait long: whole elements of chunked or allocated contiguous data, nothing to
         commit, the budget not spent and the lock free. False: nothing done, use `write`."""
         end, isz, lay = offset + len(data), ds.itemsize, ds.layout
-        if (offset % isz or end % isz or not data or self.nbytes + len(data) > self.dirty_limit
+        if (offset % isz or end % isz or not data
+                or self.nbytes + self.flushing_nbytes + len(data) > self.dirty_limit
                 or lay.layout_class not in (L.CHUNKED, L.CONTIGUOUS) or self._commits(ds, end)
                 or ds.header.first(M.EXTERNAL) is not None or ds.materialized is not None):
             return False
@@ -317,7 +319,7 @@ class Writeback:
         dirty chunks: those being flushed are not changed again)."""
         with self.commit_lock:
             with self.lock:
-                batch, self.dirty, self.nbytes = self.dirty, {}, 0
+                batch, self.dirty, self.flushing_nbytes, self.nbytes = self.dirty, {}, self.nbytes, 0
                 self.flushing = batch
             if not batch:
                 self.f.store.settle()
@@ -326,7 +328,7 @@ class Writeback:
                 broken = self._flush(batch)
             except BaseException:
                 with self.lock:   # nothing was published: the batch stays dirty, newer writes win
-                    self.flushing = {}
+                    self.flushing, self.flushing_nbytes = {}, 0
                     for address, st in batch.items():
                         self._restore(address, st)
                 raise
@@ -365,7 +367,7 @@ class Writeback:
         if any(st.contiguous for st in batch.values()):
             self.f.store.writer.sync()
         with self.lock:
-            self.flushing = {}
+            self.flushing, self.flushing_nbytes = {}, 0
             for address, st in batch.items():   # written now: evictable unless written again since
                 owner = (address, self.f.generation(address))
                 for coords, buf in st.chunks.items():

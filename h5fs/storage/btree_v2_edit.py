@@ -281,8 +281,8 @@ class BTreeV2Edit:
         ptr = bt.ChildPointer(node.address if node.address is not None else self.txn.allocate(self.hdr.node_size),
                               len(recs), total)
         if seq != node.old or node.address is None:
-            raw = bt.encode_node(self.hdr, bt.Node(ptr.address, node.depth, bt.encode_records(self.hdr, self.encode, recs),
-                                                   children))
+            records = bt.encode_records(self.hdr, self.encode, recs)
+            raw = bt.encode_node(self.hdr, bt.Node(ptr.address, node.depth, records, children))
             if node.address is None:
                 self.txn.write_new(ptr.address, raw)
                 self.txn.reader.meta.invalidate(ptr.address)

@@ -185,7 +185,8 @@ class DenseStore:
     # -- edits -------------------------------------------------------------------------------------
     def _heap(self) -> heap_write.HeapWriter:
         if self._writer is None:
-            self._writer = heap_write.HeapWriter(self.txn, self.heap_address, f"{self.what}: dense {self.kind.label} heap")
+            label = f"{self.what}: dense {self.kind.label} heap"
+            self._writer = heap_write.HeapWriter(self.txn, self.heap_address, label)
         return self._writer
 
     def _edit(self, address: int, todo: list) -> None:
