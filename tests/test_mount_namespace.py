@@ -212,6 +212,12 @@ def test_cp_npy_and_other_files_create_datasets(tmp_path, mount, layout):
     for bad in ("truncated.npy", "garbage.npy"):
         done = subprocess.run(["cp", str(src / bad), str(mp / "g")], capture_output=True, text=True)
         assert done.returncode != 0 and "Invalid argument" in done.stderr, done.stderr
+    # dd closes a duplicate of its output before it writes: that close is no error
+    subprocess.run(["dd", f"if={src / 'f8-2d.npy'}", f"of={mp / 'h' / 'by_dd.npy'}", "bs=64k", "status=none"],
+                   check=True)
+    with open(mp / "h" / "empty.npy", "wb"):   # nothing written: no dataset, no error
+        pass
+    assert "empty.npy" not in os.listdir(mp / "h") and not (mp / "h" / "empty.npy").exists()
     assert (mp / "g" / "notes.txt").read_bytes() == (src / "notes.txt").read_bytes()
     for name, arr in NPY_CASES.items():   # read back through the mount at once
         got = np.load(mp / where[name] / f"{name}.npy")
@@ -227,6 +233,7 @@ def test_cp_npy_and_other_files_create_datasets(tmp_path, mount, layout):
             if arr.ndim:
                 assert ds.maxshape[0] is None and ds.compression == "gzip" and ds.shuffle
         assert bytes(f["g/notes.txt"][()]) == (src / "notes.txt").read_bytes()
+        assert np.array_equal(f["h/by_dd"][()], NPY_CASES["f8-2d"]) and "empty" not in f["h"]
     assert set(data) >= {f"{where[n]}/{n}" for n in NPY_CASES}
 
 

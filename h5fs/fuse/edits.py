@@ -275,6 +275,8 @@ class EditSide:
             await self._replacement_closed(stream)
             return
         if stream.failed is None and _incomplete(stream):
+            if not stream.head and stream.header is None:   # nothing written yet: dd closes a duplicate first
+                return
             stream.failed = InvalidWrite("truncated: the file ends before its array data does")
         if stream.failed is None:
             return
@@ -311,10 +313,14 @@ class EditSide:
         await ops.writes.changed(ds.address, None, resized=True)
 
     async def stream_release(self, stream: NpyStream) -> None:
-        """The file is closed for good: a replacement that never became D's data is freed."""
+        """The file is closed for good: a replacement that never became D's data is freed; a new
+        file closed with nothing written made no dataset, and the kernel forgets its name."""
         if stream.unlinked:
             obj, stream.obj = stream.obj, None
             await self._run(self.editor.drop_unlinked, obj.address, obj.path)
+        elif stream.replaces is None and stream.obj is None:
+            name = stream.name.encode("utf-8", "surrogateescape") + NPY_SUFFIX.encode()
+            self.ops.invalidator.entry(stream.parent, name)
 
     async def create_dataset(self, parent: Node, request: bytes) -> None:
         """`h5fs create`: an empty dataset as the request (JSON) describes it."""
