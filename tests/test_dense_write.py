@@ -150,6 +150,10 @@ def test_transitions_through_the_mount(tmp_path, mount, track):
             assert list(f["g"].attrs) == [f"a{i}" for i in range(30)]
         assert f["g"].attrs["a7"] == "replaced"
         assert f["d"].attrs["a29"] == "29"
+    with H5File.open(str(p)) as hf:   # links and attributes went dense
+        g = hf.get(group_address(p, "g"), "g")
+        assert g.message(M.LINK_INFO).heap_address is not None
+        assert g.message(M.ATTRIBUTE_INFO).heap_address is not None
     verify_file(p, h5dump=False)
     mp = mount(p, "rw")
     for i in range(117):

@@ -588,6 +588,31 @@ def test_metadata_cache_invalidate_range_is_half_open(addresses, start, end):
     assert meta.used == sum(a + 3 for a in kept) and len(meta) == 2 * len(kept)
 
 
+@settings(max_examples=150, deadline=None, database=None)
+@given(st.lists(st.tuples(st.sampled_from(["get", "invalidate", "range"]), st.integers(0, 20), st.integers(0, 24),
+                          st.sampled_from(["x", "y"])), max_size=60))
+def test_metadata_cache_ranges_after_evictions(ops):
+    """Entries come and go (evicted by a small budget, invalidated one address at a time or by
+    range): a range invalidation still forgets exactly the addresses inside it."""
+    meta = MetadataCache(budget=40)
+    keys = [(a, k) for a in range(21) for k in ("x", "y")]
+
+    def present() -> set:
+        return {key for key in keys if meta.peek(*key) is not None}
+
+    for op, a, b, kind in ops:
+        before = present()
+        if op == "get":
+            meta.get(a, kind, lambda: (a, kind), 1 + b % 9)
+        elif op == "invalidate":
+            meta.invalidate(a)
+            assert present() == {key for key in before if key[0] != a}
+        else:
+            meta.invalidate_range(a, b)
+            assert present() == {key for key in before if not a <= key[0] < b}
+        assert meta.used == sum(meta._items[key][1] for key in meta._items)
+
+
 def test_file_invalidate_forgets_everything_derived_at_an_address(tmp_path):
     """Header, decoded messages, link and attribute tables, attribute values, facts, source:
     derived anew after `H5File.invalidate`; another object keeps its own."""

@@ -40,8 +40,9 @@ class _Attributes:
         self.txn, self.f, self.what = txn, f, obj.path
         self.edit = HeaderEdit(txn, read_header(txn.reader, obj.address, obj.path))
 
-    def _decode(self, raw) -> attr_msg.AttributeMessage:
-        return attr_msg.decode(Reader(raw.data, 0, self.txn.sizes, f"{self.what}: attribute message"))
+    def _decode(self, data: bytes) -> attr_msg.AttributeMessage:
+        """An attribute message's bytes (in the header or in dense storage), decoded."""
+        return attr_msg.decode(Reader(data, 0, self.txn.sizes, f"{self.what}: attribute message"))
 
     def info(self):
         raw = self.edit.header.first(ATTRIBUTE_INFO)
@@ -49,7 +50,7 @@ class _Attributes:
 
     def compact(self, name: str):
         for raw in self.edit.header.find(ATTRIBUTE):
-            msg = self._decode(raw)
+            msg = self._decode(raw.data)
             if msg.name == name:
                 return raw, msg
         return None
@@ -77,7 +78,7 @@ class _Attributes:
         if store is not None:
             raw = store.lookup(key)
             if raw is not None:
-                store.replace(key, self._new_value(self._decode_bytes(raw), text))
+                store.replace(key, self._new_value(self._decode(raw), text))
                 store.close()
                 return
         else:
@@ -117,9 +118,6 @@ class _Attributes:
         except NoRoom as exc:
             raise CannotWrite(f"{self.what}: attribute {name!r} does not fit in the object header: {exc}") from exc
 
-    def _decode_bytes(self, raw: bytes) -> attr_msg.AttributeMessage:
-        return attr_msg.decode(Reader(raw, 0, self.txn.sizes, f"{self.what}: attribute message"))
-
     def _phase(self) -> tuple[int, int]:
         h = self.edit.header
         if h.attr_max_compact is None:
@@ -131,7 +129,7 @@ class _Attributes:
         with their creation order."""
         store = DenseStore.create(self.txn, ATTRIBUTES, info.index_order, self.what)
         for raw in self.edit.header.find(ATTRIBUTE):
-            msg = self._decode(raw)
+            msg = self._decode(raw.data)
             order = raw.creation_order if info.track_order and raw.creation_order is not None else NO_ORDER
             store.insert(msg.name.encode("utf-8", "surrogateescape"), bytes(raw.data), order)
         store.close()
@@ -156,7 +154,7 @@ class _Attributes:
             except FileNotFoundError:
                 raise NotFound(f"{self.what}: no attribute {name!r}") from None
             store.close()
-            self._release(self._decode_bytes(raw))
+            self._release(self._decode(raw))
             left = store.count()
             if left < self._phase()[1] and self._to_compact(store):
                 info = replace(info, heap_address=None, name_index_address=None, order_index_address=None)

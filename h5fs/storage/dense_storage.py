@@ -211,7 +211,7 @@ class DenseStore:
         message = self._get(unshared(rec, self.kind, self.what).heap_id)
         self._edit(self.name_index, [(NameKey(rec.hash, name), None)])
         if self.corder_index is not None:
-            self._edit(self.corder_index, [(_order_of(rec, self), None)])
+            self._edit(self.corder_index, [(self._order(rec), None)])
         self._heap().remove(rec.heap_id)
         return message
 
@@ -224,10 +224,22 @@ class DenseStore:
         heap_id = self._heap().replace(rec.heap_id, message)
         if heap_id == rec.heap_id:
             return
-        order = _order_of(rec, self)
+        order = self._order(rec)
         self._edit(self.name_index, [(NameKey(rec.hash, name), self.kind.name_record(heap_id, rec.hash, order))])
         if self.corder_index is not None:
             self._edit(self.corder_index, [(order, self.kind.corder_record(heap_id, order))])
+
+    def _order(self, rec) -> int:
+        """The creation order of a name record: attribute records carry it; a link's is in its
+        message, needed only by a creation-order index."""
+        if hasattr(rec, "corder"):
+            return rec.corder
+        if self.corder_index is None:
+            return 0
+        link = link_msg.decode(Reader(self._get(rec.heap_id), 0, self.txn.sizes, self.what))
+        if link.creation_order is None:
+            raise FormatError(f"{self.what}: link {link.name!r} has no creation order but the group indexes it")
+        return link.creation_order
 
     def close(self) -> None:
         if self._writer is not None:
@@ -251,14 +263,3 @@ def _no_key(rec) -> None:
 
 def _corder(rec) -> int:
     return rec.corder
-
-
-def _order_of(rec, store: DenseStore) -> int:
-    """The creation order of a name record: attribute records carry it, link records do not, so a
-    link's comes from its message."""
-    if hasattr(rec, "corder"):
-        return rec.corder
-    link = link_msg.decode(Reader(store._get(rec.heap_id), 0, store.txn.sizes, store.what))
-    if link.creation_order is None:
-        raise FormatError(f"{store.what}: link {link.name!r} has no creation order but the group indexes it")
-    return link.creation_order

@@ -56,6 +56,7 @@ from ..format.fractal_heap import (ID_HUGE, ID_MANAGED, ID_TINY, LINK_HEAP, Dire
                                    entry_offset, header_size, indirect_block_size, new_header, row_free_space,
                                    row_offset, rows_for_block, size_to_row, span_size)
 from .btree_v2_edit import BTreeV2Edit
+from .btree_v2_edit import delete as delete_tree
 from .btree_v2_edit import new_header as new_tree_header
 from .readers import btree_v2 as bt_reader
 from .readers.fractal_heap import FractalHeap
@@ -111,20 +112,9 @@ def delete(txn: Transaction, heap_address: int) -> None:
                                h.free_space_manager_address, s, f"{heap.what} free-space manager")
         txn.free(mh.sections_address, mh.sections_alloc_size)
         txn.free(mh.address, fsm.header_size(s))
-    if h.huge_btree_address is not None:
-        what = f"{heap.what} huge-object B-tree"
-        hdr = bt_reader.read_header(txn.reader, h.huge_btree_address, what)
-        stack = [] if hdr.root_address is None else [(hdr.root_address, hdr.root_nrecords, hdr.depth)]
-        while stack:
-            addr, nrec, depth = stack.pop()
-            node = bt_reader.read_node(txn.reader, hdr, addr, nrec, depth, what)
-            if depth:
-                stack += [(c.address, c.nrecords, depth - 1) for c in node.children]
-            else:
-                for rec in bt.decode_records(hdr, node, bt.record_decoder(hdr.type), what):
-                    txn.free(rec.address, rec.length, raw=True)   # huge objects are raw data
-            txn.free(addr, hdr.node_size)
-        txn.free(hdr.address, bt.header_size(s))
+    if h.huge_btree_address is not None:   # huge objects are raw data
+        delete_tree(txn, h.huge_btree_address, f"{heap.what} huge-object B-tree",
+                    lambda rec: txn.free(rec.address, rec.length, raw=True))
     txn.free(heap_address, header_size(s, h.filter_len))
 
 
