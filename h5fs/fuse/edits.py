@@ -181,7 +181,11 @@ class EditSide:
             node = ops.table.intern(parent, entry)
             node.lookups += 1
             stream = NpyStream(node.ino, parent, text[:-len(NPY_SUFFIX)], bytearray())
-            return ops.handles.open_file(stream), ops._stat(node)
+            attrs = ops._stat(node)
+            # looked up again at each use: a file closed before its header came makes no dataset,
+            # and its name must go at once (the release that forgets it comes after close returns)
+            attrs.entry_timeout = 0
+            return ops.handles.open_file(stream), attrs
         await self._run(self.editor.create_dataset, ops._object(parent), text, np.uint8, (0,),
                         maxshape=(None,), chunks=(BYTES_CHUNK,), filters=self.filters)
         self._changed(parent, name, name + NPY_SUFFIX.encode())
