@@ -406,7 +406,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         raise CliError(f"{parent}: not a directory of an h5fs mount")
     request = {"name": name, "shape": _dims(args.shape, "shape"), "dtype": args.dtype,
                "chunks": _dims(args.chunks, "chunks"), "maxshape": _dims(args.maxshape, "maxshape", True),
-               "filters": args.filters, "fill": args.fill, "layout": args.layout}
+               "filters": args.filters, "fill": args.fill, "layout": "sparse" if args.sparse else args.layout}
     try:
         os.setxattr(parent, CREATE_XATTR, json.dumps(request).encode())
     except OSError as exc:
@@ -450,10 +450,15 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--dtype", required=True, help="a NumPy dtype: f4, <i8, S10, ...")
     k.add_argument("--chunks", help="chunk shape, e.g. 100,100 (chunked layout)")
     k.add_argument("--maxshape", help="maximum shape, None for unlimited, e.g. None,1000")
-    k.add_argument("--filters", default="none", help="e.g. gzip:4,shuffle (chunked layout; default none)")
-    k.add_argument("--fill", type=float, help="fill value")
+    k.add_argument("--filters", default="none",
+                   help="e.g. gzip:4,shuffle (chunked layout; default none); sparse datasets: each section's, "
+                        "e.g. values=shuffle,gzip:4,selection=gzip:1")
+    k.add_argument("--fill", type=float, help="fill value (sparse datasets: what undefined elements read as)")
     k.add_argument("--layout", choices=["contiguous", "chunked", "compact"],
                    help="default: chunked when chunks, maxshape or filters are given, else contiguous")
+    k.add_argument("--sparse", action="store_true",
+                   help="a sparse dataset: structured chunks holding only the defined elements (needs --chunks "
+                        "or takes h5py's guess)")
     k.set_defaults(func=cmd_create)
     return p
 

@@ -1,4 +1,8 @@
-"""Version 2 B-trees (spec III.A.2): header, internal and leaf nodes, records of types 1-11.
+"""Version 2 B-trees (spec III.A.2): header, internal and leaf nodes, records of types 1-13.
+
+Types 12 and 13 index structured chunks (spec 3.0): address, chunk size, scaled offsets, then the
+chunk's section metadata (format/structured_chunk.py), with header version 1; their nodes keep
+version 0 (the spec changes only the header).
 
 Decoders verify every checksum; encoders recompute it. Whole structures encode to bytes
 (`encode_header`, `encode_node`); records live inside nodes, so their encoders write into a
@@ -38,6 +42,7 @@ from typing import Callable, TypeVar
 from ..errors import FormatError, Unsupported
 from .checksum import sealed, verify
 from .codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
+from .structured_chunk import Composition, SectionMeta, meta_fields, meta_from_fields, meta_layout
 
 R = TypeVar("R")
 
@@ -51,6 +56,7 @@ HEADER_LAYOUT = "4sBBIHHBBOHL"
 HUGE_INDIRECT, HUGE_INDIRECT_FILTERED, HUGE_DIRECT, HUGE_DIRECT_FILTERED = 1, 2, 3, 4
 LINK_NAME, LINK_CORDER, SOHM, ATTR_NAME, ATTR_CORDER = 5, 6, 7, 8, 9
 CHUNK, CHUNK_FILTERED = 10, 11
+STRUCTURED, STRUCTURED_FILTERED = 12, 13   # structured chunks (spec 3.0): header version 1
 
 
 def limit_enc_size(n: int) -> int:
@@ -324,11 +330,12 @@ class AttrCorderRecord:     # type 9
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkRecordV2:        # types 10 and 11
+class ChunkRecordV2:        # types 10 to 13
     address: int | None
     scaled: tuple[int, ...]  # chunk-grid coordinates
-    size: int = 0            # type 11 only (type 10: the caller knows the chunk size)
-    filter_mask: int = 0
+    size: int = 0            # types 11-13 (type 10: the caller knows the chunk size)
+    filter_mask: int = 0     # type 11
+    sections: SectionMeta | None = None   # types 12 and 13
 
 
 def struct_decoder(spec: str, build: Callable[[Sizes, tuple], R]) -> Callable[[Reader], R]:
@@ -431,40 +438,60 @@ def chunk_size_width(chunk_nbytes: int, sizes: Sizes, wide: bool = False) -> int
     return min(8, 1 + ((max(chunk_nbytes, 1).bit_length() - 1) + 8) // 8)
 
 
-def _chunk_layout(rank: int, filtered: bool, size_width: int) -> str:
+def chunk_type(filtered: bool, structured: bool) -> int:
+    if structured:
+        return STRUCTURED_FILTERED if filtered else STRUCTURED
+    return CHUNK_FILTERED if filtered else CHUNK
+
+
+def _chunk_layout(rank: int, filtered: bool, size_width: int, comp: Composition | None = None) -> str:
     if not 1 <= rank <= 32:
         raise FormatError(f"v2 B-tree chunk records: rank {rank} out of range")
-    if filtered and not 1 <= size_width <= 8:
+    if (filtered or comp is not None) and not 1 <= size_width <= 8:
         raise FormatError(f"v2 B-tree chunk records: chunk size width {size_width} out of range")
+    if comp is not None:   # types 12/13: address, size, scaled offsets, section metadata
+        return "O" + uint_code(size_width) + "Q" * rank + meta_layout(comp, filtered)
     return "O" + (uint_code(size_width) + "I" if filtered else "") + "Q" * rank
 
 
 @lru_cache(maxsize=256)
-def chunk_record_decoder(rank: int, filtered: bool, size_width: int = 0) -> Callable[[Reader], ChunkRecordV2]:
-    """Decoder for type 10 (filtered=False) or 11 records of a `rank`-dimensional dataset (one
-    struct per record; the same function for the same arguments, so it can key a cache)."""
-    spec = _chunk_layout(rank, filtered, size_width)
+def chunk_record_decoder(rank: int, filtered: bool, size_width: int = 0,
+                         comp: Composition | None = None) -> Callable[[Reader], ChunkRecordV2]:
+    """Decoder for type 10 (filtered=False) or 11 records of a `rank`-dimensional dataset, or
+    with `comp` types 12/13 (one struct per record; the same function for the same arguments,
+    so it can key a cache)."""
+    spec = _chunk_layout(rank, filtered, size_width, comp)
+    if comp is not None:
+        return struct_decoder(spec, lambda s, v: ChunkRecordV2(
+            s.address(v[0]), v[2:2 + rank], as_uint(v[1]), 0, meta_from_fields(comp, filtered, v[2 + rank:])))
     if filtered:
         return struct_decoder(spec, lambda s, v: ChunkRecordV2(s.address(v[0]), v[3:], as_uint(v[1]), v[2]))
     return struct_decoder(spec, lambda s, v: ChunkRecordV2(s.address(v[0]), v[1:]))
 
 
 @lru_cache(maxsize=256)
-def chunk_record_encoder(rank: int, filtered: bool, size_width: int = 0) -> Callable[[Writer, ChunkRecordV2], None]:
-    """Encoder for type 10 (filtered=False) or 11 records of a `rank`-dimensional dataset."""
-    spec = _chunk_layout(rank, filtered, size_width)
+def chunk_record_encoder(rank: int, filtered: bool, size_width: int = 0,
+                         comp: Composition | None = None) -> Callable[[Writer, ChunkRecordV2], None]:
+    """Encoder for type 10 (filtered=False) or 11 records of a `rank`-dimensional dataset, or
+    with `comp` types 12/13."""
+    spec = _chunk_layout(rank, filtered, size_width, comp)
 
     def encode(w: Writer, r: ChunkRecordV2) -> None:
         if len(r.scaled) != rank:
             raise ValueError(f"chunk record of rank {len(r.scaled)} in a rank-{rank} index")
+        if comp is not None:
+            w.fields(spec, w.sizes.raw_address(r.address), uint_field(r.size, size_width), *r.scaled,
+                     *meta_fields(comp, filtered, r.sections))
+            return
         head = (uint_field(r.size, size_width), r.filter_mask) if filtered else ()
         w.fields(spec, w.sizes.raw_address(r.address), *head, *r.scaled)
 
     return encode
 
 
-def chunk_record_size(sizes: Sizes, rank: int, filtered: bool, size_width: int = 0) -> int:
-    return sizes.offset + (size_width + 4 if filtered else 0) + 8 * rank
+def chunk_record_size(sizes: Sizes, rank: int, filtered: bool, size_width: int = 0,
+                      comp: Composition | None = None) -> int:
+    return sizes.layout(_chunk_layout(rank, filtered, size_width, comp)).size
 
 
 RECORD_DECODERS: dict[int, Callable[[Reader], object]] = {
@@ -482,19 +509,27 @@ RECORD_ENCODERS: dict[int, Callable[[Writer, object], None]] = {
 }
 
 
-def record_decoder(btype: int, rank: int = 0, size_width: int = 0) -> Callable[[Reader], object]:
-    """The decoder for records of B-tree type `btype` (types 10/11 need the rank, 11 the width)."""
+def record_decoder(btype: int, rank: int = 0, size_width: int = 0,
+                   comp: Composition | None = None) -> Callable[[Reader], object]:
+    """The decoder for records of B-tree type `btype` (types 10-13 need the rank, 11-13 the
+    width, 12/13 the composition)."""
     if btype in RECORD_DECODERS:
         return RECORD_DECODERS[btype]
     if btype in (CHUNK, CHUNK_FILTERED):
         return chunk_record_decoder(rank, btype == CHUNK_FILTERED, size_width if btype == CHUNK_FILTERED else 0)
+    if btype in (STRUCTURED, STRUCTURED_FILTERED) and comp is not None:
+        return chunk_record_decoder(rank, btype == STRUCTURED_FILTERED, size_width, comp)
     raise Unsupported(f"v2 B-tree record type {btype}")
 
 
-def record_encoder(btype: int, rank: int = 0, size_width: int = 0) -> Callable[[Writer, object], None]:
-    """The encoder for records of B-tree type `btype` (types 10/11 need the rank, 11 the width)."""
+def record_encoder(btype: int, rank: int = 0, size_width: int = 0,
+                   comp: Composition | None = None) -> Callable[[Writer, object], None]:
+    """The encoder for records of B-tree type `btype` (types 10-13 need the rank, 11-13 the
+    width, 12/13 the composition)."""
     if btype in RECORD_ENCODERS:
         return RECORD_ENCODERS[btype]
     if btype in (CHUNK, CHUNK_FILTERED):
         return chunk_record_encoder(rank, btype == CHUNK_FILTERED, size_width if btype == CHUNK_FILTERED else 0)
+    if btype in (STRUCTURED, STRUCTURED_FILTERED) and comp is not None:
+        return chunk_record_encoder(rank, btype == STRUCTURED_FILTERED, size_width, comp)
     raise Unsupported(f"v2 B-tree record type {btype}")

@@ -12,9 +12,11 @@ Layout as libhdf5 writes it (H5FAcache.c, H5FAdblock.c):
 
 Decoders verify every checksum; encoders (`encode_header`, `encode_dblock`, `encode_page`) return
 whole blocks with their checksum. Blocks keep their elements as raw bytes (any client); the
-elements of chunk indexes (client 0: address; client 1: address, chunk size, filter mask) are
-decoded and encoded by `chunk_element_decoder`/`chunk_element_encoder`, shared with the
-extensible array.
+elements of chunk indexes (client 0: address; client 1: address, chunk size, filter mask; clients
+2 and 3, structured chunks: address, chunk size, the chunk's section metadata, unfiltered or
+filtered, format/structured_chunk.py) are decoded and encoded by `chunk_element_decoder` /
+`chunk_element_encoder`, shared with the extensible array. Structured chunk clients came with
+version 1 of the array's blocks (spec 3.0); the RFC means to go back to version 0: both read.
 
 Pure bytes <-> records; h5fs.storage.readers.fixed_array reads arrays from the file.
 """
@@ -28,9 +30,10 @@ from typing import Callable
 from ..errors import FormatError
 from .checksum import checked_block, sealed, verify
 from .codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
+from .structured_chunk import Composition, SectionMeta, meta_fields, meta_from_fields, meta_layout
 
 SIG_HEADER, SIG_DBLOCK = b"FAHD", b"FADB"
-CLIENT_CHUNKS, CLIENT_FILTERED_CHUNKS = 0, 1
+CLIENT_CHUNKS, CLIENT_FILTERED_CHUNKS, CLIENT_STRUCTURED, CLIENT_FILTERED_STRUCTURED = 0, 1, 2, 3
 MAX_ELEMENT_SIZE = 255
 MAX_PAGE_BITS = 32
 HEADER_LAYOUT = "BBBLO"     # after signature and version: client, element size, page bits, count, data block
@@ -39,42 +42,64 @@ PREFIX_LAYOUT = "4sBBO"     # every array block: signature, version, client, hea
 
 @dataclass(frozen=True, slots=True)
 class ChunkElement:
-    """One chunk-index element: the chunk's address (None: not allocated), size and filter mask."""
+    """One chunk-index element: the chunk's address (None: not allocated), size and filter mask
+    (or, for a structured chunk, its section metadata)."""
 
     address: int | None
     size: int = 0
     filter_mask: int = 0
+    sections: SectionMeta | None = None
 
 
-def _element_layout(filtered: bool, size_width: int) -> str:
-    if filtered and not 1 <= size_width <= 8:
+def client_id(filtered: bool, structured: bool) -> int:
+    return (CLIENT_FILTERED_CHUNKS if filtered else CLIENT_CHUNKS) + (2 if structured else 0)
+
+
+def _element_layout(filtered: bool, size_width: int, comp: Composition | None) -> str:
+    if (filtered or comp is not None) and not 1 <= size_width <= 8:
         raise FormatError(f"chunk index: chunk size width {size_width} out of range")
+    if comp is not None:
+        return "O" + uint_code(size_width) + meta_layout(comp, filtered)
     return "O" + uint_code(size_width) + "I" if filtered else "O"
 
 
 @lru_cache(maxsize=64)
-def chunk_element_decoder(sizes: Sizes, filtered: bool, size_width: int = 0) -> Callable[[bytes], ChunkElement]:
-    """Decoder of raw element bytes into a ChunkElement (client 0 or 1)."""
-    st = sizes.layout(_element_layout(filtered, size_width))
+def chunk_element_decoder(sizes: Sizes, filtered: bool, size_width: int = 0,
+                          comp: Composition | None = None) -> Callable[[bytes], ChunkElement]:
+    """Decoder of raw element bytes into a ChunkElement (clients 0-3: `comp` for structured)."""
+    st = sizes.layout(_element_layout(filtered, size_width, comp))
 
     def decode(raw: bytes) -> ChunkElement:
         v = st.unpack_from(raw)
         addr = sizes.address(v[0])
+        if comp is not None:
+            return ChunkElement(addr, as_uint(v[1]), 0, meta_from_fields(comp, filtered, v[2:]))
         return ChunkElement(addr, as_uint(v[1]), v[2]) if filtered else ChunkElement(addr)
 
     return decode
 
 
 @lru_cache(maxsize=64)
-def chunk_element_encoder(sizes: Sizes, filtered: bool, size_width: int = 0) -> Callable[[ChunkElement], bytes]:
-    """Encoder of a ChunkElement into raw element bytes (client 0 or 1)."""
-    st = sizes.layout(_element_layout(filtered, size_width))
+def chunk_element_encoder(sizes: Sizes, filtered: bool, size_width: int = 0,
+                          comp: Composition | None = None) -> Callable[[ChunkElement], bytes]:
+    """Encoder of a ChunkElement into raw element bytes (clients 0-3: `comp` for structured).
+    A structured slot without a chunk is the undefined address and zeros."""
+    st = sizes.layout(_element_layout(filtered, size_width, comp))
+    empty = None if comp is None else SectionMeta((0,) * (comp.nsections - 1),
+                                                  *(((0,) * comp.nsections,) * 2 if filtered else ()))
 
     def encode(el: ChunkElement) -> bytes:
+        if comp is not None:
+            return st.pack(sizes.raw_address(el.address), uint_field(el.size, size_width),
+                           *meta_fields(comp, filtered, el.sections or empty))
         extra = (uint_field(el.size, size_width), el.filter_mask) if filtered else ()
         return st.pack(sizes.raw_address(el.address), *extra)
 
     return encode
+
+
+def element_size(sizes: Sizes, filtered: bool, size_width: int, comp: Composition | None) -> int:
+    return sizes.layout(_element_layout(filtered, size_width, comp)).size
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from pyfuse3 import FUSEError
 from ..errors import InvalidWrite
 from ..model import namespace
 from ..model.dataset_create import npy_storage
-from ..model.namespace import DIR, NPY, NPY_SUFFIX, RAW, SYMLINK, Entry, Numbers
+from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, RAW, SYMLINK, Entry, Numbers
 from ..model.npy_header import NpyHeaderError, parse_npy_header
 from ..model.tree_edit import TreeEditor
 from . import offload, views
@@ -68,10 +68,7 @@ class EditSide:
         entry = await self._entry(parent, name)
         if entry is None:
             raise FUSEError(errno.ENOENT)
-        text = name.decode("utf-8", "surrogateescape")
-        if entry.kind == NPY:
-            text = text[:-len(NPY_SUFFIX)]
-        return text, entry
+        return _base(name, entry).decode("utf-8", "surrogateescape"), entry
 
     async def _free_name(self, parent: Node, name: bytes) -> str:
         """A new link name for `name`, which must not show in `parent` yet (nor as the `.npy`
@@ -101,10 +98,10 @@ class EditSide:
         if entry.kind == DIR:
             raise FUSEError(errno.EISDIR)
         await self._run(self.editor.unlink, self.ops._object(parent), text)
-        twin = _other_view(name, entry)
-        self._changed(parent, name, twin)
-        if twin and self.ops.handles.reading(parent.ino):
-            self.gone_twins.add((parent.ino, twin))
+        twins = _other_views(name, entry)
+        self._changed(parent, name, twins)
+        if self.ops.handles.reading(parent.ino):
+            self.gone_twins.update((parent.ino, twin) for twin in twins)
         if entry.address is not None:
             await self._forget_object(entry.address)
 
@@ -126,10 +123,11 @@ class EditSide:
             raise FUSEError(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not for HDF5 links
         text, entry = await self._link_of(old_parent, old)
         link = new
-        if entry.kind == NPY:   # mv D.npy E.npy renames the dataset
-            if not new.endswith(NPY_SUFFIX.encode()) or new == NPY_SUFFIX.encode():
+        suffix = {NPY: NPY_SUFFIX, POINTS: POINTS_SUFFIX}.get(entry.kind, "").encode()
+        if suffix:   # mv D.npy E.npy renames the dataset
+            if not new.endswith(suffix) or new == suffix:
                 raise FUSEError(errno.EINVAL)
-            link = new[:-len(NPY_SUFFIX)]
+            link = new[:-len(suffix)]
         new_text = link_name(link)
         existing = await self._entry(new_parent, link)
         if existing is not None:
@@ -144,7 +142,7 @@ class EditSide:
         await self._run(self.editor.rename, self.ops._object(old_parent), text,
                         self.ops._object(new_parent), new_text)
         for parent, name in ((old_parent, old), (new_parent, new)):
-            self._changed(parent, name, _other_view(name, entry))
+            self._changed(parent, name, _other_views(name, entry))
         if existing is not None and existing.address is not None and existing.address != entry.address:
             await self._forget_object(existing.address)
 
@@ -188,7 +186,7 @@ class EditSide:
             return ops.handles.open_file(stream), attrs
         await self._run(self.editor.create_dataset, ops._object(parent), text, np.uint8, (0,),
                         maxshape=(None,), chunks=(BYTES_CHUNK,), filters=self.filters)
-        self._changed(parent, name, name + NPY_SUFFIX.encode())
+        self._changed(parent, name, [name + NPY_SUFFIX.encode()])
         attrs = await self._lookup(parent, name)
         node = ops.table.get(attrs.st_ino)
         return ops.handles.open_file(OpenFile(node.ino, RAW, ops._object(node), b"", 0)), attrs
@@ -259,7 +257,7 @@ class EditSide:
         if node is not None:
             ops.table.adopt(node, address)
             node.numbers = await offload.run_sync(namespace.numbers, stream.obj)
-        self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), stream.name.encode())
+        self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
 
     async def _body(self, stream: NpyStream, start: int, data: bytes) -> None:
         if start + len(data) > stream.header.data_nbytes:
@@ -287,7 +285,7 @@ class EditSide:
         if stream.obj is not None:
             obj, stream.obj = stream.obj, None
             await self._run(self.editor.unlink, self.ops._object(stream.parent), stream.name)
-            self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), stream.name.encode())
+            self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
             await self._forget_object(obj.address)
         raise InvalidWrite(f"{stream.what}: {stream.failed}")
 
@@ -342,7 +340,7 @@ class EditSide:
             filters = ()
         await self._run(self.editor.create_dataset, self.ops._object(parent), text, dtype, shape, maxshape=maxshape,
                         chunks=chunks, filters=filters, layout=r.get("layout"), fill=r.get("fill"))
-        self._changed(parent, raw, raw + NPY_SUFFIX.encode())
+        self._changed(parent, raw, [raw + NPY_SUFFIX.encode()])
         self.ops.invalidator.entry(parent, raw)
 
     def link_target(self, parent: Node, target: bytes) -> tuple[str, object]:
@@ -401,12 +399,12 @@ class EditSide:
     async def _run(self, fn, *args, **kwargs):
         return await offload.run_sync(functools.partial(fn, *args, **kwargs))
 
-    def _changed(self, parent: Node, name: bytes, twin: bytes | None = None) -> None:
+    def _changed(self, parent: Node, name: bytes, twins: list[bytes] = ()) -> None:
         """`name` in `parent` changed through the kernel (which updates its own dentry): the
-        listing goes, and the kernel forgets the dataset's other view `twin` it may hold."""
+        listing goes, and the kernel forgets the dataset's other views `twins` it may hold."""
         self.ops.listings.pop(parent.address)
         self.ops.table.drop_link(parent.address, name)
-        if twin:
+        for twin in twins:
             self.ops.invalidator.entry(parent, twin)
 
     async def _lookup(self, parent: Node, name: bytes):
@@ -442,10 +440,19 @@ def _incomplete(stream: NpyStream) -> bool:
     return stream.header is None or stream.end < stream.header.data_nbytes
 
 
-def _other_view(name: bytes, entry: namespace.Entry) -> bytes | None:
-    """The name of a dataset's other view (`D` for `D.npy` and back)."""
-    if entry.kind == NPY:
-        return name[:-len(NPY_SUFFIX)]
-    if entry.kind == RAW:
-        return name + NPY_SUFFIX.encode()
-    return None
+def _base(name: bytes, entry: namespace.Entry) -> bytes:
+    """The link name behind a view's file name (`D` for `D.npy` and `D.points.npy`)."""
+    suffix = {NPY: NPY_SUFFIX, POINTS: POINTS_SUFFIX}.get(entry.kind)
+    return name[:-len(suffix)] if suffix else name
+
+
+def _other_views(name: bytes, entry: namespace.Entry) -> list[bytes]:
+    """The names of a dataset's other views (`D.npy` for `D`, `D` for `D.npy`, and a sparse
+    dataset's `D.points.npy`)."""
+    if entry.kind not in (RAW, NPY, POINTS):
+        return []
+    base = _base(name, entry)
+    views = [base, base + NPY_SUFFIX.encode()]
+    if entry.numbers is not None and entry.numbers.sparse:
+        views.append(base + POINTS_SUFFIX.encode())
+    return [v for v in views if v != name]

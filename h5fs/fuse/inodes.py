@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pyfuse3
 
-from ..model.namespace import DIR, NPY, SYMLINK, Entry, Numbers
+from ..model.namespace import DIR, NPY, POINTS, SYMLINK, Entry, Numbers
 
 
 class Node:
@@ -43,6 +43,7 @@ class InodeTable:
     def __init__(self, root_address: int, root_numbers: Numbers) -> None:
         self._objects: dict[int, Node] = {}                # address -> object node
         self._views: dict[int, Node] = {}                  # address -> .npy view node
+        self._points: dict[int, Node] = {}                 # address -> .points.npy view node
         self._links: dict[tuple[int, bytes], Node] = {}    # (group address, name) -> link node
         self.root = Node(pyfuse3.ROOT_INODE, DIR, root_address, Entry(b"", DIR, "/", root_address, root_numbers))
         self.root.lookups = 1  # never released
@@ -63,10 +64,14 @@ class InodeTable:
         """The `.npy` view node of the dataset at `address`."""
         return self._views.get(address)
 
+    def find_points(self, address: int) -> Node | None:
+        """The `.points.npy` view node of the sparse dataset at `address`."""
+        return self._points.get(address)
+
     def _index(self, kind: str, address: int | None) -> dict:
         if kind == SYMLINK or address is None:
             return self._links
-        return self._views if kind == NPY else self._objects
+        return self._views if kind == NPY else self._points if kind == POINTS else self._objects
 
     def intern(self, parent: Node, entry: Entry) -> Node:
         """The node of `entry` in the directory `parent`: the one the kernel already knows (inode

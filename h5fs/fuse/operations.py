@@ -36,7 +36,7 @@ from pyfuse3 import FUSEError
 
 from ..errors import H5fsError
 from ..model import namespace
-from ..model.namespace import DIR, DTYPE, NPY, RAW, SYMLINK, Entry, Numbers
+from ..model.namespace import DIR, DTYPE, NPY, POINTS, RAW, SYMLINK, Entry, Numbers
 from ..format.messages.layout import VIRTUAL
 from ..model.tree_edit import TreeEditor
 from ..model.writeback import Writeback
@@ -44,6 +44,8 @@ from . import offload, views
 from .blocks import BlockCounts
 from .errors import boundary, warn_once
 from .handles import Handles, NpyStream, OpenDir, OpenFile
+from .points_stream import PointsStream
+from .points_stream import finish as points_finish
 from .inodes import InodeTable, Node
 from .invalidate import Invalidator
 from .lru import Lru
@@ -85,6 +87,8 @@ class Operations(pyfuse3.Operations):
         self.prefetcher = Prefetcher()
         self.invalidator = Invalidator()
         self.blocks = BlockCounts(self._count_blocks, self._blocks_known)
+        # a `.points.npy` view's size: every stored chunk's selection decoded, in a worker
+        self.point_sizes = BlockCounts(self._points_size, self._points_known)
         self.requests = 0  # counted by errors.boundary
         self.attribute_tables: Lru[int, dict] = Lru(ATTRIBUTE_TABLES)
         self.fact_tables: Lru[tuple[int, bool], dict[str, str]] = Lru(FACT_TABLES)
@@ -94,7 +98,7 @@ class Operations(pyfuse3.Operations):
     def start(self, nursery) -> None:
         """Background work (prefetch, st_blocks counts) runs in the daemon's nursery."""
         self.prefetcher.nursery = nursery
-        self.blocks.nursery = nursery
+        self.blocks.nursery = self.point_sizes.nursery = nursery
         if self.writes is not None:
             self.writes.start(nursery)
 
@@ -182,12 +186,14 @@ class Operations(pyfuse3.Operations):
         if node.kind == DIR:
             a.st_mode = stat.S_IFDIR | 0o555 | w
             return a
-        a.st_mode = stat.S_IFREG | 0o444 | (w if node.kind in (RAW, NPY) else 0)
+        a.st_mode = stat.S_IFREG | 0o444 | (w if node.kind in (RAW, NPY, POINTS) else 0)
         if node.kind == RAW:
             a.st_size = n.size
             a.st_blocks = n.blocks if n.blocks is not None else self._counted_blocks(node)
         elif node.kind == NPY:  # a view of the same stored bytes: it allocates nothing of its own
             a.st_size = n.npy_size
+        elif node.kind == POINTS:
+            a.st_size = self._points_stat_size(node)
         else:
             a.st_size = n.size
         return a
@@ -201,6 +207,29 @@ class Operations(pyfuse3.Operations):
         node.stale = True
         self.blocks.want(node.address, node.path)
         return 0
+
+    def _points_stat_size(self, node: Node) -> int:
+        """A `.points.npy` view's size once known; until then 0, and the count is asked for."""
+        size = self.point_sizes.get(node.address)
+        if size is not None:
+            return size
+        node.stale = True
+        self.point_sizes.want(node.address, node.path)
+        return 0
+
+    def _points_size(self, address: int, path: str) -> int:
+        """Thread-safe: the `.points.npy` view's size."""
+        return self.f.get(address, path.removesuffix(namespace.POINTS_SUFFIX)).points_view.size
+
+    async def _points_known(self, address: int, error: BaseException | None) -> None:
+        node = self.table.find_points(address)
+        if node is None:
+            return
+        if error is not None:
+            self._mark_broken(node, error)
+        elif node.stale:
+            node.stale = False
+            await self.invalidator.attributes(node)
 
     def _count_blocks(self, address: int, path: str) -> int:
         """Thread-safe: the index walk."""
@@ -269,6 +298,8 @@ class Operations(pyfuse3.Operations):
             return neg
         if entry.kind == RAW:
             await self._settle(entry.address, entry.path, entry.numbers)
+        elif entry.kind == POINTS:
+            await self.point_sizes.settle(entry.address, entry.path, SETTLE_WAIT)
         return self._hand_out(parent, entry)
 
     def _gone_twin(self) -> pyfuse3.EntryAttributes:
@@ -288,6 +319,8 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         if node.kind == RAW and node.error is None:
             await self._settle(node.address, node.path, node.numbers)
+        elif node.kind == POINTS and node.error is None:
+            await self.point_sizes.settle(node.address, node.path, SETTLE_WAIT)
         return self._stat(node)
 
     @boundary
@@ -362,13 +395,15 @@ class Operations(pyfuse3.Operations):
         self._check(node)
         if node.kind == DIR:
             raise FUSEError(errno.EISDIR)
-        if node.kind not in (RAW, NPY, DTYPE):
+        if node.kind not in (RAW, NPY, DTYPE, POINTS):
             raise FUSEError(errno.EIO)
         writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
         if writing and self.writes is None:
             raise FUSEError(errno.EROFS)
-        if writing and node.kind not in (RAW, NPY):
+        if writing and node.kind not in (RAW, NPY, POINTS):
             raise FUSEError(errno.EACCES)
+        if node.kind == POINTS:
+            return await self._open_points(node, writing)
         if flags & os.O_TRUNC:
             if node.kind == NPY:   # a new array replacing the data (cp y.npy D.npy)
                 return pyfuse3.FileInfo(fh=self.handles.open_file(self._edits().replace_stream(node)))
@@ -385,12 +420,26 @@ class Operations(pyfuse3.Operations):
             self.writes.paged.add(inode)
         return pyfuse3.FileInfo(fh=self.handles.open_file(state), keep_cache=keep)
 
+    async def _open_points(self, node: Node, writing: int) -> pyfuse3.FileInfo:
+        """`.points.npy`: written, a new set of defined elements (taken at close); read, the
+        defined elements as the file holds them (writes not yet in it are flushed first)."""
+        if writing:
+            stream = PointsStream(node.ino, node.address, node.path.removesuffix(namespace.POINTS_SUFFIX))
+            self._edits()   # a read-only mount refuses
+            return pyfuse3.FileInfo(fh=self.handles.open_file(stream), direct_io=True)
+        if self.writes is not None and self.writes.wb.holds(node.address):
+            await self.writes.flush()
+        obj = self._object(node)
+        view = await offload.run_sync(lambda: obj.points_view)
+        state = OpenFile(node.ino, POINTS, obj, view.header, view.body_size)
+        return pyfuse3.FileInfo(fh=self.handles.open_file(state), keep_cache=False, direct_io=True)
+
     @boundary
     async def read(self, fh: int, off: int, size: int) -> bytes:
         state = self.handles.files.get(fh)
         if state is None:
             raise FUSEError(errno.EBADF)
-        if isinstance(state, NpyStream):   # being created: written, not read (cp does not)
+        if isinstance(state, (NpyStream, PointsStream)):   # being written, not read (cp does not)
             raise FUSEError(errno.EBADF)
         prefix, ds = state.prefix, state.obj
         out = prefix[off:off + size] if off < len(prefix) else b""
@@ -400,6 +449,9 @@ class Operations(pyfuse3.Operations):
         bsize = min(size - len(out), state.size - boff)
         if bsize <= 0:
             return out
+        if state.kind == POINTS:
+            body = await offload.run_sync(ds.points_view.read_body, boff, bsize)
+            return out + body if out else body
         raw = state.kind == RAW
         if self.writes is not None and self.writes.wb.holds(ds.address):   # writes not all in the file
             body = await offload.run_sync(self.writes.wb.read, ds, boff, bsize, not raw)
@@ -417,6 +469,8 @@ class Operations(pyfuse3.Operations):
         self.prefetcher.forget(fh)
         if isinstance(state, NpyStream):
             await self._edits().stream_release(state)
+        elif isinstance(state, PointsStream):
+            state.close()
 
     @boundary
     async def flush(self, fh: int) -> None:
@@ -425,6 +479,8 @@ class Operations(pyfuse3.Operations):
         state = self.handles.files.get(fh)
         if isinstance(state, NpyStream):
             await self._edits().stream_finish(state)
+        elif isinstance(state, PointsStream) and await points_finish(self, state):
+            await self.writes.changed(state.address, None)
 
     @boundary
     async def fsync(self, fh: int, datasync: bool) -> None:
@@ -522,6 +578,11 @@ class Operations(pyfuse3.Operations):
             state = self.handles.files.get(fh) if fh is not None else None
             if node.kind == NPY and attr.st_size == 0 and state is not None:
                 self.handles.files[fh] = self._edits().truncated(node, state)
+            elif node.kind == POINTS:   # the file being written; no other size is one of the set
+                if isinstance(state, PointsStream):
+                    state.truncate(attr.st_size)
+                elif attr.st_size != 0:
+                    raise FUSEError(errno.EINVAL)
             else:
                 await self.writes.truncate(node, attr.st_size)
         if fields.update_mode or fields.update_uid or fields.update_gid:

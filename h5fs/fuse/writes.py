@@ -27,6 +27,7 @@ from ..model.free_space import find_free_space
 from ..model.writeback import Writeback
 from . import offload
 from .handles import NpyStream, OpenFile
+from .points_stream import PointsStream
 
 log = logging.getLogger("h5fs.fuse")
 
@@ -88,6 +89,8 @@ class WriteSide:
         if isinstance(state, NpyStream):
             self.last_write = time.monotonic()
             return await self.ops.edits.stream_write(state, off, buf)
+        if isinstance(state, PointsStream):
+            return state.write(off, buf)
         ds, taken = state.obj, len(buf)
         if state.kind == NPY:
             if ds.converted:
@@ -132,7 +135,8 @@ class WriteSide:
         views, drop the pages the kernel holds of the view not written (the kernel updated the
         written one's itself), and after a resize the open handles' sizes and `.npy` headers."""
         ops = self.ops
-        nodes = [n for n in (ops.table.find_object(address), ops.table.find_view(address)) if n is not None]
+        nodes = [n for n in (ops.table.find_object(address), ops.table.find_view(address),
+                             ops.table.find_points(address)) if n is not None]
         stale = nodes
         if writer_ino is not None and ops.f.get(address, "").layout.layout_class == VIRTUAL:
             # written through to its sources: whatever the kernel holds may show them
@@ -147,6 +151,7 @@ class WriteSide:
         for npy in (False, True):
             ops.fact_tables.pop((address, npy))
         ops.blocks.forget(address)
+        ops.point_sizes.forget(address)
         if resized:
             ops.listings.clear()
         for node in nodes:   # a new size, or st_blocks after a flush

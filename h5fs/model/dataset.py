@@ -79,6 +79,18 @@ class Dataset(H5Object):
         return pipe.filters if pipe is not None else ()
 
     @property
+    def sparse(self) -> bool:
+        """Structured chunk storage (a sparse dataset)."""
+        return self.layout.layout_class == L.STRUCTURED
+
+    @property
+    def index_filtered(self) -> bool:
+        """Whether the chunk index records filtered chunks: a pipeline for the whole chunk, or
+        (structured chunks) for any of its sections."""
+        pipe = self.message(M.FILTERS)
+        return pipe is not None and bool(pipe.filters or pipe.sections)
+
+    @property
     def fill_value(self) -> bytes | None:
         fv = self.message(M.FILL)
         if fv is None:
@@ -92,7 +104,7 @@ class Dataset(H5Object):
     @property
     @guarded
     def chunks(self) -> tuple[int, ...] | None:
-        return self.layout.chunk_dims if self.layout.layout_class == L.CHUNKED else None
+        return self.layout.chunk_dims if self.layout.chunked else None
 
     # -- storage ----------------------------------------------------------------------------
     @derived(lambda source: source.footprint())
@@ -120,14 +132,32 @@ class Dataset(H5Object):
         if lay.layout_class == L.VIRTUAL:
             from .virtual import virtual_source
             return virtual_source(self, size)
+        if lay.layout_class == L.STRUCTURED:
+            return self._sparse_source(space, lay, generation)
         raise Unsupported(f"{self.path}: layout class {lay.layout_class}")
 
-    def _chunked_source(self, space: S.Dataspace, lay: L.DataLayout, generation: int) -> RawSource:
+    def _index_context(self, space: S.Dataspace, lay: L.DataLayout) -> IndexContext:
         if space.kind != S.SIMPLE:
             raise FormatError(f"{self.path}: chunked dataset with a {('scalar', 'simple', 'null')[space.kind]} dataspace")
         if lay.element_size != self.itemsize:
             raise FormatError(f"{self.path}: chunk element size {lay.element_size} differs from datatype size {self.itemsize}")
-        ctx = IndexContext(self.file.reader, lay, space.dims, space.maxdims, bool(self.filters), self.path)
+        pipe = self.message(M.FILTERS)
+        if pipe is not None and (pipe.version == 3) != (lay.layout_class == L.STRUCTURED):
+            raise FormatError(f"{self.path}: filter pipeline version {pipe.version} with {lay.class_name} storage")
+        return IndexContext(self.file.reader, lay, space.dims, space.maxdims, self.index_filtered, self.path)
+
+    def _sparse_source(self, space: S.Dataspace, lay: L.DataLayout, generation: int) -> RawSource:
+        from ..storage.sparse_chunk import SparseCodec
+        from ..storage.sparse_source import SparseSource
+        ctx = self._index_context(space, lay)
+        codec = SparseCodec(lay.chunk_dims, self.itemsize, lay.composition, lay.structured_type,
+                            self.message(M.FILTERS), self.fill_value, self.path,
+                            bool(lay.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS))
+        return SparseSource(space.dims, self.itemsize, lay.chunk_dims, open_index(ctx), codec, self.fill_value,
+                            self.file.chunk_cache, (self.address, generation), self.path)
+
+    def _chunked_source(self, space: S.Dataspace, lay: L.DataLayout, generation: int) -> RawSource:
+        ctx = self._index_context(space, lay)
         return ChunkedSource(space.dims, self.itemsize, lay.chunk_dims, open_index(ctx), self.filters,
                              self.fill_value, self.file.chunk_cache, (self.address, generation), self.path,
                              edge_unfiltered=bool(lay.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS))
@@ -150,6 +180,15 @@ class Dataset(H5Object):
     def warm(self, offset: int, size: int) -> None:
         """Decode the chunks under raw bytes [offset, offset+size) ahead of a reader."""
         self.source.warm(offset, size)
+
+    @derived(lambda view: 1000 + 200 * len(view.rows))
+    def points_view(self):
+        """A sparse dataset's defined elements as a `.npy` (model/points_view.py); reads the
+        selection of every stored chunk."""
+        from .points_view import PointsView
+        if not self.sparse:
+            raise Unsupported(f"{self.path}: not a sparse dataset")
+        return PointsView(self)
 
     @property
     @guarded
@@ -259,6 +298,8 @@ class Dataset(H5Object):
             out["chunks"] = _tuple(self.chunks)
             out["index"] = L.INDEX_NAMES.get(self.layout.index.index_type, "?")
         out["filters"] = ",".join(f.label for f in self.filters) if self.filters else "none"
+        if self.sparse:
+            out.update(self._sparse_facts())
         out["fill_value"] = self._fill_text()
         out["storage_size"] = str(self.storage_size)
         if self.layout.layout_class == L.VIRTUAL:
@@ -268,6 +309,16 @@ class Dataset(H5Object):
             from .external import external_facts
             out.update(external_facts(self))
         return out
+
+    def _sparse_facts(self) -> dict[str, str]:
+        from ..format.structured_chunk import SPARSE
+        lay, pipe = self.layout, self.message(M.FILTERS)
+        kind = "sparse" if lay.structured_type & SPARSE else f"type {lay.structured_type:#x}"
+        names = ("selection", "values")
+        parts = [f"{names[i] if i < len(names) else f'section {i}'}={'+'.join(f.label for f in filters)}"
+                 for i, filters in (pipe.sections if pipe is not None else ())]
+        return {"layout": f"structured-chunk ({kind})", "filters": ",".join(parts) or "none",
+                "defined": str(self.points_view.count)}
 
     def _fill_text(self) -> str:
         fill = self.fill_value

@@ -34,6 +34,11 @@ What libhdf5 writes (H5D__create, H5D__update_oh_info, H5D__layout_oh_create), b
 h5py chooses the layout as `layout=None` here does: chunked when chunks, a (non-empty) maximum
 shape or filters are given (chunks from h5py's guess_chunk when not), contiguous otherwise.
 
+`layout="sparse"` makes a sparse dataset (structured chunk storage, spec 3.0): layout message
+version 5, class 4, sparse chunks of two sections, the index chosen as for chunked datasets but
+never implicit (a single chunk when the chunk is the whole fixed extent); `filters` are the
+sections' (filter_spec.parse_section_filters), in a version 3 filter pipeline message.
+
 Chunks for `cp x.npy` (`npy_storage`): the first dimension unlimited (so writes past the end
 grow the dataset) and chunks of at most NPY_CHUNK_BYTES (1 MiB, h5py's own chunk ceiling and
 libhdf5's default chunk cache size): trailing dimensions whole while they fit; the first one
@@ -59,18 +64,19 @@ from ..format.messages.fill_value import ALLOC_EARLY, ALLOC_INCREMENTAL, ALLOC_L
 from ..format.messages.filter_pipeline import FilterPipeline
 from ..format.messages.layout import (
     BTREE_V1, BTREE_V2, CHUNKED, COMPACT, CONTIGUOUS, EXTENSIBLE_ARRAY, FIXED_ARRAY, IMPLICIT, SINGLE,
-    SINGLE_INDEX_WITH_FILTER, ChunkIndexInfo, DataLayout)
+    SINGLE_INDEX_WITH_FILTER, STRUCTURED, ChunkIndexInfo, DataLayout)
+from ..format.structured_chunk import SPARSE, SPARSE_FIXED
 from ..format.object_header import FLAG_CONSTANT
 from . import messages as M
 from .dtype_encode import datatype_of, moves_fields
-from .filter_spec import Filter, parse_filters, pipeline
+from .filter_spec import Filter, parse_filters, parse_section_filters, pipeline, section_pipeline
 from .libver import at_least, canonical
 
 NPY_CHUNK_BYTES = 1 << 20
 MAX_COMPACT = 0xFFFF - 4         # a message's 16-bit size less the compact layout's own 4 bytes
 MAX_CHUNK_BYTES = 0xFFFFFFFF     # libhdf5: "chunk size must be < 4GB"
 MAX_DIM = (1 << 64) - 2          # all ones means unlimited
-LAYOUTS = ("contiguous", "compact", "chunked")
+LAYOUTS = ("contiguous", "compact", "chunked", "sparse")
 
 # libhdf5's default chunk index parameters (H5Dpkg.h)
 FARRAY_PARAMS = dict(page_bits=10)
@@ -115,13 +121,13 @@ def dataset_messages(dtype: np.dtype | str, shape: tuple[int, ...], *, maxshape:
     dt = np.dtype(dtype)
     shape = _dims(shape, "shape")
     maxdims = _maxdims(shape, maxshape)
-    if isinstance(filters, str):
+    if isinstance(filters, str) and layout != "sparse":
         filters = parse_filters(filters)
     if layout is None:
         layout = "chunked" if chunks is not None or maxshape or filters else "contiguous"
     if layout not in LAYOUTS:
         raise LayoutError(f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
-    if layout != "chunked" and chunks is not None:
+    if layout not in ("chunked", "sparse") and chunks is not None:
         raise LayoutError(f"chunks {chunks} for a {layout} dataset")
     if alloc_time not in (None, ALLOC_EARLY, ALLOC_LATE, ALLOC_INCREMENTAL):
         raise LayoutError(f"unknown allocation time {alloc_time}")
@@ -130,8 +136,15 @@ def dataset_messages(dtype: np.dtype | str, shape: tuple[int, ...], *, maxshape:
     count = int(np.prod(shape, dtype=object)) if shape else 1
     value = _fill_bytes(dt, fill)
     size = datatype.size   # NumPy's itemsize, or more where h5py moves overlapping fields apart
-    alloc = alloc_time or {"contiguous": ALLOC_LATE, "compact": ALLOC_EARLY, "chunked": ALLOC_INCREMENTAL}[layout]
-    if layout == "chunked":
+    alloc = alloc_time or {"contiguous": ALLOC_LATE, "compact": ALLOC_EARLY}.get(layout, ALLOC_INCREMENTAL)
+    if layout == "sparse":
+        if alloc != ALLOC_INCREMENTAL:
+            raise LayoutError("a sparse dataset allocates a chunk when an element of it is defined")
+        chunk_dims = _chunks(shape, maxdims, chunks, dt.itemsize, size)
+        sections = parse_section_filters(filters) if isinstance(filters, str) else dict(filters)
+        pipe = section_pipeline(sections, datatype, chunk_dims)
+        lay = _sparse_layout(shape, maxdims, chunk_dims, size, pipe is not None)
+    elif layout == "chunked":
         chunk_dims = _chunks(shape, maxdims, chunks, dt.itemsize, size)
         pipe = pipeline(filters, datatype, chunk_dims, 1 if earliest else 2) if filters else None
         lay = _chunked_layout(libver, shape, maxdims, chunk_dims, size, pipe is not None, alloc)
@@ -276,6 +289,23 @@ def _chunked_layout(libver: str, shape, maxdims, chunks, element_size: int, filt
         itype, params = FIXED_ARRAY, FARRAY_PARAMS
     return DataLayout(version, CHUNKED, chunk_dims=chunks, element_size=element_size, flags=flags,
                       index=ChunkIndexInfo(itype, None, **params))
+
+
+def _sparse_layout(shape, maxdims, chunks, element_size: int, filtered: bool) -> DataLayout:
+    """Structured chunk storage (layout version 5, class 4) with the index libhdf5 would choose
+    for these maximum dimensions, implicit excepted (it cannot hold structured chunks)."""
+    unlimited = sum(m is None for m in maxdims)
+    flags, params = 0, {}
+    if unlimited > 1:
+        itype, params = BTREE_V2, BTREE2_PARAMS
+    elif unlimited:
+        itype, params = EXTENSIBLE_ARRAY, EARRAY_PARAMS
+    elif shape == maxdims == chunks:
+        itype, flags = SINGLE, SINGLE_INDEX_WITH_FILTER if filtered else 0
+    else:
+        itype, params = FIXED_ARRAY, FARRAY_PARAMS
+    return DataLayout(5, STRUCTURED, chunk_dims=chunks, element_size=element_size, flags=flags,
+                      index=ChunkIndexInfo(itype, None, **params), composition=SPARSE_FIXED, structured_type=SPARSE)
 
 
 def _flat_layout(layout: str, shape, maxdims, filters, nbytes: int, fill: bytes, alloc: int,

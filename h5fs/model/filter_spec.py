@@ -16,6 +16,12 @@ at most one of them a compressor (gzip, lzf, zstd, lz4, bzip2, blosc, bitshuffle
 they are written in, the pipeline is h5py's: shuffle, the compressor, fletcher32 (a checksum must
 see the stored bytes; a shuffle only helps a compressor that comes after it).
 
+Sparse datasets (`h5fs create --sparse --filters ...`) give each section of their structured
+chunks a list of its own: `values=LIST,selection=LIST` (either may be left out), each LIST in the
+syntax above; `values=gzip:4,shuffle,selection=gzip:1` reads as values: shuffle and gzip:4, the
+selection gzip:1. A bare list is the values' pipeline. The selection section is bytes (element
+size 1); a client datum that depends on the chunk takes the chunk's dense size.
+
 Each filter is written as h5py + hdf5plugin write it: optional (flag 1), except fletcher32
 (mandatory); the client data their "set local" callbacks complete from the datatype and the
 chunk (shuffle's and bitshuffle's element size, LZF's and Blosc's chunk bytes, Blosc's type size,
@@ -132,18 +138,57 @@ def parse_filters(text: str) -> tuple[Filter, ...]:
     return tuple(sorted(filters, key=lambda f: f.stage))
 
 
+SECTION_NAMES = {"selection": 0, "values": 1}
+
+
+def parse_section_filters(text: str) -> dict[int, tuple[Filter, ...]]:
+    """The sections' filters `text` asks for (section number -> filters in pipeline order)."""
+    if text.strip().lower() in ("", "none"):
+        return {}
+    lists: dict[int, list[str]] = {}
+    current = SECTION_NAMES["values"]
+    for item in text.split(","):
+        name, eq, rest = item.partition("=")
+        if eq:
+            key = name.strip().lower()
+            if key not in SECTION_NAMES:
+                raise FilterSpecError(f"unknown section {key!r} in {text!r} (values, selection)")
+            current, item = SECTION_NAMES[key], rest
+            if current in lists:
+                raise FilterSpecError(f"section {key!r} given twice in {text!r}")
+        lists.setdefault(current, []).append(item)
+    return {k: f for k, items in sorted(lists.items()) if (f := parse_filters(",".join(items)))}
+
+
+def section_pipeline(sections: dict[int, tuple[Filter, ...]], datatype: Datatype,
+                     chunks: tuple[int, ...]) -> FilterPipeline | None:
+    """The version-3 filter pipeline message of a sparse dataset, None without filters."""
+    if not sections:
+        return None
+    chunk_bytes = datatype.size
+    for d in chunks:
+        chunk_bytes *= d
+    byte = Datatype(1, 1)   # the selection section: one-byte elements
+    return FilterPipeline((), 3, tuple((k, _specs(f, datatype if k else byte, chunk_bytes, 2))
+                                       for k, f in sorted(sections.items())))
+
+
 def pipeline(filters: tuple[Filter, ...], datatype: Datatype, chunks: tuple[int, ...], version: int) -> FilterPipeline:
     """The filter pipeline message (`version` 1 or 2) libhdf5 writes for `filters` on a dataset
     of `datatype` in chunks of `chunks` elements."""
     chunk_bytes = datatype.size
     for d in chunks:
         chunk_bytes *= d
+    return FilterPipeline(_specs(filters, datatype, chunk_bytes, version), version)
+
+
+def _specs(filters: tuple[Filter, ...], datatype: Datatype, chunk_bytes: int, version: int) -> tuple[FilterSpec, ...]:
     specs = []
     for f in filters:
         cd = _set_local(f, datatype, chunk_bytes)
         name = NAMES[f.id] if version == 1 or f.id >= NAMED_IDS else ""
         specs.append(FilterSpec(f.id, 0 if f.id == FLETCHER32 else FLAG_OPTIONAL, name, cd))
-    return FilterPipeline(tuple(specs), version)
+    return tuple(specs)
 
 
 def _set_local(f: Filter, datatype: Datatype, chunk_bytes: int) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ What a group shows (`entries`, in the group's link order; `lookup` answers one n
 - a hard link to a group: a directory (DIR); to a named datatype: a small text file (DTYPE);
   to a dataset `D`: its raw view `D` (RAW) and, right after it, its `.npy` view `D.npy` (NPY),
   unless the group has a real link of that name (the real link wins) or the name is too long;
+  a sparse dataset also its defined elements `D.points.npy` (POINTS), after the `.npy` view;
 - a soft link: a symlink (SYMLINK); an absolute HDF5 target becomes a path inside the mount,
   relative to the link's directory (`/x/y` from the group `/a/b` -> `../../x/y`), a relative
   one stays; an external link: a symlink `FILE:OBJECT` (it goes nowhere real);
@@ -55,12 +56,14 @@ log = logging.getLogger("h5fs.model")
 DIR = "dir"          # a group
 RAW = "raw"          # a dataset's raw view
 NPY = "npy"          # a dataset's .npy view
+POINTS = "points"    # a sparse dataset's defined elements (model/points_view.py)
 DTYPE = "dtype"      # a named datatype (a small read-only text file)
 SYMLINK = "symlink"  # a soft or external link
 BROKEN = "broken"    # an object that could not be read: listed, answers EIO
 
 NAME_MAX = 255
 NPY_SUFFIX = ".npy"
+POINTS_SUFFIX = ".points.npy"
 _KINDS = {"group": DIR, "dataset": RAW, "datatype": DTYPE}
 # chunk indexes whose allocated size takes a walk over them (the engine counts an implicit
 # index's chunks one by one); a single-chunk index, or one never allocated, is answered by the
@@ -79,6 +82,7 @@ class Numbers:
     blocks: int | None = 0            # 512-byte blocks allocated; None: `storage_blocks` must walk the index
     npy_size: int = 0
     npy_error: BaseException | None = None  # the raw view works, the .npy view cannot be served
+    sparse: bool = False              # a sparse dataset: it has a `.points.npy` view
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +129,15 @@ def entries(file: H5File, group: Group, dir_path: str, known: Known | None = Non
         seen.add(entry.name)
         out.append(entry)
         if entry.kind == RAW:
-            if link.name + NPY_SUFFIX in taken:
-                log.warning("%s.npy: hidden by a link of that name", entry.path)
-            elif len(entry.name) + len(NPY_SUFFIX) <= NAME_MAX:
-                seen.add(entry.name + NPY_SUFFIX.encode())
-                out.append(npy_entry(entry))
+            for view, suffix in ((npy_entry, NPY_SUFFIX), (points_entry, POINTS_SUFFIX)):
+                if suffix == POINTS_SUFFIX and not entry.numbers.sparse:
+                    continue
+                name = entry.name + suffix.encode()
+                if link.name + suffix in taken or name in seen:
+                    log.warning("%s%s: hidden by a link of that name", entry.path, suffix)
+                elif len(name) <= NAME_MAX:
+                    seen.add(name)
+                    out.append(view(entry))
     return out
 
 
@@ -142,12 +150,14 @@ def lookup(file: H5File, group: Group, dir_path: str, name: bytes, header_only: 
     link = group.link(text)
     if link is not None:
         return _entry(file, dir_path, link, header_only)
-    if text.endswith(NPY_SUFFIX):
-        link = group.link(text[:-len(NPY_SUFFIX)])
+    for suffix, view in ((NPY_SUFFIX, npy_entry), (POINTS_SUFFIX, points_entry)):
+        if not text.endswith(suffix):
+            continue
+        link = group.link(text[:-len(suffix)])
         if link is not None and link.kind == "hard":
             entry = _entry(file, dir_path, link, header_only)
-            if entry is not None and entry.kind == RAW:
-                return npy_entry(entry)
+            if entry is not None and entry.kind == RAW and (view is npy_entry or entry.numbers.sparse):
+                return view(entry)
     return None
 
 
@@ -164,6 +174,11 @@ def npy_entry(raw: Entry) -> Entry:
     """The `.npy` view beside the raw view `raw`."""
     return replace(raw, name=raw.name + NPY_SUFFIX.encode(), kind=NPY, path=raw.path + NPY_SUFFIX,
                    error=raw.numbers.npy_error)
+
+
+def points_entry(raw: Entry) -> Entry:
+    """The `.points.npy` view beside the raw view of a sparse dataset."""
+    return replace(raw, name=raw.name + POINTS_SUFFIX.encode(), kind=POINTS, path=raw.path + POINTS_SUFFIX)
 
 
 def _entry(file: H5File, dir_path: str, link: Link, header_only: bool = False,
@@ -230,7 +245,7 @@ def _numbers(obj: H5Object) -> Numbers:
     except Exception as exc:  # noqa: BLE001 - only the .npy view is lost
         npy_error = exc
     blocks = None if _walks_index(obj) else _blocks(obj.storage_size)
-    return Numbers(nlink, mtime_ns, int(obj.raw_size), blocks, npy_size, npy_error)
+    return Numbers(nlink, mtime_ns, int(obj.raw_size), blocks, npy_size, npy_error, obj.sparse)
 
 
 def storage_blocks(ds) -> int:
@@ -249,16 +264,14 @@ def numbers_from_header(obj: H5Object) -> bool:
         if obj.facts_from_header:  # compact or contiguous in this file
             return True
         lay = obj.layout
-        return lay.layout_class == L.CHUNKED and (lay.index.address is None
-                                                  or lay.index.index_type in _OPENED_FROM_HEADER)
+        return lay.chunked and (lay.index.address is None or lay.index.index_type in _OPENED_FROM_HEADER)
     except Exception:  # noqa: BLE001 - the worker computing them reports it
         return False
 
 
 def _walks_index(ds) -> bool:
     lay = ds.layout
-    return (lay.layout_class == L.CHUNKED and lay.index.address is not None
-            and lay.index.index_type in _WALKED)
+    return lay.chunked and lay.index.address is not None and lay.index.index_type in _WALKED
 
 
 def _blocks(nbytes: int) -> int:

@@ -148,7 +148,7 @@ class Writeback:
         end, isz, lay = offset + len(data), ds.itemsize, ds.layout
         if (offset % isz or end % isz or not data
                 or self.nbytes + self.flushing_nbytes + len(data) > self.dirty_limit
-                or lay.layout_class not in (L.CHUNKED, L.CONTIGUOUS) or self._commits(ds, end)
+                or lay.layout_class not in (L.CHUNKED, L.STRUCTURED, L.CONTIGUOUS) or self._commits(ds, end)
                 or ds.header.first(M.EXTERNAL) is not None or ds.materialized is not None):
             return False
         if not self.lock.acquire(blocking=False):
@@ -180,7 +180,7 @@ class Writeback:
 
     def _write_elements(self, ds: Dataset, e0: int, data: bytes) -> None:
         lay = ds.layout
-        if lay.layout_class == L.CHUNKED:
+        if lay.chunked:
             self._write_chunks(ds, e0, data)
         elif lay.layout_class == L.VIRTUAL:   # written through to its sources in this file
             virtual_write(ds, e0 * ds.itemsize, data, self._write_source)
@@ -235,7 +235,7 @@ class Writeback:
                 st.versions[coords] = st.versions.get(coords, 0) + 1
         # a sequential writer that moved on is done with the chunk it left: filter it now (a
         # random writer comes back: its chunks wait for the flush)
-        if st.last is not None and st.last != coords and e0 == st.end and ds.filters:
+        if st.last is not None and st.last != coords and e0 == st.end and (ds.filters or ds.sparse):
             self._encode_ahead(ds, source, st, st.last)
         st.last, st.end = coords, e0 + len(data) // isz
 
@@ -291,7 +291,7 @@ class Writeback:
         the dirty state and of a flush under way), so that a read sees them."""
         with self.lock:
             states = [s for s in (self.dirty.get(ds.address), self.flushing.get(ds.address)) if s and s.patches]
-            if not states or ds.layout.layout_class != L.CHUNKED:
+            if not states or not ds.layout.chunked:
                 return
             source: ChunkedSource = ds.source
             isz, st = ds.itemsize, self._state(ds)
@@ -439,40 +439,46 @@ class Writeback:
             self._background = self.flusher.submit(self.flush)
 
     def _stage_chunks(self, txn: Transaction, ds: Dataset, header: HeaderEdit,
-                      encoded: Iterator[tuple[tuple[int, ...], tuple[bytes, int]]],
+                      encoded: Iterator[tuple[tuple[int, ...], tuple[bytes | None, int, object]]],
                       lay: L.DataLayout | None = None) -> L.DataLayout | None:
         """Write encoded chunks (see `_encode`) to fresh space as they come and update the index
         (`lay`: the layout as this transaction left it so far). Returns a changed layout. When
         a chunk cannot be made (`_Broken`), the space of those written is given back."""
         lay, space = lay or ds.layout, ds.dataspace
-        index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, bool(ds.filters), ds.path))
+        index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, ds.index_filtered, ds.path))
         implicit = lay.index is not None and lay.index.index_type == L.IMPLICIT
-        records, replaced = [], []
+        records, replaced, gone = [], [], []
         try:
-            for coords, (data, mask) in encoded:
+            for coords, (data, mask, sections) in encoded:
                 old = index.lookup(coords)
+                if data is None:   # a sparse chunk left with no defined element: no chunk
+                    if old is not None:
+                        gone.append(old)
+                    continue
                 if implicit and old is not None:
                     txn.write_data(old.address, data)   # implicit chunks live where the index says
                     continue
                 address = txn.allocate(len(data), raw=True)
                 txn.write_data(address, data)
-                records.append(ChunkRecord(coords, address, len(data), mask))
+                records.append(ChunkRecord(coords, address, len(data), mask, sections))
                 if old is not None:
                     replaced.append(old)
         except _Broken:
             for rec in records:   # written, never referenced
                 txn.free(rec.address, rec.size, raw=True)
             raise
-        for old in replaced:
+        for old in replaced + gone:
             txn.free(old.address, old.size, raw=True)
         new_layout = index.put(txn, records) if records else None
+        if gone:
+            new_layout = index.remove(txn, [r.coords for r in gone]) or new_layout
         if new_layout is not None:
             header.set(M.LAYOUT, self._layout(new_layout))
         return new_layout
 
     def _encode(self, ds: Dataset, source: ChunkedSource, chunks,
-                st: Dirty | None) -> Iterator[tuple[tuple[int, ...], tuple[bytes, int]]]:
-        """(coords, (stored bytes, filter mask)) of each chunk, and of each chunk `st` holds as
+                st: Dirty | None) -> Iterator[tuple[tuple[int, ...], tuple[bytes | None, int, object]]]:
+        """(coords, (stored bytes, filter mask, sections)) of each chunk, and of each chunk `st` holds as
         patches (read, decoded and patched first): filtered in the pool with a few chunks in
         flight (memory stays bounded however many a flush writes), or taken from the encoding
         done ahead when the chunk did not change since. A chunk that cannot be made raises
@@ -499,15 +505,23 @@ class Writeback:
                 yield c, result
 
     def _encoder(self, ds: Dataset, source: ChunkedSource):
-        """A function (coords, chunk bytes) -> (stored bytes, filter mask) for the pool."""
+        """A function (coords, chunk bytes) -> (stored bytes, filter mask, section metadata) for
+        the pool; a sparse chunk of nothing but fill values is (None, 0, None): no chunk."""
+        if ds.sparse:
+            codec = source.codec
+
+            def encode_sparse(coords: tuple[int, ...], buf: bytearray):
+                made = codec.encode(buf, source._is_edge(coords), f"{ds.path} chunk {coords}")
+                return (None, 0, None) if made is None else (made[0], 0, made[1])
+            return encode_sparse
         from ..storage.filters.pipeline import encode_chunk
         filters, info = ds.filters, ChunkInfo(source.chunk_bytes, ds.itemsize, ds.path)
         skip_edges = bool(ds.layout.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS)
 
-        def encode(coords: tuple[int, ...], buf: bytearray) -> tuple[bytes, int]:
+        def encode(coords: tuple[int, ...], buf: bytearray) -> tuple[bytes, int, None]:
             if not filters or skip_edges and source._is_edge(coords):
-                return buf, 0     # written as it is (a flush's chunks do not change)
-            return encode_chunk(filters, bytes(buf), replace(info, what=f"{ds.path} chunk {coords}"))
+                return buf, 0, None     # written as it is (a flush's chunks do not change)
+            return (*encode_chunk(filters, bytes(buf), replace(info, what=f"{ds.path} chunk {coords}")), None)
         return encode
 
     def commit(self, txn: Transaction, addresses: list[int]) -> None:
@@ -559,10 +573,10 @@ class Writeback:
                 raise InvalidWrite(f"{ds.path}: {size} bytes is not a whole number of {row}-byte rows")
             rows += 1
         limit = space.maxdims[0]
-        if ds.layout.layout_class != L.CHUNKED or limit is not None and rows > limit:
+        if not ds.layout.chunked or limit is not None and rows > limit:
             raise TooLarge(f"{ds.path}: {rows} rows exceed the maximum dimension "
                            f"{'unlimited' if limit is None else limit}"
-                           + ("" if ds.layout.layout_class == L.CHUNKED else f" of {ds.layout.class_name} storage"))
+                           + ("" if ds.layout.chunked else f" of {ds.layout.class_name} storage"))
         self.flush()
         self._resize(self.f.get(ds.address, ds.path), rows)
 
@@ -574,7 +588,7 @@ class Writeback:
             if rows < space.dims[0]:
                 lay = self._cut(txn, ds, header, rows) or lay
             header.set(M.DATASPACE, M.encode(M.DATASPACE, replace(space, dims=dims), self.f.sizes))
-            index = open_index(IndexContext(txn.reader, lay, dims, space.maxdims, bool(ds.filters), ds.path))
+            index = open_index(IndexContext(txn.reader, lay, dims, space.maxdims, ds.index_filtered, ds.path))
             new_layout = index.resize(txn, dims)
             if new_layout is not None:
                 header.set(M.LAYOUT, self._layout(new_layout))
@@ -615,7 +629,7 @@ class Writeback:
         new_layout = None
         if gone:
             lay, space = ds.layout, ds.dataspace
-            index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, bool(ds.filters), ds.path))
+            index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, ds.index_filtered, ds.path))
             new_layout = index.remove(txn, [r.coords for r in gone])
             if new_layout is not None:
                 header.set(M.LAYOUT, self._layout(new_layout))

@@ -46,7 +46,8 @@ Record = Any
 def new_header(sizes: Sizes, btype: int, node_size: int, record_size: int, split_percent: int,
                merge_percent: int) -> bt.BTreeV2Header:
     """The header of an empty tree (address 0 until `BTreeV2Edit` writes it)."""
-    proto = bt.BTreeV2Header(0, 0, btype, node_size, record_size, 0, split_percent, merge_percent, None, 0, 0,
+    version = 1 if btype in (bt.STRUCTURED, bt.STRUCTURED_FILTERED) else 0   # spec 3.0: types 12/13
+    proto = bt.BTreeV2Header(0, version, btype, node_size, record_size, 0, split_percent, merge_percent, None, 0, 0,
                              sizes, 0, ())
     return bt.decode_header(bt.encode_header(proto), 0, sizes, "new v2 B-tree header")
 

@@ -54,8 +54,14 @@ class ChunkedSource(RawSource):
             rec = self.index.lookup(coords)
         if rec is None:
             return self._fill()
+        data = self._decode(coords, rec, self.stored(coords, rec, self.chunk_bytes if not self.filters else MAX_CHUNK_BYTES))
+        if len(data) != self.chunk_bytes:
+            raise FormatError(f"{self.what}: chunk {coords} holds {len(data)} bytes, expected {self.chunk_bytes}")
+        return data
+
+    def stored(self, coords: tuple[int, ...], rec, stored_max: int) -> bytes:
+        """The chunk's bytes as the file stores them, checked to lie inside it."""
         reader = self.index.ctx.reader
-        stored_max = self.chunk_bytes if not self.filters else MAX_CHUNK_BYTES
         if rec.size < 0 or rec.size > stored_max:
             raise FormatError(f"{self.what}: chunk {coords} claims {rec.size} stored bytes")
         if rec.address is None or rec.address < 0 or reader.base + rec.address + rec.size > reader.eof:
@@ -63,12 +69,14 @@ class ChunkedSource(RawSource):
         data = os.pread(reader.fd, rec.size, reader.base + rec.address) if rec.size else b""
         if len(data) != rec.size:
             raise FormatError(f"{self.what}: chunk {coords} at {rec.address}+{rec.size} lies outside the file")
+        return data
+
+    def _decode(self, coords: tuple[int, ...], rec, data: bytes) -> bytes:
+        """The chunk's elements from its stored bytes."""
         if self.filters and not (self.edge_unfiltered and self._is_edge(coords)):
             from .filters.pipeline import decode_chunk
             data = decode_chunk(self.filters, data, rec.filter_mask,
                                 ChunkInfo(self.chunk_bytes, self.itemsize, f"{self.what} chunk {coords}"))
-        if len(data) != self.chunk_bytes:
-            raise FormatError(f"{self.what}: chunk {coords} holds {len(data)} bytes, expected {self.chunk_bytes}")
         return data
 
     def chunk_bytes_at(self, coords: tuple[int, ...]) -> bytes:

@@ -631,7 +631,7 @@ class _Walk:
             fields = heap_id_fields(dt)
             if lay.layout_class == L.CONTIGUOUS:
                 self.contiguous(ds, path, lay, dt, fields)
-            elif lay.layout_class == L.CHUNKED:
+            elif lay.chunked:
                 self.chunked(ds, path, lay, dt, fields)
             elif lay.layout_class == L.COMPACT:
                 self.scan(lay.compact_data[:ds.dataspace.count * dt.size], dt, path, "compact data", fields)
@@ -659,7 +659,8 @@ class _Walk:
 
     def chunked(self, ds, path: str, lay: L.DataLayout, dt, fields) -> None:
         space, filters = ds.dataspace, ds.filters
-        ctx = IndexContext(self.reader, lay, space.dims, space.maxdims, bool(filters), path)
+        structured = lay.layout_class == L.STRUCTURED   # sections checked by the dataset's codec
+        ctx = IndexContext(self.reader, lay, space.dims, space.maxdims, ds.index_filtered, path)
         index = open_index(ctx)
         kind = lay.index.index_type
         if kind == L.IMPLICIT:   # one allocation for the maximum extent: its chunks hold nothing to check
@@ -689,10 +690,14 @@ class _Walk:
                 if ordered and prev is not None and rec.coords <= prev:
                     self.problem(path, label, f"out of order in the index (after chunk {prev})")
                 prev = rec.coords
-                if not filters and rec.size != nbytes:
+                if not filters and not structured and rec.size != nbytes:
                     self.problem(path, label, f"{rec.size} bytes stored, a chunk is {nbytes}")
                 elif kind != L.IMPLICIT and not self.add(rec.address, rec.size, path, label, raw=True):
                     continue   # inside the implicit index's allocation, or outside the file
+                elif structured and self.decode_all:
+                    with self.guard(path, label):   # checksums, section sizes, selection inside the chunk
+                        ds.source.codec.decode(self.reader.read(rec.address, rec.size, f"{path}: {label}"),
+                                               rec.sections, ds.source._is_edge(rec.coords), f"{path}: {label}")
                 elif decode:
                     with self.guard(path, label):
                         data = read_chunk(self.reader, rec, filters, nbytes, dt.size, f"{path}: {label}",

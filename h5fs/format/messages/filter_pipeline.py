@@ -5,7 +5,13 @@ data counts with 4 bytes; version 2 stores names (NUL-terminated, unpadded) only
 >= 256. `FilterSpec.name_length` is None when the name field has the length libhdf5 gives it
 (0 for no name). Reserved bytes, padding and bytes after a name's NUL are written as zeros.
 Names are ASCII by the spec; other bytes decode as Latin-1, so they survive a round trip.
-(Version 3, for structured chunks, is refused as Unsupported.)
+
+Version 3 (spec 3.0, the RFC's table 17) gives each section of a structured chunk its own
+pipeline: number of filtered sections (1 byte), then per section its number (1), its number of
+filters (1), the size of its filter description list (2) and the list, in version 2's form.
+`FilterPipeline.filters` is empty for it (no pipeline applies to a whole chunk); `sections`
+holds the pipelines. (The prototype keeps these pipelines in a message of its own, whose type
+number it does not publish: a dataset filtered that way reads as unsupported.)
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ class FilterSpec:
 class FilterPipeline:
     filters: tuple[FilterSpec, ...]
     version: int = 2
+    sections: tuple[tuple[int, tuple[FilterSpec, ...]], ...] = ()   # version 3: (section, pipeline)
+
+    def section(self, number: int) -> tuple[FilterSpec, ...]:
+        """The pipeline of a structured chunk's section (empty: not filtered)."""
+        return next((f for n, f in self.sections if n == number), ())
 
 
 def _name_length(version: int, name: bytes) -> int:
@@ -57,46 +68,78 @@ def _name_length(version: int, name: bytes) -> int:
 
 
 def decode(c: Reader) -> FilterPipeline:
-    version, nfilters = c.fields("BB")
+    version, n = c.fields("BB")
+    if version == 3:
+        return _decode_v3(c, n)
     if version not in (1, 2):
         raise Unsupported(f"filter pipeline message version {version}")
-    if nfilters > MAX_FILTERS:
-        raise FormatError(f"filter pipeline: {nfilters} filters (at most {MAX_FILTERS})")
+    if n > MAX_FILTERS:
+        raise FormatError(f"filter pipeline: {n} filters (at most {MAX_FILTERS})")
     if version == 1:
         c.skip(6)
-    out = []
-    for _ in range(nfilters):
-        (fid,) = c.fields("H")
-        named = version == 1 or fid >= NAMED_IDS
-        name_len, flags, ncd = c.fields("HHH") if named else (0, *c.fields("HH"))
-        if ncd > MAX_CLIENT_VALUES:
-            raise FormatError(f"filter pipeline: {ncd} client data values")
-        name = c.bytes(name_len).split(b"\0", 1)[0] if name_len else b""
-        cd = c.fields(f"{ncd}I")
-        if version == 1 and ncd % 2:
-            c.skip(4)
-        stored = name_len if named and name_len != _name_length(version, name) else None
-        out.append(FilterSpec(fid, flags, name.decode("latin-1"), cd, stored))
-    return FilterPipeline(tuple(out), version)
+    return FilterPipeline(tuple(_decode_filter(c, version) for _ in range(n)), version)
+
+
+def _decode_v3(c: Reader, nsections: int) -> FilterPipeline:
+    sections, total = [], 0
+    for _ in range(nsections):
+        number, n, size = c.fields("BBH")
+        total += n
+        if total > MAX_FILTERS:
+            raise FormatError(f"filter pipeline: {total} filters (at most {MAX_FILTERS})")
+        if any(number == k for k, _ in sections) or size > c.remaining():
+            raise FormatError(f"filter pipeline: section {number} listed twice or its {size} bytes overrun")
+        body = Reader(c.bytes(size), 0, c.sizes, c.what)
+        sections.append((number, tuple(_decode_filter(body, 2) for _ in range(n))))
+        if body.remaining():
+            raise FormatError(f"filter pipeline: section {number}: {body.remaining()} bytes after its filters")
+    return FilterPipeline((), 3, tuple(sections))
+
+
+def _decode_filter(c: Reader, version: int) -> FilterSpec:
+    (fid,) = c.fields("H")
+    named = version == 1 or fid >= NAMED_IDS
+    name_len, flags, ncd = c.fields("HHH") if named else (0, *c.fields("HH"))
+    if ncd > MAX_CLIENT_VALUES:
+        raise FormatError(f"filter pipeline: {ncd} client data values")
+    name = c.bytes(name_len).split(b"\0", 1)[0] if name_len else b""
+    cd = c.fields(f"{ncd}I")
+    if version == 1 and ncd % 2:
+        c.skip(4)
+    stored = name_len if named and name_len != _name_length(version, name) else None
+    return FilterSpec(fid, flags, name.decode("latin-1"), cd, stored)
 
 
 def encode(w: Writer, pipe: FilterPipeline) -> None:
+    if pipe.version == 3:
+        w.fields("BB", 3, len(pipe.sections))
+        for number, filters in pipe.sections:
+            body = Writer(w.sizes)
+            for f in filters:
+                _encode_filter(body, 2, f)
+            w.fields("BBH", number, len(filters), len(body.getvalue()))
+            w.bytes(body.getvalue())
+        return
     if pipe.version not in (1, 2) or len(pipe.filters) > MAX_FILTERS:
         raise ValueError(f"filter pipeline version {pipe.version} of {len(pipe.filters)} filters")
     w.fields("BB", pipe.version, len(pipe.filters))
     if pipe.version == 1:
         w.zeros(6)
     for f in pipe.filters:
-        name = f.name.encode("latin-1")
-        named = pipe.version == 1 or f.id >= NAMED_IDS
-        n = _name_length(pipe.version, name) if f.name_length is None else f.name_length
-        if b"\0" in name or (named and n < len(name)) or (not named and (name or f.name_length)):
-            raise ValueError(f"filter pipeline v{pipe.version}: filter {f.id} name {f.name!r} in {n} bytes")
-        if named:
-            w.fields("HHHH", f.id, n, f.flags, len(f.client_data))
-            w.bytes((name + b"\0")[:n].ljust(n, b"\0"))
-        else:
-            w.fields("HHH", f.id, f.flags, len(f.client_data))
-        w.fields(f"{len(f.client_data)}I", *f.client_data)
-        if pipe.version == 1 and len(f.client_data) % 2:
-            w.zeros(4)
+        _encode_filter(w, pipe.version, f)
+
+
+def _encode_filter(w: Writer, version: int, f: FilterSpec) -> None:
+    name = f.name.encode("latin-1")
+    named = version == 1 or f.id >= NAMED_IDS
+    n = _name_length(version, name) if f.name_length is None else f.name_length
+    if b"\0" in name or (named and n < len(name)) or (not named and (name or f.name_length)):
+        raise ValueError(f"filter pipeline v{version}: filter {f.id} name {f.name!r} in {n} bytes")
+    if named:
+        w.fields("HHHH", f.id, n, f.flags, len(f.client_data))
+        w.bytes((name + b"\0")[:n].ljust(n, b"\0"))
+    else:
+        w.fields("HHH", f.id, f.flags, len(f.client_data))
+    w.fields(f"{len(f.client_data)}I", *f.client_data)
+    if version == 1 and len(f.client_data) % 2:
+        w.zeros(4)

@@ -8,6 +8,20 @@ What a writer derives is None in the record when the message holds libhdf5's val
 the chunk dimension sizes (versions 4-5; libhdf5 2.x refuses wider ones). Versions 1-2 store
 dimension sizes for contiguous and compact data too (readers skip them: the dataspace decides);
 they are kept in `dims`. Reserved bytes (5 in versions 1-2) are written as zeros.
+
+Structured chunk storage (version 5, class 4; spec 3.0 IV.A.2.i and the RFC's table 13): property
+version (0), structured chunk type (2 bytes), then as the chunked class of version 4 (flags,
+dimensionality, dimension size width, chunk dimensions with the trailing element size), the
+structured chunk composition, the chunk index type, its information and the address. Decisions:
+- The composition comes right after the dimension sizes, as the RFC moved it (revision 25: the
+  single-chunk information needs the number of sections) and the prototype writes it; the spec
+  3.0 text puts it last, and a message in that order is read too (the two are told apart by
+  which one decodes to the message's end).
+- The single-chunk information is the stored chunk size, then the chunk's section metadata
+  (format/structured_chunk.py; the filtered form when SINGLE_INDEX_WITH_FILTER is set). Its size
+  field is as wide as a filtered chunk size in the other indexes; reading, the width is whatever
+  the message leaves for it.
+- Implicit and version 1 B-tree indexes cannot hold structured chunks: refused.
 """
 
 from __future__ import annotations
@@ -17,6 +31,8 @@ from dataclasses import dataclass
 from ...errors import FormatError, Unsupported
 from ..btree_v2 import chunk_size_width
 from ..codec import Reader, Sizes, Writer, as_uint, uint_code, uint_field
+from ..structured_chunk import MAX_SECTIONS, Composition, SectionMeta, decode_composition, encode_composition, meta_fields, \
+    meta_from_fields, meta_layout
 
 COMPACT, CONTIGUOUS, CHUNKED, VIRTUAL, STRUCTURED = 0, 1, 2, 3, 4
 CLASS_NAMES = {COMPACT: "compact", CONTIGUOUS: "contiguous", CHUNKED: "chunked", VIRTUAL: "virtual",
@@ -63,6 +79,8 @@ class ChunkIndexInfo:
     node_size: int = 0
     split_percent: int = 0
     merge_percent: int = 0
+    # single structured chunk: its section metadata (filtered_size holds its stored size)
+    sections: SectionMeta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +98,10 @@ class DataLayout:
     vds_heap_index: int = 0
     dims: tuple[int, ...] = ()        # versions 1-2, contiguous and compact: the stored dimension sizes
     dim_width: int | None = None      # versions 4-5, chunked: bytes per dimension size; None: minimal
+    # structured chunk storage (class 4)
+    composition: Composition | None = None
+    structured_type: int = 0
+    spec_order: bool = False          # the composition after the address (spec 3.0 text), not before
 
     @property
     def class_name(self) -> str:
@@ -88,7 +110,12 @@ class DataLayout:
     @property
     def wide_chunk_sizes(self) -> bool:
         """libhdf5 2.0's v5 chunked layout stores filtered chunk sizes `size of lengths` wide."""
-        return self.version >= 5
+        return self.version >= 5 and self.layout_class == CHUNKED
+
+    @property
+    def chunked(self) -> bool:
+        """Chunked storage of either kind: plain or structured chunks."""
+        return self.layout_class in (CHUNKED, STRUCTURED)
 
     @property
     def chunk_nbytes(self) -> int:
@@ -143,7 +170,7 @@ def decode(c: Reader) -> DataLayout:
         addr, index = c.fields("OI")
         return DataLayout(version, cls, vds_heap_address=c.sizes.address(addr), vds_heap_index=index)
     if cls == STRUCTURED and version >= 5:
-        raise Unsupported("structured-chunk layout (layout class 4)")
+        return _decode_structured(c, version)
     raise FormatError(f"data layout version {version}: unknown layout class {cls}")
 
 
@@ -168,6 +195,8 @@ def encode(w: Writer, lay: DataLayout) -> None:
     elif lay.layout_class == VIRTUAL and lay.version in (4, 5):
         w.offset(lay.vds_heap_address)
         w.u32(lay.vds_heap_index)
+    elif lay.layout_class == STRUCTURED and lay.version == 5:
+        _encode_structured(w, lay)
     else:
         raise ValueError(f"data layout version {lay.version} cannot hold layout class {lay.layout_class}")
 
@@ -255,3 +284,117 @@ def _encode_chunked_v4(w: Writer, lay: DataLayout) -> None:
     if index.index_type == SINGLE and not lay.flags & SINGLE_INDEX_WITH_FILTER:
         spec, names = "", ()
     w.fields(spec + "O", *(getattr(index, n) for n in names), w.sizes.raw_address(index.address))
+
+
+STRUCTURED_PROPERTY_VERSION = 0
+STRUCTURED_INDEXES = (SINGLE, FIXED_ARRAY, EXTENSIBLE_ARRAY, BTREE_V2)
+
+
+def _decode_structured(c: Reader, version: int) -> DataLayout:
+    start = c.pos
+    failure: Exception | None = None
+    for spec_order in (False, True):
+        c.pos = start
+        try:
+            lay = _decode_structured_in(c, version, spec_order)
+        except (FormatError, Unsupported) as exc:
+            failure = failure or exc
+            continue
+        if c.remaining() < 8:   # what is left is the message's padding
+            return lay
+        failure = failure or FormatError(f"data layout: {c.remaining()} bytes after the structured chunk property")
+    raise failure
+
+
+def _decode_structured_in(c: Reader, version: int, spec_order: bool) -> DataLayout:
+    pversion, stype, flags, ndims, width = c.fields("BHBBB")
+    if pversion != STRUCTURED_PROPERTY_VERSION:
+        raise Unsupported(f"structured chunk storage property version {pversion}")
+    _check_rank(ndims)
+    if not 1 <= width <= 8:
+        raise FormatError(f"data layout: dimension size width {width} out of range")
+    dims = tuple(map(as_uint, c.fields(uint_code(width) * ndims)))
+    _check_chunk_dims(dims)
+    comp = None if spec_order else decode_composition(c, "data layout")
+    itype = c.u8()
+    if itype not in STRUCTURED_INDEXES:
+        raise Unsupported(f"structured chunks in a {INDEX_NAMES.get(itype, f'type {itype}')} chunk index")
+    info: dict = {}
+    if itype == SINGLE:
+        info = _decode_single_info(c, spec_order, comp, bool(flags & SINGLE_INDEX_WITH_FILTER), dims)
+    else:
+        spec, names = _INDEX_INFO[itype]
+        info = dict(zip(names, c.fields(spec)))
+    addr = c.offset()
+    if spec_order:
+        comp = decode_composition(c, "data layout")
+        if itype == SINGLE and len(info["sections"].offsets) != comp.nsections - 1:
+            raise FormatError("data layout: single chunk metadata does not match the composition")
+    return DataLayout(version, STRUCTURED, chunk_dims=dims[:-1], element_size=dims[-1], flags=flags,
+                      index=ChunkIndexInfo(itype, addr, **info), composition=comp, structured_type=stype,
+                      dim_width=None if width == minimal_dim_width(dims) else width, spec_order=spec_order)
+
+
+def _decode_single_info(c: Reader, spec_order: bool, comp: Composition | None, filtered: bool,
+                        dims: tuple[int, ...]) -> dict:
+    """The single structured chunk's size and metadata. In the RFC's order the composition is
+    known and the address ends the message: the size is as wide as the rest leaves (or has the
+    writers' width when the message is padded). In the spec's order the size has the writers'
+    width, and the composition after the address says how much metadata precedes it."""
+    std = single_size_width(dims)
+    if comp is not None:
+        left = c.remaining() - comp.meta_size(filtered) - c.sizes.offset
+        width = left if 1 <= left <= 8 else std
+        size = as_uint(c.fields(uint_code(width))[0])
+        meta = meta_from_fields(comp, filtered, c.fields(meta_layout(comp, filtered)))
+        return {"filtered_size": size, "sections": meta}
+    size = as_uint(c.fields(uint_code(std))[0])
+    for n_meta in _meta_sizes(filtered):
+        at = c.pos + n_meta + c.sizes.offset
+        try:
+            found = decode_composition(Reader(c.buf, at, c.sizes), "data layout")
+        except FormatError:
+            continue
+        if found.meta_size(filtered) == n_meta:
+            meta = meta_from_fields(found, filtered, c.fields(meta_layout(found, filtered)))
+            return {"filtered_size": size, "sections": meta}
+    raise FormatError("data layout: no structured chunk composition fits the single chunk's metadata")
+
+
+def _meta_sizes(filtered: bool) -> list[int]:
+    """Every size of one chunk's section metadata a composition can give."""
+    return sorted({Composition(w, n, ()).meta_size(filtered) for w in (2, 4, 8) for n in range(1, MAX_SECTIONS + 1)})
+
+
+def single_size_width(dims: tuple[int, ...]) -> int:
+    """Bytes of the single structured chunk's size: as a filtered chunk's size in an index."""
+    n = 1
+    for d in dims:
+        n *= d
+    return chunk_size_width(n, Sizes())
+
+
+def _encode_structured(w: Writer, lay: DataLayout) -> None:
+    index, comp = _index(lay), lay.composition
+    if comp is None or index.index_type not in STRUCTURED_INDEXES:
+        raise ValueError(f"structured chunk layout: composition {comp}, index type {index.index_type}")
+    dims = (*lay.chunk_dims, lay.element_size)
+    width = lay.encoded_dim_width
+    w.fields("BHBBB", STRUCTURED_PROPERTY_VERSION, lay.structured_type, lay.flags, len(dims), width)
+    w.fields(uint_code(width) * len(dims), *(uint_field(d, width) for d in dims))
+    if not lay.spec_order:
+        encode_composition(w, comp)
+    w.u8(index.index_type)
+    if index.index_type == SINGLE:
+        filtered = bool(lay.flags & SINGLE_INDEX_WITH_FILTER)
+        sw = single_size_width(dims)
+        meta = index.sections or SectionMeta((0,) * (comp.nsections - 1),
+                                             *(((0,) * comp.nsections,) * 2 if filtered else ()))
+        w.fields(uint_code(sw) + meta_layout(comp, filtered), uint_field(index.filtered_size, sw),
+                 *meta_fields(comp, filtered, meta))
+    else:
+        spec, names = _INDEX_INFO[index.index_type]
+        w.fields(spec, *(getattr(index, n) for n in names))
+    w.offset(index.address)
+    if lay.spec_order:
+        encode_composition(w, comp)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import Unsupported
 from ...format.messages.layout import DataLayout
+from ...format.structured_chunk import SectionMeta
 from ..blockio import BlockReader
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ class ChunkRecord:
     address: int
     size: int            # bytes stored in the file (after filters)
     filter_mask: int = 0  # bit i set: filter i of the pipeline was skipped for this chunk
+    sections: SectionMeta | None = None   # a structured chunk's section metadata
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,13 @@ class IndexContext:
     layout: DataLayout
     dims: tuple[int, ...]               # current dataspace extent
     maxdims: tuple[int | None, ...]     # None = unlimited
-    filtered: bool                      # the dataset has a non-empty filter pipeline
+    filtered: bool                      # the dataset has a non-empty filter pipeline (structured
+                                        # chunks: a pipeline for any section)
     what: str                           # object path, for error messages
+
+    @property
+    def structured(self) -> bool:
+        return self.layout.composition is not None
 
 
 class ChunkIndex(ABC):

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from ...format.fixed_array import CLIENT_CHUNKS, CLIENT_FILTERED_CHUNKS, ChunkElement, chunk_element_encoder
+from ...format.fixed_array import ChunkElement, chunk_element_encoder, client_id
+from ...format.fixed_array import element_size as element_nbytes
 from ...format.messages.layout import DataLayout
 from . import ChunkRecord
 from .btree_batch import check_coords, check_size, same_view
@@ -23,8 +24,9 @@ Slots = dict[int, bytes]   # array slot -> its new raw element
 @dataclass(frozen=True)
 class ElementFormat:
     client_id: int
+    version: int                            # of a new array's blocks
     size: int                               # bytes of an element
-    width: int                              # bytes of a filtered chunk's size (0: unfiltered)
+    width: int                              # bytes of a chunk's size (0: unfiltered plain chunks)
     fill: bytes                             # a slot without a chunk: the undefined address, zeros
     encode: Callable[[ChunkElement], bytes]
 
@@ -38,15 +40,15 @@ def element_format(index: ArrayIndex, txn: Transaction, element_size: int | None
     makes them for a new array (H5D__farray/earray_idx_create)."""
     ctx = index.ctx
     same_view(ctx, txn, index.what)
-    sizes = ctx.reader.sizes
-    if ctx.filtered:
+    sizes, comp = ctx.reader.sizes, ctx.layout.composition
+    if ctx.filtered or comp is not None:
         width = size_width_from_element(ctx, element_size) if element_size else ctx.layout.filtered_size_width(sizes)
-        size = sizes.offset + width + 4
     else:
-        width, size = 0, sizes.offset
-    encode = chunk_element_encoder(sizes, ctx.filtered, width)
-    return ElementFormat(CLIENT_FILTERED_CHUNKS if ctx.filtered else CLIENT_CHUNKS, size, width,
-                         encode(ChunkElement(None)), encode)
+        width = 0
+    encode = chunk_element_encoder(sizes, ctx.filtered, width, comp)
+    # structured chunk clients came with version 1 of the array (spec 3.0, the prototype)
+    return ElementFormat(client_id(ctx.filtered, comp is not None), 1 if comp is not None else 0,
+                         element_nbytes(sizes, ctx.filtered, width, comp), width, encode(ChunkElement(None)), encode)
 
 
 def slot_changes(index: ArrayIndex, fmt: ElementFormat, records: Sequence[ChunkRecord],
@@ -60,7 +62,7 @@ def slot_changes(index: ArrayIndex, fmt: ElementFormat, records: Sequence[ChunkR
     for r in records:
         if fmt.width:
             check_size(r, 1 << (8 * fmt.width), what)
-            out[_slot(index, r.coords)] = fmt.encode(ChunkElement(r.address, r.size, r.filter_mask))
+            out[_slot(index, r.coords)] = fmt.encode(ChunkElement(r.address, r.size, r.filter_mask, r.sections))
         elif r.size != nbytes:
             raise ValueError(f"{what}: unfiltered chunk {r.coords} of {r.size} bytes, chunks hold {nbytes}")
         else:

@@ -1,7 +1,8 @@
 """Version 2 B-tree chunk index (layout index type 5): two or more unlimited dimensions.
 
 Records are of type 10 (unfiltered: address, scaled offsets) or 11 (filtered: address, chunk
-size, filter mask, scaled offsets); scaled offsets are chunk-grid coordinates (8 bytes each),
+size, filter mask, scaled offsets), or for structured chunks 12/13 (address, chunk size, scaled
+offsets, section metadata); scaled offsets are chunk-grid coordinates (8 bytes each),
 ordered lexicographically, which is how `lookup` descends without reading the whole tree. The
 width of the chunk size field is read off the header's record size (libhdf5 writes
 ``1 + (log2(chunk bytes) + 8) // 8`` for layout v4 and `size of lengths` for v5). Writes
@@ -17,11 +18,24 @@ from ...format import btree_v2 as bt
 from ...format.messages.layout import DataLayout
 from ..readers.btree_v2 import find, iterate, read_header
 from . import ChunkIndex, ChunkRecord, IndexContext
-from .btree_v2_write import V2Writer
 from .fixed_array import _check_rank, chunk_nbytes
 
 if TYPE_CHECKING:
     from ..transaction import Transaction
+
+
+def record_size_width(ctx: IndexContext, record_size: int, what: str) -> int:
+    """Width of the records' chunk size field, read off the header's record size (0: type 10)."""
+    sizes, rank = ctx.reader.sizes, len(ctx.layout.chunk_dims)
+    comp = ctx.layout.composition
+    if not ctx.filtered and comp is None:
+        if record_size != bt.chunk_record_size(sizes, rank, False):
+            raise FormatError(f"{what}: record size {record_size} does not fit rank {rank}")
+        return 0
+    width = record_size - bt.chunk_record_size(sizes, rank, ctx.filtered, 1, comp) + 1
+    if not 1 <= width <= 8:
+        raise FormatError(f"{what}: record size {record_size} leaves {width} bytes for the chunk size")
+    return width
 
 
 class BTreeV2Index(ChunkIndex):
@@ -36,23 +50,17 @@ class BTreeV2Index(ChunkIndex):
         if addr is None:
             return
         self.header = h = read_header(ctx.reader, addr, self.what)
-        want = bt.CHUNK_FILTERED if ctx.filtered else bt.CHUNK
+        want = bt.chunk_type(ctx.filtered, ctx.structured)
         if h.type != want:
             raise FormatError(f"{self.what}: record type {h.type}, expected {want}")
-        sizes = ctx.reader.sizes
-        if ctx.filtered:
-            width = h.record_size - sizes.offset - 4 - 8 * self.rank
-            if not 1 <= width <= 8:
-                raise FormatError(f"{self.what}: record size {h.record_size} leaves {width} bytes for the chunk size")
-        else:
-            width = 0
-            if h.record_size != bt.chunk_record_size(sizes, self.rank, False):
-                raise FormatError(f"{self.what}: record size {h.record_size} does not fit rank {self.rank}")
-        self.decode = bt.chunk_record_decoder(self.rank, ctx.filtered, width)
+        self.decode = bt.chunk_record_decoder(self.rank, ctx.filtered, record_size_width(ctx, h.record_size, self.what),
+                                              ctx.layout.composition)
 
     def _record(self, r: bt.ChunkRecordV2) -> ChunkRecord | None:
         if r.address is None:
             return None
+        if self.ctx.structured:
+            return ChunkRecord(r.scaled, r.address, r.size, 0, r.sections)
         if self.ctx.filtered:
             return ChunkRecord(r.scaled, r.address, r.size, r.filter_mask)
         return ChunkRecord(r.scaled, r.address, self.nbytes, 0)
@@ -79,7 +87,9 @@ class BTreeV2Index(ChunkIndex):
                 yield rec
 
     def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
+        from .btree_v2_write import V2Writer   # it imports this module
         return V2Writer(self, txn).apply(records, ())
 
     def remove(self, txn: Transaction, coords: Sequence[tuple[int, ...]]) -> DataLayout | None:
+        from .btree_v2_write import V2Writer
         return V2Writer(self, txn).apply((), coords)

@@ -13,6 +13,7 @@ from ...format.messages.layout import DataLayout
 from ..btree_v2_edit import BTreeV2Edit, new_header
 from . import ChunkRecord
 from .btree_batch import changes, check_coords, check_size, same_view
+from .btree_v2 import record_size_width
 
 if TYPE_CHECKING:
     from ..transaction import Transaction
@@ -27,18 +28,19 @@ class V2Writer:
         self.index, self.txn, self.what = index, txn, index.what
         same_view(ctx, txn, self.what)
         self.rank, self.filtered = index.rank, ctx.filtered
-        sizes, info = txn.sizes, ctx.layout.index
+        sizes, info, comp = txn.sizes, ctx.layout.index, ctx.layout.composition
         if index.header is None:
-            width = ctx.layout.filtered_size_width(sizes) if self.filtered else 0
-            hdr = new_header(sizes, bt.CHUNK_FILTERED if self.filtered else bt.CHUNK, info.node_size,
-                             bt.chunk_record_size(sizes, self.rank, self.filtered, width),
+            width = ctx.layout.filtered_size_width(sizes) if self.filtered or comp is not None else 0
+            hdr = new_header(sizes, bt.chunk_type(self.filtered, comp is not None), info.node_size,
+                             bt.chunk_record_size(sizes, self.rank, self.filtered, width, comp),
                              info.split_percent, info.merge_percent)
         else:
             hdr = index.header
-        self.width = hdr.record_size - sizes.offset - 4 - 8 * self.rank if self.filtered else 0
-        self.decode = bt.chunk_record_decoder(self.rank, self.filtered, self.width)
+        self.width = record_size_width(ctx, hdr.record_size, self.what)
+        self.structured = comp is not None
+        self.decode = bt.chunk_record_decoder(self.rank, self.filtered, self.width, comp)
         self.tree = BTreeV2Edit(txn, hdr, lambda r: r.scaled, self.decode,
-                                bt.chunk_record_encoder(self.rank, self.filtered, self.width), self.what,
+                                bt.chunk_record_encoder(self.rank, self.filtered, self.width, comp), self.what,
                                 new=index.header is None)
 
     def apply(self, records: Sequence[ChunkRecord], removed: Sequence[tuple[int, ...]]) -> DataLayout | None:
@@ -55,7 +57,7 @@ class V2Writer:
         return replace(layout, index=replace(layout.index, address=new.address))
 
     def _record(self, r: ChunkRecord) -> Rec:
-        if not self.filtered:
+        if not self.filtered and not self.structured:
             return Rec(r.address, tuple(r.coords))
         check_size(r, 1 << (8 * self.width), self.what)
-        return Rec(r.address, tuple(r.coords), r.size, r.filter_mask)
+        return Rec(r.address, tuple(r.coords), r.size, r.filter_mask, r.sections)

@@ -77,7 +77,7 @@ class ExtensibleArrayWriter(ArrayWriter):
         """A header with the layout message's parameters, staged in fresh space (it is staged
         again with its counters at the end) and opened through the transaction's reader."""
         info, sizes = self.index.ctx.layout.index, self.sizes
-        h = ExtensibleArrayHeader(self.txn.allocate(header_size(sizes)), 0, self.fmt.client_id, self.fmt.size,
+        h = ExtensibleArrayHeader(self.txn.allocate(header_size(sizes)), self.fmt.version, self.fmt.client_id, self.fmt.size,
                                   info.max_bits, info.index_elements, info.min_elements, info.min_pointers,
                                   info.page_bits, 0, 0, 0, 0, 0, 0, None)
         raw = encode_header(h, sizes)

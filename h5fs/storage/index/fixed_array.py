@@ -13,7 +13,7 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from ...errors import FormatError, Unsupported
+from ...errors import FormatError
 from ...format import fixed_array as fa
 from ...format.fixed_array import ChunkElement, chunk_element_decoder
 from ...format.messages.layout import DataLayout
@@ -97,38 +97,40 @@ def iter_grid(extents: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
 
 
 def size_width_from_element(ctx: IndexContext, element_size: int) -> int:
-    """Width of the filtered 'chunk size' field, read off the stored element/record size.
+    """Width of the 'chunk size' field, read off the stored element/record size.
 
     libhdf5 writes ``1 + (log2(chunk bytes) + 8) // 8`` (layout v4) or `size of lengths` (v5);
-    the stored element size already says which, so it decides."""
-    w = element_size - ctx.reader.sizes.offset - 4
+    the stored element size already says which, so it decides. Structured chunk elements hold
+    their section metadata after it."""
+    comp = ctx.layout.composition
+    w = element_size - ctx.reader.sizes.offset - (comp.meta_size(ctx.filtered) if comp else 4)
     if not 1 <= w <= 8:
         raise FormatError(f"{ctx.what}: chunk index element size {element_size} leaves {w} bytes for the chunk size")
     return w
 
 
 def element_decoder(ctx: IndexContext, client_id: int, element_size: int):
-    """Chunk element decoder for an array client, checked against the dataset's filters."""
-    if client_id in (2, 3):
-        raise Unsupported(f"{ctx.what}: structured-chunk index elements (array client {client_id})")
-    if client_id not in (fa.CLIENT_CHUNKS, fa.CLIENT_FILTERED_CHUNKS):
+    """Chunk element decoder for an array client, checked against the dataset's storage."""
+    if client_id > fa.CLIENT_FILTERED_STRUCTURED:
         raise FormatError(f"{ctx.what}: chunk index array of unknown client {client_id}")
-    filtered = client_id == fa.CLIENT_FILTERED_CHUNKS
-    if filtered != ctx.filtered:
-        raise FormatError(f"{ctx.what}: chunk index {'is' if filtered else 'is not'} filtered, the dataset "
-                          f"{'is' if ctx.filtered else 'is not'}")
-    if filtered:
+    if client_id != fa.client_id(ctx.filtered, ctx.structured):
+        raise FormatError(f"{ctx.what}: chunk index array of client {client_id} for a dataset with "
+                          f"{'structured' if ctx.structured else 'plain'}, "
+                          f"{'filtered' if ctx.filtered else 'unfiltered'} chunks")
+    if ctx.filtered or ctx.structured:
         width = size_width_from_element(ctx, element_size)
     else:
         width = 0
         if element_size != ctx.reader.sizes.offset:
             raise FormatError(f"{ctx.what}: unfiltered chunk element of {element_size} bytes")
-    return chunk_element_decoder(ctx.reader.sizes, filtered, width)
+    return chunk_element_decoder(ctx.reader.sizes, ctx.filtered, width, ctx.layout.composition)
 
 
 def to_record(ctx: IndexContext, coords: tuple[int, ...], el: ChunkElement, nbytes: int) -> ChunkRecord | None:
     if el.address is None:
         return None
+    if ctx.structured:
+        return ChunkRecord(coords, el.address, el.size, 0, el.sections)
     if ctx.filtered:
         return ChunkRecord(coords, el.address, el.size, el.filter_mask)
     return ChunkRecord(coords, el.address, nbytes, 0)

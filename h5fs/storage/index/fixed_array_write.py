@@ -53,7 +53,7 @@ class FixedArrayWriter(ArrayWriter):
         return self.published(hdr.address)
 
     def _new_header(self) -> FixedArrayHeader:
-        return FixedArrayHeader(self.txn.allocate(header_size(self.sizes)), 0, self.fmt.client_id, self.fmt.size,
+        return FixedArrayHeader(self.txn.allocate(header_size(self.sizes)), self.fmt.version, self.fmt.client_id, self.fmt.size,
                                 self.index.ctx.layout.index.page_bits, prod(self.index.grid), None)
 
     def _page_address(self, hdr: FixedArrayHeader, page: int) -> int:
