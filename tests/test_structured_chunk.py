@@ -88,6 +88,12 @@ def test_layout_single_chunk_unfiltered_and_filtered():
     assert lay.spec_order and lay.index.sections == SectionMeta((40,), (140, 800), (0, 2))
 
 
+def test_layout_single_chunk_padded_as_in_a_version_1_header():
+    raw = _head() + COMPOSITION + u("B", 1) + (500).to_bytes(3, "little") + u("Q", 120) + u("Q", ADDR)
+    lay = L.decode(Reader(raw + bytes(-len(raw) % 8), 0, SIZES))
+    assert lay.index.filtered_size == 500 and lay.index.sections == SectionMeta((120,)) and lay.index.address == ADDR
+
+
 @pytest.mark.parametrize("bad, error", [
     (_head() + COMPOSITION + u("B", 2) + u("Q", ADDR), Unsupported),          # implicit index
     (_head() + COMPOSITION + u("B", 0) + u("Q", ADDR), Unsupported),          # v1 B-tree

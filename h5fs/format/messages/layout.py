@@ -338,13 +338,13 @@ def _decode_structured_in(c: Reader, version: int, spec_order: bool) -> DataLayo
 def _decode_single_info(c: Reader, spec_order: bool, comp: Composition | None, filtered: bool,
                         dims: tuple[int, ...]) -> dict:
     """The single structured chunk's size and metadata. In the RFC's order the composition is
-    known and the address ends the message: the size is as wide as the rest leaves (or has the
-    writers' width when the message is padded). In the spec's order the size has the writers'
+    known and the address ends the message: the size has the writers' width, or is as wide as
+    the rest of the message leaves when that cannot be padding. In the spec's order the size has the writers'
     width, and the composition after the address says how much metadata precedes it."""
     std = single_size_width(dims)
     if comp is not None:
         left = c.remaining() - comp.meta_size(filtered) - c.sizes.offset
-        width = left if 1 <= left <= 8 else std
+        width = std if std <= left < std + 8 else left   # beyond std: a version 1 header's padding
         size = as_uint(c.fields(uint_code(width))[0])
         meta = meta_from_fields(comp, filtered, c.fields(meta_layout(comp, filtered)))
         return {"filtered_size": size, "sections": meta}
