@@ -22,6 +22,7 @@ import pyfuse3
 from pyfuse3 import FUSEError
 
 from ..errors import InvalidWrite
+from ..model import messages as M
 from ..model import namespace
 from ..model.dataset_create import npy_storage
 from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, RAW, SYMLINK, Entry, Numbers
@@ -237,6 +238,8 @@ class EditSide:
         """The header is complete: the dataset is made, and the bytes after it written."""
         chunks, maxshape = npy_storage(header.shape, header.dtype.itemsize)
         storage = dict(maxshape=maxshape, chunks=chunks, filters=self.filters if chunks is not None else ())
+        if stream.replaces is not None and stream.replaces.sparse:
+            storage = _sparse_like(stream.replaces, header) or storage
         if stream.replaces is not None:
             address = await self._run(self.editor.create_unlinked_dataset, stream.replaces, header.dtype,
                                       header.shape, **storage)
@@ -438,6 +441,23 @@ class EditSide:
 
 def _incomplete(stream: NpyStream) -> bool:
     return stream.header is None or stream.end < stream.header.data_nbytes
+
+
+def _sparse_like(ds, header) -> dict | None:
+    """Storage for an array replacing sparse dataset `ds`'s data: sparse as `ds` is (its chunks,
+    section filters and fill value), when the array has its rank and dtype and fits its chunks;
+    None otherwise (the array is stored as any copied-in one)."""
+    shape = header.shape
+    if len(shape) != len(ds.shape) or header.dtype != ds.npy_dtype or not shape:
+        return None
+    maxshape = ds.maxshape
+    if any(m is not None and d > m for d, m in zip(shape, maxshape)):
+        maxshape = (None, *shape[1:])
+    if any(m is not None and c > m for c, m in zip(ds.chunks, maxshape)):
+        return None
+    fill = ds.fill_value
+    return dict(layout="sparse", chunks=ds.chunks, maxshape=maxshape, filters=ds.message(M.FILTERS) or "",
+                fill=None if fill is None else np.frombuffer(fill, header.dtype)[0])
 
 
 def _base(name: bytes, entry: namespace.Entry) -> bytes:

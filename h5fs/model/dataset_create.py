@@ -37,7 +37,8 @@ shape or filters are given (chunks from h5py's guess_chunk when not), contiguous
 `layout="sparse"` makes a sparse dataset (structured chunk storage, spec 3.0): layout message
 version 5, class 4, sparse chunks of two sections, the index chosen as for chunked datasets but
 never implicit (a single chunk when the chunk is the whole fixed extent); `filters` are the
-sections' (filter_spec.parse_section_filters), in a version 3 filter pipeline message.
+sections' (filter_spec.parse_section_filters, or a version 3 pipeline to copy), in a version 3
+filter pipeline message.
 
 Chunks for `cp x.npy` (`npy_storage`): the first dimension unlimited (so writes past the end
 grow the dataset) and chunks of at most NPY_CHUNK_BYTES (1 MiB, h5py's own chunk ceiling and
@@ -141,8 +142,11 @@ def dataset_messages(dtype: np.dtype | str, shape: tuple[int, ...], *, maxshape:
         if alloc != ALLOC_INCREMENTAL:
             raise LayoutError("a sparse dataset allocates a chunk when an element of it is defined")
         chunk_dims = _chunks(shape, maxdims, chunks, dt.itemsize, size)
-        sections = parse_section_filters(filters) if isinstance(filters, str) else dict(filters)
-        pipe = section_pipeline(sections, datatype, chunk_dims)
+        if isinstance(filters, FilterPipeline):   # another sparse dataset's, as it is
+            pipe = filters if filters.sections else None
+        else:
+            sections = parse_section_filters(filters) if isinstance(filters, str) else dict(filters)
+            pipe = section_pipeline(sections, datatype, chunk_dims)
         lay = _sparse_layout(shape, maxdims, chunk_dims, size, pipe is not None)
     elif layout == "chunked":
         chunk_dims = _chunks(shape, maxdims, chunks, dt.itemsize, size)
