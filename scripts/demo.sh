@@ -29,6 +29,14 @@ run "mkdir $mnt/results"
 run "python3 -c \"import numpy as np; np.save('$work/mean.npy', np.load('$mnt/climate/temperature.npy').mean(axis=0))\"; cp $work/mean.npy $mnt/results/"
 run "setfattr -n user.method -v 'mean over time' $mnt/results/mean; mv $mnt/results/mean.npy $mnt/results/time_mean.npy"
 run "ls -l $mnt/results; getfattr --absolute-names -d $mnt/results/time_mean"
+printf '\n# a sparse dataset: only the defined elements are stored\n'
+run "h5fs create $mnt/results/hot --sparse --shape 2000,2000 --dtype f4 --chunks 500,500 --filters values=gzip:4"
+run "python3 -c \"import numpy as np; t = np.load('$mnt/climate/temperature.npy')[0]; dt = np.dtype([('index', '<u8', (2,)), ('value', '<f4')]); p = np.zeros(3, dt); p['index'] = [[0, 0], [1234, 567], [1999, 1999]]; p['value'] = t.ravel()[:3]; np.save('$work/hot.npy', p)\"; cp $work/hot.npy $mnt/results/hot.points.npy"
+run "printf '\\x00\\x00\\x80\\x3f' | dd of=$mnt/results/hot bs=4 seek=$((10 * 2000 + 20)) conv=notrunc status=none"
+run "python3 -c \"import numpy as np; print(np.load('$mnt/results/hot.points.npy'))\"; ls -ls $mnt/results"
+for fact in layout defined filters; do
+    run "getfattr --absolute-names -n user.h5fs.$fact $mnt/results/hot"
+done
 run "h5fs umount $mnt"
 run "h5fs check $work/demo.h5"
 run "python3 -c \"import h5py; f = h5py.File('$work/demo.h5'); print(f['climate/temperature'][0, 0, :6]); print(f['notes'][()].tobytes().decode()); r = f['results/time_mean']; print(r.shape, r.dtype, dict(r.attrs))\""
