@@ -279,25 +279,20 @@ def _chunked_layout(libver: str, shape, maxdims, chunks, element_size: int, filt
         return DataLayout(3, CHUNKED, chunk_dims=chunks, element_size=element_size,
                           index=ChunkIndexInfo(BTREE_V1, None))
     version = 5 if filtered and at_least(libver, "v200") else 4
-    unlimited = sum(m is None for m in maxdims)
-    flags, params = 0, {}
-    if unlimited > 1:
-        itype, params = BTREE_V2, BTREE2_PARAMS
-    elif unlimited:
-        itype, params = EXTENSIBLE_ARRAY, EARRAY_PARAMS
-    elif shape == maxdims == chunks:
-        itype, flags = SINGLE, SINGLE_INDEX_WITH_FILTER if filtered else 0
-    elif not filtered and alloc == ALLOC_EARLY:
-        itype = IMPLICIT
-    else:
-        itype, params = FIXED_ARRAY, FARRAY_PARAMS
-    return DataLayout(version, CHUNKED, chunk_dims=chunks, element_size=element_size, flags=flags,
-                      index=ChunkIndexInfo(itype, None, **params))
+    flags, index = _index(shape, maxdims, chunks, filtered, implicit=not filtered and alloc == ALLOC_EARLY)
+    return DataLayout(version, CHUNKED, chunk_dims=chunks, element_size=element_size, flags=flags, index=index)
 
 
 def _sparse_layout(shape, maxdims, chunks, element_size: int, filtered: bool) -> DataLayout:
     """Structured chunk storage (layout version 5, class 4) with the index libhdf5 would choose
     for these maximum dimensions, implicit excepted (it cannot hold structured chunks)."""
+    flags, index = _index(shape, maxdims, chunks, filtered, implicit=False)
+    return DataLayout(5, STRUCTURED, chunk_dims=chunks, element_size=element_size, flags=flags, index=index,
+                      composition=SPARSE_FIXED, structured_type=SPARSE)
+
+
+def _index(shape, maxdims, chunks, filtered: bool, implicit: bool) -> tuple[int, ChunkIndexInfo]:
+    """(layout flags, index information) of libhdf5's index for these dimensions."""
     unlimited = sum(m is None for m in maxdims)
     flags, params = 0, {}
     if unlimited > 1:
@@ -306,10 +301,11 @@ def _sparse_layout(shape, maxdims, chunks, element_size: int, filtered: bool) ->
         itype, params = EXTENSIBLE_ARRAY, EARRAY_PARAMS
     elif shape == maxdims == chunks:
         itype, flags = SINGLE, SINGLE_INDEX_WITH_FILTER if filtered else 0
+    elif implicit:
+        itype = IMPLICIT
     else:
         itype, params = FIXED_ARRAY, FARRAY_PARAMS
-    return DataLayout(5, STRUCTURED, chunk_dims=chunks, element_size=element_size, flags=flags,
-                      index=ChunkIndexInfo(itype, None, **params), composition=SPARSE_FIXED, structured_type=SPARSE)
+    return flags, ChunkIndexInfo(itype, None, **params)
 
 
 def _flat_layout(layout: str, shape, maxdims, filters, nbytes: int, fill: bytes, alloc: int,
