@@ -49,13 +49,12 @@ class PointsView:
         return f"{self.ds.path} chunk {coords}"
 
     def _stored(self, coords, rec) -> bytes:
-        from ..storage.chunked import MAX_CHUNK_BYTES
-        return self.source.stored(coords, rec, MAX_CHUNK_BYTES)
+        return self.source.stored(coords, rec, self.source.stored_max)
 
     def row_array(self, i: int) -> np.ndarray:
         """The elements of chunk row `i`, sorted."""
         src, rows = self.source, self.rows[i]
-        parts, order_keys = [], []
+        parts = []
         for coords, rec in rows:
             pos, values = src.chunk_points(coords, rec)
             local = np.stack(np.unravel_index(pos, src.chunk), axis=1).astype(np.uint64)

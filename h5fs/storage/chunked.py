@@ -39,6 +39,7 @@ class ChunkedSource(RawSource):
         chunks_per_row = prod(-(-d // c) for d, c in zip(shape[1:], chunk[1:]))
         cache.reserve(self.chunk_bytes * (chunks_per_row + 1))
         self.edge_unfiltered = edge_unfiltered
+        self.stored_max = self.chunk_bytes if not filters else MAX_CHUNK_BYTES   # a chunk's stored bytes
         self._allocated: int | None = None
 
     # -- chunks ---------------------------------------------------------------------------
@@ -54,7 +55,7 @@ class ChunkedSource(RawSource):
             rec = self.index.lookup(coords)
         if rec is None:
             return self._fill()
-        data = self._decode(coords, rec, self.stored(coords, rec, self.chunk_bytes if not self.filters else MAX_CHUNK_BYTES))
+        data = self._decode(coords, rec, self.stored(coords, rec, self.stored_max))
         if len(data) != self.chunk_bytes:
             raise FormatError(f"{self.what}: chunk {coords} holds {len(data)} bytes, expected {self.chunk_bytes}")
         return data

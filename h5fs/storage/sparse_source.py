@@ -2,7 +2,7 @@
 
 The dense view is a chunked source whose chunks are decoded from their sections into the fill
 value with the defined values placed (storage/sparse_chunk.py); the list of defined elements
-walks only the chunks the index holds, decoding none of them into a dense chunk."""
+reads only the chunks the index holds, decoding none of them into a dense chunk."""
 
 from __future__ import annotations
 
@@ -18,29 +18,15 @@ class SparseSource(ChunkedSource):
     def __init__(self, shape, itemsize, chunk, index, codec: SparseCodec, fill, cache, owner, what):
         super().__init__(shape, itemsize, chunk, index, (), fill, cache, owner, what)
         self.codec = codec
+        self.stored_max = MAX_CHUNK_BYTES   # a selection can take more room than the dense chunk
 
     def _decode(self, coords: tuple[int, ...], rec, data: bytes) -> bytes:
         return self.codec.dense(*self.codec.decode(data, rec.sections, self._is_edge(coords),
                                                    f"{self.what} chunk {coords}"))
 
-    def _load(self, coords: tuple[int, ...], rec=None) -> bytes:
-        if rec is None:
-            rec = self.index.lookup(coords)
-        if rec is None:
-            return self._fill()
-        return self._decode(coords, rec, self.stored(coords, rec, MAX_CHUNK_BYTES))
-
     def chunk_points(self, coords: tuple[int, ...], rec) -> tuple[np.ndarray, bytes]:
-        """(sorted positions in the chunk, values) of a stored chunk's defined elements; a
-        chunk the cache holds (written, not yet flushed) is read from there."""
-        dense = self.cache.peek((self.owner, coords))
-        if dense is not None:
-            pos = self.codec.defined(dense)
-            rows = np.frombuffer(dense, np.uint8).reshape(-1, self.itemsize)
-            return pos, rows[pos].tobytes()
-        if rec is None:
-            return np.zeros(0, np.int64), b""
-        return self.codec.decode(self.stored(coords, rec, MAX_CHUNK_BYTES), rec.sections, self._is_edge(coords),
+        """(sorted positions in the chunk, values) of a stored chunk's defined elements."""
+        return self.codec.decode(self.stored(coords, rec, self.stored_max), rec.sections, self._is_edge(coords),
                                  f"{self.what} chunk {coords}")
 
     def defined_chunks(self) -> Iterator[tuple[tuple[int, ...], object]]:
