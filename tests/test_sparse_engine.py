@@ -93,7 +93,7 @@ def test_random_writes_and_replacements(tmp_path, kind, filters, libver):
         facts = ds.facts()
         assert facts["layout"] == "structured-chunk (sparse)" and facts["index"] == index_name
         assert int(facts["defined"]) == int((model != fill).sum())
-        view = ds.points_view
+        view = ds.points_view()
         got = np.frombuffer(view.read_body(0, view.body_size), view.dtype)
         assert np.array_equal(got["index"], np.argwhere(model != fill))
         assert np.array_equal(got["value"], model[model != fill])

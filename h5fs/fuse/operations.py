@@ -219,7 +219,7 @@ class Operations(pyfuse3.Operations):
 
     def _points_size(self, address: int, path: str) -> int:
         """Thread-safe: the `.points.npy` view's size."""
-        return self.f.get(address, path.removesuffix(namespace.POINTS_SUFFIX)).points_view.size
+        return self.f.get(address, path.removesuffix(namespace.POINTS_SUFFIX)).points_view().size
 
     async def _points_known(self, address: int, error: BaseException | None) -> None:
         node = self.table.find_points(address)
@@ -430,7 +430,7 @@ class Operations(pyfuse3.Operations):
         if self.writes is not None and self.writes.wb.holds(node.address):
             await self.writes.flush()
         obj = self._object(node)
-        view = await offload.run_sync(lambda: obj.points_view)
+        view = await offload.run_sync(obj.points_view)
         state = OpenFile(node.ino, POINTS, obj, view.header, view.body_size)
         return pyfuse3.FileInfo(fh=self.handles.open_file(state), keep_cache=False, direct_io=True)
 
@@ -450,7 +450,7 @@ class Operations(pyfuse3.Operations):
         if bsize <= 0:
             return out
         if state.kind == POINTS:
-            body = await offload.run_sync(ds.points_view.read_body, boff, bsize)
+            body = await offload.run_sync(lambda: ds.points_view().read_body(boff, bsize))
             return out + body if out else body
         raw = state.kind == RAW
         if self.writes is not None and self.writes.wb.holds(ds.address):   # writes not all in the file

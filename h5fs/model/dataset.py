@@ -181,14 +181,14 @@ class Dataset(H5Object):
         """Decode the chunks under raw bytes [offset, offset+size) ahead of a reader."""
         self.source.warm(offset, size)
 
-    @derived(lambda view: 1000 + 200 * len(view.rows))
+    @guarded
     def points_view(self):
-        """A sparse dataset's defined elements as a `.npy` (model/points_view.py); reads the
-        selection of every stored chunk."""
+        """A sparse dataset's defined elements as a `.npy` (model/points_view.py), kept in the
+        object's state; making it reads the selection of every stored chunk."""
         from .points_view import PointsView
         if not self.sparse:
             raise Unsupported(f"{self.path}: not a sparse dataset")
-        return PointsView(self)
+        return self.cached("points view", lambda: PointsView(self), lambda view: 1000 + 200 * len(view.rows))
 
     @property
     @guarded
@@ -318,7 +318,7 @@ class Dataset(H5Object):
         parts = [f"{names[i] if i < len(names) else f'section {i}'}={'+'.join(f.label for f in filters)}"
                  for i, filters in (pipe.sections if pipe is not None else ())]
         return {"layout": f"structured-chunk ({kind})", "filters": ",".join(parts) or "none",
-                "defined": str(self.points_view.count)}
+                "defined": str(self.points_view().count)}
 
     def _fill_text(self) -> str:
         fill = self.fill_value
