@@ -19,7 +19,7 @@ from conftest import LIBVERS, run_h5fs
 from crash_support import kill_daemon
 from h5fs.format.messages.layout import INDEX_NAMES
 from h5fs.model.file import H5File
-from write_support import verify_file
+from write_support import pwrite, verify_file
 
 
 def dd(src: bytes, target, offset: int, tmp_path) -> None:
@@ -28,16 +28,6 @@ def dd(src: bytes, target, offset: int, tmp_path) -> None:
     piece.write_bytes(src)
     subprocess.run(["dd", f"if={piece}", f"of={target}", "bs=1", f"seek={offset}", "conv=notrunc",
                     "status=none"], check=True, timeout=60)
-
-
-def pwrite(path, data: bytes, offset: int, fsync: bool = True) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        assert os.pwrite(fd, data, offset) == len(data)
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def error_of(fn, *args) -> int:

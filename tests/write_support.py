@@ -38,3 +38,13 @@ def verify_file(path, h5dump: bool) -> dict[str, np.ndarray]:
         assert dump.returncode == 0, dump.stderr[-2000:]
     return data
 
+
+def pwrite(path, data: bytes, offset: int, fsync: bool = True) -> None:
+    """One write through the mount (fsynced by default: what lands is then durable)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        assert os.pwrite(fd, data, offset) == len(data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -218,7 +218,10 @@ class Operations(pyfuse3.Operations):
         return 0
 
     def _points_size(self, address: int, path: str) -> int:
-        """Thread-safe: the `.points.npy` view's size."""
+        """Thread-safe: the `.points.npy` view's size, writes not yet in the file flushed first
+        (the view lists what the file holds)."""
+        if self.writes is not None and self.writes.wb.holds(address):
+            self.writes.wb.flush()
         return self.f.get(address, path.removesuffix(namespace.POINTS_SUFFIX)).points_view().size
 
     async def _points_known(self, address: int, error: BaseException | None) -> None:
@@ -502,6 +505,8 @@ class Operations(pyfuse3.Operations):
 
     async def _facts(self, node: Node) -> dict[str, str]:
         key = (node.address, node.kind == NPY)
+        if self.writes is not None and node.address is not None and self.writes.pending(node.address):
+            await self.writes.flush()   # storage sizes and a sparse dataset's count are the file's
         facts = self.fact_tables.get(key)
         if facts is None:
             obj = self._object(node)

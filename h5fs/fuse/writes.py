@@ -79,6 +79,11 @@ class WriteSide:
             for address in touched:
                 await self.changed(address, None)
 
+    def pending(self, address: int) -> bool:
+        """Whether writes to the dataset are not all in the file, or its stat numbers and facts
+        not yet refreshed since they landed (a background flush of the writeback)."""
+        return self.wb.holds(address) or address in self.touched
+
     def close(self) -> None:
         """At unmount: everything into the file, durably."""
         self.wb.close()
@@ -145,6 +150,10 @@ class WriteSide:
             if node.ino != writer_ino and node.ino in self.paged:
                 self.paged.discard(node.ino)
                 await ops.invalidator.data(node)
+        points = ops.table.find_points(address)
+        if points is not None and writer_ino is not None:   # its size is counted again when asked
+            ops.point_sizes.forget(address)
+            await ops.invalidator.attributes(points)
         if not resized and writer_ino is not None:
             return   # the same size; st_blocks and facts change at the flush
         numbers = await offload.run_sync(namespace.numbers, ops.f.get(address, ""))

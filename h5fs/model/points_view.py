@@ -62,7 +62,7 @@ class PointsView:
             part["index"] = local + np.array([c * k for c, k in zip(coords, src.chunk)], np.uint64)
             part["value"] = np.frombuffer(values, self.dtype["value"])
             parts.append(part)
-        out = np.concatenate(parts) if parts else np.empty(0, self.dtype)
+        out = np.concatenate(parts, dtype=self.dtype) if parts else np.empty(0, self.dtype)   # keeps byte order
         if len(rows) > 1 and len(out):
             order_keys = [out["index"][:, d] for d in range(out["index"].shape[1] - 1, -1, -1)]
             out = out[np.lexsort(order_keys)]

@@ -3,8 +3,8 @@
 
 The whole file is checked before anything changes: its header, the record dtype (an integer
 index of the dataset's rank, the dataset's value dtype), every index inside the extent. Records
-are taken in any order; an index given twice keeps its last value; a value equal to the fill
-value defines nothing (as a write of it through the raw view). Then every chunk holding new
+are taken in any order; an index given twice keeps its last value, and then a value equal to
+the fill value (byte for byte) defines nothing, as a write of it through the raw view. Then every chunk holding new
 elements is written afresh, every old chunk freed, and the index made to list exactly the new
 chunks: one commit, so a crash leaves the old set or the new one.
 """
@@ -79,8 +79,6 @@ def replace_points(wb, ds, indices: np.ndarray, values: np.ndarray) -> None:
     ds = wb.f.get(ds.address, ds.path)
     source, codec = ds.source, ds.source.codec
     chunk = np.array(source.chunk, np.int64)
-    keep = codec.defined(values.tobytes())   # a fill value defines nothing
-    indices, values = indices[keep], values[keep]
     grid = indices // chunk
     local = np.ravel_multi_index((indices % chunk).T, source.chunk) if len(indices) else np.zeros(0, np.int64)
     # last word on an index wins: stable order by (chunk, position), then the last of each run
@@ -90,6 +88,8 @@ def replace_points(wb, ds, indices: np.ndarray, values: np.ndarray) -> None:
         last = np.ones(len(order), bool)
         last[:-1] = (grid[1:] != grid[:-1]).any(axis=1) | (local[1:] != local[:-1])
         grid, local, values = grid[last], local[last], values[last]
+    keep = codec.defined(values.tobytes())   # then a fill value defines nothing
+    grid, local, values = grid[keep], local[keep], values[keep]
     with wb.commit_lock, wb.f.store.transaction() as txn:
         space, lay = ds.dataspace, ds.layout
         index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, ds.index_filtered, ds.path))
