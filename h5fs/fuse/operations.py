@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import stat
 from dataclasses import replace
@@ -194,6 +195,8 @@ class Operations(pyfuse3.Operations):
             a.st_size = n.npy_size
         elif node.kind == POINTS:
             a.st_size = self._points_stat_size(node)
+            if node.stale:   # an estimate: the kernel must not keep it
+                a.attr_timeout = 0
         else:
             a.st_size = n.size
         return a
@@ -301,8 +304,8 @@ class Operations(pyfuse3.Operations):
             return neg
         if entry.kind == RAW:
             await self._settle(entry.address, entry.path, entry.numbers)
-        elif entry.kind == POINTS:
-            await self.point_sizes.settle(entry.address, entry.path, SETTLE_WAIT)
+        elif entry.kind == POINTS:   # its size is what a reader of the file goes by: waited for
+            await self.point_sizes.settle(entry.address, entry.path, math.inf)
         return self._hand_out(parent, entry)
 
     def _gone_twin(self) -> pyfuse3.EntryAttributes:
@@ -323,7 +326,7 @@ class Operations(pyfuse3.Operations):
         if node.kind == RAW and node.error is None:
             await self._settle(node.address, node.path, node.numbers)
         elif node.kind == POINTS and node.error is None:
-            await self.point_sizes.settle(node.address, node.path, SETTLE_WAIT)
+            await self.point_sizes.settle(node.address, node.path, math.inf)
         return self._stat(node)
 
     @boundary

@@ -18,9 +18,10 @@ list each pool in its manager (h5fs.storage.persistent_space):
   page. A freed block under a page goes to the pool of its page's kind and merges within the page
   only; a page wholly free returns to LARGE (H5MF__sect_small_merge).
 
-Outside paged aggregation every block starts on an 8-byte boundary and one of a page (4 KiB) or
-less never straddles a page boundary: rewriting it in place later is one page write, which a killed
-daemon does not tear.
+Outside paged aggregation every block starts on an 8-byte boundary and a metadata block of a page
+(4 KiB) or less never straddles a page boundary: rewriting it in place later is one page write,
+which a killed daemon does not tear. Raw data (chunks) always goes to fresh space, so small chunks
+(sparse ones are often under 1 KiB) pack without gaps.
 """
 
 from __future__ import annotations
@@ -191,11 +192,12 @@ class Allocator:
 
     def _allocate(self, size: int, raw: bool) -> int:
         mine = RAW if raw and RAW in self.pools else META
+        place = _place_raw if raw else _place
         for pool in [mine] + [p for p in self.pools if p != mine]:
-            at = self.pools[pool].take(size, _place)
+            at = self.pools[pool].take(size, place)
             if at is not None:
                 return at
-        at = _place(self.eoa, size)
+        at = place(self.eoa, size)
         if at > self.eoa:
             self.pools[META].add(self.eoa, at - self.eoa)
         self.eoa = at + size
@@ -277,9 +279,14 @@ class Allocator:
             address, size = address + n, size - n
 
 
+def _place_raw(start: int, size: int) -> int:
+    """Where raw data may begin: the next 8-byte boundary."""
+    return -(-start // ALIGNMENT) * ALIGNMENT
+
+
 def _place(start: int, size: int) -> int:
-    """The first address at or after `start` where a block of `size` bytes may begin."""
-    at = -(-start // ALIGNMENT) * ALIGNMENT
+    """The first address at or after `start` where a metadata block of `size` bytes may begin."""
+    at = _place_raw(start, size)
     if size <= PAGE and at % PAGE + size > PAGE:
         at = -(-at // PAGE) * PAGE
     return at
