@@ -58,6 +58,7 @@ log = logging.getLogger("h5fs")
 DEFAULT_DIRTY_LIMIT = 64 * 1024 * 1024   # dirty chunk bytes held before writes flush them
 FILL_PIECE = 16 * 1024 * 1024            # bytes of fill value written at a time
 ENCODE_WINDOW = 6                        # chunks a flush has in the pool at once (memory bound)
+PATCH_OVERHEAD = 200                     # bytes of a patch besides its elements (array, slices, list)
 
 
 @dataclass
@@ -229,7 +230,7 @@ class Writeback:
                 if buf is None:
                     piece = part[dst].copy()
                     st.patches.setdefault(coords, []).append((inside, piece))
-                    self.nbytes += piece.nbytes
+                    self.nbytes += _cost(piece)
                 elif whole is None:
                     np.frombuffer(buf, np.uint8).reshape(source.chunk + (isz,))[inside] = part[dst]
                 st.versions[coords] = st.versions.get(coords, 0) + 1
@@ -252,7 +253,7 @@ class Writeback:
         if buf is not None:
             return buf
         patches = st.patches.pop(coords, [])
-        self.nbytes -= sum(p.nbytes for _, p in patches)
+        self.nbytes -= _costs(patches)
         if covered:   # patches superseded
             return self._keep(source, st, coords, bytearray(source._fill()) if whole is None else _whole_chunk(whole))
         # a flush under way may hold patches of this chunk: the cache then has the chunk
@@ -261,9 +262,9 @@ class Writeback:
         older = flushing.patches.get(coords, []) if flushing else []
         base = self.f.chunk_cache.peek((source.owner, coords))
         if base is None:
-            if patches or older or source.index.lookup(coords) is not None:
+            if patches or older or source.sparse or source.index.lookup(coords) is not None:
                 st.patches[coords] = patches
-                self.nbytes += sum(p.nbytes for _, p in patches)
+                self.nbytes += _costs(patches)
                 return None
             base = source._fill()
         return self._keep(source, st, coords, _patched(base, older + patches, source))
@@ -304,7 +305,7 @@ class Writeback:
                     # while it is written), the flush's patches, then the newer ones
                     base = self.f.chunk_cache.peek((source.owner, coords)) or source.chunk_bytes_at(coords)
                     mine = st.patches.pop(coords, [])
-                    self.nbytes -= sum(p.nbytes for _, p in mine)
+                    self.nbytes -= _costs(mine)
                     patches = (older.patches.get(coords, []) if older else []) + mine
                     self._keep(source, st, coords, _patched(base, patches, source))
 
@@ -410,7 +411,7 @@ class Writeback:
             st = self.dirty.pop(address, None)
             if st is not None:
                 self.nbytes -= sum(len(b) for b in st.chunks.values())
-                self.nbytes -= sum(p.nbytes for ps in st.patches.values() for _, p in ps)
+                self.nbytes -= sum(_costs(ps) for ps in st.patches.values())
             self.f.chunk_cache.invalidate_owner((address, self.f.generation(address)))
 
     def _restore(self, address: int, old: Dirty) -> None:
@@ -418,7 +419,7 @@ class Writeback:
         if st is None:
             self.dirty[address] = old
             self.nbytes += sum(len(b) for b in old.chunks.values())
-            self.nbytes += sum(p.nbytes for ps in old.patches.values() for _, p in ps)
+            self.nbytes += sum(_costs(ps) for ps in old.patches.values())
             return
         for coords, buf in old.chunks.items():
             if coords not in st.chunks:
@@ -429,7 +430,7 @@ class Writeback:
         for coords, patches in old.patches.items():
             if coords not in st.chunks:
                 st.patches[coords] = patches + st.patches.get(coords, [])
-                self.nbytes += sum(p.nbytes for _, p in patches)
+                self.nbytes += _costs(patches)
         st.contiguous |= old.contiguous
         st.external |= old.external
 
@@ -649,6 +650,15 @@ class _Broken(H5fsError):
     def __init__(self, error: H5fsError):
         super().__init__(str(error))
         self.error, self.errno = error, error.errno
+
+
+def _cost(piece: np.ndarray) -> int:
+    """What a patch holds against the budget: its elements and the objects around them."""
+    return piece.nbytes + PATCH_OVERHEAD
+
+
+def _costs(patches) -> int:
+    return sum(_cost(p) for _, p in patches)
 
 
 def _patched(base: bytes, patches, source: ChunkedSource) -> bytearray:

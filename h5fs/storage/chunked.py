@@ -40,6 +40,7 @@ class ChunkedSource(RawSource):
         cache.reserve(self.chunk_bytes * (chunks_per_row + 1))
         self.edge_unfiltered = edge_unfiltered
         self.stored_max = self.chunk_bytes if not filters else MAX_CHUNK_BYTES   # a chunk's stored bytes
+        self.sparse = False   # structured chunks of defined elements (sparse_source.py)
         self._allocated: int | None = None
 
     # -- chunks ---------------------------------------------------------------------------

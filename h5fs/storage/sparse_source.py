@@ -19,6 +19,9 @@ class SparseSource(ChunkedSource):
         super().__init__(shape, itemsize, chunk, index, (), fill, cache, owner, what)
         self.codec = codec
         self.stored_max = MAX_CHUNK_BYTES   # a selection can take more room than the dense chunk
+        # a few defined elements cost far less than a dense chunk: a write into a chunk not in
+        # memory waits as a patch, stored or not (writeback.py), until a read or the flush
+        self.sparse = True
 
     def _decode(self, coords: tuple[int, ...], rec, data: bytes) -> bytes:
         return self.codec.dense(*self.codec.decode(data, rec.sections, self._is_edge(coords),
