@@ -45,11 +45,11 @@ from . import offload, views
 from .blocks import BlockCounts
 from .errors import boundary, warn_once
 from .handles import Handles, NpyStream, OpenDir, OpenFile
-from .points_stream import PointsStream
-from .points_stream import finish as points_finish
 from .inodes import InodeTable, Node
 from .invalidate import Invalidator
 from .lru import Lru
+from .points_stream import PointsStream
+from .points_stream import finish as points_finish
 from .prefetch import Prefetcher
 from .edits import DEFAULT_FILTERS, EditSide
 from .writes import WriteSide
