@@ -9,6 +9,8 @@ from abc import ABC, abstractmethod
 from ..errors import FormatError
 from .blockio import BlockReader
 
+NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+
 
 def fill_pattern(fill: bytes | None, itemsize: int, start: int, size: int) -> bytes:
     """`size` bytes of the repeated fill value (one element's bytes, or None for zeros), as seen
@@ -95,6 +97,17 @@ class ContiguousSource(RawSource):
     def read(self, offset: int, size: int) -> bytes:
         offset, size = self.clip(offset, size)
         return os.pread(self.fd, size, self.start + offset)
+
+    def read_cached(self, offset: int, size: int) -> bytes | None:
+        """The bytes when the page cache holds them all (preadv2 with RWF_NOWAIT never waits for
+        the disk), else None."""
+        offset, size = self.clip(offset, size)
+        buf = bytearray(size)
+        try:
+            n = os.preadv(self.fd, [buf], self.start + offset, NOWAIT)
+        except OSError:   # EAGAIN: not all cached; EOPNOTSUPP: the file system cannot say
+            return None
+        return buf if n == size else None
 
     def allocated(self) -> int:
         return self.size
