@@ -16,7 +16,7 @@ from .chunk_cache import MAX_BUDGET, ChunkCache
 from .chunk_grid import chunks_in_box, linear_boxes, overlap
 from .filters import ChunkInfo
 from .index import ChunkIndex
-from .sources import RawSource, fill_pattern
+from .sources import NOWAIT, RawSource, fill_pattern
 
 # A chunk larger than the cache can ever hold would be decoded again on every read: refused.
 MAX_CHUNK_BYTES = MAX_BUDGET
@@ -107,15 +107,37 @@ class ChunkedSource(RawSource):
         return bytes(self._read(offset, size, self._chunk_or_none))
 
     def read_cached(self, offset: int, size: int) -> bytes | None:
+        """The bytes when the cache holds every chunk, or (unfiltered chunks) the page cache
+        does; None when a chunk needs I/O or decoding."""
         def peek(coords):
             data = self.cache.peek((self.owner, coords))
             if data is None:
-                raise _Miss
+                if self.filters or self.sparse:
+                    raise _Miss
+                return self._nowait(coords)
             return data
         try:
             return bytes(self._read(offset, size, peek))
         except _Miss:
             return None
+
+    def _nowait(self, coords: tuple[int, ...]) -> bytes | None:
+        """An unfiltered chunk read only if the page cache holds it (preadv2 RWF_NOWAIT), and
+        cached; None for a chunk never allocated; _Miss when the disk would be needed."""
+        rec = self.index.lookup(coords)
+        if rec is None:
+            return None
+        reader = self.index.ctx.reader
+        if rec.size != self.chunk_bytes or rec.address is None or reader.base + rec.address + rec.size > reader.eof:
+            raise _Miss   # the worker's read says what is wrong
+        buf = bytearray(rec.size)
+        try:
+            n = os.preadv(reader.fd, [buf], reader.base + rec.address, NOWAIT)
+        except OSError:
+            raise _Miss from None
+        if n != rec.size:
+            raise _Miss
+        return self.cache.get((self.owner, coords), lambda: buf)
 
     def _read(self, offset: int, size: int, chunk_at) -> bytes | memoryview:
         """The bytes, assembled once: each chunk's part is copied straight into its place in one
