@@ -110,10 +110,16 @@ DTYPES = {
     "unicode_names": np.dtype([("é", "u1"), ("名前", "<f4")]),
     "deep": np.dtype([("a", [("b", [("c", [("d", "u1"), ("e", ("<f4", (2,)))])])])]),
     "many_fields": np.dtype([(f"f{i}", "<i2" if i % 2 else "u1") for i in range(300)]),
+    # h5py.opaque_dtype: an opaque type tagged "NUMPY:<str>" (h5py refuses datetimes unmarked)
+    "datetime": h5py.opaque_dtype("<M8[s]"), "timedelta_be": h5py.opaque_dtype(">m8[ns]"),
+    "datetime_generic": h5py.opaque_dtype("M8"), "opaque_f4": h5py.opaque_dtype("<f4"),
+    "opaque_unicode": h5py.opaque_dtype("<U3"),
+    "datetime_field": np.dtype([("t", h5py.opaque_dtype("<M8[D]")), ("x", "<i2")]),
+    "datetime_array": np.dtype((h5py.opaque_dtype("<m8[ms]"), (2,))),
 }
 
 # h5py refuses these (TypeError or ValueError), and so do we
-REFUSED = {"U5": "U5", "datetime": "M8[s]", "timedelta": "m8[ns]", "object": "O", "S0": "S0",
+REFUSED = {"U5": "U5", "object": "O", "S0": "S0",
            "no_fields": np.dtype([]), "unicode_field": np.dtype([("a", "u1"), ("u", "U2")])}
 
 
@@ -152,6 +158,16 @@ def test_refused_dtypes(tmp_path, name):
         datatype_of(REFUSED[name])
     assert str(np.dtype(REFUSED[name])) in str(e.value)
     assert isinstance(e.value, InvalidWrite)
+
+
+@pytest.mark.parametrize("dt", ["<M8[s]", ">m8[ns]", "M8", [("t", "<M8[D]"), ("x", "<i2")]])
+def test_datetimes_are_stored_as_h5py_opaque_dtype_stores_them(dt):
+    """A `.npy` cannot carry h5py's opaque marker: datetime64 and timedelta64 are stored as if
+    marked (h5py refuses them otherwise), so h5py reads them back as they were."""
+    dt = np.dtype(dt)
+    mark = lambda t: h5py.opaque_dtype(t) if t.kind in "mM" else t   # noqa: E731
+    marked = np.dtype([(n, mark(dt[n])) for n in dt.names]) if dt.names else mark(dt)
+    assert datatype_of(dt) == datatype_of(marked)
 
 
 @pytest.mark.parametrize("dt", [np.dtypes.StringDType(), np.dtype(">c32")])
@@ -521,7 +537,7 @@ def test_npy_top_level_subarray_is_folded_into_the_shape():
 
 
 @pytest.mark.parametrize("arr", [np.array([1, "a"], dtype=object), np.array(["abc"]),
-                                 np.array(["2020-01-01"], dtype="M8[D]"), np.zeros(2, [("a", "u1"), ("b", "O")])])
+                                 np.zeros(2, [("a", "u1"), ("b", "O")])])
 def test_npy_dtypes_hdf5_cannot_hold(arr):
     out = io.BytesIO()
     np.save(out, arr, allow_pickle=True)

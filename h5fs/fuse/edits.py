@@ -448,7 +448,7 @@ def _sparse_like(ds, header) -> dict | None:
     section filters and fill value), when the array has its rank and dtype and fits its chunks;
     None otherwise (the array is stored as any copied-in one)."""
     shape = header.shape
-    if len(shape) != len(ds.shape) or header.dtype != ds.npy_dtype or not shape:
+    if len(shape) != len(ds.shape) or header.dtype != ds.npy_element_dtype or not shape:
         return None
     maxshape = ds.maxshape
     if any(m is not None and d > m for d, m in zip(shape, maxshape)):

@@ -217,7 +217,7 @@ class Dataset(H5Object):
 
     def _converted_range(self, offset: int, size: int) -> bytes:
         from .varlen_views import decode_elements
-        out_size = self.npy_dtype.itemsize
+        out_size = self.npy_element_dtype.itemsize
         offset = max(0, offset)
         size = max(0, min(size, self.npy_body_size - offset))
         if size == 0:
@@ -249,16 +249,28 @@ class Dataset(H5Object):
 
     @property
     @guarded
-    def npy_dtype(self) -> np.dtype:
+    def npy_element_dtype(self) -> np.dtype:
+        """The `.npy` dtype of one dataset element: a subarray dtype for an array datatype (a
+        sparse dataset's points hold such values whole)."""
         from .dtypes import npy_dtype
         m = self.materialized
         return m.npy_dtype if m is not None else npy_dtype(self.datatype)
 
     @property
+    def npy_dtype(self) -> np.dtype:
+        """The `.npy` view's dtype: an array datatype's base type, as h5py reads it."""
+        from .dtypes import split_subarray
+        return split_subarray(self.npy_element_dtype)[0]
+
+    @property
     @guarded
     def npy_shape(self) -> tuple[int, ...]:
+        """The `.npy` view's shape: an array datatype's dims follow the dataspace's, as h5py
+        reads it (the bytes are the same elements in the same order)."""
+        from .dtypes import split_subarray
         # a null dataspace holds no element: shape () would claim one, (0,) claims none
-        return (0,) if self.dataspace.kind == S.NULL else self.shape
+        shape = (0,) if self.dataspace.kind == S.NULL else self.shape
+        return shape + split_subarray(self.npy_element_dtype)[1]
 
     @property
     @guarded
@@ -266,7 +278,7 @@ class Dataset(H5Object):
         m = self.materialized
         if m is not None:
             return m.npy_body_size
-        return self.dataspace.count * self.npy_dtype.itemsize if self.converted else self.source.size
+        return self.dataspace.count * self.npy_element_dtype.itemsize if self.converted else self.source.size
 
     @guarded
     def read_npy_body(self, offset: int, size: int) -> bytes:

@@ -12,8 +12,11 @@ The mapping is h5py's `h5t.py_create(dtype, logical=True)`:
   each at max(its NumPy offset, the end of the previous one) (numpy allows overlapping fields,
   HDF5 does not), the compound as large as max(NumPy itemsize, the end of the last member);
   members keep the dtype's field order. Subarrays (fields, or the whole dtype) are array types.
-Refused (DtypeError, EINVAL): what h5py cannot store (`U` "No conversion path", datetime64 and
-timedelta64, object, zero-sized types), NumPy 2 StringDType (h5py makes variable-length strings:
+- a dtype marked by `h5py.opaque_dtype`: an opaque type tagged "NUMPY:" + its str, which h5py
+  reads back as that dtype; datetime64 and timedelta64 (which h5py stores only so marked, and a
+  `.npy` cannot mark) are stored so too.
+Refused (DtypeError, EINVAL): what h5py cannot store (`U` "No conversion path", object,
+zero-sized types), NumPy 2 StringDType (h5py makes variable-length strings:
 no fixed element bytes to stream), sizes the format cannot express, and types nested deeper than
 our own reader takes.
 
@@ -33,6 +36,7 @@ from ..errors import InvalidWrite
 from ..format.messages.datatype import (
     ASCII, MAX_ARRAY_RANK, MAX_DEPTH, NORM_IMPLIED, NORM_NONE, NULLPAD, Array, Compound, Datatype, Enum, FixedPoint,
     FloatingPoint, Member, Opaque, String)
+from .dtypes import NPY_KINDS, NUMPY_TAG
 from .libver import datatype_version
 
 NATIVE = ">" if sys.byteorder == "big" else "<"
@@ -90,6 +94,8 @@ def _convert(dt: np.dtype, depth: int) -> Datatype:
     if dt.itemsize > MAX_SIZE:
         raise _refuse(dt, f"elements of {dt.itemsize} bytes (at most {MAX_SIZE})")
     kind = dt.kind
+    if kind in "mM" or (dt.metadata or {}).get("h5py_opaque"):
+        return _tagged_opaque(dt)
     if kind == "V" and dt.names is not None:
         return _compound(dt, depth)
     if kind == "V" and dt.subdtype is not None:
@@ -113,6 +119,13 @@ def _convert(dt: np.dtype, depth: int) -> Datatype:
     if kind == "T":
         raise _refuse(dt, "variable-length strings have no fixed-size element bytes")
     raise _refuse(dt, "h5py has no conversion path for it")
+
+
+def _tagged_opaque(dt: np.dtype) -> Opaque:
+    """h5py's tagged opaque type (`_c_opaque_tagged`), for the kinds `h5py.opaque_dtype` takes."""
+    if dt.kind not in NPY_KINDS or dt.hasobject or dt.names is not None or dt.subdtype is not None:
+        raise _refuse(dt, "h5py.opaque_dtype takes plain fixed-size types only")
+    return Opaque(1, dt.itemsize, NUMPY_TAG + dt.descr[0][1])
 
 
 def _float(dt: np.dtype) -> FloatingPoint:

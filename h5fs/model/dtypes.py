@@ -35,6 +35,12 @@ Three views of a datatype:
     one for odd sizes), stored byte order;
   - h5py's boolean (an enum over a 1-byte integer with exactly FALSE=0 and TRUE=1) -> '|b1'
     (the same bytes, so no conversion), as h5py presents it;
+  - opaque types h5py tagged with a NumPy type ("NUMPY:" + its str, what `h5py.opaque_dtype`
+    writes: datetime64 and timedelta64 above all) -> that type, as h5py reads them (the same
+    bytes); other opaque types, and tags np.load could not read back, stay 'V<n>' (`tagged_dtype`);
+  Arrays stay subarray dtypes here (a compound's array members are subarray fields, as in h5py);
+  the dataset views append a top-level array's dims to the shape (`split_subarray`), as h5py
+  reads an array datatype.
   Fixed-length strings stay 'S<n>' (exact bytes; padding is honoured by values.fixed_strings
   when producing text).
 
@@ -287,6 +293,36 @@ def _complex_compound(dt: Compound) -> np.dtype | None:
     return np.dtype(f"{r.type.order}c{2 * int(code[1:])}")
 
 
+NUMPY_TAG = "NUMPY:"
+# dtype kinds np.load reads without pickle (not object 'O', not NumPy 2's StringDType 'T')
+NPY_KINDS = frozenset("biufcmMSUV")
+
+
+def tagged_dtype(t: Opaque) -> np.dtype | None:
+    """The NumPy dtype h5py recorded in an opaque type's tag (h5py reads such data with
+    `np.dtype(tag[6:])`), when it is one np.load reads without pickle and has the opaque's size
+    (h5py could not read it otherwise); None for any other opaque type."""
+    if not t.tag.startswith(NUMPY_TAG):
+        return None
+    try:
+        dt = np.dtype(t.tag[len(NUMPY_TAG):])
+    except Exception:  # noqa: BLE001 - NumPy raises assorted types (and warnings) for foreign text
+        return None
+    if dt.kind not in NPY_KINDS or dt.hasobject or dt.itemsize != t.size:
+        return None
+    return dt
+
+
+def split_subarray(dt: np.dtype) -> tuple[np.dtype, tuple[int, ...]]:
+    """(base, dims) of a subarray dtype, nested arrays' dims flattened in order: the element type
+    and trailing shape h5py reads an array datatype as; (dt, ()) for any other dtype."""
+    dims: tuple[int, ...] = ()
+    while dt.subdtype is not None:
+        dt, sub = dt.subdtype
+        dims += sub
+    return dt, dims
+
+
 @by_datatype
 def npy_dtype(dt: Datatype, text_width: int = 1, seq_len: int = 0) -> np.dtype:
     """The `.npy` view's dtype (see module docstring for the choices)."""
@@ -316,6 +352,10 @@ def npy_dtype(dt: Datatype, text_width: int = 1, seq_len: int = 0) -> np.dtype:
         if isinstance(t, Complex) and _converted_leaf(t):
             check_float_layout(t.base)
             return np.dtype("<c16")
+        if isinstance(t, Opaque):
+            tagged = tagged_dtype(t)
+            if tagged is not None:
+                return tagged
         return numpy_dtype(t)
 
     return conv(dt)

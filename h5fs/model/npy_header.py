@@ -13,7 +13,7 @@ with `ast.literal_eval` (no code runs), its errors (including nesting too deep) 
 
 The dtype: NumPy's own reading of 'descr' (np.lib.format.descr_to_dtype: padding entries become
 offsets, never overlapping ones: the element bytes are the dataset's), which must be one HDF5
-can hold (dtype_encode; a DtypeError, EINVAL, otherwise: object, unicode, datetime ...). A
+can hold (dtype_encode; a DtypeError, EINVAL, otherwise: object, unicode ...). A
 subarray dtype at the top (a header np.save never writes, np.load cannot read) stands for its
 elements: its shape is appended to the array's.
 

@@ -23,10 +23,10 @@ from .namespace import npy_header
 class PointsView:
     def __init__(self, ds):
         if ds.converted or ds.materialized is not None:
-            raise Unsupported(f"{ds.path}: listing the defined elements of a {ds.npy_dtype} dataset")
+            raise Unsupported(f"{ds.path}: listing the defined elements of a {ds.npy_element_dtype} dataset")
         self.ds, self.source = ds, ds.source
         rank = len(ds.shape)
-        self.dtype = np.dtype([("index", "<u8", (rank,)), ("value", ds.npy_dtype)])
+        self.dtype = np.dtype([("index", "<u8", (rank,)), ("value", ds.npy_element_dtype)])
         chunks = list(self.source.defined_chunks())
         self.rows: list[list] = [list(g) for _, g in groupby(chunks, key=lambda cr: cr[0][0])]
         self.starts: list[int] = []      # the first element of each chunk row

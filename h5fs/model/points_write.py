@@ -34,7 +34,7 @@ def read_points(ds, stream: BinaryIO, size: int) -> tuple[np.ndarray, np.ndarray
         header = parse_npy_header(head, complete=True)
     except NpyHeaderError as exc:
         raise InvalidWrite(f"{what}: {exc}") from None
-    rank, value = len(ds.shape), ds.npy_dtype
+    rank, value = len(ds.shape), ds.npy_element_dtype
     dt = header.dtype
     if dt.names is None or set(dt.names) != {"index", "value"}:
         raise InvalidWrite(f"{what}: records of ('index', 'value') expected, not {dt}")

@@ -47,10 +47,12 @@ def dataset_views(ds: Dataset) -> tuple[bytes, np.dtype, bytes]:
     stored = ds.source.read(0, ds.source.size)
     arr = decode_elements(ds.file, ds.datatype, stored, ds.dataspace.count, ds.path)
     body = arr.tobytes()
+    # an array datatype decodes to (count, *dims): one element is a subarray of them
+    dtype = np.dtype((arr.dtype, arr.shape[1:])) if arr.ndim > 1 else arr.dtype
     if arr.dtype.kind == "U":
         text = "".join(f"{s}\n" for s in arr.ravel().tolist()).encode("utf-8", "surrogateescape")
-        return text, arr.dtype, body
-    return body, arr.dtype, body
+        return text, dtype, body
+    return body, dtype, body
 
 
 def ref_text(file: H5File, ref: Ref | None) -> str:
