@@ -464,9 +464,11 @@ class Operations(pyfuse3.Operations):
             return out + body if out else body
         body = ds.read_cached(boff, bsize) if raw else ds.read_npy_cached(boff, bsize)
         if body is None:
+            if ds.prefetchable:   # this request's chunks decode on every core
+                self.prefetcher.spread(ds.decode_jobs(boff, bsize))
             body = await offload.run_sync(ds.read_raw if raw else ds.read_npy_body, boff, bsize)
         if ds.prefetchable:  # the .npy body is the raw view: decode ahead through it
-            self.prefetcher.after_read(fh, ds.warm, boff, bsize, state.size)
+            self.prefetcher.after_read(fh, ds.decode_jobs, boff, bsize, state.size)
         return out + body if out else body
 
     @boundary

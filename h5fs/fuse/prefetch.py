@@ -3,10 +3,10 @@
 libfuse negotiates 128 KiB of kernel readahead, so a sequential reader such as `cat` keeps one
 1 MiB request in flight at a time and, left alone, one core decodes while the other idles.
 After each sequential read, the ranges that follow are decoded ahead into the engine's chunk
-cache, one task per request-sized piece on worker threads of the prefetcher's own (so both
-cores inflate, and foreground reads never queue behind prefetches); the next request then finds
-its data cached, or waits on the decode already in flight (the cache never decodes a chunk
-twice at once).
+cache, one task per chunk on worker threads of the prefetcher's own (so every core inflates,
+a row of tiled chunks too, and foreground reads never queue behind prefetches); a request that
+misses spreads its own chunks the same way. The next request then finds its data cached, or
+waits on the decode already in flight (the cache never decodes a chunk twice at once).
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ class Prefetcher:
         # fh -> (end of the last read, end of what was prefetched)
         self._state: dict[int, tuple[int, int]] = {}
 
-    def after_read(self, fh: int, warm: Callable[[int, int], None], off: int, size: int, limit: int) -> None:
-        """Note a read of [off, off+size); decode ahead if it continues the last one."""
+    def after_read(self, fh: int, jobs: Callable[[int, int], list[Callable[[], None]]], off: int, size: int,
+                   limit: int) -> None:
+        """Note a read of [off, off+size); decode ahead if it continues the last one (`jobs`:
+        the decoding under a byte range, one job per chunk)."""
         end = off + size
         last, ahead = self._state.get(fh, (-1, 0))
         self._state[fh] = (end, ahead)
@@ -44,16 +46,21 @@ class Prefetcher:
         if len(self._state) > MAX_FILES:
             self._state.clear()
         self._state[fh] = (end, stop)
-        for piece in range(start, stop, size):
-            self.nursery.start_soon(self._decode, warm, piece, min(size, stop - piece))
+        self.spread(jobs(start, stop - start))
+
+    def spread(self, jobs: list[Callable[[], None]]) -> None:
+        """Run these decoding jobs on the worker threads, as many at once as there are cores."""
+        if self.nursery is not None:
+            for job in jobs:
+                self.nursery.start_soon(self._decode, job)
 
     def forget(self, fh: int) -> None:
         self._state.pop(fh, None)
 
-    async def _decode(self, warm: Callable[[int, int], None], off: int, size: int) -> None:
+    async def _decode(self, job: Callable[[], None]) -> None:
         if self._limiter is None:
             self._limiter = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
         try:
-            await trio.to_thread.run_sync(warm, off, size, limiter=self._limiter)
+            await trio.to_thread.run_sync(job, limiter=self._limiter)
         except Exception as exc:  # noqa: BLE001 - the reader's own request reports it, with EIO
-            log.debug("prefetch of %d+%d skipped: %s", off, size, exc)
+            log.debug("prefetch skipped: %s", exc)

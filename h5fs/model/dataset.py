@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import FormatError, H5fsError, Unsupported
@@ -176,10 +178,15 @@ class Dataset(H5Object):
         return (self.materialized is None and not self.converted and bool(self.filters)
                 and isinstance(self.source, ChunkedSource))
 
+    def decode_jobs(self, offset: int, size: int) -> list:
+        """One job per chunk under raw bytes [offset, offset+size) not decoded yet: run on
+        several threads, a tiled row of chunks decodes on every core (no I/O to list them)."""
+        source = self.source
+        return [functools.partial(self._warm_chunk, c) for c in source.chunks_under(offset, size, missing=True)]
+
     @guarded
-    def warm(self, offset: int, size: int) -> None:
-        """Decode the chunks under raw bytes [offset, offset+size) ahead of a reader."""
-        self.source.warm(offset, size)
+    def _warm_chunk(self, coords: tuple[int, ...]) -> None:
+        self.source.warm_chunk(coords)
 
     @guarded
     def points_view(self):

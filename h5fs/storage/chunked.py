@@ -175,15 +175,20 @@ class ChunkedSource(RawSource):
                 view[dst] = np.frombuffer(data, self.word).reshape(self.chunk + (self.words,))[src]
         return memoryview(buf)[skip:skip + size]
 
-    def warm(self, offset: int, size: int) -> None:
-        """Decode the chunks under bytes [offset, offset+size) into the cache, assembling nothing."""
+    def chunks_under(self, offset: int, size: int, missing: bool = False) -> list[tuple[int, ...]]:
+        """The chunks under bytes [offset, offset+size), each once (`missing`: those the cache
+        does not hold: the decoding a reader of these bytes waits for)."""
         offset, size = self.clip(offset, size)
         if size == 0:
-            return
+            return []
         isz = self.itemsize
-        for box in linear_boxes(self.shape, offset // isz, -(-(offset + size) // isz)):
-            for coords in chunks_in_box(box, self.chunk):
-                self._chunk_or_none(coords)
+        out = dict.fromkeys(c for box in linear_boxes(self.shape, offset // isz, -(-(offset + size) // isz))
+                            for c in chunks_in_box(box, self.chunk))
+        return [c for c in out if not missing or self.cache.peek((self.owner, c)) is None]
+
+    def warm_chunk(self, coords: tuple[int, ...]) -> None:
+        """Decode one chunk into the cache, assembling nothing."""
+        self._chunk_or_none(coords)
 
     def _run_in_one_chunk(self, box) -> tuple[tuple[int, ...], int] | None:
         """(chunk coords, first element's linear index in it) when the box is one contiguous run
