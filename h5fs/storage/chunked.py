@@ -106,20 +106,21 @@ class ChunkedSource(RawSource):
     def read(self, offset: int, size: int) -> bytes:
         return bytes(self._read(offset, size, self._chunk_or_none))
 
-    def read_cached(self, offset: int, size: int) -> bytes | None:
+    def read_cached(self, offset: int, size: int) -> bytes | memoryview | None:
         """The bytes when the cache holds every chunk, or (unfiltered chunks) the page cache
         does; None when a chunk needs I/O or decoding."""
-        def peek(coords):
-            data = self.cache.peek((self.owner, coords))
-            if data is None:
-                if self.filters or self.sparse:
-                    raise _Miss
-                return self._nowait(coords)
-            return data
-        try:
-            return bytes(self._read(offset, size, peek))
+        held = {}
+        try:   # every chunk first: a miss costs no output buffer
+            for coords in self.chunks_under(offset, size):
+                data = self.cache.peek((self.owner, coords))
+                if data is None:
+                    if self.filters or self.sparse:
+                        return None
+                    data = self._nowait(coords)
+                held[coords] = data
         except _Miss:
             return None
+        return self._read(offset, size, held.get)   # a view: the FUSE reply copies it once
 
     def _nowait(self, coords: tuple[int, ...]) -> bytes | None:
         """An unfiltered chunk read only if the page cache holds it (preadv2 RWF_NOWAIT), and

@@ -32,8 +32,9 @@ class RawSource(ABC):
     def read(self, offset: int, size: int) -> bytes:
         """Bytes [offset, offset+size) clipped to the array; may do I/O and decoding."""
 
-    def read_cached(self, offset: int, size: int) -> bytes | None:
-        """The same bytes without I/O, or None when that would need I/O."""
+    def read_cached(self, offset: int, size: int) -> bytes | bytearray | memoryview | None:
+        """The same bytes (any bytes-like object: the FUSE reply takes a buffer) without I/O
+        or decoding, or None when that would need them."""
         return None
 
     @abstractmethod
