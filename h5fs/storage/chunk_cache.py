@@ -60,6 +60,11 @@ class ChunkCache:
         with self._lock:
             return self._lookup(key)
 
+    def wanted(self, key: Key) -> bool:
+        """Neither held nor being decoded: work nobody has started."""
+        with self._lock:
+            return self._lookup(key) is None and key not in self._inflight
+
     def get(self, key: Key, load: Callable[[], bytes]) -> bytes:
         while True:
             with self._lock:

@@ -178,14 +178,14 @@ class ChunkedSource(RawSource):
 
     def chunks_under(self, offset: int, size: int, missing: bool = False) -> list[tuple[int, ...]]:
         """The chunks under bytes [offset, offset+size), each once (`missing`: those the cache
-        does not hold: the decoding a reader of these bytes waits for)."""
+        neither holds nor is decoding: the work a reader of these bytes would wait for)."""
         offset, size = self.clip(offset, size)
         if size == 0:
             return []
         isz = self.itemsize
         out = dict.fromkeys(c for box in linear_boxes(self.shape, offset // isz, -(-(offset + size) // isz))
                             for c in chunks_in_box(box, self.chunk))
-        return [c for c in out if not missing or self.cache.peek((self.owner, c)) is None]
+        return [c for c in out if not missing or self.cache.wanted((self.owner, c))]
 
     def warm_chunk(self, coords: tuple[int, ...]) -> None:
         """Decode one chunk into the cache, assembling nothing."""
