@@ -30,37 +30,20 @@ import signal
 import stat
 import sys
 
+from h5fs.fuse.mounts import find_mount, set_readahead
+
 TIMEOUT = 3600.0
 BLKSIZE = 1 << 20          # as h5fs (h5fs/fuse/operations.py BLKSIZE)
 DEFAULT_READAHEAD_KB = 4096  # as h5fs (h5fs/cli.py DEFAULT_READAHEAD_KB)
 WRITING = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
 
 
-# ------------------------------------------------------------------ mount table (stdlib only)
-
-def _unescape(s: str) -> str:
-    import re
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
-
+# ------------------------------------------------------------------ mount table (h5fs's own helpers)
 
 def mount_device(mountpoint: str) -> str | None:
     """The "major:minor" of the topmost mount at `mountpoint` (names its bdi), or None."""
-    found = None
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
-        for line in fh:
-            f = line.split()
-            if len(f) > 4 and _unescape(f[4]) == mountpoint:
-                found = f[2]
-    return found
-
-
-def set_readahead(device: str, kb: int) -> bool:
-    try:
-        with open(f"/sys/class/bdi/{device}/read_ahead_kb", "w") as fh:
-            fh.write(str(int(kb)))
-        return True
-    except OSError:
-        return False
+    m = find_mount(mountpoint)
+    return None if m is None else m.device
 
 
 def _fuse_escape(value: str) -> str:

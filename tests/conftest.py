@@ -162,3 +162,17 @@ def wait_until(pred, timeout: float = 10.0, interval: float = 0.02) -> bool:
             return True
         time.sleep(interval)
     return pred()
+
+
+def saved(arr) -> bytes:
+    """What np.save writes for `arr` (format 2.0/3.0 warnings silenced; h5py's opaque marker,
+    dtype metadata, is not saved)."""
+    import io
+    import warnings
+
+    import numpy as np
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()

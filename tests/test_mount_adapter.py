@@ -3,11 +3,9 @@ snapshots, st_blocks counted in the background and invalidated, `.npy` sizes as 
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import threading
-import warnings
 
 import h5py
 import numpy as np
@@ -15,21 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_h5, wait_until
+from conftest import make_h5, saved, wait_until
 from h5fs.model.namespace import npy_header, npy_header_size
 
 
 def fact(mp, name: str) -> int:
     return int(os.getxattr(mp, "user.h5fs." + name))
-
-
-def saved(arr: np.ndarray) -> bytes:
-    """What np.save writes for `arr` (format 2.0/3.0 warnings silenced)."""
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        np.save(buf, arr, allow_pickle=False)
-    return buf.getvalue()
 
 
 # -- the .npy header: numpy's own, its size known without building it -------------------------

@@ -15,13 +15,12 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import warnings
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import make_h5, run_h5fs
+from conftest import make_h5, run_h5fs, saved
 from h5fs.format.messages.datatype import Opaque
 from h5fs.model.dtypes import npy_dtype
 from h5fs.model.file import H5File
@@ -115,15 +114,6 @@ OTHER_TAGS = {"foreign": b"my format", "bogus": b"NUMPY:bogus", "size": b"NUMPY:
 def views_file(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(request.param) / "views.h5"
     return make_h5(path, build, request.param)
-
-
-def saved(arr: np.ndarray) -> bytes:
-    """What np.save writes of `arr` (h5py's opaque marker, dtype metadata, is not saved)."""
-    out = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        np.save(out, arr, allow_pickle=False)
-    return out.getvalue()
 
 
 def test_npy_views_are_what_h5py_reads(views_file, mount):
