@@ -27,7 +27,6 @@ import argparse
 import errno
 import os
 import signal
-import stat
 import sys
 
 from h5fs.fuse.mounts import find_mount, set_readahead

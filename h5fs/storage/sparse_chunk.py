@@ -21,8 +21,8 @@ import numpy as np
 from ..errors import FormatError, Unsupported
 from ..format import dataspace_encoding as E
 from ..format.messages.filter_pipeline import FilterPipeline
-from ..format.structured_chunk import SELECTION, SPARSE, SPARSE_FIXED, VALUES, Composition, SectionMeta, join, \
-    seal, split, unseal
+from ..format.structured_chunk import SELECTION, SPARSE, SPARSE_FIXED, Composition, SectionMeta, join, seal, \
+    split, unseal
 from .filters import ChunkInfo
 from .filters.pipeline import decode_chunk, encode_chunk
 from .sparse_selection import positions, smallest
