@@ -18,6 +18,17 @@ def test_end_of_file_and_alignment():
     assert a.extents() == [(1001, 7), (1018, PAGE - 1018)]   # what alignment skipped is free
 
 
+def test_raw_data_packs_across_page_boundaries():
+    """Chunks always go to fresh space (never rewritten in place): only 8-byte alignment, so
+    small ones pack without the gaps a metadata block leaves before a page boundary."""
+    raw, meta = Allocator(1001), Allocator(1001)
+    for a in (raw, meta):
+        assert a.allocate(3000, raw=True) == 1008
+    assert raw.allocate(200, raw=True) == 4008              # across 4096, as it may
+    assert meta.allocate(200) == PAGE                       # a metadata block starts the next page
+    assert raw.extents() == [(1001, 7)] and meta.extents() == [(1001, 7), (4008, PAGE - 4008)]
+
+
 def test_freed_space_waits_for_release_then_merges_and_is_reused():
     a = Allocator(0)
     x, y, z = a.allocate(64), a.allocate(64), a.allocate(64)

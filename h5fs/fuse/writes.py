@@ -150,17 +150,16 @@ class WriteSide:
             if node.ino != writer_ino and node.ino in self.paged:
                 self.paged.discard(node.ino)
                 await ops.invalidator.data(node)
-        points = ops.table.find_points(address)
-        if points is not None and writer_ino is not None:   # its size is counted again when asked
-            ops.point_sizes.forget(address)
-            await ops.invalidator.attributes(points)
+        ops.point_sizes.forget(address)   # a `.points.npy` size is counted again when asked
         if not resized and writer_ino is not None:
+            points = ops.table.find_points(address)
+            if points is not None:
+                await ops.invalidator.attributes(points)
             return   # the same size; st_blocks and facts change at the flush
         numbers = await offload.run_sync(namespace.numbers, ops.f.get(address, ""))
         for npy in (False, True):
             ops.fact_tables.pop((address, npy))
         ops.blocks.forget(address)
-        ops.point_sizes.forget(address)
         if resized:
             ops.listings.clear()
         for node in nodes:   # a new size, or st_blocks after a flush

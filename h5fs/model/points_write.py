@@ -17,8 +17,6 @@ import numpy as np
 
 from ..errors import InvalidWrite
 from ..storage.header_writer import HeaderEdit
-from ..storage.index import ChunkRecord, IndexContext, open_index
-from . import messages as M
 from .npy_header import NpyHeaderError, parse_npy_header
 
 READ_PIECE = 1 << 24
@@ -90,27 +88,19 @@ def replace_points(wb, ds, indices: np.ndarray, values: np.ndarray) -> None:
         grid, local, values = grid[last], local[last], values[last]
     keep = codec.defined(values.tobytes())   # then a fill value defines nothing
     grid, local, values = grid[keep], local[keep], values[keep]
-    with wb.commit_lock, wb.f.store.transaction() as txn:
-        space, lay = ds.dataspace, ds.layout
-        index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, ds.index_filtered, ds.path))
-        old = {r.coords: r for r in index.records()}
-        records = []
-        bounds = np.flatnonzero(np.append(True, (grid[1:] != grid[:-1]).any(axis=1))) if len(grid) else []
-        ends = list(bounds[1:]) + [len(grid)]
-        for a, b in zip(bounds, ends):
-            coords = tuple(int(c) for c in grid[a])
+    bounds = np.flatnonzero(np.append(True, (grid[1:] != grid[:-1]).any(axis=1))) if len(grid) else []
+    runs = {tuple(int(c) for c in grid[a]): (a, b) for a, b in zip(bounds, [*bounds[1:], len(grid)])}
+
+    def chunks():
+        """Each chunk of the new set made, then every old chunk without new elements gone."""
+        for coords, (a, b) in runs.items():
             data, meta = codec.encode_points(local[a:b], values[a:b].tobytes(), source._is_edge(coords),
                                              f"{ds.path} chunk {coords}")
-            address = txn.allocate(len(data), raw=True)
-            txn.write_data(address, data)
-            records.append(ChunkRecord(coords, address, len(data), 0, meta))
-        for rec in old.values():
-            txn.free(rec.address, rec.size, raw=True)
-        gone = [c for c in old if c not in {r.coords for r in records}]
-        header = HeaderEdit(txn, ds.header)
-        new_layout = index.put(txn, records) if records else None
-        if gone:
-            new_layout = index.remove(txn, gone) or new_layout
-        if new_layout is not None:
-            header.set(M.LAYOUT, M.encode(M.LAYOUT, new_layout, wb.f.sizes))
+            yield coords, (data, 0, meta)
+        for rec in source.index.records():
+            if rec.coords not in runs:
+                yield rec.coords, (None, 0, None)
+
+    with wb.commit_lock, wb.f.store.transaction() as txn:
+        wb.stage_chunks(txn, ds, HeaderEdit(txn, ds.header), chunks())
         wb.commit(txn, [ds.address])

@@ -352,7 +352,7 @@ class Writeback:
                     ds = self.f.get(address, st.path)   # as the previous part left it
                     if st.chunks or st.patches:
                         try:
-                            self._stage_chunks(txn, ds, HeaderEdit(txn, ds.header), self._encode(ds, ds.source, st.chunks, st))
+                            self.stage_chunks(txn, ds, HeaderEdit(txn, ds.header), self._encode(ds, ds.source, st.chunks, st))
                         except _Broken as exc:
                             log.error("%s: writes lost, the dataset is broken in the file: %s", ds.path, exc.error)
                             broken.append(exc.error)
@@ -439,12 +439,13 @@ class Writeback:
         if self._background is None or self._background.done():
             self._background = self.flusher.submit(self.flush)
 
-    def _stage_chunks(self, txn: Transaction, ds: Dataset, header: HeaderEdit,
-                      encoded: Iterator[tuple[tuple[int, ...], tuple[bytes | None, int, object]]],
-                      lay: L.DataLayout | None = None) -> L.DataLayout | None:
-        """Write encoded chunks (see `_encode`) to fresh space as they come and update the index
-        (`lay`: the layout as this transaction left it so far). Returns a changed layout. When
-        a chunk cannot be made (`_Broken`), the space of those written is given back."""
+    def stage_chunks(self, txn: Transaction, ds: Dataset, header: HeaderEdit,
+                     encoded: Iterator[tuple[tuple[int, ...], tuple[bytes | None, int, object]]],
+                     lay: L.DataLayout | None = None) -> L.DataLayout | None:
+        """Write encoded chunks (see `_encode`; no bytes: the chunk goes) to fresh space as they
+        come, free what they replace and update the index (`lay`: the layout as this
+        transaction left it so far); the changed layout is set in `header` and returned. When a
+        chunk cannot be made (`_Broken`), the space of those written is given back."""
         lay, space = lay or ds.layout, ds.dataspace
         index = open_index(IndexContext(txn.reader, lay, space.dims, space.maxdims, ds.index_filtered, ds.path))
         implicit = lay.index is not None and lay.index.index_type == L.IMPLICIT
@@ -595,7 +596,7 @@ class Writeback:
                 header.set(M.LAYOUT, self._layout(new_layout))
                 lay = new_layout
             if rows > space.dims[0] and _allocated_early(ds):
-                self._stage_chunks(txn, ds, header, self._encode(ds, ds.source, self._fill_chunks(ds, index, dims), None), lay)
+                self.stage_chunks(txn, ds, header, self._encode(ds, ds.source, self._fill_chunks(ds, index, dims), None), lay)
             self.commit(txn, [ds.address])
 
     def _fill_chunks(self, ds: Dataset, index, dims: tuple[int, ...]) -> dict[tuple[int, ...], bytearray]:
@@ -638,7 +639,7 @@ class Writeback:
                 for rec in gone:
                     txn.free(rec.address, rec.size, raw=True)
         if cut:
-            new_layout = self._stage_chunks(txn, ds, header, self._encode(ds, source, cut, None),
+            new_layout = self.stage_chunks(txn, ds, header, self._encode(ds, source, cut, None),
                                             new_layout) or new_layout
         return new_layout
 
