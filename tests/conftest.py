@@ -50,8 +50,38 @@ def _daemon_pid(mp: Path) -> int | None:
         return None
 
 
+def _mount_device(mp) -> int | None:
+    """The FUSE device number of the mount at `mp`, from the mount table (a stat of a hung mount
+    would block)."""
+    want = os.path.realpath(mp)
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            if fields[4].replace("\\040", " ") == want and " - fuse" in line:
+                major, minor = fields[2].split(":")
+                return os.makedev(int(major), int(minor))
+    return None
+
+
+def abort_connection(device: int) -> None:
+    """Abort a FUSE connection through fusectl, as an administrator does: every request waiting on
+    it fails at once, so a hung daemon cannot leave `sync` or a later test blocked."""
+    path = f"/sys/fs/fuse/connections/{os.minor(device)}/abort"
+    if not os.path.exists(path):
+        subprocess.run(["mount", "-t", "fusectl", "none", "/sys/fs/fuse/connections"], capture_output=True)
+    try:
+        with open(path, "w") as fh:
+            fh.write("1")
+    except OSError:
+        pass  # gone meanwhile
+
+
 def force_unmount(mp: Path, pid: int | None = None) -> None:
-    """Lazy-unmount and kill the daemon: the fallback when a clean umount did not work."""
+    """Abort the connection, lazy-unmount and kill the daemon: the fallback when a clean umount
+    did not work."""
+    device = _mount_device(mp)
+    if device is not None:
+        abort_connection(device)
     subprocess.run(["fusermount3", "-u", "-z", str(mp)], capture_output=True, timeout=30)
     if pid:
         try:
@@ -133,8 +163,10 @@ def mount(tmp_path):
         pytest.fail("\n".join(problems), pytrace=False)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _no_mounts_left_behind(tmp_path_factory):
+    """After each test module, whatever it left mounted is aborted and detached, so one hung mount
+    cannot block the rest of the run (a global `sync` waits for every mounted file system)."""
     yield
     base = str(tmp_path_factory.getbasetemp())
     for mp in fuse_mounts():

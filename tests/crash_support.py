@@ -8,14 +8,13 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import time
 from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
 
-from conftest import force_unmount
+from conftest import abort_connection, force_unmount
 from h5fs.storage.journal import SUFFIX
 from h5fs.storage.writer import read_recording
 
@@ -81,14 +80,6 @@ def kill_daemon(mp, pid: int) -> None:
         assert time.monotonic() - start < 30, f"daemon {pid} survived SIGKILL"
         time.sleep(0.01)
     force_unmount(mp)
-
-
-def abort_connection(device: int) -> None:
-    path = f"/sys/fs/fuse/connections/{os.minor(device)}/abort"
-    if not os.path.exists(path):
-        subprocess.run(["mount", "-t", "fusectl", "none", "/sys/fs/fuse/connections"], capture_output=True)
-    with open(path, "w") as fh:
-        fh.write("1")
 
 
 def read_dataset(path) -> np.ndarray:
