@@ -26,13 +26,13 @@ from __future__ import annotations
 import bisect
 import os
 import sys
-import time
 from dataclasses import dataclass
 from typing import TextIO
 
 from .errors import H5fsError
 from .format.messages.file_space_info import V1_PAGE, FileSpaceInfo
 from .model.file import H5File
+from .progress import Line
 from .storage import journal
 from .storage.blockio import open_regular
 from .storage.locking import take_lock
@@ -191,38 +191,20 @@ def _page_problems(used: list[Extent], free: list[Extent], page: int) -> list[Pr
 # -- the command ----------------------------------------------------------------------------------
 
 
-class TerminalProgress:
-    """Counters rewritten in place on a terminal, at most ten times a second."""
-
-    def __init__(self, out: TextIO):
-        self.out = out
-        self.last = 0.0
-
-    def __call__(self, objects: int, chunks: int) -> None:
-        now = time.monotonic()
-        if now - self.last >= 0.1:
-            self.last = now
-            self.out.write(f"\rh5fs check: {objects} objects walked, {chunks} chunks checked")
-            self.out.flush()
-
-    def done(self) -> None:
-        if self.last:
-            self.out.write("\r\033[K")
-            self.out.flush()
-
-
 def run(path: str, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """The `h5fs check` command: 0 sound, 1 problems (one line each), 2 unreadable."""
     out, err = out or sys.stdout, err or sys.stderr
-    progress = TerminalProgress(err) if err.isatty() else None
+    line = Line.on(err)
+    progress = None if line is None else (
+        lambda objects, chunks: line.show(f"h5fs check: {objects} objects walked, {chunks} chunks checked"))
     try:
         report = check(path, progress)
     except (OSError, H5fsError) as e:
         _line(err, f"h5fs: {path}: {getattr(e, 'strerror', None) or e}")
         return 2
     finally:
-        if progress is not None:
-            progress.done()
+        if line is not None:
+            line.done()
     if report.sound:
         _line(out, report.summary())
         return 0

@@ -1,23 +1,17 @@
-"""h5fs command line: `h5fs mount [-f] [-o OPTIONS] FILE MOUNTPOINT`, `h5fs umount MOUNTPOINT`.
+"""h5fs command line: mount, umount, status, check, create, install-helpers.
 
 mount
-    Returns only when the mount answers (exit 0), or prints why it could not mount (exit 1).
-    Runs in the background unless `-f`: the CLI forks before any thread or trio starts; the
-    child opens the file (so format errors are reported from the engine), mounts, serves, and
-    reports "ready" or an error through a pipe; the parent prints it and exits. The child
-    detaches (setsid) and redirects its stdio once ready.
-
-    -o options h5fs reads (the rest go to FUSE, e.g. allow_other, default_permissions):
-      ro                 read-only mount (also the case when FILE is not writable)
-      log=PATH           daemon log; default: stderr with -f, else
-                         $XDG_RUNTIME_DIR/h5fs/<mountpoint>.log or /tmp/h5fs-<uid>/<mountpoint>.log
-                         (<mountpoint> = the absolute path with '/' replaced by '_')
-      verbose            log at DEBUG level
-      readahead_kb=N     the mount's bdi read-ahead (default 4096; 0 leaves the kernel's)
-      fsname=NAME        default: the absolute path of FILE; subtype is always h5fs
+    Returns only when the mount answers (exit 0), or prints why it could not mount (exit 1; 2 for
+    a bad option). Runs in the background unless `-f`: the CLI forks before any thread or trio
+    starts; the child opens the file (so format errors are reported from the engine), mounts,
+    serves, and reports "ready" or an error through a pipe; the parent prints it and exits. The
+    child detaches (setsid) and redirects its stdio once ready. Options: h5fs/mount_options.py.
+    `h5fs FILE MOUNTPOINT -o OPTIONS` (what mount.fuse3 runs for `-t fuse.h5fs` when our own
+    helpers are not installed) is `h5fs mount`.
 
 umount
-    Unmounts with `fusermount3 -u` and returns once the daemon (its pid is the xattr
+    Writes every change into the file first (an fsync of the mount root, with a progress line on
+    a terminal), unmounts with `fusermount3 -u` and returns once the daemon (its pid is the xattr
     `user.h5fs.pid` of the mount root) has exited.
 """
 
@@ -29,63 +23,23 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 
-from . import __version__
+from . import __version__, mount_options
 from .fuse import mounts
+from .logs import Logs, default_file
 
 PROG = "h5fs"
-DEFAULT_READAHEAD_KB = 4096
-DEFAULT_WRITEBACK_MB = 64     # dirty data the daemon holds before writes flush it (-o writeback_mb=N)
-# FUSE options that pyfuse3's low-level session cannot take (tested: max_read= makes the
-# kernel's INIT fail after the mount exists; the others are libfuse high-level options).
-REJECTED_OPTIONS = {
-    "max_read": "max_read= is not supported through pyfuse3 (the FUSE session fails at INIT)",
-    "auto_cache": "auto_cache is a libfuse high-level option; h5fs always keeps the page cache",
-}
-IGNORED_OPTIONS = {"kernel_cache"}  # what h5fs does anyway (keep_cache on every open)
+COMMANDS = ("mount", "umount", "unmount", "status", "check", "create", "install-helpers")
 
 
 class CliError(Exception):
     pass
 
 
-# ----------------------------------------------------------------------------------- parsing
-
-
-def _split_options(values: list[str] | None) -> list[str]:
-    out = []
-    for value in values or []:
-        cur = ""
-        i = 0
-        while i < len(value):
-            c = value[i]
-            if c == "\\" and i + 1 < len(value):
-                cur += value[i + 1]
-                i += 2
-                continue
-            if c == ",":
-                if cur:
-                    out.append(cur)
-                cur = ""
-            else:
-                cur += c
-            i += 1
-        if cur:
-            out.append(cur)
-    return out
-
-
-def _fuse_escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace(",", "\\,")
-
-
-def _default_log(mountpoint: str) -> str:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = os.path.join(runtime, "h5fs") if runtime and os.path.isdir(runtime) else f"/tmp/h5fs-{os.getuid()}"
-    os.makedirs(base, mode=0o700, exist_ok=True)
-    name = mountpoint.strip("/").replace("/", "_") or "root"
-    return os.path.join(base, name + ".log")
+class UsageError(CliError):
+    """A bad option or argument: exit status 2."""
 
 
 class MountConfig:
@@ -93,56 +47,10 @@ class MountConfig:
         self.foreground = args.foreground
         self.source = os.path.abspath(args.file)
         self.mountpoint = mounts.canonical(args.mountpoint)
-        self.readonly = False
-        self.log_path: str | None = None
-        self.verbose = False
-        self.readahead_kb = DEFAULT_READAHEAD_KB
-        self.writeback_mb = DEFAULT_WRITEBACK_MB
-        self.writeback_cache = False
-        self.compression: str | None = None   # new datasets' filters (None: the default)
-        fsname = self.source
-        passthrough: list[str] = []
-        for opt in _split_options(args.options):
-            key, eq, val = opt.partition("=")
-            if key == "ro" and not eq:
-                self.readonly = True
-            elif key == "rw" and not eq:
-                self.readonly = False
-            elif key == "log" and eq:
-                self.log_path = os.path.abspath(val)
-            elif key == "verbose" and not eq:
-                self.verbose = True
-            elif key in ("readahead_kb", "writeback_mb") and eq:
-                try:
-                    setattr(self, key, int(val))
-                except ValueError:
-                    raise CliError(f"bad value in -o {opt}: an integer is needed") from None
-            elif key == "writeback_cache" and not eq:
-                self.writeback_cache = True
-            elif key == "compression" and eq:
-                from .model.filter_spec import parse_filters
-                try:
-                    parse_filters(val)
-                except ValueError as exc:
-                    raise CliError(f"bad value in -o {opt}: {exc}") from None
-                self.compression = val
-            elif key == "fsname" and eq:
-                fsname = val
-            elif key == "subtype" or key in IGNORED_OPTIONS:
-                pass  # subtype is always h5fs: `h5fs umount` and mount listings rely on it
-            elif key in REJECTED_OPTIONS:
-                raise CliError(f"-o {opt}: {REJECTED_OPTIONS[key]}")
-            else:
-                passthrough.append(opt)
-        self.fsname = fsname
-        self.passthrough = passthrough
-
-    def fuse_options(self) -> set[str]:
-        opts = {"default_permissions", "subtype=h5fs", "fsname=" + _fuse_escape(self.fsname)}
-        opts.update(self.passthrough)
-        if self.readonly:
-            opts.add("ro")
-        return opts
+        try:
+            self.options = mount_options.parse(args.options)
+        except mount_options.OptionError as exc:
+            raise UsageError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------------- mount
@@ -159,7 +67,7 @@ def _check_paths(cfg: MountConfig) -> None:
     if not os.access(cfg.source, os.R_OK):
         raise CliError(f"{cfg.source}: {os.strerror(errno.EACCES)}")
     if not os.access(cfg.source, os.W_OK):
-        cfg.readonly = True
+        cfg.options.readonly = True
     existing = mounts.find_mount(cfg.mountpoint)
     if existing is not None:
         raise CliError(f"{cfg.mountpoint}: busy: already a mount point ({existing.fstype} {existing.source})")
@@ -173,33 +81,28 @@ def _check_paths(cfg: MountConfig) -> None:
         raise CliError("FUSE is not available: /dev/fuse is missing (modprobe fuse?)")
 
 
-def _setup_logging(cfg: MountConfig) -> None:
-    root = logging.getLogger()
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    if cfg.log_path:
-        # names from hostile files may hold undecodable bytes: escape them, never fail to log
-        handler: logging.Handler = logging.FileHandler(cfg.log_path, errors="backslashreplace")
+def _setup_logging(cfg: MountConfig, logs: Logs) -> None:
+    opts = cfg.options
+    if opts.log:
+        logs.to_file(opts.log, opts.verbose)
+    elif cfg.foreground:
+        logs.to_stderr(opts.verbose)
     else:
-        handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        "%(asctime)s h5fs[%(process)d] %(levelname)s %(name)s: %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG if cfg.verbose else logging.INFO)
+        logs.to_syslog_or(default_file(cfg.mountpoint), opts.verbose)
 
 
 def _open_file(cfg: MountConfig):
     from .errors import H5fsError
     from .model.file import H5File
     try:
-        return H5File.open(cfg.source, writable=not cfg.readonly, lock=True)
+        return H5File.open(cfg.source, writable=not cfg.options.readonly, lock=True)
     except H5fsError as exc:
         raise CliError(f"{cfg.source}: {exc}") from None
     except OSError as exc:
         raise CliError(f"{cfg.source}: {exc.strerror or exc}") from None
 
 
-def _run_daemon(cfg: MountConfig, on_ready, on_fail) -> int:
+def _run_daemon(cfg: MountConfig, logs: Logs, on_ready, on_fail) -> int:
     """Open, mount and serve (in the process that stays); errors before ready go to on_fail."""
     try:
         h5 = _open_file(cfg)
@@ -209,12 +112,11 @@ def _run_daemon(cfg: MountConfig, on_ready, on_fail) -> int:
     try:
         from .fuse.daemon import serve
         from .model.writeback import Writeback
-        info = {"pid": os.getpid(), "file": cfg.source, "log": cfg.log_path or "stderr"}
-        writeback = None if cfg.readonly else Writeback(h5, cfg.writeback_mb << 20)
-        return serve(h5, cfg.source, cfg.mountpoint, cfg.fuse_options(), writeback=writeback,
-                     writeback_cache=cfg.writeback_cache, compression=cfg.compression, info=info,
-                     readahead_kb=cfg.readahead_kb,
-                     on_ready=on_ready, on_fail=on_fail)
+        opts = cfg.options
+        h5.chunk_cache.budget = opts.cache_mb << 20
+        writeback = None if opts.readonly else Writeback(h5, opts.writeback_mb << 20)
+        return serve(h5, cfg.source, cfg.mountpoint, opts, writeback=writeback, logs=logs,
+                     foreground=cfg.foreground, on_ready=on_ready, on_fail=on_fail)
     except Exception as exc:
         logging.getLogger("h5fs").exception("daemon failed")
         on_fail(f"daemon failed: {exc}")
@@ -229,22 +131,21 @@ def _run_daemon(cfg: MountConfig, on_ready, on_fail) -> int:
 def cmd_mount(args: argparse.Namespace) -> int:
     cfg = MountConfig(args)
     _check_paths(cfg)
+    logs = Logs()
     if cfg.foreground:
-        _setup_logging(cfg)
+        _setup_logging(cfg, logs)
         failed: list[str] = []
 
         def on_fail(msg: str) -> None:
             failed.append(msg)
             print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
 
-        status = _run_daemon(cfg, lambda: logging.getLogger("h5fs").info("ready"), on_fail)
+        status = _run_daemon(cfg, logs, lambda: logging.getLogger("h5fs").info("ready"), on_fail)
         return 1 if failed else status
-    if cfg.log_path is None:
-        cfg.log_path = _default_log(cfg.mountpoint)
-    return _mount_background(cfg)
+    return _mount_background(cfg, logs)
 
 
-def _mount_background(cfg: MountConfig) -> int:
+def _mount_background(cfg: MountConfig, logs: Logs) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     rfd, wfd = os.pipe()
@@ -255,7 +156,7 @@ def _mount_background(cfg: MountConfig) -> int:
         try:
             os.setsid()
             os.chdir("/")
-            _setup_logging(cfg)
+            _setup_logging(cfg, logs)
             state = {"reported": False}
 
             def report(line: str) -> None:
@@ -270,13 +171,13 @@ def _mount_background(cfg: MountConfig) -> int:
 
             def on_ready() -> None:
                 report("ready")
-                _detach_stdio(cfg.log_path)
+                _detach_stdio(None if logs.destination == "syslog" else logs.destination)
 
             def on_fail(msg: str) -> None:
                 logging.getLogger("h5fs").error("%s", msg)
                 report("error " + msg)
 
-            status = _run_daemon(cfg, on_ready, on_fail)
+            status = _run_daemon(cfg, logs, on_ready, on_fail)
             report("error the daemon exited before the mount was ready")
         except BaseException as exc:  # never return into the parent's code
             try:
@@ -298,7 +199,7 @@ def _mount_background(cfg: MountConfig) -> int:
     line = data.split(b"\n", 1)[0].decode("utf-8", "replace")
     if line == "ready":
         return 0
-    msg = line[len("error "):] if line.startswith("error ") else f"the daemon died before the mount was ready (see {cfg.log_path})"
+    msg = line[len("error "):] if line.startswith("error ") else f"the daemon died before the mount was ready (see {logs.destination})"
     try:
         os.waitpid(pid, 0)
     except ChildProcessError:
@@ -326,7 +227,6 @@ def _detach_stdio(log_path: str | None) -> None:
 
 def _read_pid(mp: str, timeout: float = 10.0) -> int | None:
     """The daemon's pid from the root's `user.h5fs.pid` (None: dead or hung daemon)."""
-    import threading
     box: list[int] = []
 
     def ask() -> None:
@@ -340,6 +240,53 @@ def _read_pid(mp: str, timeout: float = 10.0) -> int | None:
     return box[0] if box else None
 
 
+def _flush_first(mp: str, timeout: float) -> None:
+    """Every change into the file before the unmount (an fsync of the mount root), with a
+    progress line on a terminal. A daemon silent for `timeout` s is left to the unmount; a
+    flush that fails keeps the mount, so what could not be written is not lost."""
+    from .progress import Line, flush_text
+    from .status import ask
+    if ask(mp).get("mode") != "rw":
+        return
+    failed: list[OSError] = []
+
+    def sync() -> None:
+        try:
+            fd = os.open(mp, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=sync, daemon=True)
+    thread.start()
+    line = Line.on(sys.stderr)
+    answered = time.monotonic()
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+            if not thread.is_alive() or line is None and time.monotonic() - answered < timeout / 2:
+                continue
+            state = ask(mp)
+            if "error" in state:
+                if time.monotonic() - answered > timeout:
+                    print(f"{PROG}: {mp}: {state['error']}; unmounting anyway", file=sys.stderr)
+                    return
+                continue
+            answered = time.monotonic()
+            flushing = state.get("flushing")
+            if line is not None and (flushing or state.get("chunks_waiting")):
+                line.show(flush_text(flushing["done"], flushing["total"]) if flushing else flush_text(0, state["chunks_waiting"]))
+    finally:
+        if line is not None:
+            line.done()
+    if failed:
+        raise CliError(f"{mp}: writing the changes into the file failed ({failed[0].strerror or failed[0]}); "
+                       f"still mounted, so nothing is lost (the mount's log says why)")
+
+
 def cmd_umount(args: argparse.Namespace) -> int:
     mp = mounts.canonical(args.mountpoint)
     m = mounts.find_mount(mp)
@@ -348,6 +295,8 @@ def cmd_umount(args: argparse.Namespace) -> int:
     if m.fstype != mounts.FSTYPE:
         raise CliError(f"{mp}: not an h5fs mount ({m.fstype})")
     pid = _read_pid(mp)
+    if pid is not None and not args.lazy:
+        _flush_first(mp, args.timeout)
     cmd = ["fusermount3", "-u"] + (["-z"] if args.lazy else []) + [mp]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -359,6 +308,21 @@ def cmd_umount(args: argparse.Namespace) -> int:
             if time.monotonic() > deadline:
                 raise CliError(f"{mp} is unmounted but the daemon (pid {pid}) has not exited after {args.timeout:g} s")
             time.sleep(0.02)
+    return 0
+
+
+# ----------------------------------------------------------------------------------- status
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .status import run
+    return run(args.mountpoint, args.json)
+
+
+def cmd_install_helpers(args: argparse.Namespace) -> int:
+    from .mount_helper import install
+    for path in install(args.root):
+        print(path)
     return 0
 
 
@@ -422,11 +386,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("mount", help="mount FILE on MOUNTPOINT",
-                       description="Mount FILE on MOUNTPOINT; returns when the mount is ready.")
+                       description="Mount FILE on MOUNTPOINT; returns when the mount is ready.",
+                       epilog=mount_options.help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument("-o", dest="options", action="append", metavar="OPTIONS",
-                   help="comma-separated options: ro, log=PATH, verbose, readahead_kb=N, writeback_mb=N, "
-                        "writeback_cache, compression=SPEC (new datasets; default gzip:4,shuffle; none), fsname=NAME, and FUSE options (allow_other, default_permissions, ...)")
+                   help="comma-separated options, below (repeatable)")
     m.add_argument("file", metavar="FILE")
     m.add_argument("mountpoint", metavar="MOUNTPOINT")
     m.set_defaults(func=cmd_mount)
@@ -435,6 +399,20 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the daemon (60)")
     u.add_argument("mountpoint", metavar="MOUNTPOINT")
     u.set_defaults(func=cmd_umount)
+    st = sub.add_parser("status", help="every h5fs mount and what its daemon is doing",
+                        description="File, mode, daemon pid, uptime, data waiting to be written, cache use "
+                                    "and errors of every h5fs mount (or of MOUNTPOINT). Exit 1 when a daemon "
+                                    "does not answer.")
+    st.add_argument("--json", action="store_true", help="a JSON list, for scripts")
+    st.add_argument("mountpoint", metavar="MOUNTPOINT", nargs="?")
+    st.set_defaults(func=cmd_status)
+    h = sub.add_parser("install-helpers", help="install mount(8)'s helpers (mount.fuse.h5fs, umount.h5fs) "
+                                               "and /usr/local/bin/h5fs",
+                       description="Write /sbin/mount.fuse.h5fs, /sbin/mount.h5fs, /sbin/umount.h5fs, "
+                                   "/sbin/umount.fuse.h5fs and /usr/local/bin/h5fs, each running this Python "
+                                   "with this package (mount(8) runs helpers with a bare PATH).")
+    h.add_argument("--root", default="/", help="install under this directory instead of / (packaging)")
+    h.set_defaults(func=cmd_install_helpers)
     c = sub.add_parser("check", help="verify FILE without mounting it",
                        description="Verify every structure of FILE; exit 0 when sound, 1 with one line per "
                                    "problem, 2 when FILE cannot be read.")
@@ -463,10 +441,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _fuse_form(argv: list[str]) -> list[str]:
+    """`h5fs FILE MOUNTPOINT [-o OPTIONS]` (mount.fuse3's call for `-t fuse.h5fs`) as `h5fs mount`."""
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        return ["mount"] + argv[2:] + argv[:2] if len(argv) >= 2 else argv
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = _fuse_form(sys.argv[1:] if argv is None else list(argv))
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
+    except UsageError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
     except CliError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1

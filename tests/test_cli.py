@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import H5FS, force_unmount, is_mounted, make_h5, run_h5fs, wait_until
-from h5fs.cli import DEFAULT_READAHEAD_KB
+from h5fs.mount_options import DEFAULT_READAHEAD_KB
 from h5fs.fuse.mounts import find_mount, process_alive
 
 

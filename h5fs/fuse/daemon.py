@@ -1,8 +1,11 @@
 """Run the filesystem: mount with pyfuse3, serve under trio, unmount and close.
 
 `serve` is called in the process that stays behind as the daemon (forked by the CLI, or the
-CLI itself with `-f`); it announces readiness through `on_ready` once the mount answers a
-`stat` of its root, so the CLI returns only when the mount is usable.
+CLI itself with `-f`); it announces readiness through `on_ready` (and to systemd, for a
+`Type=notify` unit) once the mount answers a `stat` of its root, so the CLI returns only when
+the mount is usable. SIGTERM and SIGINT unmount; the last changes are then written into the
+file with those signals deferred, so a second signal cannot cut the final flush short. SIGHUP
+reopens the log file (logrotate).
 """
 
 from __future__ import annotations
@@ -11,14 +14,23 @@ import gc
 import logging
 import os
 import signal
-from typing import Callable
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import pyfuse3
 import trio
 
-from . import mounts
+from . import mounts, notify
+from .. import utab
 from ..errors import H5fsError
+from ..logs import Logs
 from ..model.writeback import Writeback
+from ..mount_options import MountOptions
+from ..progress import Line, flush_text, watch
+from ..status import duration
 from .operations import Operations
 
 log = logging.getLogger("h5fs.fuse")
@@ -39,65 +51,119 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, writeback: Writeback | None,
-          writeback_cache: bool, compression: str | None, info: dict, readahead_kb: int, on_ready: Callable[[], None],
-          on_fail: Callable[[str], None]) -> int:
+def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeback: Writeback | None,
+          logs: Logs, foreground: bool, on_ready: Callable[[], None], on_fail: Callable[[str], None]) -> int:
     """Mount and serve until unmounted or signalled; return the exit status. A writable mount
     returns only when every write is in the file, durably."""
-    ops = Operations(h5file, source, writeback=writeback, info=info, mountpoint=os.path.abspath(mountpoint),
-                     compression=compression)
-    ops.enable_writeback_cache = writeback_cache
+    mode = "ro" if writeback is None else "rw"
+    ops = Operations(h5file, source, writeback=writeback, mountpoint=os.path.abspath(mountpoint),
+                     info={"pid": os.getpid(), "file": source, "log": logs.destination},
+                     compression=options.compression, chunk_bytes=options.chunk_kb << 10,
+                     owner=(options.uid, options.gid), umask=options.umask, flush_delay=options.flush_delay,
+                     logs=logs)
+    ops.enable_writeback_cache = options.writeback_cache
+    fuse_options = options.fuse_options(source)
+    utab.prune()
     try:
         pyfuse3.init(ops, mountpoint, fuse_options)
     except Exception as exc:  # libfuse already printed its reason on stderr
         on_fail(f"cannot mount {source} on {mountpoint}: {exc}")
         return 1
-    log.info("mounted %s on %s (options %s)", source, mountpoint, ",".join(sorted(fuse_options)))
+    log.info("mounted %s on %s (%s; options %s)", source, mountpoint, mode, ",".join(sorted(fuse_options)))
+    if options.dropped:
+        log.info("mount(8) options ignored: %s", ",".join(options.dropped))
     _tune_gc()
     status = 0
     try:
-        trio.run(_main, ops, mountpoint, readahead_kb, on_ready, on_fail)
+        trio.run(_main, ops, mountpoint, options.readahead_kb, logs, on_ready, on_fail)
     except BaseException:
         log.exception("main loop failed")
         status = 1
     finally:
-        still = mounts.find_mount(mountpoint)
-        unmount = still is not None and still.fstype == mounts.FSTYPE
-        try:
-            pyfuse3.close(unmount=unmount)
-        except Exception:
-            log.exception("closing the FUSE session failed")
-            status = 1
-        try:
-            ops.close()
-        except (OSError, H5fsError) as exc:   # a full disk: what could not be written is named
-            log.error("writing the last changes into %s failed, they are lost: %s", source, exc)
-            status = 1
-        except Exception:
-            log.exception("writing the last changes into %s failed", source)
-            status = 1
-    log.info("unmounted %s", mountpoint)
+        notify.stopping("unmounting: writing the last changes into the file")
+        with _deferred_signals(logs):
+            still = mounts.find_mount(mountpoint)
+            unmount = still is not None and still.fstype == mounts.FSTYPE
+            try:
+                pyfuse3.close(unmount=unmount)
+            except Exception:
+                log.exception("closing the FUSE session failed")
+                status = 1
+            status = _close(ops, source, foreground) or status
+        utab.remove(mountpoint)
+    log.info("unmounted %s (%s, up %s)", mountpoint, mode, duration(time.time() - ops.started))
     return status
 
 
-async def _main(ops: Operations, mountpoint: str, readahead_kb: int, on_ready, on_fail) -> None:
+def _close(ops: Operations, source: str, foreground: bool) -> int:
+    """Write the last changes (a progress line on a -f daemon's terminal, STATUS= to systemd)."""
+    done = threading.Event()
+    wb = ops.writes.wb if ops.writes is not None else None
+    shown = [""]
+
+    def poll() -> str | None:
+        if wb is None or not wb.flushing:
+            return None
+        text = flush_text(wb.flush_done, wb.flush_total)
+        if text != shown[0]:
+            shown[0] = text
+            notify.status(text)
+        return text
+
+    watcher = watch(Line.on(sys.stderr) if foreground else None, poll, done)
+    try:
+        ops.close()
+        return 0
+    except (OSError, H5fsError) as exc:   # a full disk: what could not be written is named
+        log.error("writing the last changes into %s failed, they are lost: %s", source, exc)
+        return 1
+    except Exception:
+        log.exception("writing the last changes into %s failed", source)
+        return 1
+    finally:
+        done.set()
+        if watcher is not None:
+            watcher.join()
+
+
+@contextmanager
+def _deferred_signals(logs: Logs) -> Iterator[None]:
+    """SIGTERM and SIGINT logged and ignored while the last changes are written; SIGHUP still
+    reopens the log."""
+    def later(signum, frame) -> None:
+        log.warning("signal %s while writing the last changes: they are written first", signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, later) for s in (signal.SIGTERM, signal.SIGINT)}
+    old[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda signum, frame: logs.reopen())
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+async def _main(ops: Operations, mountpoint: str, readahead_kb: int, logs: Logs, on_ready, on_fail) -> None:
     async with trio.open_nursery() as nursery:
         ops.start(nursery)
-        nursery.start_soon(_signals)
-        nursery.start_soon(_announce, mountpoint, readahead_kb, on_ready, on_fail)
+        nursery.start_soon(_signals, logs)
+        nursery.start_soon(_announce, ops, mountpoint, readahead_kb, on_ready, on_fail)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 
 
-async def _signals() -> None:
+async def _signals(logs: Logs) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
+            if signum == signal.SIGHUP:
+                logs.reopen()
+                continue
             log.info("signal %s: unmounting", signal.Signals(signum).name)
             pyfuse3.terminate()
 
 
-async def _announce(mountpoint: str, readahead_kb: int, on_ready, on_fail) -> None:
-    """Wait until the mount answers, tune its read-ahead, then report ready."""
+async def _announce(ops: Operations, mountpoint: str, readahead_kb: int, on_ready, on_fail) -> None:
+    """Wait until the mount answers, tune its read-ahead, give umount(8) its helper, then
+    report ready."""
     try:
         await trio.to_thread.run_sync(os.stat, mountpoint)
     except OSError as exc:
@@ -110,4 +176,7 @@ async def _announce(mountpoint: str, readahead_kb: int, on_ready, on_fail) -> No
             log.info("read_ahead_kb of bdi %s set to %d", m.device, readahead_kb)
         else:
             log.info("could not set read_ahead_kb of bdi %s (not root?)", m.device)
+    if m is not None:
+        utab.add(m.source, mountpoint)
     on_ready()
+    notify.ready(f"serving {ops.source} on {mountpoint}")

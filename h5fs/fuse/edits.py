@@ -24,7 +24,7 @@ from pyfuse3 import FUSEError
 from ..errors import InvalidWrite
 from ..model import messages as M
 from ..model import namespace
-from ..model.dataset_create import npy_storage
+from ..model.dataset_create import NPY_CHUNK_BYTES, npy_storage
 from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, RAW, SYMLINK, Entry, Numbers
 from ..model.npy_header import NpyHeaderError, parse_npy_header
 from ..model.tree_edit import TreeEditor
@@ -35,7 +35,6 @@ from .inodes import Node
 log = logging.getLogger("h5fs.fuse")
 
 DEFAULT_FILTERS = "gzip:4,shuffle"   # new datasets' compression (-o compression=...)
-BYTES_CHUNK = 1 << 20                # chunk of the uint8 dataset any other new file becomes
 CREATE_XATTR = b"user.h5fs.create"   # `h5fs create`'s request, set on the parent directory
 
 
@@ -54,8 +53,9 @@ def link_name(name: bytes) -> str:
 
 
 class EditSide:
-    def __init__(self, ops, editor: TreeEditor, filters: str = DEFAULT_FILTERS):
+    def __init__(self, ops, editor: TreeEditor, filters: str = DEFAULT_FILTERS, chunk_bytes: int = NPY_CHUNK_BYTES):
         self.ops, self.editor, self.filters = ops, editor, filters
+        self.chunk_bytes = chunk_bytes   # of new datasets (-o chunk_kb)
         # (dir inode, name): a view whose dataset went with its twin while a listing was open
         self.gone_twins: set[tuple[int, bytes]] = set()
 
@@ -186,7 +186,7 @@ class EditSide:
             attrs.entry_timeout = 0
             return ops.handles.open_file(stream), attrs
         await self._run(self.editor.create_dataset, ops._object(parent), text, np.uint8, (0,),
-                        maxshape=(None,), chunks=(BYTES_CHUNK,), filters=self.filters)
+                        maxshape=(None,), chunks=(self.chunk_bytes,), filters=self.filters)
         self._changed(parent, name, [name + NPY_SUFFIX.encode()])
         attrs = await self._lookup(parent, name)
         node = ops.table.get(attrs.st_ino)
@@ -236,7 +236,7 @@ class EditSide:
 
     async def _make(self, stream: NpyStream, header) -> None:
         """The header is complete: the dataset is made, and the bytes after it written."""
-        chunks, maxshape = npy_storage(header.shape, header.dtype.itemsize)
+        chunks, maxshape = npy_storage(header.shape, header.dtype.itemsize, self.chunk_bytes)
         storage = dict(maxshape=maxshape, chunks=chunks, filters=self.filters if chunks is not None else ())
         if stream.replaces is not None and stream.replaces.sparse:
             storage = _sparse_like(stream.replaces, header) or storage

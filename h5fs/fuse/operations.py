@@ -25,10 +25,12 @@ writer must drop what a commit changes, as it invalidates the kernel's copies).
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import math
 import os
 import stat
+import time
 from dataclasses import replace
 from typing import Sequence
 
@@ -36,6 +38,8 @@ import pyfuse3
 from pyfuse3 import FUSEError
 
 from ..errors import H5fsError
+from ..logs import Logs
+from ..model.dataset_create import NPY_CHUNK_BYTES
 from ..model import namespace
 from ..model.namespace import DIR, DTYPE, NPY, POINTS, RAW, SYMLINK, Entry, Numbers
 from ..format.messages.layout import VIRTUAL
@@ -52,7 +56,7 @@ from .points_stream import PointsStream
 from .points_stream import finish as points_finish
 from .prefetch import Prefetcher
 from .edits import DEFAULT_FILTERS, EditSide
-from .writes import WriteSide
+from .writes import FLUSH_DELAY, WriteSide
 
 log = logging.getLogger("h5fs.fuse")
 
@@ -69,16 +73,25 @@ FH_HANDLERS = frozenset({"read", "release", "flush", "fsync", "write", "readdir"
 
 class Operations(pyfuse3.Operations):
     def __init__(self, h5file, source: str, *, writeback: Writeback | None = None, info: dict | None = None,
-                 mountpoint: str = "/", compression: str | None = None):
+                 mountpoint: str = "/", compression: str | None = None, chunk_bytes: int = NPY_CHUNK_BYTES,
+                 owner: tuple[int | None, int | None] = (None, None), umask: int | None = None,
+                 flush_delay: float = FLUSH_DELAY, logs: Logs | None = None):
         super().__init__()
         self.f = h5file
         self.source = source
         self.writes = WriteSide(self, writeback) if writeback is not None else None
-        self.edits = EditSide(self, TreeEditor(h5file, writeback), compression or DEFAULT_FILTERS) if writeback is not None else None
+        self.edits = (EditSide(self, TreeEditor(h5file, writeback), compression or DEFAULT_FILTERS, chunk_bytes)
+                      if writeback is not None else None)
+        if self.writes is not None:
+            self.writes.flush_delay = flush_delay
         self.mountpoint = mountpoint
         self.info = {k: str(v) for k, v in (info or {}).items()}  # extra root facts: pid, file, log
         st = os.stat(source)
-        self.uid, self.gid = st.st_uid, st.st_gid
+        self.uid = st.st_uid if owner[0] is None else owner[0]
+        self.gid = st.st_gid if owner[1] is None else owner[1]
+        self.dir_mode, self.file_mode, self.fixed_mode = _modes(umask, writeback is not None)
+        self.logs = logs
+        self.started = time.time()
         self.file_size = st.st_size
         self.mtime_ns = st.st_mtime_ns
         self.ctime_ns = st.st_ctime_ns
@@ -175,7 +188,6 @@ class Operations(pyfuse3.Operations):
         a.st_uid, a.st_gid = self.uid, self.gid
         a.st_blksize = BLKSIZE
         a.st_ctime_ns = self.ctime_ns
-        w = 0 if self.writes is None else 0o200   # the owner may write a writable mount
         if node.kind == SYMLINK:
             a.st_mode = stat.S_IFLNK | 0o777
             a.st_size = len(node.target)
@@ -185,9 +197,9 @@ class Operations(pyfuse3.Operations):
         a.st_nlink = n.nlink
         a.st_mtime_ns = a.st_atime_ns = self.mtime_ns if n.mtime_ns is None else n.mtime_ns
         if node.kind == DIR:
-            a.st_mode = stat.S_IFDIR | 0o555 | w
+            a.st_mode = stat.S_IFDIR | self.dir_mode
             return a
-        a.st_mode = stat.S_IFREG | 0o444 | (w if node.kind in (RAW, NPY, POINTS) else 0)
+        a.st_mode = stat.S_IFREG | (self.file_mode if node.kind in (RAW, NPY, POINTS) else self.fixed_mode)
         if node.kind == RAW:
             a.st_size = n.size
             a.st_blocks = n.blocks if n.blocks is not None else self._counted_blocks(node)
@@ -495,6 +507,32 @@ class Operations(pyfuse3.Operations):
         if self.writes is not None:
             await self.writes.flush()
 
+    @boundary
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        """Every change of the mount into the file (`h5fs umount` asks this first, showing
+        progress, so the unmount itself has nothing left to write)."""
+        if self.writes is not None:
+            await self.writes.flush()
+
+    def status(self) -> dict:
+        """What `h5fs status` shows of this daemon (the root's `user.h5fs.status`, JSON)."""
+        cache = self.f.chunk_cache
+        out = {"file": self.source, "mountpoint": self.mountpoint, "mode": "ro" if self.writes is None else "rw",
+               "pid": os.getpid(), "started": round(self.started, 3), "uptime_s": round(time.time() - self.started, 3),
+               "dirty_bytes": 0, "chunks_waiting": 0, "flushing": None,
+               "cache_bytes": cache.used, "cache_limit_bytes": cache.budget,
+               "requests": self.requests, "inodes": len(self.table),
+               "errors": 0, "last_errors": [], "log": None}
+        if self.writes is not None:
+            wb = self.writes.wb
+            out["dirty_bytes"], out["chunks_waiting"] = wb.waiting()
+            if wb.flushing:
+                out["flushing"] = {"done": wb.flush_done, "total": wb.flush_total}
+        if self.logs is not None:
+            out.update(errors=self.logs.tally.count, last_errors=list(self.logs.tally.last),
+                       log=self.logs.destination)
+        return out
+
     # ------------------------------------------------------------------ xattrs
 
     async def _attributes(self, node: Node) -> dict:
@@ -524,7 +562,7 @@ class Operations(pyfuse3.Operations):
             self.fact_tables.put(key, facts)
         if node is self.table.root:
             return {**facts, "requests": str(self.requests), "inodes": str(len(self.table)),
-                    "invalidations": str(self.invalidator.count)}
+                    "invalidations": str(self.invalidator.count), "status": json.dumps(self.status())}
         return facts
 
     @boundary
@@ -678,6 +716,15 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         self._check(node)
         await edits.removexattr(node, name)
+
+
+def _modes(umask: int | None, writable: bool) -> tuple[int, int, int]:
+    """Permission bits of directories, of the views a writer may write, of the other files.
+    Without a umask: 0555 and 0444, plus owner write on a read-write mount."""
+    w = 0o222 if writable else 0
+    if umask is None:
+        return 0o555 | (w & 0o200), 0o444 | (w & 0o200), 0o444
+    return (0o555 | w) & ~umask, (0o444 | w) & ~umask, 0o444 & ~umask
 
 
 def _log_broken(node: Node) -> None:

@@ -5,7 +5,7 @@ changes is then told to the kernel and to the adapter's own caches: the object's
 (size after a resize, st_blocks after a flush), the other view's cached pages (`D` and `D.npy`
 show the same bytes), open handles' sizes and `.npy` headers, listings and facts.
 
-Dirty data reaches the file on fsync, when the writeback's budget is full, FLUSH_DELAY seconds
+Dirty data reaches the file on fsync, when the writeback's budget is full, FLUSH_DELAY seconds (-o flush_delay)
 after the last write (so a closed file's writes land within a few seconds without fsync), and at
 unmount (`close`).
 """
@@ -39,6 +39,7 @@ class WriteSide:
     def __init__(self, ops, writeback: Writeback):
         self.ops, self.wb = ops, writeback
         self.last_write = 0.0
+        self.flush_delay = FLUSH_DELAY   # -o flush_delay
         self.paged: set[int] = set()   # inodes whose pages the kernel may hold (opened with keep_cache)
         self.touched: set[int] = set()  # datasets written since the last flush here
 
@@ -53,12 +54,12 @@ class WriteSide:
             log.warning("free space not reused: %s: %s", type(exc).__name__, exc)
 
     async def _flusher(self) -> None:
-        """Flush FLUSH_DELAY s after the last write (or the last namespace edit, whose journal
+        """Flush `flush_delay` s after the last write (or the last namespace edit, whose journal
         record the flush retires)."""
         while True:
             await trio.sleep(FLUSH_POLL)
             pending = self.wb.dirty or self.touched or self.ops.f.store.journal.pending
-            if pending and time.monotonic() - self.last_write >= FLUSH_DELAY:
+            if pending and time.monotonic() - self.last_write >= self.flush_delay:
                 try:
                     await self.flush()
                 except (OSError, H5fsError) as exc:   # kept dirty: fsync and unmount try again
@@ -77,7 +78,10 @@ class WriteSide:
             await offload.run_sync(self.wb.flush)
         finally:
             for address in touched:
-                await self.changed(address, None)
+                try:
+                    await self.changed(address, None)
+                except H5fsError as exc:   # removed since it was written: nothing to refresh
+                    log.debug("not refreshed after the flush: %s", exc)
 
     def pending(self, address: int) -> bool:
         """Whether writes to the dataset are not all in the file, or its stat numbers and facts

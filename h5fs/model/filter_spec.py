@@ -56,7 +56,7 @@ _BLOSC_CNAMES = {n: i for i, n in enumerate(("blosclz", "lz4", "lz4hc", "snappy"
 _BLOSC_SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 _BITSHUFFLE_CNAMES = {"none": 0, "lz4": 2, "zstd": 3}
 # parameters each filter name takes at most
-_ARITY = {"shuffle": 0, "fletcher32": 0, "lzf": 0, "gzip": 1, "deflate": 1, "zstd": 1, "lz4": 1, "bzip2": 1,
+ARITY = {"shuffle": 0, "fletcher32": 0, "lzf": 0, "gzip": 1, "deflate": 1, "zstd": 1, "lz4": 1, "bzip2": 1,
           "blosc": 3, "bitshuffle": 2}
 
 
@@ -99,10 +99,10 @@ def _level(args: list[str], i: int, default: int, lo: int, hi: int, what: str) -
 
 def _parse_one(item: str) -> Filter:
     name, *args = item.split(":")
-    if name not in _ARITY:
-        raise FilterSpecError(f"unknown filter {name!r} (known: none, {', '.join(_ARITY)})")
-    if len(args) > _ARITY[name]:
-        raise FilterSpecError(f"{name}: at most {_ARITY[name]} parameter(s), got {item!r}")
+    if name not in ARITY:
+        raise FilterSpecError(f"unknown filter {name!r} (known: none, {', '.join(ARITY)})")
+    if len(args) > ARITY[name]:
+        raise FilterSpecError(f"{name}: at most {ARITY[name]} parameter(s), got {item!r}")
     if name in ("shuffle", "fletcher32", "lzf"):
         return Filter({"shuffle": SHUFFLE, "fletcher32": FLETCHER32, "lzf": LZF}[name])
     if name in ("gzip", "deflate"):

@@ -96,6 +96,13 @@ class Writeback:
         self.flushing: dict[int, Dirty] = {}   # the batch a flush is writing (reads see its patches)
         self.flushing_nbytes = 0               # its dirty bytes
         self.nbytes = 0
+        self.flush_done = self.flush_total = 0  # chunks of the flush under way (progress, status)
+
+    def waiting(self) -> tuple[int, int]:
+        """(dirty bytes, chunks) not in the file yet, those being flushed included."""
+        with self.lock:
+            chunks = sum(_chunk_count(st) for batch in (self.dirty, self.flushing) for st in batch.values())
+            return self.nbytes + self.flushing_nbytes, chunks
 
     def close(self) -> None:
         self.flush()
@@ -343,6 +350,7 @@ class Writeback:
         the rest lands."""
         broken: list[H5fsError] = []
         lost: set[int] = set()
+        self.flush_done, self.flush_total = 0, sum(_chunk_count(st) for st in batch.values())
         for part in self._parts(batch):
             with self.f.store.transaction() as txn:
                 changed = []
@@ -363,6 +371,7 @@ class Writeback:
                 txn.commit()
             with self.lock:   # no write may pin a chunk under a version of the dataset being retired
                 self._forget(txn, changed)
+            self.flush_done += sum(_chunk_count(st) for _, st in part)
         if any(st.external for st in batch.values()):
             external_sync_all(self.f)
         if any(st.contiguous for st in batch.values()):
@@ -651,6 +660,10 @@ class _Broken(H5fsError):
     def __init__(self, error: H5fsError):
         super().__init__(str(error))
         self.error, self.errno = error, error.errno
+
+
+def _chunk_count(st: Dirty) -> int:
+    return len(st.chunks) + sum(1 for c in st.patches if c not in st.chunks)
 
 
 def _cost(piece: np.ndarray) -> int:

@@ -1,0 +1,228 @@
+"""The `-o` options of `h5fs mount`, mount(8), fstab and the systemd units: one table.
+
+The table drives the parser, `h5fs mount --help` and the README's options table (a test checks
+that the README lists every option). Options mount(8) keeps for itself (`noauto`, `nofail`,
+`x-systemd.*`...) arrive when h5fs is mounted from fstab; they are dropped here. Generic mount
+flags (`noatime`, `nodev`...) go to the kernel through FUSE. Anything else is an error: a typo
+must not mount with a default the user did not ask for.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+from dataclasses import dataclass, field
+
+from .model.filter_spec import ARITY as FILTER_ARITY, parse_filters
+
+DEFAULT_READAHEAD_KB = 4096
+DEFAULT_WRITEBACK_MB = 64
+DEFAULT_CACHE_MB = 128
+DEFAULT_FLUSH_DELAY = 2.0
+DEFAULT_CHUNK_KB = 1024
+
+
+class OptionError(ValueError):
+    """A malformed or unknown option (`h5fs mount` exits 2)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    value: str       # "" for a flag, else what the value is ("N", "PATH", ...)
+    help: str
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("ro", "", "read-only mount (also when FILE is not writable)"),
+    Option("rw", "", "read-write mount (the default when FILE is writable)"),
+    Option("allow_other", "", "other users may use the mount (FUSE; needs user_allow_other in "
+                              "/etc/fuse.conf for non-root mounts)"),
+    Option("allow_root", "", "root may use the mount too (FUSE)"),
+    Option("default_permissions", "", "the kernel checks permissions from the modes shown (always on)"),
+    Option("auto_unmount", "", "unmount when the daemon dies (FUSE's fusermount3 watches it)"),
+    Option("uid", "USER", "owner shown for every object (name or number; default: FILE's owner)"),
+    Option("gid", "GROUP", "group shown for every object (name or number; default: FILE's group)"),
+    Option("umask", "OCTAL", "mode bits taken away from 0777 (directories) and 0666 (files); "
+                             "default: directories 0555, files 0444, plus owner write when read-write"),
+    Option("cache_mb", "N", f"decoded-chunk cache in MiB (default {DEFAULT_CACHE_MB})"),
+    Option("writeback_mb", "N", f"dirty data held before writes flush it, MiB (default {DEFAULT_WRITEBACK_MB})"),
+    Option("flush_delay", "S", f"seconds without writes before dirty data is flushed (default {DEFAULT_FLUSH_DELAY:g})"),
+    Option("chunk_kb", "N", f"chunk size of datasets created through the mount, KiB (default {DEFAULT_CHUNK_KB})"),
+    Option("compression", "SPEC", "filters of datasets created through the mount: gzip:4,shuffle (the "
+                                  "default), gzip:N, lzf, shuffle, none; commas inside stay with it"),
+    Option("writeback_cache", "", "let the kernel cache writes too (FUSE_CAP_WRITEBACK_CACHE)"),
+    Option("log", "PATH", "daemon log file; default: stderr with -f, else syslog/the journal, else "
+                          "a per-user file"),
+    Option("verbose", "", "log at debug level"),
+    Option("readahead_kb", "N", f"the mount's read-ahead in KiB (default {DEFAULT_READAHEAD_KB}; 0 keeps the kernel's)"),
+    Option("fsname", "NAME", "source shown in the mount table (default: FILE's absolute path)"),
+)
+BY_NAME = {o.name: o for o in OPTIONS}
+
+# mount(8)'s own options (fstab): never for the filesystem
+MOUNT8_ONLY = frozenset({"defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group",
+                         "_netdev", "_rnetdev", "nofail", "nosymfollow", "loud", "silent"})
+MOUNT8_PREFIXES = ("x-", "comment=", "helper=", "uhelper=")
+# generic VFS flags FUSE hands to the kernel
+KERNEL_FLAGS = frozenset({"atime", "noatime", "relatime", "norelatime", "strictatime", "nostrictatime",
+                          "lazytime", "nolazytime", "diratime", "nodiratime", "dev", "nodev", "suid",
+                          "nosuid", "exec", "noexec", "sync", "async", "dirsync", "mand", "nomand"})
+# compression specs hold commas: filter names after compression= belong to it
+FILTER_WORDS = frozenset(FILTER_ARITY) | {"none"}
+
+
+@dataclass
+class MountOptions:
+    readonly: bool = False
+    allow_other: bool = False
+    allow_root: bool = False
+    auto_unmount: bool = False
+    uid: int | None = None
+    gid: int | None = None
+    umask: int | None = None
+    cache_mb: int = DEFAULT_CACHE_MB
+    writeback_mb: int = DEFAULT_WRITEBACK_MB
+    flush_delay: float = DEFAULT_FLUSH_DELAY
+    chunk_kb: int = DEFAULT_CHUNK_KB
+    compression: str | None = None
+    log: str | None = None
+    verbose: bool = False
+    writeback_cache: bool = False
+    readahead_kb: int = DEFAULT_READAHEAD_KB
+    fsname: str | None = None
+    kernel_flags: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)   # mount(8)'s, for the log
+
+    def fuse_options(self, source: str) -> set[str]:
+        """What pyfuse3.init gets: subtype is always h5fs (`h5fs umount`, `status` and listings
+        find mounts by it); default_permissions always (the modes shown are the access rules)."""
+        opts = {"default_permissions", "subtype=h5fs", "fsname=" + fuse_escape(self.fsname or source)}
+        opts.update(self.kernel_flags)
+        for name in ("allow_other", "allow_root", "auto_unmount"):
+            if getattr(self, name):
+                opts.add(name)
+        if self.readonly:
+            opts.add("ro")
+        return opts
+
+
+def split(values: list[str] | None) -> list[str]:
+    """Comma-separated option lists (each `-o` a list; a backslash escapes a comma), with
+    compression=SPEC taking the filter words that follow it."""
+    out: list[str] = []
+    for value in values or []:
+        cur, i = "", 0
+        while i < len(value):
+            c = value[i]
+            if c == "\\" and i + 1 < len(value):
+                cur, i = cur + value[i + 1], i + 2
+                continue
+            if c == ",":
+                if cur:
+                    out.append(cur)
+                cur = ""
+            else:
+                cur += c
+            i += 1
+        if cur:
+            out.append(cur)
+    merged: list[str] = []
+    for opt in out:
+        if merged and merged[-1].startswith("compression=") and opt.split(":")[0] in FILTER_WORDS:
+            merged[-1] += "," + opt
+        else:
+            merged.append(opt)
+    return merged
+
+
+def fuse_escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace(",", "\\,")
+
+
+def parse(values: list[str] | None) -> MountOptions:
+    opts = MountOptions()
+    for opt in split(values):
+        key, eq, val = opt.partition("=")
+        if key in MOUNT8_ONLY or opt.startswith(MOUNT8_PREFIXES):
+            opts.dropped.append(opt)
+            continue
+        if key in KERNEL_FLAGS and not eq:
+            opts.kernel_flags.append(key)
+            continue
+        if key == "subtype":
+            continue   # always h5fs (mount.fuse3 passes it along)
+        spec = BY_NAME.get(key)
+        if spec is None:
+            raise OptionError(f"unknown option {opt!r} (h5fs mount --help lists the options)")
+        if bool(spec.value) != bool(eq):
+            want = f"{key}={spec.value}" if spec.value else key
+            raise OptionError(f"-o {opt}: expected {want}")
+        _apply(opts, key, val)
+    return opts
+
+
+def _apply(opts: MountOptions, key: str, val: str) -> None:
+    if key in ("ro", "rw"):
+        opts.readonly = key == "ro"
+    elif key == "default_permissions":
+        pass   # always on
+    elif key in ("allow_other", "allow_root", "auto_unmount", "verbose", "writeback_cache"):
+        setattr(opts, key, True)
+    elif key == "uid":
+        opts.uid = _id(val, pwd.getpwnam, "user", key)
+    elif key == "gid":
+        opts.gid = _id(val, grp.getgrnam, "group", key)
+    elif key == "umask":
+        try:
+            opts.umask = int(val, 8)
+        except ValueError:
+            raise OptionError(f"-o umask={val}: an octal number is needed (e.g. 022)") from None
+        if not 0 <= opts.umask <= 0o777:
+            raise OptionError(f"-o umask={val}: between 000 and 777")
+    elif key in ("cache_mb", "writeback_mb", "chunk_kb", "readahead_kb"):
+        low = 0 if key == "readahead_kb" else 1
+        setattr(opts, key, _number(key, val, int, low))
+    elif key == "flush_delay":
+        opts.flush_delay = _number(key, val, float, 0)
+    elif key == "compression":
+        try:
+            parse_filters(val)
+        except ValueError as exc:
+            raise OptionError(f"-o compression={val}: {exc}") from None
+        opts.compression = val
+    elif key == "log":
+        opts.log = os.path.abspath(val)
+    elif key == "fsname":
+        opts.fsname = val
+
+
+def _number(key: str, val: str, kind, low):
+    try:
+        n = kind(val)
+    except ValueError:
+        raise OptionError(f"-o {key}={val}: {'an integer' if kind is int else 'a number'} is needed") from None
+    if not n >= low or n != n:
+        raise OptionError(f"-o {key}={val}: at least {low}")
+    return n
+
+
+def _id(val: str, lookup, what: str, key: str) -> int:
+    if val.isdigit():
+        return int(val)
+    try:
+        entry = lookup(val)
+    except KeyError:
+        raise OptionError(f"-o {key}={val}: no such {what}") from None
+    return entry[2]
+
+
+def help_text() -> str:
+    """The options part of `h5fs mount --help`."""
+    lines = ["options (-o, comma-separated; mount(8)'s own such as noauto, nofail, x-systemd.* are "
+             "ignored, generic flags such as noatime, nodev go to the kernel):"]
+    for o in OPTIONS:
+        name = f"{o.name}={o.value}" if o.value else o.name
+        lines.append(f"  {name:<20} {o.help}")
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""A progress line for long operations: shown on a terminal, nothing anywhere else (logs, pipes
+and scripts stay clean)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, TextIO
+
+INTERVAL = 0.1   # s between redraws
+
+
+class Line:
+    """One line rewritten in place, at most every INTERVAL seconds."""
+
+    def __init__(self, out: TextIO):
+        self.out = out
+        self.last = 0.0
+        self.shown = False
+
+    @classmethod
+    def on(cls, out: TextIO) -> Line | None:
+        """A line on `out` when it is a terminal, else None."""
+        try:
+            return cls(out) if out.isatty() else None
+        except ValueError:   # closed
+            return None
+
+    def show(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self.last >= INTERVAL:
+            self.last = now
+            self.out.write("\r\033[K" + text)
+            self.out.flush()
+            self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            self.out.write("\r\033[K")
+            self.out.flush()
+            self.shown = False
+
+
+def flush_text(done: int, total: int) -> str:
+    return f"h5fs: writing into the file: {done} of {total} chunks" if total else "h5fs: writing into the file"
+
+
+def watch(line: Line | None, poll: Callable[[], str | None], until: threading.Event) -> threading.Thread | None:
+    """Redraw `poll()` (None: nothing to show yet) on `line` until `until` is set, from a thread;
+    the caller joins it after setting `until`."""
+    if line is None:
+        return None
+
+    def run() -> None:
+        while not until.wait(INTERVAL):
+            text = poll()
+            if text:
+                line.show(text)
+        line.done()
+
+    thread = threading.Thread(target=run, name="h5fs-progress", daemon=True)
+    thread.start()
+    return thread
