@@ -246,8 +246,12 @@ def _flush_first(mp: str, timeout: float) -> None:
     flush that fails keeps the mount, so what could not be written is not lost."""
     from .progress import Line, flush_text
     from .status import ask
-    if ask(mp).get("mode") != "rw":
+    state = ask(mp)
+    if state.get("mode") != "rw":
         return
+    line = Line.on(sys.stderr)
+    if line is not None and state["chunks_waiting"]:
+        line.show(flush_text(0, state["chunks_waiting"]))
     failed: list[OSError] = []
 
     def sync() -> None:
@@ -262,7 +266,6 @@ def _flush_first(mp: str, timeout: float) -> None:
 
     thread = threading.Thread(target=sync, daemon=True)
     thread.start()
-    line = Line.on(sys.stderr)
     answered = time.monotonic()
     try:
         while thread.is_alive():

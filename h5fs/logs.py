@@ -23,10 +23,11 @@ LAST_ERRORS = 5
 
 
 class ErrorTally(logging.Handler):
-    """Counts the records at ERROR and above and keeps the last few (`h5fs status`)."""
+    """Counts the records at WARNING and above (a request refused, an object answering EIO, a
+    failed flush) and keeps the last few (`h5fs status`)."""
 
     def __init__(self) -> None:
-        super().__init__(logging.ERROR)
+        super().__init__(logging.WARNING)
         self.count = 0
         self.last: collections.deque[str] = collections.deque(maxlen=LAST_ERRORS)
 

@@ -79,7 +79,7 @@ def text(entries: list[dict]) -> str:
                 line += f" (writing: {flushing['done']} of {flushing['total']} chunks)"
             lines.append(line)
         lines.append(f"  chunk cache: {_size(e['cache_bytes'])} of {_size(e['cache_limit_bytes'])}")
-        lines.append(f"  errors: {e['errors']}" + (f" (log: {e['log']})" if e.get("log") else ""))
+        lines.append(f"  warnings and errors: {e['errors']}" + (f" (log: {e['log']})" if e.get("log") else ""))
         lines.extend(f"    {msg}" for msg in e.get("last_errors", []))
         blocks.append("\n".join(lines))
     return "\n".join(blocks)

@@ -20,6 +20,12 @@ run "du -k --apparent-size $mnt/climate/temperature; du -k $mnt/climate/temperat
 run "python3 -c \"import numpy as np; a = np.load('$mnt/climate/temperature.npy'); print(a.shape, a.dtype, a.mean())\""
 h5fs umount "$mnt"
 
+printf '\n# as a system filesystem: mount(8), findmnt, h5fs status, umount(8)\n'
+run "mount -t fuse.h5fs demo/demo.h5 $mnt -o ro,uid=nobody,umask=022"
+run "findmnt $mnt; ls -ln $mnt/climate | head -3"
+run "h5fs status $mnt"
+run "umount $mnt"
+
 printf '\n# edits: a copy of the demo file mounted read-write\n'
 cp demo/demo.h5 "$work/demo.h5"
 h5fs mount "$work/demo.h5" "$mnt"
