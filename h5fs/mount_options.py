@@ -53,6 +53,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("compression", "SPEC", "filters of datasets created through the mount: gzip:4,shuffle (the "
                                   "default), gzip:N, lzf, shuffle, none; commas inside stay with it"),
     Option("writeback_cache", "", "let the kernel cache writes too (FUSE_CAP_WRITEBACK_CACHE)"),
+    Option("kernel_cache", "", "accepted for other FUSE file systems' fstab lines: h5fs always keeps "
+                               "the page cache of files nothing changed"),
     Option("log", "PATH", "daemon log file; default: stderr with -f, else syslog/the journal, else "
                           "a per-user file"),
     Option("verbose", "", "log at debug level"),
@@ -166,8 +168,8 @@ def parse(values: list[str] | None) -> MountOptions:
 def _apply(opts: MountOptions, key: str, val: str) -> None:
     if key in ("ro", "rw"):
         opts.readonly = key == "ro"
-    elif key == "default_permissions":
-        pass   # always on
+    elif key in ("default_permissions", "kernel_cache"):
+        pass   # what h5fs always does
     elif key in ("allow_other", "allow_root", "auto_unmount", "verbose", "writeback_cache"):
         setattr(opts, key, True)
     elif key == "uid":
