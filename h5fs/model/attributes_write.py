@@ -20,24 +20,30 @@ from ..format.messages import attribute as attr_msg
 from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages import dataspace as S
 from ..format.messages import datatype as T
+from ..format.messages import shared as shared_msg
 from ..storage.dense_storage import ATTRIBUTES, DenseStore
 from ..storage.header_writer import HeaderEdit, NoRoom
 from ..storage.readers.object_header import read as read_header
+from ..storage.sohm_write import SharedMessages
 from ..storage.transaction import Transaction
 from .attribute_values import create_string_attribute, release_value, store_value
 from .libver import libver_for_superblock
 
-ATTRIBUTE, ATTRIBUTE_INFO = 0x0C, 0x15
+DATASPACE, DATATYPE, ATTRIBUTE, ATTRIBUTE_INFO = 0x01, 0x03, 0x0C, 0x15
 MAX_COMPACT, MIN_DENSE = 8, 6   # libhdf5's attribute phase change when the header stores none
 MAX_MESSAGE = 65536             # H5O_MESG_MAX_SIZE: larger attributes live in dense storage only
 NO_ORDER = 0xFFFF               # H5O_MAX_CRT_ORDER_IDX: the creation order of an untracked attribute
 
 
 class _Attributes:
-    """The attributes of one object, edited in one transaction."""
+    """The attributes of one object, edited in one transaction. An attribute message in the
+    header may be a reference into the file's shared message table (or tracked there): replacing
+    or removing it counts that use down (`shared`), and its value, the shared message's, is left
+    alone; a replaced one is stored unshared."""
 
-    def __init__(self, txn: Transaction, f, obj):
-        self.txn, self.f, self.what = txn, f, obj.path
+    def __init__(self, txn: Transaction, f, obj, shared: SharedMessages):
+        self.txn, self.f, self.what, self.shared = txn, f, obj.path, shared
+        self.address = obj.address
         self.edit = HeaderEdit(txn, read_header(txn.reader, obj.address, obj.path))
 
     def _decode(self, data: bytes) -> attr_msg.AttributeMessage:
@@ -50,10 +56,38 @@ class _Attributes:
 
     def compact(self, name: str):
         for raw in self.edit.header.find(ATTRIBUTE):
-            msg = self._decode(raw.data)
+            msg = self._decode(self._body(raw))
             if msg.name == name:
                 return raw, msg
         return None
+
+    def _body(self, raw) -> bytes:
+        """The attribute message `raw` stands for (read from the shared message heap if shared)."""
+        if not raw.shared:
+            return bytes(raw.data)
+        ref = shared_msg.decode(Reader(raw.data, 0, self.txn.sizes, f"{self.what}: shared attribute"))
+        return bytes(self.f.shared_message_body(ref, ATTRIBUTE, f"{self.what}: shared attribute").data)
+
+    def _unshared(self, raw) -> bool:
+        """Count down what `raw` used of the shared message table; whether the table tracks it
+        (its value's global heap objects may then be another copy's too: they are kept)."""
+        self.shared.release(raw, self.address, self.what)
+        return bool(raw.flags & (oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
+
+    def _types(self, msg: attr_msg.AttributeMessage) -> tuple[T.Datatype, S.Dataspace]:
+        """The attribute's datatype and dataspace, read from the shared message table when it
+        holds them there (a committed datatype is refused)."""
+        parts = []
+        for is_shared, raw, mtype, decode in ((msg.datatype_shared, msg.datatype_raw, DATATYPE, T.decode),
+                                              (msg.dataspace_shared, msg.dataspace_raw, DATASPACE, S.decode)):
+            what = f"{self.what}: attribute {msg.name!r}"
+            if is_shared:
+                ref = shared_msg.decode(Reader(raw, 0, self.txn.sizes, what))
+                if ref.kind != shared_msg.IN_SOHM_HEAP:
+                    raise CannotWrite(f"{what} has a shared (committed) datatype")
+                raw = self.f.shared_message_body(ref, mtype, what).data
+            parts.append(decode(Reader(raw, 0, self.txn.sizes, what)))
+        return parts[0], parts[1]
 
     def _store(self, info) -> DenseStore | None:
         if info is None or info.heap_address is None:
@@ -61,15 +95,15 @@ class _Attributes:
         return DenseStore(self.txn, ATTRIBUTES, info.heap_address, info.name_index_address,
                           info.order_index_address if info.index_order else None, self.what)
 
-    def _new_value(self, msg: attr_msg.AttributeMessage, text: bytes) -> bytes:
-        """The attribute message with `text` as its value (datatype and shape kept)."""
-        name = msg.name
-        if msg.datatype_shared:
-            raise CannotWrite(f"{self.what}: attribute {name!r} has a shared (committed) datatype")
-        dt = T.decode(Reader(msg.datatype_raw, 0, self.txn.sizes, f"{self.what}: attribute {name!r}"))
-        space = S.decode(Reader(msg.dataspace_raw, 0, self.txn.sizes, f"{self.what}: attribute {name!r}"))
-        data = store_value(self.txn, text, dt, space, old=msg.data[:space.count * dt.size])
-        return _encode(replace(msg, data=data), self.txn.sizes)
+    def _new_value(self, msg: attr_msg.AttributeMessage, text: bytes, keep_old: bool = False) -> bytes:
+        """The attribute message with `text` as its value (datatype and shape kept, shared ones
+        still shared: the new message's uses counted); the old value's global heap objects
+        removed unless `keep_old`."""
+        dt, space = self._types(msg)
+        data = store_value(self.txn, text, dt, space, old=None if keep_old else msg.data[:space.count * dt.size])
+        body = _encode(replace(msg, data=data), self.txn.sizes)
+        self.shared.acquire_attribute(body, self.what)
+        return body
 
     def set(self, name: str, text: bytes) -> None:
         info = self.info()
@@ -78,13 +112,17 @@ class _Attributes:
         if store is not None:
             raw = store.lookup(key)
             if raw is not None:
+                self.shared.release_attribute(raw, self.what)
                 store.replace(key, self._new_value(self._decode(raw), text))
                 store.close()
                 return
         else:
             found = self.compact(name)
             if found is not None:
-                self.edit.replace(found[0], self._new_value(found[1], text))
+                raw, msg = found
+                was_shared = self._unshared(raw)
+                self.edit.replace(raw, self._new_value(msg, text, keep_old=was_shared),
+                                  flags=raw.flags & ~(oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
                 return
         libver = libver_for_superblock(self.f.superblock.version)
         msg = create_string_attribute(self.txn, name, text, libver)
@@ -128,10 +166,12 @@ class _Attributes:
         """H5O__attr_create going dense: new storage takes the attribute messages, in header order,
         with their creation order."""
         store = DenseStore.create(self.txn, ATTRIBUTES, info.index_order, self.what)
-        for raw in self.edit.header.find(ATTRIBUTE):
-            msg = self._decode(raw.data)
+        for raw in self.edit.header.find(ATTRIBUTE):   # stored unshared: shared ones counted down
+            body = self._body(raw)
+            self.shared.release(raw, self.address, self.what)
+            self.shared.acquire_attribute(body, self.what)   # what it holds, held by its new copy
             order = raw.creation_order if info.track_order and raw.creation_order is not None else NO_ORDER
-            store.insert(msg.name.encode("utf-8", "surrogateescape"), bytes(raw.data), order)
+            store.insert(self._decode(body).name.encode("utf-8", "surrogateescape"), body, order)
         store.close()
         while raws := self.edit.header.find(ATTRIBUTE):   # each removal can move the others
             self.edit.remove(raws[0])
@@ -154,6 +194,7 @@ class _Attributes:
             except FileNotFoundError:
                 raise NotFound(f"{self.what}: no attribute {name!r}") from None
             store.close()
+            self.shared.release_attribute(raw, self.what)
             self._release(self._decode(raw))
             left = store.count()
             if left < self._phase()[1] and self._to_compact(store):
@@ -165,7 +206,8 @@ class _Attributes:
             if found is None:
                 raise NotFound(f"{self.what}: no attribute {name!r}")
             raw, msg = found
-            self._release(msg)
+            if not self._unshared(raw):
+                self._release(msg)
             self.edit.remove(raw)
             left = len(self.edit.header.find(ATTRIBUTE))
         if info is not None and left == 0:   # H5O__attr_remove_update: the info goes with the last one
@@ -173,10 +215,11 @@ class _Attributes:
 
     def _release(self, msg: attr_msg.AttributeMessage) -> None:
         """Free what the value holds in the global heap."""
-        if not msg.datatype_shared:
-            dt = T.decode(Reader(msg.datatype_raw, 0, self.txn.sizes, f"{self.what}: attribute {msg.name!r}"))
-            space = S.decode(Reader(msg.dataspace_raw, 0, self.txn.sizes, f"{self.what}: attribute {msg.name!r}"))
-            release_value(self.txn, msg.data[:space.count * dt.size], dt, space)
+        try:
+            dt, space = self._types(msg)
+        except CannotWrite:   # a committed datatype's: its values are left, as they always were
+            return
+        release_value(self.txn, msg.data[:space.count * dt.size], dt, space)
 
     def _to_compact(self, store: DenseStore) -> bool:
         """H5O__attr_remove_update going compact: the attributes become messages again, in name
@@ -197,9 +240,9 @@ def _encode(msg: attr_msg.AttributeMessage, sizes) -> bytes:
     return w.getvalue()
 
 
-def set_attribute(txn: Transaction, f, obj, name: str, text: bytes) -> None:
-    _Attributes(txn, f, obj).set(name, text)
+def set_attribute(txn: Transaction, f, obj, name: str, text: bytes, shared: SharedMessages) -> None:
+    _Attributes(txn, f, obj, shared).set(name, text)
 
 
-def remove_attribute(txn: Transaction, f, obj, name: str) -> None:
-    _Attributes(txn, f, obj).remove(name)
+def remove_attribute(txn: Transaction, f, obj, name: str, shared: SharedMessages) -> None:
+    _Attributes(txn, f, obj, shared).remove(name)

@@ -17,10 +17,11 @@ from collections import deque
 from contextlib import contextmanager
 from typing import Iterator
 
-from ..errors import CannotWrite, H5fsError
+from ..errors import H5fsError
 from ..format import object_header as oh
 from ..format.codec import Reader, Writer
 from ..format.messages import link as link_msg
+from ..format.messages import attribute_info as attribute_info_msg
 from ..format.messages import link_info as link_info_msg
 from ..format.messages import modification_time
 from ..format.messages import shared as shared_msg
@@ -32,6 +33,7 @@ from ..storage.header_create import create_header
 from ..storage.header_writer import HeaderEdit
 from ..storage.links_write import GROUP_INFO, LINK_INFO, SYMBOL_TABLE, GroupLinks, encode_link
 from ..storage.object_delete import free_object, free_storage, shared_headers
+from ..storage.sohm_write import SharedMessages
 from ..storage.readers.object_header import read as read_header
 from ..storage.transaction import Transaction
 from . import messages as M
@@ -40,7 +42,7 @@ from .libver import libver_for_superblock
 from .objects import H5Object
 
 
-MTIME_OLD, MTIME = 0x0E, 0x12
+MTIME_OLD, MTIME, ATTRIBUTE_INFO = 0x0E, 0x12, 0x15
 DATASET_HEADER_HINT = 256   # libhdf5's least object header for a new dataset (H5D__update_oh_info)
 # what describes a dataset's data (a replacement of the data replaces these messages)
 DATA_MESSAGES = frozenset({M.DATASPACE, M.DATATYPE, M.FILL_OLD, M.FILL, M.EXTERNAL, M.LAYOUT, M.FILTERS})
@@ -57,13 +59,16 @@ class NamespaceError(H5fsError):
 class TreeEditor:
     def __init__(self, f, writeback):
         self.f, self.wb = f, writeback
+        self.shared: SharedMessages | None = None   # the edit under way's shared-message uses
 
     @contextmanager
     def _edit(self) -> Iterator[tuple[Transaction, set[int]]]:
         """A transaction for one edit; `touched` collects the object headers it changes."""
         with self.wb.commit_lock, self.f.store.transaction() as txn:
             touched: set[int] = set()
+            self.shared = SharedMessages(txn, self.f)
             yield txn, touched
+            self.shared.close()
             self.wb.commit(txn, sorted(touched))
             self.f.superblock = self.f.store.superblock
             self.f.root_entry = self.f.superblock.root_entry
@@ -157,6 +162,7 @@ class TreeEditor:
             while (raw := _data_message(edit.header)) is not None:
                 if raw.shared:
                     self._unshare(txn, touched, raw, ds.path)
+                self.shared.release(raw, ds.address, ds.path)
                 edit.remove(raw)
             new = read_header(txn.reader, source, f"{ds.path} (its new data)")
             for raw in new.messages:
@@ -167,12 +173,11 @@ class TreeEditor:
             self.wb.discard(ds.address)   # writes into the old data since the flush go with it
 
     def _unshare(self, txn: Transaction, touched: set[int], raw, path: str) -> None:
-        """A shared message goes from a header: one use fewer of the header it lives in (a
-        committed datatype); one in the shared message table cannot be counted down yet."""
+        """A message shared through another header goes: one use fewer of that header (a
+        committed datatype). Shared-message table uses are `self.shared`'s."""
         ref = shared_msg.decode(Reader(raw.data, 0, txn.sizes, f"{path}: shared message"))
-        if ref.kind != shared_msg.IN_OBJECT_HEADER:
-            raise CannotWrite(f"{path}: a message in the shared message table (replacing it is not supported)")
-        self._unref(txn, touched, ref.address, f"{path} (its committed datatype)")
+        if ref.kind == shared_msg.IN_OBJECT_HEADER:
+            self._unref(txn, touched, ref.address, f"{path} (its committed datatype)")
 
     def rmdir(self, parent: H5Object, name: str) -> None:
         with self._edit() as (txn, touched):
@@ -261,6 +266,11 @@ class TreeEditor:
             return
         for shared in shared_headers(edit.header, txn.sizes):   # committed datatypes it uses
             self._unref(txn, touched, shared, f"{path} (its committed datatype)")
+        for raw in edit.header.messages:   # and what it uses of the shared message table
+            self.shared.release(raw, address, path)
+        info = _attribute_info(edit.header, txn.sizes, path)
+        if info is not None and info.heap_address is not None:
+            self.shared.release_dense_attributes(info.heap_address, info.name_index_address, path)
         self.wb.discard(address)
         free_object(txn, self.f, address, path)
 
@@ -269,13 +279,13 @@ class TreeEditor:
         with self._edit() as (txn, touched):
             touched.add(obj.address)
             from .attributes_write import set_attribute
-            set_attribute(txn, self.f, obj, name, text)
+            set_attribute(txn, self.f, obj, name, text, self.shared)
 
     def remove_attribute(self, obj: H5Object, name: str) -> None:
         with self._edit() as (txn, touched):
             touched.add(obj.address)
             from .attributes_write import remove_attribute
-            remove_attribute(txn, self.f, obj, name)
+            remove_attribute(txn, self.f, obj, name, self.shared)
 
     def touch(self, obj: H5Object, mtime_ns: int | None = None) -> None:
         """The object's modification time: in a version 2 header's times, or in its
@@ -326,3 +336,6 @@ def _refuse_existing(links: GroupLinks, name: str) -> None:
         raise NamespaceError(errno.EEXIST, f"{links.what}/{name}: exists")
 
 
+def _attribute_info(header, sizes, path: str):
+    raw = header.first(ATTRIBUTE_INFO)
+    return None if raw is None else attribute_info_msg.decode(Reader(raw.data, 0, sizes, f"{path}: attribute info"))

@@ -7,15 +7,14 @@ and shared messages are not followed, global heap collections (shared with other
 left as they are, as libhdf5 leaves them.
 
 Objects a walk cannot read whole keep their space: a broken pointer could name another object's
-bytes, and leaking is safe where freeing is not. Objects whose messages live in the file's shared
-message table are refused (their table entries would need their counts).
+bytes, and leaking is safe where freeing is not. What the object used of the file's shared message
+table is counted down by the caller (storage/sohm_write.py).
 """
 
 from __future__ import annotations
 
 import logging
 
-from ..errors import CannotWrite
 from ..format.codec import Reader
 from ..format.messages import shared
 from .space_map import _Walk
@@ -38,15 +37,14 @@ class _ObjectWalk(_Walk):
 
 
 def shared_headers(header, sizes) -> list[int]:
-    """Object headers `header` shares messages from (committed datatypes), one per message."""
+    """Object headers `header` shares messages from (committed datatypes), one per message;
+    messages shared through the file's shared-message table are storage/sohm_write.py's."""
     out = []
     for raw in header.messages:
         if raw.shared:
             ref = shared.decode(Reader(raw.data, 0, sizes, "shared message"))
-            if ref.kind != shared.IN_OBJECT_HEADER:
-                raise CannotWrite(f"object header at {header.address}: a message in the shared message "
-                                  "table (removing such objects is not supported)")
-            out.append(ref.address)
+            if ref.kind == shared.IN_OBJECT_HEADER:
+                out.append(ref.address)
     return out
 
 

@@ -1,0 +1,159 @@
+"""Edits of files with shared object header messages (an SOHM table of list or B-tree indexes):
+rm, rm -r, setfattr, setfattr -x and `cp` over a `.npy` count down what they stop using of the
+table as libhdf5 does (H5SM_delete).
+
+The oracle is libhdf5 twice over: the same single edit made by h5py on a copy must leave the same
+index records (hashes, locations, counts); and after a sequence of edits through the mount, h5py
+deleting every remaining attribute and object must succeed (libhdf5 fails on a use the index has
+lost) and leave every index empty (a use h5fs failed to count down would stay).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+import roundtrip_support as R
+from h5fs.format import btree_v2 as bt
+from h5fs.format.codec import Reader
+from h5fs.format.messages import sohm_table
+from h5fs.model.file import H5File
+from h5fs.storage.readers import btree_v2 as bt_reader
+from write_support import verify_file
+
+INDEXES = {
+    "lists": lambda: R.sohm_fcpl(50, 40),        # two list indexes
+    "btree": R.shared_messages_fcpl,             # one B-tree index of every type
+    "small-lists": lambda: R.sohm_fcpl(4, 2),    # lists grown into B-trees
+}
+
+
+def build(path, fcpl) -> None:
+    with R.new_file(path, "latest", (8, 8), fcpl) as f:
+        for i in range(5):   # shared datatype, dataspace, fill value and filters; a shared attribute each
+            d = f.create_dataset(f"d{i}", data=np.arange(100, dtype="f8"), chunks=(10,), compression="gzip")
+            d.attrs["units"] = "metres per second squared"
+            d.attrs["scale"] = np.float64(1.5)
+        f.create_dataset("other", data=np.arange(7, dtype="i2"))   # its messages tracked in its own header
+        g = f.create_group("g")
+        g.attrs["long"] = "x" * 100
+        g.create_dataset("inner", data=np.arange(100, dtype="f8"), chunks=(10,), compression="gzip")
+        many = f.create_group("many")   # dense attribute storage, some shared
+        for i in range(12):
+            many.attrs[f"a{i:02d}"] = np.float64(i) if i % 2 else "same text"
+
+
+@pytest.fixture(params=sorted(INDEXES))
+def sohm_file(request, tmp_path):
+    path = tmp_path / "sohm.h5"
+    build(path, INDEXES[request.param]())
+    return path
+
+
+def records(path) -> list[tuple[int, list]]:
+    """Every index's message count and records (hash, location, count, type), as read from the file."""
+    f = H5File.open(str(path))
+    try:
+        out = []
+        for index in f.sohm_indexes:
+            if index.index_address is None:
+                recs = []
+            elif index.index_type == sohm_table.LIST:
+                data = f.reader.read(index.index_address, sohm_table.list_size(f.sizes, index.num_messages), "list")
+                recs = sohm_table.decode_list(Reader(data, 0, f.sizes, "list"), index.num_messages)
+            else:
+                recs = list(bt_reader.iterate(f.reader, index.index_address, bt.decode_sohm, "index"))
+            out.append((index.num_messages, sorted((r.hash, r.location, r.refcount, r.msg_type) for r in recs)))
+        return out
+    finally:
+        f.close()
+
+
+def remove_everything_with_libhdf5(path) -> None:
+    with h5py.File(path, "r+") as f:
+        def clear(obj):
+            for name in list(obj.attrs):
+                del obj.attrs[name]
+        for name in list(f):
+            obj = f[name]
+            if isinstance(obj, h5py.Group):
+                for sub in list(obj):
+                    clear(obj[sub])
+                    del obj[sub]
+            clear(obj)
+            del f[name]
+
+
+SINGLE_EDITS = {
+    "rm a dataset using shared messages": (lambda f: f.__delitem__("d2"), ["rm", "{mp}/d2"]),
+    "rm the dataset holding messages in its header": (lambda f: f.__delitem__("d0"), ["rm", "{mp}/d0"]),
+    "rm a dataset tracked in the index": (lambda f: f.__delitem__("other"), ["rm", "{mp}/other"]),
+    "rm -r a group": (lambda f: f.__delitem__("g"), ["rm", "-r", "{mp}/g"]),
+    "rm a group with dense attributes": (lambda f: f.__delitem__("many"), ["rmdir", "{mp}/many"]),
+    "remove a shared attribute": (lambda f: f["d1"].attrs.__delitem__("units"), ["setfattr", "-x", "user.units", "{mp}/d1"]),
+    "remove an attribute of the first dataset": (lambda f: f["d0"].attrs.__delitem__("scale"),
+                                                 ["setfattr", "-x", "user.scale", "{mp}/d0"]),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(SINGLE_EDITS))
+def test_an_edit_leaves_the_index_as_libhdf5_leaves_it(sohm_file, mount, tmp_path, edit):
+    by_libhdf5 = tmp_path / "libhdf5.h5"
+    shutil.copy(sohm_file, by_libhdf5)
+    lib_edit, command = SINGLE_EDITS[edit]
+    with h5py.File(by_libhdf5, "r+") as f:
+        lib_edit(f)
+    mp = mount(sohm_file, "rw")
+    subprocess.run([w.format(mp=mp) for w in command], check=True, capture_output=True)
+    mount.unmount(mp)
+    assert records(sohm_file) == records(by_libhdf5)
+    verify_file(sohm_file, h5dump=False)
+    remove_everything_with_libhdf5(sohm_file)
+    assert all(count == 0 for count, _ in records(sohm_file))
+
+
+def test_a_sequence_of_edits_keeps_every_count(sohm_file, mount, tmp_path):
+    before = records(sohm_file)
+    mp = mount(sohm_file, "rw")
+    os.setxattr(mp / "d0", "user.units", b"furlongs")          # a shared attribute replaced, unshared
+    os.setxattr(mp / "d3", "user.scale", b"2.5")               # its shared datatype kept, counted again
+    os.setxattr(mp / "d0", "user.new", b"abc")
+    os.removexattr(mp / "d1", "user.units")
+    for i in range(3):   # the object past its compact attributes: moved to dense storage, unshared
+        os.setxattr(mp / "d4", f"user.extra{i}", b"x" * 40)
+    os.unlink(mp / "d2")
+    os.unlink(mp / "other")
+    y = tmp_path / "y.npy"
+    np.save(y, np.arange(50, dtype="<i4"))
+    shutil.copy(y, mp / "d3.npy")                             # its data messages replaced
+    os.mkdir(mp / "fresh")
+    os.setxattr(mp / "fresh", "user.note", b"made by h5fs")
+    mount.unmount(mp)
+    assert records(sohm_file) != before
+    data = verify_file(sohm_file, h5dump=False)
+    assert data["d0@units"] == b"furlongs" or str(data["d0@units"]) == "furlongs"
+    assert float(data["d3@scale"]) == 2.5
+    assert np.array_equal(data["d3"], np.arange(50, dtype="<i4"))
+    assert "d1@units" not in data and "d2" not in data and "other" not in data
+    with h5py.File(sohm_file, "r") as f:
+        assert f["d4"].attrs["units"] == "metres per second squared" and f["d4"].attrs["extra2"] == "x" * 40
+    remove_everything_with_libhdf5(sohm_file)
+    assert all(count == 0 for count, _ in records(sohm_file))
+
+
+def test_dense_shared_attributes_are_refused_by_name(sohm_file, mount):
+    """Attributes in dense storage that are references into the table are not edited one by one
+    (ENOTSUP, named in the log); the file stays as it was."""
+    before = records(sohm_file)
+    mp = mount(sohm_file, "rw")
+    with pytest.raises(OSError) as failure:
+        os.setxattr(mp / "many", "user.a00", b"changed")
+    assert failure.value.errno == 95   # ENOTSUP
+    mount.unmount(mp)
+    assert records(sohm_file) == before
+    assert "shared (SOHM)" in mount.log_of(mp)
