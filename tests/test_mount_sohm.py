@@ -98,6 +98,8 @@ SINGLE_EDITS = {
     "remove a shared attribute": (lambda f: f["d1"].attrs.__delitem__("units"), ["setfattr", "-x", "user.units", "{mp}/d1"]),
     "remove an attribute of the first dataset": (lambda f: f["d0"].attrs.__delitem__("scale"),
                                                  ["setfattr", "-x", "user.scale", "{mp}/d0"]),
+    "remove a shared attribute from dense storage": (lambda f: f["many"].attrs.__delitem__("a00"),
+                                                     ["setfattr", "-x", "user.a00", "{mp}/many"]),
 }
 
 
@@ -146,14 +148,20 @@ def test_a_sequence_of_edits_keeps_every_count(sohm_file, mount, tmp_path):
     assert all(count == 0 for count, _ in records(sohm_file))
 
 
-def test_dense_shared_attributes_are_refused_by_name(sohm_file, mount):
-    """Attributes in dense storage that are references into the table are not edited one by one
-    (ENOTSUP, named in the log); the file stays as it was."""
-    before = records(sohm_file)
+def test_dense_shared_attributes_replaced_and_removed_down_to_compact(sohm_file, mount):
+    """Dense records pointing into the table: a replaced value is stored in the object's own
+    heap, unshared; removals below the minimum dense count bring the rest back into the header
+    as messages of their own."""
     mp = mount(sohm_file, "rw")
-    with pytest.raises(OSError) as failure:
-        os.setxattr(mp / "many", "user.a00", b"changed")
-    assert failure.value.errno == 95   # ENOTSUP
+    os.setxattr(mp / "many", "user.a02", b"changed")
+    os.setxattr(mp / "many", "user.a03", b"7.25")
+    for i in range(4, 12):
+        os.removexattr(mp / "many", f"user.a{i:02d}")
+    assert sorted(os.listxattr(mp / "many")) == ["user.a00", "user.a01", "user.a02", "user.a03"]
     mount.unmount(mp)
-    assert records(sohm_file) == before
-    assert "shared (SOHM)" in mount.log_of(mp)
+    with h5py.File(sohm_file, "r") as f:
+        attrs = dict(f["many"].attrs)
+    assert attrs == {"a00": "same text", "a01": 1.0, "a02": "changed", "a03": 7.25}
+    verify_file(sohm_file, h5dump=False)
+    remove_everything_with_libhdf5(sohm_file)
+    assert all(count == 0 for count, _ in records(sohm_file))

@@ -21,7 +21,7 @@ from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages import dataspace as S
 from ..format.messages import datatype as T
 from ..format.messages import shared as shared_msg
-from ..storage.dense_storage import ATTRIBUTES, DenseStore
+from ..storage.dense_storage import ATTRIBUTES, MSG_SHARED, DenseStore
 from ..storage.header_writer import HeaderEdit, NoRoom
 from ..storage.readers.object_header import read as read_header
 from ..storage.sohm_write import SharedMessages
@@ -93,7 +93,21 @@ class _Attributes:
         if info is None or info.heap_address is None:
             return None
         return DenseStore(self.txn, ATTRIBUTES, info.heap_address, info.name_index_address,
-                          info.order_index_address if info.index_order else None, self.what)
+                          info.order_index_address if info.index_order else None, self.what, self._table_message)
+
+    def _table_message(self, heap_id: bytes) -> bytes:
+        """An attribute the shared message table's heap holds (a dense record flagged shared)."""
+        ref = shared_msg.SharedRef(shared_msg.IN_SOHM_HEAP, heap_id=heap_id)
+        return bytes(self.f.shared_message_body(ref, ATTRIBUTE, f"{self.what}: shared attribute").data)
+
+    def _let_go(self, rec, body: bytes) -> bool:
+        """A dense record and the attribute `body` it stands for go: a use of the table fewer if
+        the record is shared there (True), else what the attribute holds of the table."""
+        if rec.flags & MSG_SHARED:
+            self.shared.release_heap_id(ATTRIBUTE, rec.heap_id, self.what)
+            return True
+        self.shared.release_attribute(body, self.what)
+        return False
 
     def _new_value(self, msg: attr_msg.AttributeMessage, text: bytes, keep_old: bool = False) -> bytes:
         """The attribute message with `text` as its value (datatype and shape kept, shared ones
@@ -110,10 +124,11 @@ class _Attributes:
         store = self._store(info)
         key = name.encode("utf-8", "surrogateescape")
         if store is not None:
-            raw = store.lookup(key)
-            if raw is not None:
-                self.shared.release_attribute(raw, self.what)
-                store.replace(key, self._new_value(self._decode(raw), text))
+            rec = store.find(key)
+            if rec is not None:
+                raw = store.lookup(key)
+                was_shared = self._let_go(rec, raw)
+                store.replace(key, self._new_value(self._decode(raw), text, keep_old=was_shared))
                 store.close()
                 return
         else:
@@ -189,13 +204,14 @@ class _Attributes:
         info = self.info()
         store = self._store(info)
         if store is not None:
-            try:
-                raw = store.remove(name.encode("utf-8", "surrogateescape"))
-            except FileNotFoundError:
-                raise NotFound(f"{self.what}: no attribute {name!r}") from None
+            key = name.encode("utf-8", "surrogateescape")
+            rec = store.find(key)
+            if rec is None:
+                raise NotFound(f"{self.what}: no attribute {name!r}")
+            raw = store.remove(key)
             store.close()
-            self.shared.release_attribute(raw, self.what)
-            self._release(self._decode(raw))
+            if not self._let_go(rec, raw):
+                self._release(self._decode(raw))
             left = store.count()
             if left < self._phase()[1] and self._to_compact(store):
                 info = replace(info, heap_address=None, name_index_address=None, order_index_address=None)
@@ -229,6 +245,9 @@ class _Attributes:
             return False
         for rec, raw in entries:
             order = rec.corder if rec.corder != NO_ORDER else 0
+            if rec.flags & MSG_SHARED:   # a message of its own now: the table's use goes
+                self._let_go(rec, raw)
+                self.shared.acquire_attribute(raw, self.what)
             self.edit.add(ATTRIBUTE, raw, creation_order=order)
         store.delete()
         return True

@@ -9,7 +9,8 @@ H5G__dense_btree2_name_compare and H5A__dense_btree2_name_compare).
 New storage takes libhdf5's parameters: the heaps of format/fractal_heap.py (LINK_HEAP,
 ATTRIBUTE_HEAP) and B-trees of 512-byte nodes that split when full and merge below 40%
 (H5G_NAME_BT2_*, H5G_CORDER_BT2_*, H5A_NAME_BT2_*, H5A_CORDER_BT2_*). Attribute records carry the
-message flags; h5fs stores unshared messages only, so they are 0.
+message flags; h5fs stores unshared messages only, so they are 0 (a record flagged shared points into
+the file's shared message table instead: DenseStore).
 """
 
 from __future__ import annotations
@@ -99,13 +100,13 @@ ATTRIBUTES = DenseKind("attribute", ATTRIBUTE_HEAP, bt.ATTR_NAME, bt.ATTR_CORDER
                        lambda hid, order: bt.AttrCorderRecord(hid, 0, order))
 
 
-def find(reader, kind: DenseKind, name_index: int, name: bytes, get: Callable[[bytes], bytes], what: str):
+def find(reader, kind: DenseKind, name_index: int, name: bytes, message: Callable[[object], bytes], what: str):
     """The record of `name` in the name index at `name_index`, or None, descending from the root
-    only; `get` reads a heap object (names are read only when hashes tie)."""
+    only; `message` reads the message of a record (names are read only when hashes tie)."""
     want = NameKey(name_hash(name), name)
 
     def compare(rec) -> int:
-        key = NameKey(rec.hash, load=lambda: kind.name_of(get(unshared(rec, kind, what).heap_id), reader.sizes))
+        key = NameKey(rec.hash, load=lambda: kind.name_of(message(rec), reader.sizes))
         return (want > key) - (want < key)
 
     label = f"{what}: dense {kind.label} name index"
@@ -116,8 +117,11 @@ def find(reader, kind: DenseKind, name_index: int, name: bytes, get: Callable[[b
 def lookup(reader, kind: DenseKind, heap_address: int, name_index: int, name: bytes, what: str) -> bytes | None:
     """The stored message named `name`, or None, read without a transaction."""
     heap = FractalHeap(reader, heap_address, f"{what}: dense {kind.label} heap")
-    rec = find(reader, kind, name_index, name, heap.get, what)
-    return None if rec is None else heap.get(unshared(rec, kind, what).heap_id)
+    def message(rec) -> bytes:
+        return heap.get(unshared(rec, kind, what).heap_id)
+
+    rec = find(reader, kind, name_index, name, message, what)
+    return None if rec is None else message(rec)
 
 
 def unshared(rec, kind: DenseKind, what: str):
@@ -128,11 +132,16 @@ def unshared(rec, kind: DenseKind, what: str):
 
 
 class DenseStore:
-    """One object's dense links or attributes; `close()` stages the heap's changes."""
+    """One object's dense links or attributes; `close()` stages the heap's changes.
+
+    An attribute shared through the file's shared message table has a record flagged shared whose
+    heap ID is the table heap's: `shared_get` reads it there (without it, such a record is refused
+    by name). Removing it leaves the table's heap alone; replacing it stores the new message here,
+    unshared. Counting the table's uses down is the caller's (storage/sohm_write.py)."""
 
     def __init__(self, txn: Transaction, kind: DenseKind, heap: int, name_index: int, corder_index: int | None,
-                 what: str):
-        self.txn, self.kind, self.what = txn, kind, what
+                 what: str, shared_get: Callable[[bytes], bytes] | None = None):
+        self.txn, self.kind, self.what, self.shared_get = txn, kind, what, shared_get
         self.heap_address, self.name_index, self.corder_index = heap, name_index, corder_index
         self._writer: heap_write.HeapWriter | None = None
         self._reader = FractalHeap(txn.reader, heap, f"{what}: dense {kind.label} heap")
@@ -155,9 +164,14 @@ class DenseStore:
     def _get(self, heap_id: bytes) -> bytes:
         return self._writer.get(heap_id) if self._writer is not None else self._reader.get(heap_id)
 
+    def _message(self, rec) -> bytes:
+        """The message a name record stands for, wherever it is stored."""
+        if self.shared_get is not None and getattr(rec, "flags", 0) & MSG_SHARED:
+            return self.shared_get(rec.heap_id)
+        return self._get(unshared(rec, self.kind, self.what).heap_id)
+
     def _key(self, rec) -> NameKey:
-        return NameKey(rec.hash, load=lambda: self.kind.name_of(self._get(unshared(rec, self.kind, self.what).heap_id),
-                                                                 self.txn.sizes))
+        return NameKey(rec.hash, load=lambda: self.kind.name_of(self._message(rec), self.txn.sizes))
 
     def _header(self, address: int) -> bt.BTreeV2Header:
         return bt_reader.read_header(self.txn.reader, address, f"{self.what}: dense {self.kind.label} index")
@@ -167,19 +181,19 @@ class DenseStore:
 
     def find(self, name: bytes):
         """The name index's record of `name`, or None."""
-        return find(self.txn.reader, self.kind, self.name_index, name, self._get, self.what)
+        return find(self.txn.reader, self.kind, self.name_index, name, self._message, self.what)
 
     def lookup(self, name: bytes) -> bytes | None:
         """The stored message named `name`, or None."""
         rec = self.find(name)
-        return None if rec is None else self._get(unshared(rec, self.kind, self.what).heap_id)
+        return None if rec is None else self._message(rec)
 
     def items(self) -> list[tuple[object, bytes]]:
         """(name record, stored message) of every entry, in name-index order."""
         out = []
         for rec in bt_reader.iterate(self.txn.reader, self.name_index, what=f"{self.what}: dense {self.kind.label} "
                                      "name index", expect_type=self.kind.name_type):
-            out.append((rec, self._get(unshared(rec, self.kind, self.what).heap_id)))
+            out.append((rec, self._message(rec)))
         return out
 
     # -- edits -------------------------------------------------------------------------------------
@@ -208,11 +222,12 @@ class DenseStore:
         rec = self.find(name)
         if rec is None:
             raise FileNotFoundError(f"{self.what}: no {self.kind.label} named {name!r}")
-        message = self._get(unshared(rec, self.kind, self.what).heap_id)
+        message = self._message(rec)
         self._edit(self.name_index, [(NameKey(rec.hash, name), None)])
         if self.corder_index is not None:
             self._edit(self.corder_index, [(self._order(rec), None)])
-        self._heap().remove(rec.heap_id)
+        if not getattr(rec, "flags", 0) & MSG_SHARED:
+            self._heap().remove(rec.heap_id)
         return message
 
     def replace(self, name: bytes, message: bytes) -> None:
@@ -220,10 +235,12 @@ class DenseStore:
         rec = self.find(name)
         if rec is None:
             raise FileNotFoundError(f"{self.what}: no {self.kind.label} named {name!r}")
-        unshared(rec, self.kind, self.what)
-        heap_id = self._heap().replace(rec.heap_id, message)
-        if heap_id == rec.heap_id:
-            return
+        if getattr(rec, "flags", 0) & MSG_SHARED and self.shared_get is not None:
+            heap_id = self._heap().insert(message)   # the table's copy stays the table's
+        else:
+            heap_id = self._heap().replace(unshared(rec, self.kind, self.what).heap_id, message)
+            if heap_id == rec.heap_id:
+                return
         order = self._order(rec)
         self._edit(self.name_index, [(NameKey(rec.hash, name), self.kind.name_record(heap_id, rec.hash, order))])
         if self.corder_index is not None:
