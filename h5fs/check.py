@@ -3,7 +3,8 @@
 `check(path)` walks the file's space map with every chunk decoded (h5fs.storage.space_map: every
 structure reachable from the superblock is read, its checksum verified, every B-tree and array
 index walked, each object's errors caught and recorded, each object's reference count compared
-with the hard links and shared-datatype uses that lead to it), then checks the map as a whole: no two
+with the hard links and shared-datatype uses that lead to it, the shared-message table's records
+compared with the uses objects make of them: storage/sohm_uses.py), then checks the map as a whole: no two
 extents overlap (both owners named), nothing lies past the superblock's end of allocation (the
 end of the file is checked as each extent is met), the free space persistent free-space managers
 list is space nothing uses and no two sections overlap, the File Space Info message's end of

@@ -692,3 +692,54 @@ def test_reference_counts_are_checked(tmp_path, libver):
     problems = check(str(path)).problems
     assert [(p.path, p.structure) for p in problems] == [("/d", "reference count")], problems
     assert "counts 3, 2 lead" in problems[0].message
+
+
+def _replace_sohm_record(path: Path, old, new) -> None:
+    """Rewrite one record of index 0 of the file's shared-message table (checksums kept)."""
+    from h5fs.format import btree_v2 as bt
+    from h5fs.format.messages import sohm_table as T
+    from h5fs.storage.btree_v2_edit import BTreeV2Edit
+    from h5fs.storage.readers import btree_v2 as bt_reader
+    with H5File.open(str(path), writable=True) as f:
+        index = f.sohm_indexes[0]
+        with f.store.transaction() as txn:
+            if index.index_type == T.LIST:
+                data = txn.reader.read(index.index_address, T.list_size(f.sizes, index.num_messages), "list")
+                records = [new if r == old else r for r in T.decode_list(Reader(data, 0, f.sizes, "list"),
+                                                                          index.num_messages)]
+                w = Writer(f.sizes)
+                T.encode_list(w, records)
+                txn.write_in_place(index.index_address, w.getvalue())
+            else:
+                hdr = bt_reader.read_header(txn.reader, index.index_address, "index")
+                BTreeV2Edit(txn, hdr, lambda r: r.hash, bt.decode_sohm, bt.encode_sohm, "index").apply([(old.hash, new)])
+            txn.commit()
+
+
+@pytest.mark.parametrize("fcpl", ["lists", "btree"])
+def test_shared_message_counts_are_checked(tmp_path, fcpl):
+    """libhdf5's shared-message tables check clean (uses in headers, in dense attributes, in the
+    attributes the table holds, and first copies kept in their header); a record counting one use
+    too many, or naming a header without such a message, is reported."""
+    from h5fs.storage.sohm_uses import SharedUses
+    path = tmp_path / f"sohm-{fcpl}.h5"
+    with R.new_file(path, "latest", (8, 8), R.sohm_fcpl(50, 40) if fcpl == "lists" else R.shared_messages_fcpl()) as f:
+        for i in range(3):
+            f.create_dataset(f"d{i}", data=np.arange(10, dtype="f8")).attrs["units"] = "m/s"
+        f.create_dataset("alone", data=np.arange(3, dtype="i2"))
+        for i in range(10):
+            f.require_group("g").attrs[f"a{i}"] = np.float64(i) if i else "text"
+    assert check(str(path)).sound, check(str(path)).problems
+    with H5File.open(str(path)) as f:
+        records = SharedUses(f, f.sohm_indexes).records(f.sohm_indexes[0], "index 0")
+    heap_rec = next(r for r in records if r.location == 0 and r.refcount > 1)
+    here_rec = next(r for r in records if r.location == 1)
+    for old, new, expected in ((heap_rec, replace(heap_rec, refcount=heap_rec.refcount + 1),
+                                f"counts {heap_rec.refcount + 1} uses, {heap_rec.refcount} found"),
+                               (here_rec, replace(here_rec, oh_address=here_rec.oh_address + 8),
+                                f"in the header at {here_rec.oh_address + 8}, which holds no such")):
+        bad = tmp_path / "bad.h5"
+        shutil.copy(path, bad)
+        _replace_sohm_record(bad, old, new)
+        lines = [str(p) for p in check(str(bad)).problems]
+        assert len(lines) == 1 and "shared message index 0" in lines[0] and expected in lines[0], lines

@@ -70,6 +70,7 @@ from .readers import local_heap as lh_reader
 from .readers import symbol_table_node as snod_reader
 from .readers.fractal_heap import FractalHeap
 from .readers.sohm_table import read_table
+from .sohm_uses import SharedUses
 
 if TYPE_CHECKING:
     from ..model.file import H5File
@@ -249,6 +250,7 @@ class _Walk:
         self.collections: dict[int, object] = {}     # global heap collection address -> Collection | None
         self.references: Counter[int] = Counter()    # header address -> links and shared uses met
         self.counts: dict[int, tuple[int, str]] = {}  # header address -> (its reference count, path)
+        self.shared_uses: SharedUses | None = None   # what objects use of a shared-message table
 
     def run(self) -> SpaceMap:
         self.superblock()
@@ -260,6 +262,9 @@ class _Walk:
             self.tick()
         if not self.map.problems:   # with links unread the counts would be incomplete
             self.reference_counts()
+            if self.shared_uses is not None:
+                with self.guard("shared message table", "shared message index"):
+                    self.shared_uses.verify(self.problem)
         return self.map
 
     def reference_counts(self) -> None:
@@ -361,7 +366,10 @@ class _Walk:
         indexes = []
         with self.guard(FILE, what):
             indexes = read_table(self.reader, msg)
+            self.shared_uses = SharedUses(self.f, indexes)
         for index in indexes:
+            if index.index_address is None and index.num_messages == 0:
+                continue   # emptied: libhdf5 deletes an index (and its heap) with its last message
             if index.index_type == sohm_table.LIST:
                 what = "shared message list"
                 if self.add(index.index_address, sohm_table.list_size(s, index.list_cutoff), FILE, what):
@@ -393,6 +401,9 @@ class _Walk:
         for raw in header.messages:
             if raw.shared:
                 self.shared_source(raw.type, raw.data, path)
+        if self.shared_uses is not None:
+            with self.guard(path, "shared message uses"):
+                self.shared_uses.header(address, path)
         with self.guard(path, "object header"):
             obj = self.f.get(address, path)
         if obj is None:
