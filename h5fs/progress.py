@@ -52,10 +52,12 @@ def watch(line: Line | None, poll: Callable[[], str | None], until: threading.Ev
         return None
 
     def run() -> None:
-        while not until.wait(INTERVAL):
+        while True:
             text = poll()
             if text:
                 line.show(text)
+            if until.wait(INTERVAL):
+                break
         line.done()
 
     thread = threading.Thread(target=run, name="h5fs-progress", daemon=True)

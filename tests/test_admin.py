@@ -324,6 +324,42 @@ def test_umount_shows_flush_progress_on_a_terminal_only(h5, mounts, tmp_path):
     assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == ""
 
 
+def test_foreground_daemon_shows_its_final_flush_on_a_terminal(h5, mounts, tmp_path):
+    mp = mounts.point()
+    master, slave = pty.openpty()
+    daemon = subprocess.Popen(H5FS + ["mount", "-f", "-o", "rw,writeback_mb=1024,flush_delay=600", str(h5), str(mp)],
+                              stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    shown = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            shown.extend(data)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert wait_until(lambda: is_mounted(mp) and os.path.exists(mp / "z"), 30)
+        with open(mp / "z", "r+b") as fh:   # 16 MiB of gzip chunks, left dirty (flush_delay=600)
+            fh.write(np.random.default_rng(4).random((4096, 1024), dtype=np.float32).tobytes())
+        subprocess.run(["fusermount3", "-u", str(mp)], check=True)   # the daemon writes them as it exits
+        assert daemon.wait(timeout=120) == 0
+        reader.join(10)
+    finally:
+        if daemon.poll() is None:
+            force_unmount(mp, daemon.pid)
+            daemon.wait(timeout=30)
+        os.close(master)
+    text = shown.decode("utf-8", "replace")
+    assert re.search(r"h5fs: writing into the file: \d+ of \d+ chunks", text), text
+    verify_file(h5, h5dump=True)
+
+
 def test_check_shows_progress_on_a_terminal(h5):
     status, shown = run_on_pty(H5FS + ["check", str(h5)])
     assert status == 0 and "sound" in shown

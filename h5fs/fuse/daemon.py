@@ -17,8 +17,7 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
 
 import pyfuse3
 import trio
@@ -81,15 +80,15 @@ def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeb
         status = 1
     finally:
         notify.stopping("unmounting: writing the last changes into the file")
-        with _deferred_signals(logs):
-            still = mounts.find_mount(mountpoint)
-            unmount = still is not None and still.fstype == mounts.FSTYPE
-            try:
-                pyfuse3.close(unmount=unmount)
-            except Exception:
-                log.exception("closing the FUSE session failed")
-                status = 1
-            status = _close(ops, source, foreground) or status
+        _defer_signals(logs)
+        still = mounts.find_mount(mountpoint)
+        unmount = still is not None and still.fstype == mounts.FSTYPE
+        try:
+            pyfuse3.close(unmount=unmount)
+        except Exception:
+            log.exception("closing the FUSE session failed")
+            status = 1
+        status = _close(ops, source, foreground) or status
         utab.remove(mountpoint)
     log.info("unmounted %s (%s, up %s)", mountpoint, mode, duration(time.time() - ops.started))
     return status
@@ -102,9 +101,15 @@ def _close(ops: Operations, source: str, foreground: bool) -> int:
     shown = [""]
 
     def poll() -> str | None:
-        if wb is None or not wb.flushing:
+        if wb is None:
             return None
-        text = flush_text(wb.flush_done, wb.flush_total)
+        if wb.flushing:
+            text = flush_text(wb.flush_done, wb.flush_total)
+        else:   # not started yet (or between parts)
+            chunks = wb.waiting()[1]
+            if not chunks:
+                return None
+            text = flush_text(0, chunks)
         if text != shown[0]:
             shown[0] = text
             notify.status(text)
@@ -126,20 +131,15 @@ def _close(ops: Operations, source: str, foreground: bool) -> int:
             watcher.join()
 
 
-@contextmanager
-def _deferred_signals(logs: Logs) -> Iterator[None]:
-    """SIGTERM and SIGINT logged and ignored while the last changes are written; SIGHUP still
-    reopens the log."""
+def _defer_signals(logs: Logs) -> None:
+    """From the unmount on, SIGTERM and SIGINT are logged and ignored (the last changes are
+    written first, and the daemon exits right after); SIGHUP still reopens the log."""
     def later(signum, frame) -> None:
         log.warning("signal %s while writing the last changes: they are written first", signal.Signals(signum).name)
 
-    old = {s: signal.signal(s, later) for s in (signal.SIGTERM, signal.SIGINT)}
-    old[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda signum, frame: logs.reopen())
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, later)
+    signal.signal(signal.SIGHUP, lambda signum, frame: logs.reopen())
 
 
 async def _main(ops: Operations, mountpoint: str, readahead_kb: int, logs: Logs, on_ready, on_fail) -> None:
