@@ -27,7 +27,7 @@ from ..model import namespace
 from ..model.dataset_create import NPY_CHUNK_BYTES, npy_storage
 from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, RAW, SYMLINK, Entry, Numbers
 from ..model.npy_header import NpyHeaderError, parse_npy_header
-from ..model.tree_edit import TreeEditor
+from ..model.tree_edit import NamespaceError, TreeEditor
 from . import offload, views
 from .handles import NpyStream, OpenFile
 from .inodes import Node
@@ -81,10 +81,19 @@ class EditSide:
 
     # -- the edits -------------------------------------------------------------------------------
     async def mkdir(self, parent: Node, name: bytes):
-        text = await self._free_name(parent, name)
-        await self._run(self.editor.mkdir, self.ops._object(parent), text)
+        text, ops = link_name(name), self.ops
+
+        def make() -> namespace.Entry | None:   # one worker trip: the name checked, made, looked up
+            if namespace.lookup(ops.f, ops._object(parent), parent.path, name) is not None:
+                raise NamespaceError(errno.EEXIST, f"{parent.path}: {text!r} exists")
+            self.editor.mkdir(ops._object(parent), text)
+            return namespace.lookup(ops.f, ops._object(parent), parent.path, name)
+
+        entry = await self._run(make)
         self._changed(parent, name)
-        return await self._lookup(parent, name)
+        if entry is None:
+            raise FUSEError(errno.EIO)
+        return ops._hand_out(parent, entry)
 
     async def rmdir(self, parent: Node, name: bytes) -> None:
         text, entry = await self._link_of(parent, name)
