@@ -66,7 +66,12 @@ class EditSide:
 
     async def _link_of(self, parent: Node, name: bytes) -> tuple[str, namespace.Entry]:
         """The link name behind a file name of `parent` (`D.npy` is the link `D`), and its entry."""
-        entry = await self._entry(parent, name)
+        return await offload.run_sync(self._link_now, parent, name)
+
+    def _link_now(self, parent: Node, name: bytes) -> tuple[str, namespace.Entry]:
+        """`_link_of` in a worker thread."""
+        ops = self.ops
+        entry = namespace.lookup(ops.f, ops._object(parent), parent.path, name)
         if entry is None:
             raise FUSEError(errno.ENOENT)
         return _base(name, entry).decode("utf-8", "surrogateescape"), entry
@@ -104,16 +109,20 @@ class EditSide:
         await self._forget_object(entry.address)
 
     async def unlink(self, parent: Node, name: bytes) -> None:
-        text, entry = await self._link_of(parent, name)
-        if entry.kind == DIR:
-            raise FUSEError(errno.EISDIR)
-        await self._run(self.editor.unlink, self.ops._object(parent), text)
+        def remove() -> tuple[namespace.Entry, Numbers | None]:   # one worker trip
+            text, entry = self._link_now(parent, name)
+            if entry.kind == DIR:
+                raise FUSEError(errno.EISDIR)
+            self.editor.unlink(self.ops._object(parent), text)
+            return entry, self._numbers_left(entry.address)
+
+        entry, numbers = await self._run(remove)
         twins = _other_views(name, entry)
         self._changed(parent, name, twins)
         if self.ops.handles.reading(parent.ino):
             self.gone_twins.update((parent.ino, twin) for twin in twins)
         if entry.address is not None:
-            await self._forget_object(entry.address)
+            await self._forget_object(entry.address, numbers)
 
     def unlink_gone_twin(self, parent_ino: int, name: bytes) -> bool:
         """Whether `name` is the other view of a dataset removed while its directory was being
@@ -424,24 +433,37 @@ class EditSide:
 
     async def _refresh(self, address: int) -> None:
         """An object's stat numbers (link count, times) changed: every inode of it asks again."""
+        obj = self.ops.f.get(address, "")
+        await self._show(address, await offload.run_sync(namespace.numbers, obj))
+
+    async def _show(self, address: int, numbers: Numbers) -> None:
         ops = self.ops
-        obj = ops.f.get(address, "")
-        numbers = await offload.run_sync(namespace.numbers, obj)
         for node in (ops.table.find_object(address), ops.table.find_view(address)):
             if node is not None:
                 node.numbers = numbers
                 await ops.invalidator.attributes(node)
 
-    async def _forget_object(self, address: int) -> None:
-        """A link to the object went: its link count changed, or it is gone."""
+    def _numbers_left(self, address: int | None) -> Numbers | None:
+        """In a worker: the stat numbers of an object a link to went, or None when it went
+        with it (freed with its last link)."""
+        if address is None:
+            return None
+        try:
+            return namespace.numbers(self.ops.f.get(address, ""))
+        except Exception:  # noqa: BLE001 - freed: nothing left to show
+            return None
+
+    async def _forget_object(self, address: int, numbers: Numbers | None | bool = False) -> None:
+        """A link to the object went: its link count changed, or it is gone (`numbers`: what
+        `_numbers_left` found, if the caller's worker asked already)."""
         ops = self.ops
         ops.attribute_tables.pop(address)
         for npy in (False, True):
             ops.fact_tables.pop((address, npy))
-        try:
-            await self._refresh(address)
-        except Exception:  # noqa: BLE001 - freed with its last link: nothing left to show
-            pass
+        if numbers is False:
+            numbers = await offload.run_sync(self._numbers_left, address)
+        if numbers is not None:
+            await self._show(address, numbers)
 
     def _attributes_changed(self, node: Node, attr: str) -> None:
         self.ops.attribute_tables.pop(node.address)
