@@ -54,11 +54,23 @@ class SharedMessages:
         self._btree_changes: dict[int, dict[int, bt.SharedMessageRecord | None]] = {}   # by hash
         self._heap_removals: list[tuple[int, bytes]] = []
         self._changed: set[int] = set()
+        self._active: bool | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the file has a table. Most do not: then nothing here reads what goes (a
+        broken attribute included)."""
+        if self._active is None:
+            ext = self.f.extension
+            self._active = ext is not None and ext.first(SOHM_TABLE) is not None
+        return self._active
 
     # -- what leaves a header -------------------------------------------------------------------
     def release(self, raw: RawMessage, header_address: int, what: str) -> None:
         """Message `raw` leaves the header at `header_address`: a use of a shared message fewer.
         Committed datatypes (shared through another object's header) are the caller's."""
+        if not self.active:
+            return
         if raw.shared:
             ref = shared_msg.decode(Reader(raw.data, 0, self.txn.sizes, f"{what}: shared message"))
             if ref.kind == shared_msg.IN_SOHM_HEAP:
@@ -70,11 +82,15 @@ class SharedMessages:
     def release_attribute(self, body: bytes, what: str) -> None:
         """An attribute message of its own goes (wherever it was stored): the datatype and
         dataspace it holds as shared-message references, one use fewer each (H5O__attr_delete)."""
+        if not self.active:
+            return
         for mtype, heap_id in self._embedded(body, what):
             self.release_heap_id(mtype, heap_id, what)
 
     def acquire_attribute(self, body: bytes, what: str) -> None:
         """A new attribute message of its own holds these references: one use more each."""
+        if not self.active:
+            return
         for mtype, heap_id in self._embedded(body, what):
             number, i = self._find_heap_id(mtype, heap_id, what)
             rec = self._records[number][i]
@@ -109,6 +125,8 @@ class SharedMessages:
         """The attributes of an object's dense storage go: those shared in the table (records
         flagged shared, whose heap ID is the table heap's), one use fewer each; the others
         release what they hold."""
+        if not self.active:
+            return
         heap = None
         for rec in bt_reader.iterate(self.txn.reader, name_index, bt.decode_attr_name, f"{what}: attribute name index",
                                      expect_type=bt.ATTR_NAME):
