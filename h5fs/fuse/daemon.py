@@ -7,6 +7,7 @@ CLI itself with `-f`); it announces readiness through `on_ready` once the mount 
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import os
@@ -39,6 +40,25 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+# Each read request allocates its output (and scratch) of up to a few MiB. Above glibc's mmap
+# threshold every one is a fresh mapping whose pages fault in on first touch and are unmapped at
+# free: measured, half the CPU of a tiled chunked read. Kept in the heap (and not trimmed back
+# at once), they reuse pages already mapped.
+MMAP_THRESHOLD = 32 << 20
+TRIM_THRESHOLD = 64 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
+
+
+def _tune_malloc() -> None:
+    """Keep request-sized buffers in the heap (glibc only; elsewhere nothing changes)."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
+
+
 def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, writeback: Writeback | None,
           writeback_cache: bool, compression: str | None, info: dict, readahead_kb: int, on_ready: Callable[[], None],
           on_fail: Callable[[str], None]) -> int:
@@ -54,6 +74,7 @@ def serve(h5file, source: str, mountpoint: str, fuse_options: set[str], *, write
         return 1
     log.info("mounted %s on %s (options %s)", source, mountpoint, ",".join(sorted(fuse_options)))
     _tune_gc()
+    _tune_malloc()
     status = 0
     try:
         trio.run(_main, ops, mountpoint, readahead_kb, on_ready, on_fail)

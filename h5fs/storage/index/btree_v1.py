@@ -23,15 +23,16 @@ class BTreeV1Index(ChunkIndex):
         self.rank = len(ctx.layout.chunk_dims)
         self.root = ctx.layout.index.address if ctx.layout.index else None
 
-    def node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
-        """A node and its keys' chunk offsets, through the file's metadata cache."""
-        def load() -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
+    def node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]], list[ChunkRecord | None]]:
+        """A node, its keys' chunk offsets and its children's records (made on first use: a
+        row of chunks looks them up again and again), through the file's metadata cache."""
+        def load() -> tuple[btree_v1.Node, list[tuple[int, ...]], list[ChunkRecord | None]]:
             node = read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
-            return node, [tuple(k.offsets[:self.rank]) for k in node.keys]
+            return node, [tuple(k.offsets[:self.rank]) for k in node.keys], [None] * len(node.children)
 
-        # per key: a ChunkKey, its offsets, their ints and the offsets tuple kept beside it
+        # per key: a ChunkKey, its offsets, their ints and the offsets tuple kept beside it, and a record
         return self.ctx.reader.meta.get(address, ("v1 B-tree chunk node", self.rank), load,
-                                        lambda v: 256 + len(v[0].keys) * (200 + 60 * self.rank))
+                                        lambda v: 256 + len(v[0].keys) * (350 + 60 * self.rank))
 
     def _record(self, key: btree_v1.ChunkKey, child: int) -> ChunkRecord:
         dims = self.ctx.layout.chunk_dims
@@ -41,22 +42,59 @@ class BTreeV1Index(ChunkIndex):
         return ChunkRecord(tuple(o // d for o, d in zip(offsets, dims)), child, key.size, key.filter_mask)
 
     def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
+        target = self._offsets(coords)
+        leaf = self._leaf(target)
+        return None if leaf is None else self._in_leaf(leaf, target)
+
+    def lookup_many(self, coords: Sequence[tuple[int, ...]]) -> list[ChunkRecord | None]:
+        """One descent per leaf: a chunk whose offsets lie within the last leaf's keys is
+        answered from that leaf (in a valid tree no other leaf can hold it)."""
+        out: list[ChunkRecord | None] = []
+        leaf = None
+        for c in coords:
+            target = self._offsets(c)
+            if leaf is None or not leaf[1][0] <= target <= leaf[1][len(leaf[0].children) - 1]:
+                found = self._leaf(target)
+                if found is None:
+                    out.append(None)
+                    continue
+                leaf = found
+            out.append(self._in_leaf(leaf, target))
+        return out
+
+    def _offsets(self, coords: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(c * d for c, d in zip(coords, self.ctx.layout.chunk_dims))
+
+    def _in_leaf(self, leaf: tuple[btree_v1.Node, list[tuple[int, ...]], list[ChunkRecord | None]],
+                 target: tuple[int, ...]) -> ChunkRecord | None:
+        node, keys, records = leaf
+        pick = bisect_right(keys, target, 0, len(node.children)) - 1
+        if pick < 0 or keys[pick] != target:
+            return None
+        rec = records[pick]
+        if rec is None:
+            rec = records[pick] = self._record(node.keys[pick], node.children[pick])
+        return rec
+
+    def _leaf(self, target: tuple[int, ...]) -> tuple[btree_v1.Node, list[tuple[int, ...]], list] | None:
+        """The leaf (node, key offsets) whose range holds `target`; None when no leaf's does."""
         if self.root is None:
             return None
-        target = tuple(c * d for c, d in zip(coords, self.ctx.layout.chunk_dims))
         addr, level = self.root, None
         for _ in range(btree_v1.MAX_DEPTH + 1):
-            node, keys = self.node(addr)
+            leaf = self.node(addr)
+            node, keys = leaf[0], leaf[1]
             if level is not None and node.level != level:
                 raise FormatError(f"{self.ctx.what}: B-tree node at {addr} has level {node.level}, expected {level}")
+            if not node.children:
+                return None
+            if node.level == 0:
+                return leaf
             # child i holds keys in [keys[i], keys[i+1]): take the last child whose left key <= target
             # (keys are sorted in a valid tree; in a corrupt one this still picks some child)
             pick = bisect_right(keys, target, 0, len(node.children)) - 1
             if pick < 0:
                 return None
-            if node.level == 0:
-                key = node.keys[pick]
-                return self._record(key, node.children[pick]) if keys[pick] == target else None
             addr, level = node.children[pick], node.level - 1
         raise FormatError(f"{self.ctx.what}: B-tree deeper than {btree_v1.MAX_DEPTH}")
 

@@ -1,0 +1,218 @@
+"""Reads of an unfiltered chunked dataset's raw view straight from the file into one buffer.
+
+No decoded-chunk cache and no per-chunk buffer: a request's elements become boxes
+(chunk_grid.linear_boxes), each box is served one row of chunks (chunks sharing their first grid
+coordinate) at a time, with one index walk per row (`ChunkIndex.lookup_many`). Every chunk of a
+row needs the same slab of its first dimension, so its part is one run of the file:
+- chunks spanning whole rows (one chunk per row of chunks, covering every other dimension): the
+  run goes straight into the output;
+- a box covering whole chunks on every other dimension: the runs go side by side into a scratch
+  buffer, and one transposing copy puts the row into the output;
+- otherwise: each chunk's part from its first element in the box to its last (never the whole
+  chunk) into scratch, then a strided copy per chunk.
+Runs adjacent in the file are read by one preadv. Edge chunks are full-size in the file (their
+strides are the chunk's); chunks never allocated read as the fill value; chunks the writeback
+holds dirty in memory (pinned in the chunk cache, not yet in the file) are taken from there.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from itertools import product
+from math import prod
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import FormatError
+from .chunk_grid import linear_boxes
+
+if TYPE_CHECKING:
+    from .chunked import ChunkedSource
+    from .index import ChunkRecord
+
+IOV_MAX = 1024          # iovecs per preadv (Linux UIO_MAXIOV)
+ROW_CHUNKS = 4096       # chunks of a row looked up at once (and kept) when a read needs some
+AHEAD_BYTES = 16 << 20  # chunks spanning whole rows: those of the next this many bytes looked up at once
+
+
+class Miss(Exception):
+    """A RWF_NOWAIT read found data outside the page cache."""
+
+
+def read(src: ChunkedSource, offset: int, size: int, flags: int = 0) -> memoryview:
+    """Raw bytes [offset, offset+size) clipped to the dataset (`flags`: preadv2 flags; with
+    RWF_NOWAIT, Miss when the disk would be needed)."""
+    offset, size = src.clip(offset, size)
+    if size == 0:
+        return memoryview(b"")
+    isz = src.itemsize
+    e0, e1 = offset // isz, -(-(offset + size) // isz)
+    out = np.empty((e1 - e0, isz), np.uint8)
+    pos = 0
+    for start, count in linear_boxes(src.shape, e0, e1):
+        n = prod(count)
+        read_box(src, start, count, out[pos:pos + n].reshape(count + (isz,)), flags)
+        pos += n
+    skip = offset - e0 * isz
+    return memoryview(out.reshape(-1))[skip:skip + size]
+
+
+def read_box(src: ChunkedSource, start: tuple[int, ...], count: tuple[int, ...], dst: np.ndarray,
+             flags: int = 0) -> None:
+    """The elements of box (start, count) into `dst` (uint8, shape count + (itemsize,), any strides)."""
+    reads = _Reads(src, flags)
+    chunk, rank = src.chunk, len(src.chunk)
+    whole_rows = dst.flags.c_contiguous and all(count[d] == src.shape[d] == chunk[d] for d in range(1, rank))
+    rows = range(start[0] // chunk[0], (start[0] + count[0] - 1) // chunk[0] + 1)
+    if whole_rows:   # one chunk per row of chunks, each part a run of the output: one walk for all
+        rest = (0,) * (rank - 1)
+        ahead = range(rows.start, min(src.grid[0], rows.start + max(len(rows), min(ROW_CHUNKS, AHEAD_BYTES // src.chunk_bytes))))
+        recs = src.records([(c0,) + rest for c0 in rows], lambda: [(c0,) + rest for c0 in ahead])
+        for c0, rec in zip(rows, recs):
+            a, b = _slab(start[0], count[0], c0, chunk[0])
+            reads.run((c0,) + rest, rec, a * src.row_bytes, dst[a + c0 * chunk[0] - start[0]:b + c0 * chunk[0] - start[0]])
+        reads.finish()
+        return
+    spans = [range(s // k, (s + n - 1) // k + 1) for s, n, k in zip(start[1:], count[1:], chunk[1:])]
+    aligned = all(s % k == 0 and (s + n) % k == 0 for s, n, k in zip(start[1:], count[1:], chunk[1:]))
+    for c0 in rows:
+        a, b = _slab(start[0], count[0], c0, chunk[0])
+        slab = dst[a + c0 * chunk[0] - start[0]:b + c0 * chunk[0] - start[0]]
+        coords = [(c0,) + rest for rest in product(*spans)]
+        recs = src.records(coords, partial(_row, src, c0, coords))
+        if aligned:
+            _tiles(src, reads, coords, recs, a, b, [len(r) for r in spans], slab)
+        else:
+            _parts(src, reads, coords, recs, a, b, start, count, slab)
+
+
+def _row(src: ChunkedSource, c0: int, coords: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Every chunk of row `c0` of the grid, or just `coords` when the row is too long."""
+    if prod(src.grid[1:]) > ROW_CHUNKS:
+        return coords
+    return [(c0,) + rest for rest in product(*(range(g) for g in src.grid[1:]))]
+
+
+def _slab(s: int, n: int, c: int, k: int) -> tuple[int, int]:
+    """Elements [a, b) of chunk `c` (of `k`) along a dimension that the range [s, s+n) takes."""
+    return max(s, c * k) - c * k, min(s + n, (c + 1) * k) - c * k
+
+
+def _tiles(src: ChunkedSource, reads: _Reads, coords: list, recs: list, a: int, b: int, grid: list[int],
+           slab: np.ndarray) -> None:
+    """A row of chunks the box covers whole on every dimension but the first: their runs side
+    by side, then one transposing copy."""
+    isz, inner = src.itemsize, src.chunk[1:]
+    scratch = np.empty((len(recs), b - a) + inner + (isz,), np.uint8)
+    for c, rec, part in zip(coords, recs, scratch):
+        reads.run(c, rec, a * src.row_bytes, part)
+    reads.finish()
+    n = len(inner)
+    tiles = scratch.reshape(tuple(grid) + (b - a,) + inner + (isz,))
+    # (g1..gn, rows, k1..kn, isz) -> (rows, g1, k1, ..., gn, kn, isz)
+    order = (n,) + tuple(x for d in range(n) for x in (d, n + 1 + d)) + (2 * n + 1,)
+    _split(slab, grid, inner)[...] = tiles.transpose(order)
+
+
+def _split(view: np.ndarray, grid: list[int], inner: tuple[int, ...]) -> np.ndarray:
+    """`view` (rows, g1*k1, ..., gn*kn, isz) as (rows, g1, k1, ..., gn, kn, isz), never a copy."""
+    shape, strides = [view.shape[0]], [view.strides[0]]
+    for d, (g, k) in enumerate(zip(grid, inner)):
+        st = view.strides[d + 1]
+        shape += [g, k]
+        strides += [st * k, st]
+    return np.lib.stride_tricks.as_strided(view, tuple(shape) + view.shape[-1:],
+                                           tuple(strides) + view.strides[-1:], writeable=True)
+
+
+def _parts(src: ChunkedSource, reads: _Reads, coords: list, recs: list, a: int, b: int,
+           start: tuple[int, ...], count: tuple[int, ...], slab: np.ndarray) -> None:
+    """A row of chunks cut by the box: each chunk's elements from its first in the box to its
+    last, then a strided copy each."""
+    chunk, isz = src.chunk, src.itemsize
+    cstrides = tuple(prod(chunk[d + 1:]) * isz for d in range(len(chunk))) + (1,)
+    todo, spans, total = [], [], 0
+    for c, rec in zip(coords, recs):
+        lo, hi, out = [a], [b], [slice(None)]
+        for s, n, cd, k in zip(start[1:], count[1:], c[1:], chunk[1:]):
+            x, y = _slab(s, n, cd, k)
+            lo.append(x)
+            hi.append(y)
+            out.append(slice(x + cd * k - s, y + cd * k - s))
+        first = sum(x * st for x, st in zip(lo, cstrides))
+        last = sum((y - 1) * st for y, st in zip(hi, cstrides)) + isz
+        todo.append((c, rec, first, tuple(y - x for x, y in zip(lo, hi)), tuple(out)))
+        spans.append(last - first)
+        total += last - first
+    scratch = np.empty(total, np.uint8)
+    pos = 0
+    for (c, rec, first, _, _), n in zip(todo, spans):
+        reads.run(c, rec, first, scratch[pos:pos + n])
+        pos += n
+    reads.finish()
+    pos = 0
+    for (_, _, _, shape, out), n in zip(todo, spans):
+        slab[out] = np.ndarray(shape + (isz,), np.uint8, scratch, pos, cstrides)
+        pos += n
+
+
+class _Reads:
+    """Runs of chunks to read into buffers: gathered, then issued as few preadv calls as
+    runs adjacent in the file allow; fill values and chunks held in memory copied at once."""
+
+    def __init__(self, src: ChunkedSource, flags: int):
+        self.src, self.flags = src, flags
+        reader = src.index.ctx.reader
+        self.fd, self.base, self.eof = reader.fd, reader.base, reader.eof
+        self.todo: list[tuple[int, np.ndarray]] = []
+        self.fill = None if not src.fill or not any(src.fill) else np.frombuffer(src.fill, np.uint8)
+        # dirty chunks live in the chunk cache; it is asked only when it holds some of ours
+        self.memory = src.cache.holds_any(src.owner)
+
+    def run(self, coords: tuple[int, ...], rec: ChunkRecord | None, first: int, buf: np.ndarray) -> None:
+        """Bytes [first, first + buf.nbytes) of chunk `coords` (`rec` None: never allocated) into
+        `buf` (C-contiguous, whole elements)."""
+        src = self.src
+        if self.memory:
+            held = src.cache.peek((src.owner, coords))
+            if held is not None:
+                buf[...] = np.frombuffer(held, np.uint8, buf.nbytes, first).reshape(buf.shape)
+                return
+        if rec is None:
+            buf.reshape(-1, src.itemsize)[...] = 0 if self.fill is None else self.fill
+            return
+        if rec.size != src.chunk_bytes:
+            raise FormatError(f"{src.what}: chunk {rec.coords} claims {rec.size} stored bytes, "
+                              f"unfiltered chunks hold {src.chunk_bytes}")
+        if rec.address is None or rec.address < 0 or self.base + rec.address + rec.size > self.eof:
+            raise FormatError(f"{src.what}: chunk {rec.coords} at {rec.address}+{rec.size} lies outside the file")
+        self.todo.append((self.base + rec.address + first, buf))
+
+    def finish(self) -> None:
+        """Issue the gathered reads."""
+        todo, self.todo = sorted(self.todo, key=lambda t: t[0]), []
+        i = 0
+        while i < len(todo):
+            pos = end = todo[i][0]
+            bufs = []
+            while i < len(todo) and todo[i][0] == end and len(bufs) < IOV_MAX:
+                bufs.append(todo[i][1])
+                end += todo[i][1].nbytes
+                i += 1
+            self._preadv(bufs, pos, end - pos)
+
+    def _preadv(self, bufs: list[np.ndarray], pos: int, total: int) -> None:
+        try:
+            n = os.preadv(self.fd, bufs, pos, self.flags)
+        except BlockingIOError:
+            raise Miss from None
+        except OSError:
+            if self.flags:
+                raise Miss from None
+            raise
+        if n != total:
+            if self.flags:
+                raise Miss
+            raise FormatError(f"{self.src.what}: short read of chunk data at {pos - self.base}")
