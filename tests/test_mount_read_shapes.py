@@ -73,6 +73,17 @@ def build(f: h5py.File, latest: bool) -> None:
     layout[0:20, 30:55] = h5py.VirtualSource(f["vb"])
     layout[22:29, :] = h5py.VirtualSource(f["vc"])
     f.create_virtual_dataset("virtual", layout, fillvalue=-1)
+    # strided mappings (an unfiltered and a filtered source interleaved by columns), overlapping
+    # ones (the later wins), and a 1-D source behind a 2-D block (paired element by element)
+    f.create_dataset("sa", data=_values((20, 30), "<f8"), chunks=(3, 7))
+    f.create_dataset("sb", data=_values((20, 30), "<f8"), chunks=(6, 6), compression="gzip")
+    f.create_dataset("flat", data=_values((120,), "<f8"))
+    layout = h5py.VirtualLayout((25, 60), "<f8")
+    layout[0:20, ::2] = h5py.VirtualSource(f["sa"])
+    layout[0:20, 1::2] = h5py.VirtualSource(f["sb"])
+    layout[10:20, 10:40] = h5py.VirtualSource(f["sa"])[5:15, 0:30]
+    layout[21:25, 7:37] = h5py.VirtualSource(f["flat"])
+    f.create_virtual_dataset("virtual_strided", layout, fillvalue=0.5)
 
 
 def _random_reads(fd: int, want: bytes, rng: random.Random, n: int) -> None:
@@ -94,7 +105,9 @@ def test_random_reads_match_h5py(tmp_path, mount, libver):
         indexes = set()
         for name in names:
             ds = f[name]
-            arr = ds[()]
+            # libhdf5 2.0 reading a whole virtual dataset leaves some unmapped elements 0 instead
+            # of the fill value (next to a mapping of another rank); row by row it fills them
+            arr = np.concatenate([ds[i:i + 1] for i in range(len(ds))]) if ds.is_virtual else ds[()]
             if ds.chunks is not None and not ds.is_virtual:
                 indexes.add(os.getxattr(mp / name, "user.h5fs.index").decode())
             for view, want in ((name, arr.tobytes()), (name + ".npy", saved(arr))):
