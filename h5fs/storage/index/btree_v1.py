@@ -23,12 +23,13 @@ class BTreeV1Index(ChunkIndex):
         self.rank = len(ctx.layout.chunk_dims)
         self.root = ctx.layout.index.address if ctx.layout.index else None
 
-    def node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]], list[ChunkRecord | None]]:
-        """A node, its keys' chunk offsets and its children's records (made on first use: a
-        row of chunks looks them up again and again), through the file's metadata cache."""
-        def load() -> tuple[btree_v1.Node, list[tuple[int, ...]], list[ChunkRecord | None]]:
+    def node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]], list]:
+        """A node, its keys' chunk offsets, and room for a leaf's records by grid coordinates
+        (`_records`: made on first use, as a row of chunks looks them up again and again),
+        through the file's metadata cache."""
+        def load() -> tuple[btree_v1.Node, list[tuple[int, ...]], list]:
             node = read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
-            return node, [tuple(k.offsets[:self.rank]) for k in node.keys], [None] * len(node.children)
+            return node, [tuple(k.offsets[:self.rank]) for k in node.keys], []
 
         # per key: a ChunkKey, its offsets, their ints and the offsets tuple kept beside it, and a record
         return self.ctx.reader.meta.get(address, ("v1 B-tree chunk node", self.rank), load,
@@ -41,40 +42,34 @@ class BTreeV1Index(ChunkIndex):
             raise FormatError(f"{self.ctx.what}: chunk offset {offsets} is not on the chunk grid")
         return ChunkRecord(tuple(o // d for o, d in zip(offsets, dims)), child, key.size, key.filter_mask)
 
+    def _records(self, leaf) -> tuple[dict[tuple[int, ...], ChunkRecord], tuple[int, ...], tuple[int, ...]]:
+        """A leaf's records by grid coordinates, its first chunk's and its last chunk's."""
+        node, _, memo = leaf
+        if not memo:
+            recs = [self._record(k, c) for k, c in zip(node.keys, node.children)]
+            memo.append(({r.coords: r for r in recs}, recs[0].coords, recs[-1].coords))
+        return memo[0]
+
     def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
-        target = self._offsets(coords)
-        leaf = self._leaf(target)
-        return None if leaf is None else self._in_leaf(leaf, target)
+        coords = tuple(coords)
+        leaf = self._leaf(tuple(c * d for c, d in zip(coords, self.ctx.layout.chunk_dims)))
+        return None if leaf is None else self._records(leaf)[0].get(coords)
 
     def lookup_many(self, coords: Sequence[tuple[int, ...]]) -> list[ChunkRecord | None]:
-        """One descent per leaf: a chunk whose offsets lie within the last leaf's keys is
-        answered from that leaf (in a valid tree no other leaf can hold it)."""
+        """One descent per leaf: a chunk within the last leaf's first and last is answered from
+        that leaf (in a valid tree no other leaf can hold it)."""
         out: list[ChunkRecord | None] = []
-        leaf = None
+        held, lo, hi = {}, None, None
         for c in coords:
-            target = self._offsets(c)
-            if leaf is None or not leaf[1][0] <= target <= leaf[1][len(leaf[0].children) - 1]:
-                found = self._leaf(target)
-                if found is None:
+            c = tuple(c)
+            if lo is None or not lo <= c <= hi:
+                leaf = self._leaf(tuple(x * d for x, d in zip(c, self.ctx.layout.chunk_dims)))
+                if leaf is None:
                     out.append(None)
                     continue
-                leaf = found
-            out.append(self._in_leaf(leaf, target))
+                held, lo, hi = self._records(leaf)
+            out.append(held.get(c))
         return out
-
-    def _offsets(self, coords: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(c * d for c, d in zip(coords, self.ctx.layout.chunk_dims))
-
-    def _in_leaf(self, leaf: tuple[btree_v1.Node, list[tuple[int, ...]], list[ChunkRecord | None]],
-                 target: tuple[int, ...]) -> ChunkRecord | None:
-        node, keys, records = leaf
-        pick = bisect_right(keys, target, 0, len(node.children)) - 1
-        if pick < 0 or keys[pick] != target:
-            return None
-        rec = records[pick]
-        if rec is None:
-            rec = records[pick] = self._record(node.keys[pick], node.children[pick])
-        return rec
 
     def _leaf(self, target: tuple[int, ...]) -> tuple[btree_v1.Node, list[tuple[int, ...]], list] | None:
         """The leaf (node, key offsets) whose range holds `target`; None when no leaf's does."""
@@ -104,6 +99,14 @@ class BTreeV1Index(ChunkIndex):
         for key, child, _ in iterate_leaves(self.ctx.reader, self.root, btree_v1.CHUNK, self.rank,
                                                      self.ctx.what, lambda r, a, t, k, w: self.node(a)[0]):
             yield self._record(key, child)
+
+    def allocated_bytes(self) -> int:
+        """The leaves' stored sizes, summed without making a record per chunk (st_blocks walks
+        the whole index while the first reads go on)."""
+        if self.root is None:
+            return 0
+        return sum(key.size for key, _, _ in iterate_leaves(self.ctx.reader, self.root, btree_v1.CHUNK, self.rank,
+                                                             self.ctx.what, lambda r, a, t, k, w: self.node(a)[0]))
 
     def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
         return V1Writer(self, txn).apply(records, ())
