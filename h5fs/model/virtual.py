@@ -67,7 +67,8 @@ from ..errors import CannotWrite, FormatError, H5fsError, InvalidWrite, NotFound
 from ..format import selection as S
 from ..format import vds_mapping
 from ..storage.chunk_grid import linear_boxes
-from ..storage.sources import RawSource
+from ..storage.sources import NOWAIT, RawSource
+from ..storage.unfiltered_read import Miss
 from .objects import approx_size
 from .virtual_read import gather, read_into
 
@@ -334,8 +335,9 @@ class _Pool:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
-    def acquire(self, path: str) -> _Entry | None:
-        """The open file at `path` (its use count raised), or None when there is no such file."""
+    def acquire(self, path: str, opened_only: bool = False) -> _Entry | None:
+        """The open file at `path` (its use count raised), or None when there is no such file
+        (`opened_only`: Miss rather than open it, for a read that must not wait)."""
         key = os.path.realpath(path)
         # a file replaced, changed or removed since it was opened is opened again (or missing)
         try:
@@ -360,6 +362,8 @@ class _Pool:
             stale.close()
         if ident is None:
             return None
+        if opened_only:
+            raise Miss
         from .file import H5File
         try:
             f = H5File.open(key)
@@ -537,17 +541,20 @@ class VirtualSource(RawSource):
         self._vtype = _norm_type(ds.datatype)
 
     # -- sources ----------------------------------------------------------------------------
-    def _open(self, m: _Resolved):
-        """(pool entry or None, source dataset or None) for a mapping; None when missing."""
+    def _open(self, m: _Resolved, nowait: bool = False):
+        """(pool entry or None, source dataset or None) for a mapping; None when missing
+        (`nowait`: Miss rather than open a source file or find a dataset in it)."""
         if m.file_name == ".":
             return None, self._dataset(self.ds.file, m, None)
         for cand, is_me in self._candidates(m):
             if is_me:
                 return None, self._dataset(self.ds.file, m, None)
-            e = POOL.acquire(cand)
+            e = POOL.acquire(cand, nowait)
             if e is None:
                 continue
             try:
+                if nowait and m.dset_name not in e.datasets:
+                    raise Miss
                 src = self._dataset(e.file, m, e)
             except BaseException:
                 POOL.release(e)
@@ -599,9 +606,10 @@ class VirtualSource(RawSource):
         return src
 
     # -- reading --------------------------------------------------------------------------------
-    def read(self, offset: int, size: int) -> bytes | memoryview:
+    def read(self, offset: int, size: int, flags: int = 0) -> bytes | memoryview:
         """The bytes, assembled once into one buffer: the fill value, then each mapping's part
-        of each box read straight into place (later mappings win where they overlap)."""
+        of each box read straight into place (later mappings win where they overlap).
+        `flags` (RWF_NOWAIT): Miss when a source would need the disk, a file opened or decoding."""
         offset, size = self.clip(offset, size)
         if size == 0:
             return b""
@@ -613,18 +621,28 @@ class VirtualSource(RawSource):
         with _Guard(_key(self.ds), self.ds.path):
             for start, count in linear_boxes(self.shape, e0, e1):
                 n = prod(count)
-                self._box(start, count, out[pos:pos + n])
+                self._box(start, count, out[pos:pos + n], flags)
                 pos += n
         skip = offset - e0 * isz
         return memoryview(out.reshape(-1))[skip:skip + size]
 
-    def _box(self, start: tuple[int, ...], count: tuple[int, ...], out: np.ndarray) -> None:
+    def read_cached(self, offset: int, size: int) -> memoryview | bytes | None:
+        """The bytes when every source serves its part from the page cache (served on the FUSE
+        thread: a worker hop costs more than a read of 1 MiB), else None."""
+        if not NOWAIT:
+            return None
+        try:
+            return self.read(offset, size, NOWAIT)
+        except Miss:
+            return None
+
+    def _box(self, start: tuple[int, ...], count: tuple[int, ...], out: np.ndarray, flags: int) -> None:
         """The mapped elements of one box into `out` (its elements, row-major: (n, itemsize))."""
         view = out.reshape(count + (self.itemsize,))
         for m in self.maps:
             if not m.hits(start, count):
                 continue
-            entry, src = self._open(m)
+            entry, src = self._open(m, bool(flags))
             try:
                 if src is None:
                     continue                            # missing source: fill value
@@ -633,8 +651,10 @@ class VirtualSource(RawSource):
                 found = _pieces(m.vsel, ssel, start, count)
                 if found is not None:
                     for dst, sstart, scount in found:
-                        read_into(src, sshape, sstart, scount, view[dst])
+                        read_into(src, sshape, sstart, scount, view[dst], flags)
                     continue
+                if flags:
+                    raise Miss
                 located = m.vsel.locate(start, count)
                 paired = None if located is None else _pair(m, src, *located)
                 if paired is not None:

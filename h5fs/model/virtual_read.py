@@ -16,31 +16,42 @@ from ..errors import FormatError
 from ..storage.chunk_grid import chunks_in_box, overlap
 from ..storage.chunked import ChunkedSource
 from ..storage.sources import ContiguousSource
-from ..storage.unfiltered_read import read_box
+from ..storage.unfiltered_read import Miss, read_box
 
 DENSE_MIN = 4096               # a source box this small is read whole
 MAX_BOX_BYTES = 8 << 20        # largest source box read at once
 ROWS_SLACK = 256 * 1024        # read whole source rows when they exceed the box by at most this
 
 
-def read_into(src, shape: tuple[int, ...], start: tuple[int, ...], count: tuple[int, ...], dst: np.ndarray) -> None:
+def read_into(src, shape: tuple[int, ...], start: tuple[int, ...], count: tuple[int, ...], dst: np.ndarray,
+              flags: int = 0) -> None:
     """The stored bytes of box (start, count) of source dataset `src` (of `shape`) into `dst`
-    (uint8, shape count + (itemsize,), any strides)."""
+    (uint8, shape count + (itemsize,), any strides). `flags` (RWF_NOWAIT): Miss when the disk
+    or decoding would be needed."""
     raw = src.source
     if isinstance(raw, ChunkedSource) and raw.direct:
-        read_box(raw, start, count, dst)
+        read_box(raw, start, count, dst, flags)
         return
     if isinstance(raw, ContiguousSource) and _one_run(shape, start, count):
         first = 0
         for s, e in zip(start, shape):
             first = first * e + s
         target = dst if dst.flags.c_contiguous else np.empty(dst.shape, np.uint8)
-        n = os.preadv(raw.fd, [target], raw.start + first * src.itemsize)
+        try:
+            n = os.preadv(raw.fd, [target], raw.start + first * src.itemsize, flags)
+        except OSError:
+            if flags:
+                raise Miss from None
+            raise
         if n != target.nbytes:
+            if flags:
+                raise Miss
             raise FormatError(f"{src.path}: source read returned {n} of {target.nbytes} bytes")
         if target is not dst:
             dst[...] = target
         return
+    if flags:
+        raise Miss
     dst[...] = source_box(src, shape, start, count)
 
 
