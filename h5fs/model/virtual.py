@@ -616,7 +616,6 @@ class VirtualSource(RawSource):
         isz = self.itemsize
         e0, e1 = offset // isz, -(-(offset + size) // isz)
         out = np.empty((e1 - e0, isz), np.uint8)
-        out[...] = 0 if not self.fill or not any(self.fill) else np.frombuffer(self.fill, np.uint8)
         pos = 0
         with _Guard(_key(self.ds), self.ds.path):
             for start, count in linear_boxes(self.shape, e0, e1):
@@ -637,32 +636,42 @@ class VirtualSource(RawSource):
             return None
 
     def _box(self, start: tuple[int, ...], count: tuple[int, ...], out: np.ndarray, flags: int) -> None:
-        """The mapped elements of one box into `out` (its elements, row-major: (n, itemsize))."""
-        view = out.reshape(count + (self.itemsize,))
-        for m in self.maps:
-            if not m.hits(start, count):
-                continue
-            entry, src = self._open(m, bool(flags))
-            try:
+        """The mapped elements of one box into `out` (its elements, row-major: (n, itemsize)):
+        the fill value first, unless one mapping's boxes cover it all."""
+        held = []
+        try:
+            plans = []
+            for m in self.maps:
+                if not m.hits(start, count):
+                    continue
+                entry, src = self._open(m, bool(flags))
+                if entry is not None:
+                    held.append(entry)
                 if src is None:
                     continue                            # missing source: fill value
                 sshape = src.shape if src.shape else (1,)
-                ssel = _source_selection(m, sshape)
-                found = _pieces(m.vsel, ssel, start, count)
+                found = _pieces(m.vsel, _source_selection(m, sshape), start, count)
+                if found is None and flags:
+                    raise Miss
+                plans.append((m, src, sshape, found))
+            whole = (len(plans) == 1 and plans[0][3] is not None
+                     and sum(prod(n) for _, _, n in plans[0][3]) == prod(count))
+            if not whole:
+                out[...] = 0 if not self.fill or not any(self.fill) else np.frombuffer(self.fill, np.uint8)
+            view = out.reshape(count + (self.itemsize,))
+            for m, src, sshape, found in plans:
                 if found is not None:
                     for dst, sstart, scount in found:
                         read_into(src, sshape, sstart, scount, view[dst], flags)
                     continue
-                if flags:
-                    raise Miss
                 located = m.vsel.locate(start, count)
                 paired = None if located is None else _pair(m, src, *located)
                 if paired is not None:
-                    sshape, pos, coords = paired
+                    _, pos, coords = paired
                     out[pos] = gather(src, sshape, coords)
-            finally:
-                if entry is not None:
-                    POOL.release(entry)
+        finally:
+            for entry in held:
+                POOL.release(entry)
 
     def allocated(self) -> int:
         return 0
