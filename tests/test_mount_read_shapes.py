@@ -89,6 +89,9 @@ def build(f: h5py.File, latest: bool) -> None:
 def _random_reads(fd: int, want: bytes, rng: random.Random, n: int) -> None:
     size = len(want)
     assert os.pread(fd, size + 100, 0) == want
+    step = rng.choice([1000, 4096, size // 5 + 1])   # a sequential reader (reads ahead)
+    for off in range(0, size, step):
+        assert os.pread(fd, step, off) == want[off:off + step], (off, step)
     for _ in range(n):
         off = rng.randrange(size + 1)
         length = rng.choice([1, 3, 7, 64, 1000, rng.randrange(1, size + 2), size])
@@ -111,9 +114,10 @@ def test_random_reads_match_h5py(tmp_path, mount, libver):
             if ds.chunks is not None and not ds.is_virtual:
                 indexes.add(os.getxattr(mp / name, "user.h5fs.index").decode())
             for view, want in ((name, arr.tobytes()), (name + ".npy", saved(arr))):
-                fd = os.open(mp / view, os.O_RDONLY)
+                # O_DIRECT: every read reaches the daemon as asked (no page cache, no read-ahead)
+                fd = os.open(mp / view, os.O_RDONLY | os.O_DIRECT)
                 try:
-                    _random_reads(fd, want, rng, 40)
+                    _random_reads(fd, want, rng, 60)
                 finally:
                     os.close(fd)
     expected = {"earliest": 1, "latest": 5}[libver]

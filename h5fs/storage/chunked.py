@@ -51,6 +51,7 @@ class ChunkedSource(RawSource):
         self.row_bytes = prod(chunk[1:]) * itemsize   # one element row of a chunk, in the file
         self.grid = tuple(-(-d // c) for d, c in zip(shape, chunk))
         self._row: dict[tuple[int, ...], ChunkRecord | None] = {}   # the last row of chunks looked up
+        self.next_offset = -1   # where the last direct read ended: a reader going on reads ahead
 
     @property
     def direct(self) -> bool:
