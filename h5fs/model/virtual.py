@@ -76,6 +76,7 @@ MAX_DEPTH = 16                 # nesting of virtual datasets whose sources are v
 MAX_EXPLICIT = 1 << 22         # elements of an enumerated (non-product) selection
 MAX_PRINTF_BLOCKS = 1 << 20    # source blocks probed for one printf mapping
 POOL_SIZE = 64                 # source files kept open
+MAX_CHECKED = 4096             # source datasets whose type a virtual source remembers as checked
 MAX_PIECES = 4096              # boxes one mapping's part of a read box may pair as, else elements
 
 
@@ -338,14 +339,15 @@ class _Pool:
     def acquire(self, path: str, opened_only: bool = False) -> _Entry | None:
         """The open file at `path` (its use count raised), or None when there is no such file
         (`opened_only`: Miss rather than open it, for a read that must not wait)."""
-        key = os.path.realpath(path)
-        # a file replaced, changed or removed since it was opened is opened again (or missing)
+        # a file replaced, changed or removed since it was opened is opened again (or missing);
+        # files are told apart by device and inode (every name of one file shares its entry)
         try:
-            ident = _identity(os.stat(key))
+            ident = _identity(os.stat(path))
         except (FileNotFoundError, NotADirectoryError):
             ident = None
         except OSError as exc:
             raise FormatError(f"virtual dataset source file {path}: {exc.strerror or exc}") from exc
+        key = path if ident is None else ident[:2]
         stale = None
         with self._lock:
             e = self._entries.get(key)
@@ -366,7 +368,7 @@ class _Pool:
             raise Miss
         from .file import H5File
         try:
-            f = H5File.open(key)
+            f = H5File.open(os.path.realpath(path))
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
@@ -539,6 +541,8 @@ class VirtualSource(RawSource):
         self.maps = maps
         self.fill = ds.fill_value
         self._vtype = _norm_type(ds.datatype)
+        self._checked: dict[int, object] = {}   # id -> source dataset of another file whose type matched
+        self._guard_key = _key(ds)
 
     # -- sources ----------------------------------------------------------------------------
     def _open(self, m: _Resolved, nowait: bool = False):
@@ -598,11 +602,15 @@ class VirtualSource(RawSource):
                 cache[m.dset_name] = src
         if src is None:
             return None
+        if entry is not None and self._checked.get(id(src)) is src:
+            return src
         if _norm_type(src.datatype) != self._vtype:
             from .dtypes import describe
             raise Unsupported(f"{self.ds.path}: source {m.file_name}:{m.dset_name} has type "
                               f"{describe(src.datatype)}, the virtual dataset {describe(self.ds.datatype)}; "
                               f"type conversion is not supported")
+        if entry is not None and len(self._checked) < MAX_CHECKED:   # another file: it changes only reopened
+            self._checked[id(src)] = src
         return src
 
     # -- reading --------------------------------------------------------------------------------
@@ -617,7 +625,7 @@ class VirtualSource(RawSource):
         e0, e1 = offset // isz, -(-(offset + size) // isz)
         out = np.empty((e1 - e0, isz), np.uint8)
         pos = 0
-        with _Guard(_key(self.ds), self.ds.path):
+        with _Guard(self._guard_key, self.ds.path):
             for start, count in linear_boxes(self.shape, e0, e1):
                 n = prod(count)
                 self._box(start, count, out[pos:pos + n], flags)
@@ -700,18 +708,38 @@ def _pieces(vsel, ssel, start: tuple[int, ...], count: tuple[int, ...]):
         return None
     per, total = [], 1
     for vd, sd, s, c in zip(vsel.dims, ssel.dims, start, count):
-        vc, ords = vd.within(s, s + c)
-        if not len(vc):
+        runs = _runs(vd, sd, s, c)
+        if not runs:
             return []
-        sc = sd.coords(ords)
-        cuts = np.flatnonzero((np.diff(vc) != 1) | (np.diff(sc) != 1)) + 1
-        a, b = np.concatenate(([0], cuts)), np.concatenate((cuts, [len(vc)]))
-        per.append(list(zip((vc[a] - s).tolist(), sc[a].tolist(), (b - a).tolist())))
-        total *= len(per[-1])
+        per.append(runs)
+        total *= len(runs)
         if total > MAX_PIECES:
             return None
     return [(tuple(slice(v, v + n) for v, _, n in runs), tuple(x for _, x, _ in runs), tuple(n for _, _, n in runs))
             for runs in itertools.product(*per)]
+
+
+def _single(d) -> int | None:
+    """The first coordinate of a 1-D set that is one block (of d.n coordinates), else None."""
+    if isinstance(d, RegDim):
+        return d.start if d.count == 1 else None
+    return int(d.starts[0]) if len(d.starts) == 1 else None
+
+
+def _runs(vd, sd, s: int, c: int) -> list[tuple[int, int, int]]:
+    """[(offset in [s, s+c), source coordinate, length)]: the runs of one dimension's selected
+    coordinates in [s, s+c) that are consecutive on both sides. Single blocks pair by arithmetic."""
+    v1, s1 = _single(vd), _single(sd)
+    if v1 is not None and s1 is not None:
+        a, b = max(s, v1), min(s + c, v1 + vd.n)
+        return [(a - s, s1 + a - v1, b - a)] if a < b else []
+    vc, ords = vd.within(s, s + c)
+    if not len(vc):
+        return []
+    sc = sd.coords(ords)
+    cuts = np.flatnonzero((np.diff(vc) != 1) | (np.diff(sc) != 1)) + 1
+    a, b = np.concatenate(([0], cuts)), np.concatenate((cuts, [len(vc)]))
+    return list(zip((vc[a] - s).tolist(), sc[a].tolist(), (b - a).tolist()))
 
 
 def _pair(m: _Resolved, src, pos: np.ndarray, ords: np.ndarray):
