@@ -39,6 +39,8 @@ ROW_CHUNKS = 4096       # chunks of a row looked up at once (and kept) when a re
 AHEAD_BYTES = 16 << 20  # chunks spanning whole rows: those of the next this many bytes looked up at once
 SLAB_BYTES = 8 << 20    # a sequential read of tiles reads this much of its row of chunks at once
 SLABS = 4               # such read-ahead kept (one per dataset read at once)
+SPAN_SLACK = 64 << 10   # a chunk's part is read from its first element to its last when that
+                        # exceeds the part by at most this or twice over
 
 
 class Miss(Exception):
@@ -149,32 +151,49 @@ def _split(view: np.ndarray, grid: list[int], inner: tuple[int, ...]) -> np.ndar
 def _parts(src: ChunkedSource, reads: _Reads, coords: list, recs: list, a: int, b: int,
            start: tuple[int, ...], count: tuple[int, ...], slab: np.ndarray) -> None:
     """A row of chunks cut by the box: each chunk's elements from its first in the box to its
-    last, then a strided copy each."""
+    last, then a strided copy each (a part spread thin over a much larger chunk is read in
+    pieces: SPAN_SLACK)."""
     chunk, isz = src.chunk, src.itemsize
     cstrides = tuple(prod(chunk[d + 1:]) * isz for d in range(len(chunk))) + (1,)
-    todo, spans, total = [], [], 0
+    todo, total = [], 0
     for c, rec in zip(coords, recs):
-        lo, hi, out = [a], [b], [slice(None)]
+        lo, hi, out = [a], [b], [slice(0, b - a)]
         for s, n, cd, k in zip(start[1:], count[1:], c[1:], chunk[1:]):
             x, y = _slab(s, n, cd, k)
             lo.append(x)
             hi.append(y)
             out.append(slice(x + cd * k - s, y + cd * k - s))
-        first = sum(x * st for x, st in zip(lo, cstrides))
-        last = sum((y - 1) * st for y, st in zip(hi, cstrides)) + isz
-        todo.append((c, rec, first, tuple(y - x for x, y in zip(lo, hi)), tuple(out)))
-        spans.append(last - first)
-        total += last - first
+        limit = max(SPAN_SLACK, 2 * isz * prod(y - x for x, y in zip(lo, hi)))
+        for piece in _pieces(lo, hi, out, cstrides, isz, limit):
+            todo.append((c, rec) + piece)
+            total += piece[1]
     scratch = np.empty(total, np.uint8)
     pos = 0
-    for (c, rec, first, _, _), n in zip(todo, spans):
-        reads.run(c, rec, first, scratch[pos:pos + n])
-        pos += n
+    for c, rec, first, span, _, _ in todo:
+        reads.run(c, rec, first, scratch[pos:pos + span])
+        pos += span
     reads.finish()
     pos = 0
-    for (_, _, _, shape, out), n in zip(todo, spans):
+    for _, _, _, span, shape, out in todo:
         slab[out] = np.ndarray(shape + (isz,), np.uint8, scratch, pos, cstrides)
-        pos += n
+        pos += span
+
+
+def _pieces(lo: list[int], hi: list[int], out: list[slice], cstrides: tuple[int, ...], isz: int, limit: int):
+    """(first byte, span, shape, output slices) of the part [lo, hi) of a chunk: whole when its
+    span from first to last element is at most `limit` bytes, else split along its outermost
+    dimension of several elements (down to runs of the innermost dimension)."""
+    first = sum(x * st for x, st in zip(lo, cstrides))
+    span = sum((y - 1) * st for y, st in zip(hi, cstrides)) + isz - first
+    wide = [d for d in range(len(lo) - 1) if hi[d] - lo[d] > 1]
+    if span <= limit or not wide:
+        yield first, span, tuple(y - x for x, y in zip(lo, hi)), tuple(out)
+        return
+    d = wide[0]
+    for i in range(lo[d], hi[d]):
+        o = out[d].start + i - lo[d]
+        yield from _pieces(lo[:d] + [i] + lo[d + 1:], hi[:d] + [i + 1] + hi[d + 1:],
+                           out[:d] + [slice(o, o + 1)] + out[d + 1:], cstrides, isz, limit)
 
 
 class _Slabs:
