@@ -23,6 +23,7 @@ from .sources import NOWAIT, RawSource, fill_pattern
 # A chunk larger than the cache can ever hold would be decoded again on every read: refused.
 MAX_CHUNK_BYTES = MAX_BUDGET
 FILL = "fill"   # the coordinates under which a source caches its chunk of fill values
+RECORD_BYTES = 300   # a chunk record kept by grid coordinates
 
 
 class ChunkedSource(RawSource):
@@ -220,7 +221,9 @@ class ChunkedSource(RawSource):
         return coords, first
 
     def footprint(self) -> int:
-        return 1024   # the source and its index object (index blocks live in the metadata cache)
+        # the source and its index object (index blocks live in the metadata cache), and the
+        # records of the row of chunks it keeps
+        return 1024 + (RECORD_BYTES * unfiltered_read.records_kept(self) if self.direct else 0)
 
     def allocated(self) -> int:
         if self._allocated is None:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .index import ChunkRecord
 
 IOV_MAX = 1024          # iovecs per preadv (Linux UIO_MAXIOV)
-ROW_CHUNKS = 4096       # chunks of a row looked up at once (and kept) when a read needs some
+ROW_CHUNKS = 1024       # chunks of a row looked up at once (and kept) when a read needs some
 AHEAD_BYTES = 16 << 20  # chunks spanning whole rows: those of the next this many bytes looked up at once
 SLAB_BYTES = 8 << 20    # a sequential read of tiles reads this much of its row of chunks at once
 SLABS = 4               # such read-ahead kept (one per dataset read at once)
@@ -94,6 +94,11 @@ def read_box(src: ChunkedSource, start: tuple[int, ...], count: tuple[int, ...],
             _tiles(src, reads, coords, recs, a, b, [len(r) for r in spans], slab, sequential)
         else:
             _parts(src, reads, coords, recs, a, b, start, count, slab)
+
+
+def records_kept(src: ChunkedSource) -> int:
+    """How many chunk records `src.records` keeps at most, past those of one request."""
+    return min(ROW_CHUNKS, max(prod(src.grid[1:]), AHEAD_BYTES // src.chunk_bytes))
 
 
 def _row(src: ChunkedSource, c0: int, coords: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
