@@ -36,11 +36,13 @@ class BTreeV1Index(ChunkIndex):
                                         lambda v: 256 + len(v[0].keys) * (350 + 60 * self.rank))
 
     def _record(self, key: btree_v1.ChunkKey, child: int) -> ChunkRecord:
-        dims = self.ctx.layout.chunk_dims
-        offsets = key.offsets[:self.rank]
-        if any(o % d for o, d in zip(offsets, dims)):
-            raise FormatError(f"{self.ctx.what}: chunk offset {offsets} is not on the chunk grid")
-        return ChunkRecord(tuple(o // d for o, d in zip(offsets, dims)), child, key.size, key.filter_mask)
+        coords = []
+        for o, d in zip(key.offsets, self.ctx.layout.chunk_dims):   # the offsets' trailing 0 left out
+            q, r = divmod(o, d)
+            if r:
+                raise FormatError(f"{self.ctx.what}: chunk offset {key.offsets[:self.rank]} is not on the chunk grid")
+            coords.append(q)
+        return ChunkRecord(tuple(coords), child, key.size, key.filter_mask)
 
     def _records(self, leaf) -> tuple[dict[tuple[int, ...], ChunkRecord], tuple[int, ...], tuple[int, ...]]:
         """A leaf's records by grid coordinates, its first chunk's and its last chunk's."""
