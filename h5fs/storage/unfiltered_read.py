@@ -85,13 +85,20 @@ def read_box(src: ChunkedSource, start: tuple[int, ...], count: tuple[int, ...],
         return
     spans = [range(s // k, (s + n - 1) // k + 1) for s, n, k in zip(start[1:], count[1:], chunk[1:])]
     aligned = all(s % k == 0 and (s + n) % k == 0 for s, n, k in zip(start[1:], count[1:], chunk[1:]))
-    for c0 in rows:
-        a, b = _slab(start[0], count[0], c0, chunk[0])
-        slab = dst[a + c0 * chunk[0] - start[0]:b + c0 * chunk[0] - start[0]]
-        coords = [(c0,) + rest for rest in product(*spans)]
-        recs = src.records(coords, partial(_row, src, c0, coords))
+    todo = list(rows)
+    while todo:
+        a, b = _slab(start[0], count[0], todo[0], chunk[0])
+        group = todo[:1]
+        if aligned and (a, b) == (0, chunk[0]):   # rows of chunks taken whole: together
+            while len(group) < len(todo) and _slab(start[0], count[0], todo[len(group)], chunk[0]) == (a, b):
+                group.append(todo[len(group)])
+        del todo[:len(group)]
+        top = group[0] * chunk[0] + a - start[0]
+        slab = dst[top:top + (len(group) - 1) * chunk[0] + b - a]
+        coords = [(c0,) + rest for c0 in group for rest in product(*spans)]
+        recs = src.records(coords, partial(_rows, src, group, coords))
         if aligned:
-            _tiles(src, reads, coords, recs, a, b, [len(r) for r in spans], slab, sequential)
+            _tiles(src, reads, coords, recs, a, b, len(group), [len(r) for r in spans], slab, sequential)
         else:
             _parts(src, reads, coords, recs, a, b, start, count, slab)
 
@@ -101,11 +108,11 @@ def records_kept(src: ChunkedSource) -> int:
     return min(ROW_CHUNKS, max(prod(src.grid[1:]), AHEAD_BYTES // src.chunk_bytes))
 
 
-def _row(src: ChunkedSource, c0: int, coords: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """Every chunk of row `c0` of the grid, or just `coords` when the row is too long."""
+def _rows(src: ChunkedSource, c0s: list[int], coords: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Every chunk of rows `c0s` of the grid, or just `coords` when a row is too long."""
     if prod(src.grid[1:]) > ROW_CHUNKS:
         return coords
-    return [(c0,) + rest for rest in product(*(range(g) for g in src.grid[1:]))]
+    return [(c0,) + rest for c0 in c0s for rest in product(*(range(g) for g in src.grid[1:]))]
 
 
 def _slab(s: int, n: int, c: int, k: int) -> tuple[int, int]:
@@ -113,19 +120,20 @@ def _slab(s: int, n: int, c: int, k: int) -> tuple[int, int]:
     return max(s, c * k) - c * k, min(s + n, (c + 1) * k) - c * k
 
 
-def _tiles(src: ChunkedSource, reads: _Reads, coords: list, recs: list, a: int, b: int, grid: list[int],
-           slab: np.ndarray, sequential: bool) -> None:
-    """A row of chunks the box covers whole on every dimension but the first: their runs side
-    by side, then one transposing copy. A sequential reader's runs are read up to SLAB_BYTES
-    ahead at once and kept (a 3-D chunk row of 64 runs per plane: 8 planes per preadv each)."""
+def _tiles(src: ChunkedSource, reads: _Reads, coords: list, recs: list, a: int, b: int, nrows: int,
+           grid: list[int], slab: np.ndarray, sequential: bool) -> None:
+    """`nrows` rows of chunks the box covers whole on every dimension but the first (rows
+    [a, b) of each chunk): their runs side by side, then one transposing copy. A sequential
+    reader's runs in one row of chunks are read up to SLAB_BYTES ahead at once and kept (a 3-D
+    row of 64 runs per plane: 8 planes per preadv each)."""
     isz, inner = src.itemsize, src.chunk[1:]
     key = (src, coords[0], coords[-1])
-    held = None if reads.memory else _SLABS.get(key)   # chunks in memory are newer than any read-ahead
+    held = None if reads.memory or nrows > 1 else _SLABS.get(key)   # chunks in memory are newer than any read-ahead
     if held is not None and held[0] <= a and b <= held[1]:
         scratch = held[2][:, a - held[0]:b - held[0]]
     else:
         stop = b
-        if sequential and not reads.memory:
+        if sequential and nrows == 1 and not reads.memory:
             rows = min(src.chunk[0], src.shape[0] - coords[0][0] * src.chunk[0])
             stop = max(b, min(rows, a + SLAB_BYTES // (len(recs) * src.row_bytes)))
         scratch = np.empty((len(recs), stop - a) + inner + (isz,), np.uint8)
@@ -136,15 +144,17 @@ def _tiles(src: ChunkedSource, reads: _Reads, coords: list, recs: list, a: int, 
             _SLABS.put(key, (a, stop, scratch))
             scratch = scratch[:, :b - a]
     n = len(inner)
-    tiles = scratch.reshape(tuple(grid) + (b - a,) + inner + (isz,))
-    # (g1..gn, rows, k1..kn, isz) -> (rows, g1, k1, ..., gn, kn, isz)
-    order = (n,) + tuple(x for d in range(n) for x in (d, n + 1 + d)) + (2 * n + 1,)
-    _split(slab, grid, inner)[...] = tiles.transpose(order)
+    tiles = scratch.reshape((nrows,) + tuple(grid) + (b - a,) + inner + (isz,))
+    # (rows of chunks, g1..gn, rows, k1..kn, isz) -> (rows of chunks, rows, g1, k1, ..., gn, kn, isz)
+    order = (0, n + 1) + tuple(x for d in range(n) for x in (1 + d, n + 2 + d)) + (2 * n + 2,)
+    _split(slab, nrows, grid, inner)[...] = tiles.transpose(order)
 
 
-def _split(view: np.ndarray, grid: list[int], inner: tuple[int, ...]) -> np.ndarray:
-    """`view` (rows, g1*k1, ..., gn*kn, isz) as (rows, g1, k1, ..., gn, kn, isz), never a copy."""
-    shape, strides = [view.shape[0]], [view.strides[0]]
+def _split(view: np.ndarray, nrows: int, grid: list[int], inner: tuple[int, ...]) -> np.ndarray:
+    """`view` (nrows*rows, g1*k1, ..., gn*kn, isz) as (nrows, rows, g1, k1, ..., gn, kn, isz),
+    never a copy."""
+    st = view.strides[0]
+    shape, strides = [nrows, view.shape[0] // nrows], [st * (view.shape[0] // nrows), st]
     for d, (g, k) in enumerate(zip(grid, inner)):
         st = view.strides[d + 1]
         shape += [g, k]
