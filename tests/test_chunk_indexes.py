@@ -327,6 +327,7 @@ def test_btree_v1_lookup_many(tmp_path):
             idx = hf.resolve("/" + name).source.index
             assert type(idx).__name__ == "BTreeV1Index"
             check_lookup_many(idx, all_coords(grid_of(shape, chunks)))
+            assert idx.allocated_bytes() == sum(r.size for r in idx.records())
 
 
 def test_earliest_uses_btree_v1(tmp_path):

@@ -74,7 +74,7 @@ class BTreeV1Index(ChunkIndex):
         return out
 
     def _leaf(self, target: tuple[int, ...]) -> tuple[btree_v1.Node, list[tuple[int, ...]], list] | None:
-        """The leaf (node, key offsets) whose range holds `target`; None when no leaf's does."""
+        """The leaf (as `node` gives it) whose range holds `target`; None when no leaf's does."""
         if self.root is None:
             return None
         addr, level = self.root, None
