@@ -40,13 +40,15 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-# Each read request allocates its output (and scratch) of up to a few MiB. Above glibc's mmap
-# threshold every one is a fresh mapping whose pages fault in on first touch and are unmapped at
-# free: measured, half the CPU of a tiled chunked read. Kept in the heap (and not trimmed back
-# at once), they reuse pages already mapped.
-MMAP_THRESHOLD = 32 << 20
-TRIM_THRESHOLD = 64 << 20
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
+# Each read request allocates its output (and scratch, and read-ahead of up to 8 MiB). Above
+# glibc's mmap threshold every one is a fresh mapping whose pages fault in on first touch and
+# are unmapped at free: measured, half the CPU of a tiled chunked read. Kept in the heap (and not
+# trimmed back at once), they reuse pages already mapped. One arena: each worker thread's own
+# would keep as much again (filtered reads allocate their decoded chunks in the workers).
+MMAP_THRESHOLD = 16 << 20
+TRIM_THRESHOLD = 32 << 20
+ARENAS = 1
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8   # glibc's mallopt parameters (malloc.h)
 
 
 def _tune_malloc() -> None:
@@ -55,6 +57,7 @@ def _tune_malloc() -> None:
         libc = ctypes.CDLL(None)
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+        libc.mallopt(_M_ARENA_MAX, ARENAS)
     except (OSError, AttributeError):
         pass
 
