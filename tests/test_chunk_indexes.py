@@ -78,6 +78,7 @@ def check(path, name, expect_type, iter_matches=True, coords=None):
             assert got == want, (name, sc, got, want)
             if rec is not None:
                 assert rec.coords == sc
+        check_lookup_many(idx, list(by_coord))
         recs = {r.coords: (r.address, r.size, r.filter_mask) for r in idx.records()}
         assert len(recs) == len(list(idx.records()))
         allocated = {k: v for k, v in by_coord.items() if v is not None}
@@ -92,6 +93,21 @@ def check(path, name, expect_type, iter_matches=True, coords=None):
         return hf, lay, idx, recs
     finally:
         hf.close()
+
+
+def check_lookup_many(idx, coords, seed=0):
+    """`lookup_many` answers as `lookup` does one by one: in row-major order, reversed, shuffled,
+    in rows of chunks, and for coordinates outside the grid."""
+    rng = random.Random(seed)
+    ordered = sorted(coords)
+    shuffled = ordered[:]
+    rng.shuffle(shuffled)
+    outside = [tuple(c + 1000 for c in ordered[-1])] if ordered else []
+    rows = {}
+    for c in ordered:
+        rows.setdefault(c[0], []).append(c)
+    for batch in [ordered, ordered[::-1], shuffled, ordered + outside + ordered[:3], *rows.values()]:
+        assert idx.lookup_many(batch) == [idx.lookup(c) for c in batch]
 
 
 def check_direct(path, name, expect_type):
@@ -295,6 +311,23 @@ def test_btree_v2(tmp_path, compression):
     hf, _, idx, recs = check(p, "big", L.BTREE_V2, coords=sample)
     assert len(recs) == 120 * 90
     assert idx.header.depth == 2
+
+
+def test_btree_v1_lookup_many(tmp_path):
+    """Version 1 B-trees of several levels, with chunks missing between the ones stored."""
+    def fn(f):
+        big = f.create_dataset("big", (120, 90), "i4", chunks=(1, 1))
+        big[::2, :] = data((60, 90))
+        big[1::6, 1::5] = 3
+        f.create_dataset("cube", data=data((9, 10, 11)), chunks=(2, 3, 4))
+        f.create_dataset("empty", (5, 5), "i4", chunks=(2, 2))
+    p = make(tmp_path / "v1.h5", fn, libver="earliest")
+    for name, shape, chunks in (("big", (120, 90), (1, 1)), ("cube", (9, 10, 11), (2, 3, 4)), ("empty", (5, 5), (2, 2))):
+        with H5File.open(str(p)) as hf:
+            idx = hf.resolve("/" + name).source.index
+            assert type(idx).__name__ == "BTreeV1Index"
+            check_lookup_many(idx, all_coords(grid_of(shape, chunks)))
+            assert idx.allocated_bytes() == sum(r.size for r in idx.records())
 
 
 def test_earliest_uses_btree_v1(tmp_path):

@@ -159,7 +159,10 @@ def _build_changeable(path, libver: str, maxshape=None) -> None:
         g.attrs["s"] = np.bytes_("before")
         g["keep"] = h5py.SoftLink("/d")
         g["drop"] = h5py.SoftLink("/nowhere")
-        d = f.create_dataset("d", data=np.arange(64, dtype="<f8").reshape(8, 8), chunks=(4, 4), maxshape=maxshape)
+        # filtered (shuffle keeps each chunk's size, so its place): unfiltered chunks are read
+        # straight from the file, never through the chunk cache
+        d = f.create_dataset("d", data=np.arange(64, dtype="<f8").reshape(8, 8), chunks=(4, 4), maxshape=maxshape,
+                             shuffle=True)
         d.attrs["scale"] = 0.5
         f.create_dataset("other", data=np.arange(5))
 

@@ -204,7 +204,7 @@ class Walker:
             ok, data = self.step(path, f"read {name} {off}+{n}", lambda o=off, k=n: read(o, k))
             if not ok:
                 return  # one EIO is enough: the rest of this view would answer the same
-            self.check(path, f"read {name} {off}+{n}", isinstance(data, (bytes, bytearray)) and len(data) == n,
+            self.check(path, f"read {name} {off}+{n}", isinstance(data, (bytes, bytearray, memoryview)) and len(data) == n,
                        f"{name} read {off}+{n} returned {type(data).__name__} of {len(data) if data is not None else None} bytes")
         # past the end: empty, not an error
         ok, data = self.step(path, f"read {name} past end", lambda: read(size, 16))

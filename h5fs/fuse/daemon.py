@@ -10,6 +10,7 @@ reopens the log file (logrotate).
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import os
@@ -50,6 +51,28 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+# Each read request allocates its output (and scratch, and read-ahead of up to 8 MiB). Above
+# glibc's mmap threshold every one is a fresh mapping whose pages fault in on first touch and
+# are unmapped at free: measured, half the CPU of a tiled chunked read. Kept in the heap (and not
+# trimmed back at once), they reuse pages already mapped. One arena: each worker thread's own
+# would keep as much again (filtered reads allocate their decoded chunks in the workers).
+MMAP_THRESHOLD = 16 << 20
+TRIM_THRESHOLD = 32 << 20
+ARENAS = 1
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8   # glibc's mallopt parameters (malloc.h)
+
+
+def _tune_malloc() -> None:
+    """Keep request-sized buffers in the heap (glibc only; elsewhere nothing changes)."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+        libc.mallopt(_M_ARENA_MAX, ARENAS)
+    except (OSError, AttributeError):
+        pass
+
+
 def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeback: Writeback | None,
           logs: Logs, foreground: bool, on_ready: Callable[[], None], on_fail: Callable[[str], None]) -> int:
     """Mount and serve until unmounted or signalled; return the exit status. A writable mount
@@ -72,6 +95,7 @@ def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeb
     if options.dropped:
         log.info("mount(8) options ignored: %s", ",".join(options.dropped))
     _tune_gc()
+    _tune_malloc()
     status = 0
     try:
         trio.run(_main, ops, mountpoint, options.readahead_kb, logs, on_ready, on_fail)

@@ -242,7 +242,7 @@ class Dataset(H5Object):
         return m.raw_size if m is not None else self.source.size
 
     @guarded
-    def read_raw(self, offset: int, size: int) -> bytes:
+    def read_raw(self, offset: int, size: int) -> bytes | memoryview:
         m = self.materialized
         return m.read_raw(offset, size) if m is not None else self.source.read(offset, size)
 
@@ -288,7 +288,7 @@ class Dataset(H5Object):
         return self.dataspace.count * self.npy_element_dtype.itemsize if self.converted else self.source.size
 
     @guarded
-    def read_npy_body(self, offset: int, size: int) -> bytes:
+    def read_npy_body(self, offset: int, size: int) -> bytes | memoryview:
         m = self.materialized
         if m is not None:
             return m.read_npy_body(offset, size)

@@ -54,6 +54,7 @@ unlimited source's extent): CannotWrite (ENOTSUP). Either refusal comes before a
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import threading
 from collections import OrderedDict
@@ -65,18 +66,18 @@ import numpy as np
 from ..errors import CannotWrite, FormatError, H5fsError, InvalidWrite, NotFound, ReadOnly, TooLarge, Unsupported
 from ..format import selection as S
 from ..format import vds_mapping
-from ..storage.chunk_grid import chunks_in_box, linear_boxes, overlap
-from ..storage.chunked import ChunkedSource
-from ..storage.sources import RawSource, fill_pattern
+from ..storage.chunk_grid import linear_boxes
+from ..storage.sources import NOWAIT, RawSource
+from ..storage.unfiltered_read import Miss
 from .objects import approx_size
+from .virtual_read import gather, read_into
 
 MAX_DEPTH = 16                 # nesting of virtual datasets whose sources are virtual
 MAX_EXPLICIT = 1 << 22         # elements of an enumerated (non-product) selection
 MAX_PRINTF_BLOCKS = 1 << 20    # source blocks probed for one printf mapping
 POOL_SIZE = 64                 # source files kept open
-DENSE_MIN = 4096               # a source box this small is read whole
-MAX_BOX_BYTES = 8 << 20        # largest source box read at once
-ROWS_SLACK = 256 * 1024        # read whole source rows when they exceed the box by at most this
+MAX_CHECKED = 4096             # source datasets whose type a virtual source remembers as checked
+MAX_PIECES = 4096              # boxes one mapping's part of a read box may pair as, else elements
 
 
 # ----------------------------------------------------------------------------- 1-D sets
@@ -335,16 +336,18 @@ class _Pool:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
-    def acquire(self, path: str) -> _Entry | None:
-        """The open file at `path` (its use count raised), or None when there is no such file."""
-        key = os.path.realpath(path)
-        # a file replaced, changed or removed since it was opened is opened again (or missing)
+    def acquire(self, path: str, opened_only: bool = False) -> _Entry | None:
+        """The open file at `path` (its use count raised), or None when there is no such file
+        (`opened_only`: Miss rather than open it, for a read that must not wait)."""
+        # a file replaced, changed or removed since it was opened is opened again (or missing);
+        # files are told apart by device and inode (every name of one file shares its entry)
         try:
-            ident = _identity(os.stat(key))
+            ident = _identity(os.stat(path))
         except (FileNotFoundError, NotADirectoryError):
             ident = None
         except OSError as exc:
             raise FormatError(f"virtual dataset source file {path}: {exc.strerror or exc}") from exc
+        key = path if ident is None else ident[:2]
         stale = None
         with self._lock:
             e = self._entries.get(key)
@@ -361,9 +364,11 @@ class _Pool:
             stale.close()
         if ident is None:
             return None
+        if opened_only:
+            raise Miss
         from .file import H5File
         try:
-            f = H5File.open(key)
+            f = H5File.open(os.path.realpath(path))
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
@@ -536,19 +541,24 @@ class VirtualSource(RawSource):
         self.maps = maps
         self.fill = ds.fill_value
         self._vtype = _norm_type(ds.datatype)
+        self._checked: dict[int, object] = {}   # id -> source dataset of another file whose type matched
+        self._guard_key = _key(ds)
 
     # -- sources ----------------------------------------------------------------------------
-    def _open(self, m: _Resolved):
-        """(pool entry or None, source dataset or None) for a mapping; None when missing."""
+    def _open(self, m: _Resolved, nowait: bool = False):
+        """(pool entry or None, source dataset or None) for a mapping; None when missing
+        (`nowait`: Miss rather than open a source file or find a dataset in it)."""
         if m.file_name == ".":
             return None, self._dataset(self.ds.file, m, None)
         for cand, is_me in self._candidates(m):
             if is_me:
                 return None, self._dataset(self.ds.file, m, None)
-            e = POOL.acquire(cand)
+            e = POOL.acquire(cand, nowait)
             if e is None:
                 continue
             try:
+                if nowait and m.dset_name not in e.datasets:
+                    raise Miss
                 src = self._dataset(e.file, m, e)
             except BaseException:
                 POOL.release(e)
@@ -592,50 +602,84 @@ class VirtualSource(RawSource):
                 cache[m.dset_name] = src
         if src is None:
             return None
+        if entry is not None and self._checked.get(id(src)) is src:
+            return src
         if _norm_type(src.datatype) != self._vtype:
             from .dtypes import describe
             raise Unsupported(f"{self.ds.path}: source {m.file_name}:{m.dset_name} has type "
                               f"{describe(src.datatype)}, the virtual dataset {describe(self.ds.datatype)}; "
                               f"type conversion is not supported")
+        if entry is not None and len(self._checked) < MAX_CHECKED:   # another file: it changes only reopened
+            self._checked[id(src)] = src
         return src
 
     # -- reading --------------------------------------------------------------------------------
-    def read(self, offset: int, size: int) -> bytes:
+    def read(self, offset: int, size: int, flags: int = 0) -> bytes | memoryview:
+        """The bytes, assembled once into one buffer: the fill value, then each mapping's part
+        of each box read straight into place (later mappings win where they overlap).
+        `flags` (RWF_NOWAIT): Miss when a source would need the disk, a file opened or decoding."""
         offset, size = self.clip(offset, size)
         if size == 0:
             return b""
         isz = self.itemsize
         e0, e1 = offset // isz, -(-(offset + size) // isz)
-        with _Guard(_key(self.ds), self.ds.path):
-            parts = [self._box(box) for box in linear_boxes(self.shape, e0, e1)]
-        data = b"".join(parts) if len(parts) > 1 else parts[0]
+        out = np.empty((e1 - e0, isz), np.uint8)
+        pos = 0
+        with _Guard(self._guard_key, self.ds.path):
+            for start, count in linear_boxes(self.shape, e0, e1):
+                n = prod(count)
+                self._box(start, count, out[pos:pos + n], flags)
+                pos += n
         skip = offset - e0 * isz
-        return data[skip:skip + size]
+        return memoryview(out.reshape(-1))[skip:skip + size]
 
-    def _box(self, box) -> bytes:
-        start, count = box
-        isz = self.itemsize
-        n = prod(count)
-        out = np.frombuffer(bytearray(fill_pattern(self.fill, isz, 0, n * isz)), np.uint8).reshape(n, isz)
-        for m in self.maps:
-            if not m.hits(start, count):
-                continue
-            found = m.vsel.locate(start, count)
-            if found is None:
-                continue
-            pos, ords = found
-            entry, src = self._open(m)
-            try:
+    def read_cached(self, offset: int, size: int) -> memoryview | bytes | None:
+        """The bytes when every source serves its part from the page cache (served on the FUSE
+        thread: a worker hop costs more than a read of 1 MiB), else None."""
+        if not NOWAIT:
+            return None
+        try:
+            return self.read(offset, size, NOWAIT)
+        except Miss:
+            return None
+
+    def _box(self, start: tuple[int, ...], count: tuple[int, ...], out: np.ndarray, flags: int) -> None:
+        """The mapped elements of one box into `out` (its elements, row-major: (n, itemsize)):
+        the fill value first, unless one mapping's boxes cover it all."""
+        held = []
+        try:
+            plans = []
+            for m in self.maps:
+                if not m.hits(start, count):
+                    continue
+                entry, src = self._open(m, bool(flags))
+                if entry is not None:
+                    held.append(entry)
                 if src is None:
                     continue                            # missing source: fill value
-                paired = _pair(m, src, pos, ords)
+                sshape = src.shape if src.shape else (1,)
+                found = _pieces(m.vsel, _source_selection(m, sshape), start, count)
+                if found is None and flags:
+                    raise Miss
+                plans.append((m, src, sshape, found))
+            whole = (len(plans) == 1 and plans[0][3] is not None
+                     and sum(prod(n) for _, _, n in plans[0][3]) == prod(count))
+            if not whole:
+                out[...] = 0 if not self.fill or not any(self.fill) else np.frombuffer(self.fill, np.uint8)
+            view = out.reshape(count + (self.itemsize,))
+            for m, src, sshape, found in plans:
+                if found is not None:
+                    for dst, sstart, scount in found:
+                        read_into(src, sshape, sstart, scount, view[dst], flags)
+                    continue
+                located = m.vsel.locate(start, count)
+                paired = None if located is None else _pair(m, src, *located)
                 if paired is not None:
-                    sshape, pos, coords = paired
-                    out[pos] = _gather(src, sshape, coords)
-            finally:
-                if entry is not None:
-                    POOL.release(entry)
-        return out.tobytes()
+                    _, pos, coords = paired
+                    out[pos] = gather(src, sshape, coords)
+        finally:
+            for entry in held:
+                POOL.release(entry)
 
     def allocated(self) -> int:
         return 0
@@ -644,85 +688,72 @@ class VirtualSource(RawSource):
         return 1000 + _maps_nbytes(self.maps)   # the maps are the plan's: counted in both
 
 
-def _pair(m: _Resolved, src, pos: np.ndarray, ords: np.ndarray):
-    """The source's shape, and the box positions and source coordinates of the located elements
-    (pos, ords) the mapping pairs with a source element; None when it pairs none of them."""
-    sshape = src.shape if src.shape else (1,)
+def _source_selection(m: _Resolved, sshape: tuple[int, ...]):
+    """The mapping's source selection in a source of `sshape`, its element count checked."""
     ssel = m.source_selection(sshape)
     limit = 0 if ssel is None else ssel.n
     if m.pairs_exact and limit != m.vsel.n:
         raise FormatError(f"{m.label}: source selection has {limit} elements, virtual "
                           f"selection {m.vsel.n}")
+    return ssel
+
+
+def _pieces(vsel, ssel, start: tuple[int, ...], count: tuple[int, ...]):
+    """[(slices into the box, source start, source count)]: where the mapping pairs a box of
+    the read box with a box of its source. Selections of the same per-dimension sizes pair
+    dimension by dimension (the k-th selected index of a dimension with the k-th), so each
+    dimension's runs, consecutive on both sides, multiply into boxes. None when they do not
+    pair that way, or would make more than MAX_PIECES boxes: the caller pairs elements."""
+    if not isinstance(vsel, ProductSel) or not isinstance(ssel, ProductSel) or vsel.sizes != ssel.sizes:
+        return None
+    per, total = [], 1
+    for vd, sd, s, c in zip(vsel.dims, ssel.dims, start, count):
+        runs = _runs(vd, sd, s, c)
+        if not runs:
+            return []
+        per.append(runs)
+        total *= len(runs)
+        if total > MAX_PIECES:
+            return None
+    return [(tuple(slice(v, v + n) for v, _, n in runs), tuple(x for _, x, _ in runs), tuple(n for _, _, n in runs))
+            for runs in itertools.product(*per)]
+
+
+def _single(d) -> int | None:
+    """The first coordinate of a 1-D set that is one block (of d.n coordinates), else None."""
+    if isinstance(d, RegDim):
+        return d.start if d.count == 1 else None
+    return int(d.starts[0]) if len(d.starts) == 1 else None
+
+
+def _runs(vd, sd, s: int, c: int) -> list[tuple[int, int, int]]:
+    """[(offset in [s, s+c), source coordinate, length)]: the runs of one dimension's selected
+    coordinates in [s, s+c) that are consecutive on both sides. Single blocks pair by arithmetic."""
+    v1, s1 = _single(vd), _single(sd)
+    if v1 is not None and s1 is not None:
+        a, b = max(s, v1), min(s + c, v1 + vd.n)
+        return [(a - s, s1 + a - v1, b - a)] if a < b else []
+    vc, ords = vd.within(s, s + c)
+    if not len(vc):
+        return []
+    sc = sd.coords(ords)
+    cuts = np.flatnonzero((np.diff(vc) != 1) | (np.diff(sc) != 1)) + 1
+    a, b = np.concatenate(([0], cuts)), np.concatenate((cuts, [len(vc)]))
+    return list(zip((vc[a] - s).tolist(), sc[a].tolist(), (b - a).tolist()))
+
+
+def _pair(m: _Resolved, src, pos: np.ndarray, ords: np.ndarray):
+    """The source's shape, and the box positions and source coordinates of the located elements
+    (pos, ords) the mapping pairs with a source element; None when it pairs none of them."""
+    sshape = src.shape if src.shape else (1,)
+    ssel = _source_selection(m, sshape)
+    limit = 0 if ssel is None else ssel.n
     if ords.size and int(ords.max()) >= limit:
         keep = ords < limit
         pos, ords = pos[keep], ords[keep]
         if not len(ords):
             return None
     return sshape, pos, ssel.coords(ords)
-
-
-def _gather(src, shape: tuple[int, ...], coords: np.ndarray) -> np.ndarray:
-    """Stored bytes (M, itemsize) of the source elements at `coords`, read box by box."""
-    isz = src.itemsize
-    m = len(coords)
-    out = np.empty((m, isz), np.uint8)
-    lin = np.ravel_multi_index(tuple(coords.T), shape)
-    if m > 1 and int(lin[-1]) - int(lin[0]) == m - 1 and bool((np.diff(lin) == 1).all()):
-        # one row-major run of the source (whole tiles, full rows): a single read
-        data = src.source.read(int(lin[0]) * isz, m * isz)
-        if len(data) != m * isz:
-            raise FormatError(f"{src.path}: source read returned {len(data)} of {m * isz} bytes")
-        return np.frombuffer(data, np.uint8).reshape(m, isz)
-    order = np.argsort(lin, kind="stable")
-    todo = [(0, m)]
-    while todo:
-        i, j = todo.pop()
-        idx = order[i:j]
-        c = coords[idx]
-        lo = c.min(0)
-        hi = c.max(0) + 1
-        vol = int(np.prod(hi - lo))
-        if j - i == 1 or (vol <= max(4 * (j - i), DENSE_MIN) and vol * isz <= MAX_BOX_BYTES):
-            block = _read_box(src, shape, tuple(int(x) for x in lo), tuple(int(x) for x in hi - lo))
-            out[idx] = block[tuple((c - lo).T)]
-        else:
-            mid = (i + j) // 2
-            todo.append((mid, j))
-            todo.append((i, mid))
-    return out
-
-
-def _read_box(src, shape, start, count) -> np.ndarray:
-    """The stored bytes of a box of a source dataset, shape count + (itemsize,)."""
-    isz = src.itemsize
-    raw = src.source
-    if isinstance(raw, ChunkedSource):
-        out = np.empty(count + (isz,), np.uint8)
-        box = (start, count)
-        for cc in chunks_in_box(box, raw.chunk):
-            chunk = np.frombuffer(raw.chunk_bytes_at(cc), np.uint8).reshape(raw.chunk + (isz,))
-            dst, s = overlap(box, cc, raw.chunk)
-            out[dst] = chunk[s]
-        return out
-    row = prod(shape[1:]) * isz
-    span = count[0] * row
-    want = prod(count) * isz
-    if span <= want + ROWS_SLACK or (span <= MAX_BOX_BYTES and span <= 64 * want):
-        data = raw.read(start[0] * row, span)
-        if len(data) != span:
-            raise FormatError(f"{src.path}: source read returned {len(data)} of {span} bytes")
-        arr = np.frombuffer(data, np.uint8).reshape((count[0],) + tuple(shape[1:]) + (isz,))
-        return arr[(slice(None),) + tuple(slice(s, s + c) for s, c in zip(start[1:], count[1:]))]
-    out = np.empty(count + (isz,), np.uint8)
-    run = count[-1] * isz
-    for idx in np.ndindex(*count[:-1]):
-        first = tuple(s + i for s, i in zip(start, idx)) + (start[-1],)
-        off = int(np.ravel_multi_index(first, shape)) * isz
-        data = raw.read(off, run)
-        if len(data) != run:
-            raise FormatError(f"{src.path}: source read returned {len(data)} of {run} bytes")
-        out[idx] = np.frombuffer(data, np.uint8).reshape(count[-1], isz)
-    return out
 
 
 # ------------------------------------------------------------------------------ building

@@ -125,7 +125,7 @@ class Writeback:
             if head or tail:  # partial elements: complete them with the bytes they hold
                 self.materialize(ds, offset - head, head)
                 self.materialize(ds, end, tail)
-                data = ds.read_raw(offset - head, head) + bytes(data) + ds.read_raw(end, tail)
+                data = bytes(ds.read_raw(offset - head, head)) + bytes(data) + bytes(ds.read_raw(end, tail))
                 offset -= head
             self._write_elements(ds, offset // isz, data)
         if self.nbytes + self.flushing_nbytes > self.dirty_limit:

@@ -60,6 +60,10 @@ class ChunkCache:
         with self._lock:
             return self._lookup(key)
 
+    def holds_any(self, owner: Hashable) -> bool:
+        """Whether any entry of `owner` is held (no lock: one dict membership test)."""
+        return owner in self._owners
+
     def wanted(self, key: Key) -> bool:
         """Neither held nor being decoded: work nobody has started."""
         with self._lock:

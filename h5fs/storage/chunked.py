@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from math import prod
+from typing import Callable
 
 import numpy as np
 
@@ -15,12 +16,14 @@ from ..format.messages.filter_pipeline import FilterSpec
 from .chunk_cache import MAX_BUDGET, ChunkCache
 from .chunk_grid import chunks_in_box, linear_boxes, overlap
 from .filters import ChunkInfo
-from .index import ChunkIndex
+from . import unfiltered_read
+from .index import ChunkIndex, ChunkRecord
 from .sources import NOWAIT, RawSource, fill_pattern
 
 # A chunk larger than the cache can ever hold would be decoded again on every read: refused.
 MAX_CHUNK_BYTES = MAX_BUDGET
 FILL = "fill"   # the coordinates under which a source caches its chunk of fill values
+RECORD_BYTES = 300   # a chunk record kept by grid coordinates
 
 
 class ChunkedSource(RawSource):
@@ -46,6 +49,28 @@ class ChunkedSource(RawSource):
         self.word, self.words = np.dtype(f"<u{size}"), itemsize // size
         self.sparse = False   # structured chunks of defined elements (sparse_source.py)
         self._allocated: int | None = None
+        self.row_bytes = prod(chunk[1:]) * itemsize   # one element row of a chunk, in the file
+        self.grid = tuple(-(-d // c) for d, c in zip(shape, chunk))
+        self._row: dict[tuple[int, ...], ChunkRecord | None] = {}   # the last row of chunks looked up
+        self.next_offset = -1   # where the last direct read ended: a reader going on reads ahead
+
+    @property
+    def direct(self) -> bool:
+        """Chunks stored as their elements: reads go straight from the file (unfiltered_read)."""
+        return not self.filters and not self.sparse
+
+    def records(self, coords: list[tuple[int, ...]],
+                wider: Callable[[], list[tuple[int, ...]]] | None = None) -> list[ChunkRecord | None]:
+        """The index records of these chunks. On a miss, those of `wider()` (a row of chunks
+        around them, these included) in one index walk, kept for the reads that cross the row."""
+        row = self._row
+        try:
+            return [row[c] for c in coords]
+        except KeyError:
+            pass
+        around = coords if wider is None else wider()
+        row = self._row = dict(zip(around, self.index.lookup_many(around)))
+        return [row[c] for c in coords]
 
     # -- chunks ---------------------------------------------------------------------------
     def _is_edge(self, coords: tuple[int, ...]) -> bool:
@@ -103,42 +128,28 @@ class ChunkedSource(RawSource):
         return self.cache.get(key, lambda: self._load(coords, rec))
 
     # -- RawSource --------------------------------------------------------------------------
-    def read(self, offset: int, size: int) -> bytes:
+    def read(self, offset: int, size: int) -> bytes | memoryview:
+        if self.direct:
+            return unfiltered_read.read(self, offset, size)
         return bytes(self._read(offset, size, self._chunk_or_none))
 
     def read_cached(self, offset: int, size: int) -> bytes | memoryview | None:
         """The bytes when the cache holds every chunk, or (unfiltered chunks) the page cache
         does; None when a chunk needs I/O or decoding."""
+        if self.direct:
+            if not NOWAIT:
+                return None
+            try:
+                return unfiltered_read.read(self, offset, size, NOWAIT)
+            except unfiltered_read.Miss:
+                return None
         held = {}
-        try:   # every chunk first: a miss costs no output buffer
-            for coords in self.chunks_under(offset, size):
-                data = self.cache.peek((self.owner, coords))
-                if data is None:
-                    if self.filters or self.sparse:
-                        return None
-                    data = self._nowait(coords)
-                held[coords] = data
-        except _Miss:
-            return None
+        for coords in self.chunks_under(offset, size):   # every chunk first: a miss costs no output buffer
+            data = self.cache.peek((self.owner, coords))
+            if data is None:
+                return None
+            held[coords] = data
         return self._read(offset, size, held.get)   # a view: the FUSE reply copies it once
-
-    def _nowait(self, coords: tuple[int, ...]) -> bytes | None:
-        """An unfiltered chunk read only if the page cache holds it (preadv2 RWF_NOWAIT), and
-        cached; None for a chunk never allocated; _Miss when the disk would be needed."""
-        rec = self.index.lookup(coords)
-        if rec is None:
-            return None
-        reader = self.index.ctx.reader
-        if rec.size != self.chunk_bytes or rec.address is None or reader.base + rec.address + rec.size > reader.eof:
-            raise _Miss   # the worker's read says what is wrong
-        buf = bytearray(rec.size)
-        try:
-            n = os.preadv(reader.fd, [buf], reader.base + rec.address, NOWAIT)
-        except OSError:
-            raise _Miss from None
-        if n != rec.size:
-            raise _Miss
-        return self.cache.get((self.owner, coords), lambda: buf)
 
     def _read(self, offset: int, size: int, chunk_at) -> bytes | memoryview:
         """The bytes, assembled once: each chunk's part is copied straight into its place in one
@@ -210,15 +221,13 @@ class ChunkedSource(RawSource):
         return coords, first
 
     def footprint(self) -> int:
-        return 1024   # the source and its index object (index blocks live in the metadata cache)
+        # the source and its index object (index blocks live in the metadata cache), and the
+        # records of the row of chunks it keeps
+        return 1024 + (RECORD_BYTES * unfiltered_read.records_kept(self) if self.direct else 0)
 
     def allocated(self) -> int:
         if self._allocated is None:
             self._allocated = self.index.allocated_bytes()
         return self._allocated
-
-
-class _Miss(Exception):
-    pass
 
 

@@ -29,8 +29,9 @@ class RawSource(ABC):
         self.size = size
 
     @abstractmethod
-    def read(self, offset: int, size: int) -> bytes:
-        """Bytes [offset, offset+size) clipped to the array; may do I/O and decoding."""
+    def read(self, offset: int, size: int) -> bytes | memoryview:
+        """Bytes [offset, offset+size) clipped to the array (a memoryview of the one buffer a
+        read was assembled in: no copy); may do I/O and decoding."""
 
     def read_cached(self, offset: int, size: int) -> bytes | bytearray | memoryview | None:
         """The same bytes (any bytes-like object: the FUSE reply takes a buffer) without I/O

@@ -52,6 +52,11 @@ class ChunkIndex(ABC):
     def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
         """The chunk at these grid coordinates, or None if it was never allocated."""
 
+    def lookup_many(self, coords: Sequence[tuple[int, ...]]) -> list[ChunkRecord | None]:
+        """`lookup` of each chunk, in order; index types override it to walk their structure once
+        for chunks that lie close together (a row of chunks)."""
+        return [self.lookup(c) for c in coords]
+
     @abstractmethod
     def records(self) -> Iterator[ChunkRecord]:
         """Every allocated chunk (order unspecified)."""

@@ -23,40 +23,75 @@ class BTreeV1Index(ChunkIndex):
         self.rank = len(ctx.layout.chunk_dims)
         self.root = ctx.layout.index.address if ctx.layout.index else None
 
-    def node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
-        """A node and its keys' chunk offsets, through the file's metadata cache."""
-        def load() -> tuple[btree_v1.Node, list[tuple[int, ...]]]:
+    def node(self, address: int) -> tuple[btree_v1.Node, list[tuple[int, ...]], list]:
+        """A node, its keys' chunk offsets, and room for a leaf's records by grid coordinates
+        (`_records`: made on first use, as a row of chunks looks them up again and again),
+        through the file's metadata cache."""
+        def load() -> tuple[btree_v1.Node, list[tuple[int, ...]], list]:
             node = read_node(self.ctx.reader, address, btree_v1.CHUNK, self.rank, self.ctx.what)
-            return node, [tuple(k.offsets[:self.rank]) for k in node.keys]
+            return node, [tuple(k.offsets[:self.rank]) for k in node.keys], []
 
-        # per key: a ChunkKey, its offsets, their ints and the offsets tuple kept beside it
+        # per key: a ChunkKey, its offsets, their ints and the offsets tuple kept beside it, and a record
         return self.ctx.reader.meta.get(address, ("v1 B-tree chunk node", self.rank), load,
-                                        lambda v: 256 + len(v[0].keys) * (200 + 60 * self.rank))
+                                        lambda v: 256 + len(v[0].keys) * (350 + 60 * self.rank))
 
     def _record(self, key: btree_v1.ChunkKey, child: int) -> ChunkRecord:
-        dims = self.ctx.layout.chunk_dims
-        offsets = key.offsets[:self.rank]
-        if any(o % d for o, d in zip(offsets, dims)):
-            raise FormatError(f"{self.ctx.what}: chunk offset {offsets} is not on the chunk grid")
-        return ChunkRecord(tuple(o // d for o, d in zip(offsets, dims)), child, key.size, key.filter_mask)
+        coords = []
+        for o, d in zip(key.offsets, self.ctx.layout.chunk_dims):   # the offsets' trailing 0 left out
+            q, r = divmod(o, d)
+            if r:
+                raise FormatError(f"{self.ctx.what}: chunk offset {key.offsets[:self.rank]} is not on the chunk grid")
+            coords.append(q)
+        return ChunkRecord(tuple(coords), child, key.size, key.filter_mask)
+
+    def _records(self, leaf) -> tuple[dict[tuple[int, ...], ChunkRecord], tuple[int, ...], tuple[int, ...]]:
+        """A leaf's records by grid coordinates, its first chunk's and its last chunk's."""
+        node, _, memo = leaf
+        if not memo:
+            recs = [self._record(k, c) for k, c in zip(node.keys, node.children)]
+            memo.append(({r.coords: r for r in recs}, recs[0].coords, recs[-1].coords))
+        return memo[0]
 
     def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
+        coords = tuple(coords)
+        leaf = self._leaf(tuple(c * d for c, d in zip(coords, self.ctx.layout.chunk_dims)))
+        return None if leaf is None else self._records(leaf)[0].get(coords)
+
+    def lookup_many(self, coords: Sequence[tuple[int, ...]]) -> list[ChunkRecord | None]:
+        """One descent per leaf: a chunk within the last leaf's first and last is answered from
+        that leaf (in a valid tree no other leaf can hold it)."""
+        out: list[ChunkRecord | None] = []
+        held, lo, hi = {}, None, None
+        for c in coords:
+            c = tuple(c)
+            if lo is None or not lo <= c <= hi:
+                leaf = self._leaf(tuple(x * d for x, d in zip(c, self.ctx.layout.chunk_dims)))
+                if leaf is None:
+                    out.append(None)
+                    continue
+                held, lo, hi = self._records(leaf)
+            out.append(held.get(c))
+        return out
+
+    def _leaf(self, target: tuple[int, ...]) -> tuple[btree_v1.Node, list[tuple[int, ...]], list] | None:
+        """The leaf (as `node` gives it) whose range holds `target`; None when no leaf's does."""
         if self.root is None:
             return None
-        target = tuple(c * d for c, d in zip(coords, self.ctx.layout.chunk_dims))
         addr, level = self.root, None
         for _ in range(btree_v1.MAX_DEPTH + 1):
-            node, keys = self.node(addr)
+            leaf = self.node(addr)
+            node, keys = leaf[0], leaf[1]
             if level is not None and node.level != level:
                 raise FormatError(f"{self.ctx.what}: B-tree node at {addr} has level {node.level}, expected {level}")
+            if not node.children:
+                return None
+            if node.level == 0:
+                return leaf
             # child i holds keys in [keys[i], keys[i+1]): take the last child whose left key <= target
             # (keys are sorted in a valid tree; in a corrupt one this still picks some child)
             pick = bisect_right(keys, target, 0, len(node.children)) - 1
             if pick < 0:
                 return None
-            if node.level == 0:
-                key = node.keys[pick]
-                return self._record(key, node.children[pick]) if keys[pick] == target else None
             addr, level = node.children[pick], node.level - 1
         raise FormatError(f"{self.ctx.what}: B-tree deeper than {btree_v1.MAX_DEPTH}")
 
@@ -66,6 +101,14 @@ class BTreeV1Index(ChunkIndex):
         for key, child, _ in iterate_leaves(self.ctx.reader, self.root, btree_v1.CHUNK, self.rank,
                                                      self.ctx.what, lambda r, a, t, k, w: self.node(a)[0]):
             yield self._record(key, child)
+
+    def allocated_bytes(self) -> int:
+        """The leaves' stored sizes, summed without making a record per chunk (st_blocks walks
+        the whole index while the first reads go on)."""
+        if self.root is None:
+            return 0
+        return sum(key.size for key, _, _ in iterate_leaves(self.ctx.reader, self.root, btree_v1.CHUNK, self.rank,
+                                                             self.ctx.what, lambda r, a, t, k, w: self.node(a)[0]))
 
     def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
         return V1Writer(self, txn).apply(records, ())

@@ -11,12 +11,13 @@ width of the chunk size field is read off the header's record size (libhdf5 writ
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format import btree_v2 as bt
 from ...format.messages.layout import DataLayout
-from ..readers.btree_v2 import find, iterate, read_header
+from ..readers.btree_v2 import find, find_with_leaf, iterate, read_header
 from . import ChunkIndex, ChunkRecord, IndexContext
 from .fixed_array import _check_rank, chunk_nbytes
 
@@ -77,6 +78,28 @@ class BTreeV2Index(ChunkIndex):
 
         r = find(self.ctx.reader, self.header.address, compare, self.decode, self.what, header=self.header)
         return None if r is None else self._record(r)
+
+    def lookup_many(self, coords: Sequence[tuple[int, ...]]) -> list[ChunkRecord | None]:
+        """A key within the leaf the previous descent ended in is looked for there first."""
+        out: list[ChunkRecord | None] = []
+        leaf: list[bt.ChunkRecordV2] | None = None
+        for c in coords:
+            key = tuple(c)
+            if self.header is None or len(key) != self.rank:
+                out.append(None)
+                continue
+            if leaf and leaf[0].scaled <= key <= leaf[-1].scaled:
+                i = bisect_left(leaf, key, key=lambda r: r.scaled)
+                r = leaf[i] if leaf[i].scaled == key else None
+            else:
+                def compare(r: bt.ChunkRecordV2) -> int:
+                    return (key > r.scaled) - (key < r.scaled)
+
+                r, ended = find_with_leaf(self.ctx.reader, self.header.address, compare, self.decode, self.what,
+                                          header=self.header)
+                leaf = ended or leaf
+            out.append(None if r is None else self._record(r))
+        return out
 
     def records(self) -> Iterator[ChunkRecord]:
         if self.header is None:

@@ -173,6 +173,14 @@ class ArrayIndex(ChunkIndex):
         raw = self.array.get(idx)
         return None if raw is None else to_record(self.ctx, coords, self.decode(raw), self.nbytes)
 
+    def lookup_many(self, coords: Sequence[tuple[int, ...]]) -> list[ChunkRecord | None]:
+        if self.array is None:
+            return [None] * len(coords)
+        coords = [tuple(c) for c in coords]
+        raws = self.array.get_many([self.index_of(c) for c in coords])
+        return [None if raw is None else to_record(self.ctx, c, self.decode(raw), self.nbytes)
+                for c, raw in zip(coords, raws)]
+
     def records(self) -> Iterator[ChunkRecord]:
         if self.array is None:
             return

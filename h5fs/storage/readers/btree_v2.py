@@ -92,11 +92,19 @@ def find(reader, address: int | None, compare: Callable[[R], int],
     `compare(record)` answers the sign of (wanted key - record's key): negative when the wanted
     key sorts before the record, 0 on a match, positive after it.
     """
+    return find_with_leaf(reader, address, compare, decode_record, what, header)[0]
+
+
+def find_with_leaf(reader, address: int | None, compare: Callable[[R], int],
+                   decode_record: Callable[[Reader], R] | None = None, what: str = "v2 B-tree",
+                   header: BTreeV2Header | None = None) -> tuple[R | None, list[R] | None]:
+    """`find`'s record, and the records of the leaf the descent ended in (None when it ended
+    on a match in an internal node): a key between that leaf's first and last lies in it."""
     hdr = header or read_header(reader, address, what)
     if decode_record is None:
         decode_record = record_decoder(hdr.type)
     if hdr.root_address is None:
-        return None
+        return None, None
     addr, nrec, depth = hdr.root_address, hdr.root_nrecords, hdr.depth
     for _ in range(hdr.depth + 1):
         node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what)
@@ -107,10 +115,11 @@ def find(reader, address: int | None, compare: Callable[[R], int],
                 lo = mid + 1
             else:
                 hi = mid
-        if lo < len(recs) and compare(recs[lo]) == 0:
-            return recs[lo]
+        hit = recs[lo] if lo < len(recs) and compare(recs[lo]) == 0 else None
         if depth == 0:
-            return None
+            return hit, recs
+        if hit is not None:
+            return hit, None
         ch = node.children[lo]
         addr, nrec, depth = ch.address, ch.nrecords, depth - 1
     raise FormatError(f"{what}: descent did not end at a leaf")  # pragma: no cover

@@ -3,7 +3,7 @@ the file's metadata cache, then elements one by one or all written ones in order
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format.codec import Sizes
@@ -118,13 +118,28 @@ class ExtensibleArray:
 
     def get(self, idx: int) -> bytes | None:
         """Raw bytes of element `idx`, or None when it was never written."""
+        return self.get_many([idx])[0]
+
+    def get_many(self, idxs: Sequence[int | None]) -> list[bytes | None]:
+        """`get` of each index (None: None), fetching each block once for all its elements."""
+        memo: dict[tuple, object] = {}
+
+        def once(key: tuple, load: Callable[[], object]):
+            value = memo.get(key)
+            if value is None:
+                value = memo[key] = load()
+            return value
+
+        return [None if idx is None else self._get(idx, once) for idx in idxs]
+
+    def _get(self, idx: int, once) -> bytes | None:
         h = self.header
         if idx < 0:
             raise FormatError(f"{self.what}: negative element index {idx}")
         if idx >= h.max_idx_set or h.iblock_address is None:
             return None
         es = h.element_size
-        elements, idblks, isblks = self.index_block()
+        elements, idblks, isblks = once(("i",), self.index_block)
         if idx < h.idx_blk_elmts:
             return elements[idx * es:(idx + 1) * es]
         u = self.superblock_index(idx)
@@ -140,11 +155,12 @@ class ExtensibleArray:
                 return None
             if npages:
                 raise FormatError(f"{self.what}: paged data block referenced by the index block")
-            return self.data_block(addr, info.dblk_nelmts)[k * es:(k + 1) * es]
+            data = once(("d", addr), lambda: self.data_block(addr, info.dblk_nelmts))
+            return data[k * es:(k + 1) * es]
         saddr = isblks[u - self.iblock_nsblks]
         if saddr is None:
             return None
-        bitmap, dblks = self.super_block(u, saddr)
+        bitmap, dblks = once(("s", u, saddr), lambda: self.super_block(u, saddr))
         dblk_idx = rel // info.dblk_nelmts
         addr = dblks[dblk_idx]
         if addr is None:
@@ -153,9 +169,9 @@ class ExtensibleArray:
             page, k = divmod(k, self.page_nelmts)
             if not bit_set(bitmap, dblk_idx * npages + page):
                 return None
-            data = self.data_block_page(addr, page)
+            data = once(("p", addr, page), lambda: self.data_block_page(addr, page))
         else:
-            data = self.data_block(addr, info.dblk_nelmts)
+            data = once(("d", addr), lambda: self.data_block(addr, info.dblk_nelmts))
         return data[k * es:(k + 1) * es]
 
     def items(self) -> Iterator[tuple[int, bytes]]:

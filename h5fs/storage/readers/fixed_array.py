@@ -3,7 +3,7 @@ one by one or all written ones in order, reading only the pages that were writte
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from ...errors import FormatError
 from ...format.codec import Sizes
@@ -68,18 +68,33 @@ class FixedArray:
 
     def get(self, idx: int) -> bytes | None:
         """Raw bytes of element `idx`, or None when it was never written (no data block or page)."""
+        return self.get_many([idx])[0]
+
+    def get_many(self, idxs: Sequence[int | None]) -> list[bytes | None]:
+        """`get` of each index (None: None), reading the data block or each page once."""
         h = self.header
-        if not 0 <= idx < h.nelmts:
-            raise FormatError(f"{self.what}: element {idx} outside the array of {h.nelmts}")
         if h.dblock_address is None:
-            return None
+            return [None] * len(idxs)
         es = h.element_size
-        if not self.paged:
-            return self.dblock().elements[idx * es:(idx + 1) * es]
-        page, rel = divmod(idx, self.page_nelmts)
-        if not self.page_initialized(page):
-            return None
-        return self._read_page(page)[rel * es:(rel + 1) * es]
+        pages: dict[int, bytes | None] = {}
+        out: list[bytes | None] = []
+        for idx in idxs:
+            if idx is None:
+                out.append(None)
+                continue
+            if not 0 <= idx < h.nelmts:
+                raise FormatError(f"{self.what}: element {idx} outside the array of {h.nelmts}")
+            if not self.paged:
+                page, rel = -1, idx
+                if page not in pages:
+                    pages[page] = self.dblock().elements
+            else:
+                page, rel = divmod(idx, self.page_nelmts)
+                if page not in pages:
+                    pages[page] = self._read_page(page) if self.page_initialized(page) else None
+            data = pages[page]
+            out.append(None if data is None else data[rel * es:(rel + 1) * es])
+        return out
 
     def items(self) -> Iterator[tuple[int, bytes]]:
         """(index, raw bytes) of every element that was written, in index order."""
