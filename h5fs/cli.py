@@ -29,6 +29,8 @@ import time
 from . import __version__, mount_options
 from .fuse import mounts
 from .logs import Logs, default_file
+from .progress import Line, flush_text
+from .status import ask
 
 PROG = "h5fs"
 COMMANDS = ("mount", "umount", "unmount", "status", "check", "create", "install-helpers")
@@ -225,33 +227,11 @@ def _detach_stdio(log_path: str | None) -> None:
 # ----------------------------------------------------------------------------------- umount
 
 
-def _read_pid(mp: str, timeout: float = 10.0) -> int | None:
-    """The daemon's pid from the root's `user.h5fs.pid` (None: dead or hung daemon)."""
-    box: list[int] = []
-
-    def ask() -> None:
-        try:
-            box.append(int(os.getxattr(mp, "user.h5fs.pid")))
-        except (OSError, ValueError):
-            pass  # a dead daemon (ENOTCONN): unmounting is all there is to do
-    t = threading.Thread(target=ask, daemon=True)
-    t.start()
-    t.join(timeout)
-    return box[0] if box else None
-
-
 def _flush_first(mp: str, timeout: float) -> None:
     """Every change into the file before the unmount (an fsync of the mount root), with a
     progress line on a terminal. A daemon silent for `timeout` s is left to the unmount; a
     flush that fails keeps the mount, so what could not be written is not lost."""
-    from .progress import Line, flush_text
-    from .status import ask
-    state = ask(mp)
-    if state.get("mode") != "rw":
-        return
     line = Line.on(sys.stderr)
-    if line is not None and state["chunks_waiting"]:
-        line.show(flush_text(0, state["chunks_waiting"]))
     failed: list[OSError] = []
 
     def sync() -> None:
@@ -269,19 +249,16 @@ def _flush_first(mp: str, timeout: float) -> None:
     answered = time.monotonic()
     try:
         while thread.is_alive():
+            state = ask(mp) if line is not None or time.monotonic() - answered > timeout / 2 else {}
+            if "error" in state and time.monotonic() - answered > timeout:
+                print(f"{PROG}: {mp}: {state['error']}; unmounting anyway", file=sys.stderr)
+                return
+            if "pid" in state:
+                answered = time.monotonic()
+                text = flush_text(state)
+                if line is not None and text:
+                    line.show(text)
             thread.join(0.2)
-            if not thread.is_alive() or line is None and time.monotonic() - answered < timeout / 2:
-                continue
-            state = ask(mp)
-            if "error" in state:
-                if time.monotonic() - answered > timeout:
-                    print(f"{PROG}: {mp}: {state['error']}; unmounting anyway", file=sys.stderr)
-                    return
-                continue
-            answered = time.monotonic()
-            flushing = state.get("flushing")
-            if line is not None and (flushing or state.get("chunks_waiting")):
-                line.show(flush_text(flushing["done"], flushing["total"]) if flushing else flush_text(0, state["chunks_waiting"]))
     finally:
         if line is not None:
             line.done()
@@ -297,8 +274,9 @@ def cmd_umount(args: argparse.Namespace) -> int:
         raise CliError(f"{mp}: not mounted")
     if m.fstype != mounts.FSTYPE:
         raise CliError(f"{mp}: not an h5fs mount ({m.fstype})")
-    pid = _read_pid(mp)
-    if pid is not None and not args.lazy:
+    state = ask(mp)   # a dead or hung daemon answers an error: there is only the unmount to do
+    pid = state.get("pid")
+    if state.get("mode") == "rw" and not args.lazy:
         _flush_first(mp, args.timeout)
     cmd = ["fusermount3", "-u"] + (["-z"] if args.lazy else []) + [mp]
     proc = subprocess.run(cmd, capture_output=True, text=True)

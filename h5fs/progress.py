@@ -41,24 +41,29 @@ class Line:
             self.shown = False
 
 
-def flush_text(done: int, total: int) -> str:
-    return f"h5fs: writing into the file: {done} of {total} chunks" if total else "h5fs: writing into the file"
+def flush_text(status: dict) -> str | None:
+    """The flush a daemon's status (Operations.status) shows: its chunks written so far, or
+    those waiting before it starts; None when nothing waits."""
+    flushing = status.get("flushing")
+    if flushing:
+        return f"h5fs: writing into the file: {flushing['done']} of {flushing['total']} chunks"
+    waiting = status.get("chunks_waiting")
+    return f"h5fs: writing into the file: 0 of {waiting} chunks" if waiting else None
 
 
-def watch(line: Line | None, poll: Callable[[], str | None], until: threading.Event) -> threading.Thread | None:
-    """Redraw `poll()` (None: nothing to show yet) on `line` until `until` is set, from a thread;
-    the caller joins it after setting `until`."""
-    if line is None:
-        return None
-
+def watch(poll: Callable[[], str | None], until: threading.Event, show: Callable[[str], None],
+          line: Line | None = None) -> threading.Thread:
+    """Hand `poll()` (None: nothing to show yet) to `show` every INTERVAL until `until` is set,
+    from a thread, and clear `line` at the end; the caller joins it after setting `until`."""
     def run() -> None:
         while True:
             text = poll()
             if text:
-                line.show(text)
+                show(text)
             if until.wait(INTERVAL):
                 break
-        line.done()
+        if line is not None:
+            line.done()
 
     thread = threading.Thread(target=run, name="h5fs-progress", daemon=True)
     thread.start()

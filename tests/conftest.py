@@ -53,14 +53,12 @@ def _daemon_pid(mp: Path) -> int | None:
 def _mount_device(mp) -> int | None:
     """The FUSE device number of the mount at `mp`, from the mount table (a stat of a hung mount
     would block)."""
-    want = os.path.realpath(mp)
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            fields = line.split()
-            if fields[4].replace("\\040", " ") == want and " - fuse" in line:
-                major, minor = fields[2].split(":")
-                return os.makedev(int(major), int(minor))
-    return None
+    from h5fs.fuse.mounts import find_mount
+    m = find_mount(str(mp))
+    if m is None or not m.fstype.startswith("fuse"):
+        return None
+    major, minor = m.device.split(":")
+    return os.makedev(int(major), int(minor))
 
 
 def abort_connection(device: int) -> None:

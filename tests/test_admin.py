@@ -418,6 +418,15 @@ def test_notify_handshake_and_stop_of_the_service(h5, mounts, tmp_path):
         stopping = sock.recv(4096).decode()
         assert "STOPPING=1" in stopping
         assert service.wait(timeout=120) == 0
+        sock.settimeout(0.5)
+        later = []
+        try:
+            while True:
+                later.append(sock.recv(4096).decode())
+        except socket.timeout:
+            pass
+        # systemctl status shows the final flush: the chunks it writes
+        assert any(re.search(r"STATUS=h5fs: writing into the file: \d+ of \d+ chunks", m) for m in later), later
         assert not is_mounted(mp)
         with h5py.File(h5, "r") as f:
             assert np.array_equal(f["z"][:64], data)

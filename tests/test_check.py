@@ -721,7 +721,7 @@ def test_shared_message_counts_are_checked(tmp_path, fcpl):
     """libhdf5's shared-message tables check clean (uses in headers, in dense attributes, in the
     attributes the table holds, and first copies kept in their header); a record counting one use
     too many, or naming a header without such a message, is reported."""
-    from h5fs.storage.sohm_uses import SharedUses
+    from h5fs.storage.readers.sohm_table import read_records
     path = tmp_path / f"sohm-{fcpl}.h5"
     with R.new_file(path, "latest", (8, 8), R.sohm_fcpl(50, 40) if fcpl == "lists" else R.shared_messages_fcpl()) as f:
         for i in range(3):
@@ -731,7 +731,7 @@ def test_shared_message_counts_are_checked(tmp_path, fcpl):
             f.require_group("g").attrs[f"a{i}"] = np.float64(i) if i else "text"
     assert check(str(path)).sound, check(str(path)).problems
     with H5File.open(str(path)) as f:
-        records = SharedUses(f, f.sohm_indexes).records(f.sohm_indexes[0], "index 0")
+        records = read_records(f.reader, f.sohm_indexes[0], "index 0")
     heap_rec = next(r for r in records if r.location == 0 and r.refcount > 1)
     here_rec = next(r for r in records if r.location == 1)
     for old, new, expected in ((heap_rec, replace(heap_rec, refcount=heap_rec.refcount + 1),

@@ -19,11 +19,8 @@ import numpy as np
 import pytest
 
 import roundtrip_support as R
-from h5fs.format import btree_v2 as bt
-from h5fs.format.codec import Reader
-from h5fs.format.messages import sohm_table
 from h5fs.model.file import H5File
-from h5fs.storage.readers import btree_v2 as bt_reader
+from h5fs.storage.readers.sohm_table import read_records
 from write_support import verify_file
 
 INDEXES = {
@@ -57,21 +54,10 @@ def sohm_file(request, tmp_path):
 
 def records(path) -> list[tuple[int, list]]:
     """Every index's message count and records (hash, location, count, type), as read from the file."""
-    f = H5File.open(str(path))
-    try:
-        out = []
-        for index in f.sohm_indexes:
-            if index.index_address is None:
-                recs = []
-            elif index.index_type == sohm_table.LIST:
-                data = f.reader.read(index.index_address, sohm_table.list_size(f.sizes, index.num_messages), "list")
-                recs = sohm_table.decode_list(Reader(data, 0, f.sizes, "list"), index.num_messages)
-            else:
-                recs = list(bt_reader.iterate(f.reader, index.index_address, bt.decode_sohm, "index"))
-            out.append((index.num_messages, sorted((r.hash, r.location, r.refcount, r.msg_type) for r in recs)))
-        return out
-    finally:
-        f.close()
+    with H5File.open(str(path)) as f:
+        return [(index.num_messages, sorted((r.hash, r.location, r.refcount, r.msg_type)
+                                            for r in read_records(f.reader, index, "index")))
+                for index in f.sohm_indexes]
 
 
 def remove_everything_with_libhdf5(path) -> None:

@@ -121,25 +121,18 @@ def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeb
 def _close(ops: Operations, source: str, foreground: bool) -> int:
     """Write the last changes (a progress line on a -f daemon's terminal, STATUS= to systemd)."""
     done = threading.Event()
-    wb = ops.writes.wb if ops.writes is not None else None
+    line = Line.on(sys.stderr) if foreground else None
     shown = [""]
 
-    def poll() -> str | None:
-        if wb is None:
-            return None
-        if wb.flushing:
-            text = flush_text(wb.flush_done, wb.flush_total)
-        else:   # not started yet (or between parts)
-            chunks = wb.waiting()[1]
-            if not chunks:
-                return None
-            text = flush_text(0, chunks)
+    def show(text: str) -> None:
+        if line is not None:
+            line.show(text)
         if text != shown[0]:
             shown[0] = text
             notify.status(text)
-        return text
 
-    watcher = watch(Line.on(sys.stderr) if foreground else None, poll, done)
+    watching = ops.writes is not None and (line is not None or notify.enabled())
+    watcher = watch(lambda: flush_text(ops.status()), done, show, line) if watching else None
     try:
         ops.close()
         return 0

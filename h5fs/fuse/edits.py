@@ -122,7 +122,7 @@ class EditSide:
         if self.ops.handles.reading(parent.ino):
             self.gone_twins.update((parent.ino, twin) for twin in twins)
         if entry.address is not None:
-            await self._forget_object(entry.address, numbers)
+            await self._forgotten(entry.address, numbers)
 
     def unlink_gone_twin(self, parent_ino: int, name: bytes) -> bool:
         """Whether `name` is the other view of a dataset removed while its directory was being
@@ -433,8 +433,8 @@ class EditSide:
 
     async def _refresh(self, address: int) -> None:
         """An object's stat numbers (link count, times) changed: every inode of it asks again."""
-        obj = self.ops.f.get(address, "")
-        await self._show(address, await offload.run_sync(namespace.numbers, obj))
+        f = self.ops.f   # the header read in the worker too: it may not be cached
+        await self._show(address, await offload.run_sync(lambda: namespace.numbers(f.get(address, ""))))
 
     async def _show(self, address: int, numbers: Numbers) -> None:
         ops = self.ops
@@ -453,15 +453,16 @@ class EditSide:
         except Exception:  # noqa: BLE001 - freed: nothing left to show
             return None
 
-    async def _forget_object(self, address: int, numbers: Numbers | None | bool = False) -> None:
-        """A link to the object went: its link count changed, or it is gone (`numbers`: what
-        `_numbers_left` found, if the caller's worker asked already)."""
+    async def _forget_object(self, address: int) -> None:
+        """A link to the object went: its link count changed, or it is gone."""
+        await self._forgotten(address, await offload.run_sync(self._numbers_left, address))
+
+    async def _forgotten(self, address: int, numbers: Numbers | None) -> None:
+        """`_forget_object` with what `_numbers_left` found (in the caller's worker trip)."""
         ops = self.ops
         ops.attribute_tables.pop(address)
         for npy in (False, True):
             ops.fact_tables.pop((address, npy))
-        if numbers is False:
-            numbers = await offload.run_sync(self._numbers_left, address)
         if numbers is not None:
             await self._show(address, numbers)
 

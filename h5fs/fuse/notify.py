@@ -13,6 +13,11 @@ import socket
 log = logging.getLogger("h5fs")
 
 
+def enabled() -> bool:
+    """Whether a service manager listens (a Type=notify unit)."""
+    return bool(os.environ.get("NOTIFY_SOCKET"))
+
+
 def notify(*lines: str) -> bool:
     """Send one message; True when a service manager took it."""
     where = os.environ.get("NOTIFY_SOCKET")

@@ -562,7 +562,7 @@ class Operations(pyfuse3.Operations):
             self.fact_tables.put(key, facts)
         if node is self.table.root:
             return {**facts, "requests": str(self.requests), "inodes": str(len(self.table)),
-                    "invalidations": str(self.invalidator.count), "status": json.dumps(self.status())}
+                    "invalidations": str(self.invalidator.count)}
         return facts
 
     @boundary
@@ -593,6 +593,8 @@ class Operations(pyfuse3.Operations):
         attr_name = views.attribute_name_for_xattr(name)
         if attr_name is None:
             fact = views.fact_for_xattr(name)
+            if fact == "status" and node is self.table.root:   # made when asked: it changes all the time
+                return json.dumps(self.status()).encode()
             value = None if fact is None else (await self._facts(node)).get(fact)
             if value is None:
                 raise FUSEError(pyfuse3.ENOATTR)

@@ -68,9 +68,10 @@ class _Attributes:
         ref = shared_msg.decode(Reader(raw.data, 0, self.txn.sizes, f"{self.what}: shared attribute"))
         return bytes(self.f.shared_message_body(ref, ATTRIBUTE, f"{self.what}: shared attribute").data)
 
-    def _unshared(self, raw) -> bool:
-        """Count down what `raw` used of the shared message table; whether the table tracks it
-        (its value's global heap objects may then be another copy's too: they are kept)."""
+    def _let_go_message(self, raw) -> bool:
+        """A compact attribute message goes: count down what it used of the shared message
+        table; whether the table tracks it (its value's global heap objects may then be another
+        copy's too: they are kept)."""
         self.shared.release(raw, self.address, self.what)
         return bool(raw.flags & (oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
 
@@ -135,7 +136,7 @@ class _Attributes:
             found = self.compact(name)
             if found is not None:
                 raw, msg = found
-                was_shared = self._unshared(raw)
+                was_shared = self._let_go_message(raw)
                 self.edit.replace(raw, self._new_value(msg, text, keep_old=was_shared),
                                   flags=raw.flags & ~(oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
                 return
@@ -222,7 +223,7 @@ class _Attributes:
             if found is None:
                 raise NotFound(f"{self.what}: no attribute {name!r}")
             raw, msg = found
-            if not self._unshared(raw):
+            if not self._let_go_message(raw):
                 self._release(msg)
             self.edit.remove(raw)
             left = len(self.edit.header.find(ATTRIBUTE))

@@ -20,15 +20,15 @@ from typing import Callable
 from ..format import btree_v2 as bt
 from ..format import checksum
 from ..format.codec import Reader
-from ..format.messages import attribute as attr_msg
 from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages import shared as shared_msg
 from ..format.messages import sohm_table as T
 from ..format.object_header import FLAG_SHAREABLE
 from .readers import btree_v2 as bt_reader
 from .readers.fractal_heap import FractalHeap
+from .readers.sohm_table import attribute_refs, index_for, read_records
 
-DATASPACE, DATATYPE, ATTRIBUTE, ATTRIBUTE_INFO = 0x01, 0x03, 0x0C, 0x15
+ATTRIBUTE, ATTRIBUTE_INFO = 0x0C, 0x15
 IN_HEAP, IN_HEADER = 0, 1
 
 Problem = Callable[[str, str, str], None]   # (path, structure, what is wrong)
@@ -47,8 +47,7 @@ class SharedUses:
 
     def _ref(self, mtype: int, heap_id: bytes) -> tuple[int, bytes]:
         """Count a reference to the heap record of a message of type `mtype`."""
-        number = next((n for n, index in enumerate(self.indexes) if index.message_types & T.type_bit(mtype)), -1)
-        key = (number, heap_id)
+        key = (index_for(self.indexes, mtype), heap_id)
         self.heap_refs[key] += 1
         if mtype == ATTRIBUTE:
             self.attributes.add(key)
@@ -76,13 +75,8 @@ class SharedUses:
                     self._dense(info, path)
 
     def attribute(self, body: bytes, path: str) -> None:
-        msg = attr_msg.decode(Reader(body, 0, self.sizes, f"{path}: attribute message"))
-        for is_shared, raw, mtype in ((msg.datatype_shared, msg.datatype_raw, DATATYPE),
-                                      (msg.dataspace_shared, msg.dataspace_raw, DATASPACE)):
-            if is_shared:
-                ref = shared_msg.decode(Reader(raw, 0, self.sizes, f"{path}: attribute's shared message"))
-                if ref.kind == shared_msg.IN_SOHM_HEAP:
-                    self._ref(mtype, ref.heap_id)
+        for mtype, heap_id in attribute_refs(body, self.sizes, path):
+            self._ref(mtype, heap_id)
 
     def _dense(self, info, path: str) -> None:
         heap = None
@@ -99,7 +93,7 @@ class SharedUses:
         tables = []
         for number, index in enumerate(self.indexes):
             label = f"shared message index {number}"
-            records = self.records(index, label)
+            records = read_records(self.f.reader, index, label)
             if len(records) != index.num_messages:
                 problem("shared message table", label, f"counts {index.num_messages} messages, holds {len(records)}")
             heap = None if index.heap_address is None else \
@@ -123,12 +117,3 @@ class SharedUses:
                 if found != rec.refcount:
                     problem("shared message table", label,
                             f"the record of heap ID {rec.heap_id.hex()} counts {rec.refcount} uses, {found} found")
-
-    def records(self, index: T.SohmIndex, label: str) -> list[bt.SharedMessageRecord]:
-        if index.index_address is None:
-            return []
-        if index.index_type == T.LIST:
-            data = self.f.reader.read(index.index_address, T.list_size(self.sizes, index.num_messages), label)
-            return T.decode_list(Reader(data, 0, self.sizes, label), index.num_messages)
-        return list(bt_reader.iterate(self.f.reader, index.index_address, bt.decode_sohm, label,
-                                      expect_type=bt.SOHM))

@@ -28,7 +28,6 @@ from ..errors import CannotWrite, FormatError
 from ..format import btree_v2 as bt
 from ..format import checksum
 from ..format.codec import Reader, Writer
-from ..format.messages import attribute as attr_msg
 from ..format.messages import shared as shared_msg
 from ..format.messages import sohm_table as T
 from ..format.object_header import FLAG_SHAREABLE, FLAG_SHARED, RawMessage
@@ -36,10 +35,10 @@ from . import fractal_heap_write
 from .btree_v2_edit import BTreeV2Edit
 from .readers import btree_v2 as bt_reader
 from .readers.fractal_heap import FractalHeap
-from .readers.sohm_table import read_table
+from .readers.sohm_table import attribute_refs, index_for, read_records, read_table
 from .transaction import Transaction
 
-DATASPACE, DATATYPE, ATTRIBUTE, SOHM_TABLE = 0x01, 0x03, 0x0C, 0x0F
+ATTRIBUTE, SOHM_TABLE = 0x0C, 0x0F
 IN_HEAP, IN_HEADER = 0, 1   # a record's location
 
 
@@ -75,8 +74,9 @@ class SharedMessages:
             ref = shared_msg.decode(Reader(raw.data, 0, self.txn.sizes, f"{what}: shared message"))
             if ref.kind == shared_msg.IN_SOHM_HEAP:
                 self.release_heap_id(raw.type, ref.heap_id, what)
-        elif not (raw.flags & FLAG_SHAREABLE and self._release_here(raw, header_address, what)) \
-                and raw.type == ATTRIBUTE:
+            return
+        tracked = bool(raw.flags & FLAG_SHAREABLE) and self._release_here(raw, header_address, what)
+        if not tracked and raw.type == ATTRIBUTE:   # (a tracked one's go with its last use)
             self.release_attribute(bytes(raw.data), what)
 
     def release_attribute(self, body: bytes, what: str) -> None:
@@ -84,36 +84,25 @@ class SharedMessages:
         dataspace it holds as shared-message references, one use fewer each (H5O__attr_delete)."""
         if not self.active:
             return
-        for mtype, heap_id in self._embedded(body, what):
+        for mtype, heap_id in attribute_refs(body, self.txn.sizes, what):
             self.release_heap_id(mtype, heap_id, what)
 
     def acquire_attribute(self, body: bytes, what: str) -> None:
         """A new attribute message of its own holds these references: one use more each."""
         if not self.active:
             return
-        for mtype, heap_id in self._embedded(body, what):
+        for mtype, heap_id in attribute_refs(body, self.txn.sizes, what):
             number, i = self._find_heap_id(mtype, heap_id, what)
             rec = self._records[number][i]
             self._records[number][i] = replace(rec, refcount=rec.refcount + 1)
             self._note(number, self._records[number][i])
-
-    def _embedded(self, body: bytes, what: str) -> list[tuple[int, bytes]]:
-        msg = attr_msg.decode(Reader(body, 0, self.txn.sizes, f"{what}: attribute message"))
-        out = []
-        for is_shared, raw, mtype in ((msg.datatype_shared, msg.datatype_raw, DATATYPE),
-                                      (msg.dataspace_shared, msg.dataspace_raw, DATASPACE)):
-            if is_shared:
-                ref = shared_msg.decode(Reader(raw, 0, self.txn.sizes, f"{what}: attribute's shared message"))
-                if ref.kind == shared_msg.IN_SOHM_HEAP:
-                    out.append((mtype, ref.heap_id))
-        return out
 
     def release_heap_id(self, mtype: int, heap_id: bytes, what: str) -> None:
         """One use fewer of the message of type `mtype` the index's heap holds under `heap_id`."""
         self._count_down(*self._find_heap_id(mtype, heap_id, what), mtype, what)
 
     def _find_heap_id(self, mtype: int, heap_id: bytes, what: str) -> tuple[int, int]:
-        number = self._index_for(mtype, what)
+        number = index_for(self._all(what), mtype)
         if number is None:
             raise FormatError(f"{what}: shared in the file's message heap, but no index holds its type")
         for i, rec in enumerate(self._load(number, what)):
@@ -138,7 +127,7 @@ class SharedMessages:
 
     def _release_here(self, raw: RawMessage, header_address: int, what: str) -> bool:
         """A shareable message kept in its header goes; whether the index tracked it."""
-        number = self._index_for(raw.type, what)
+        number = index_for(self._all(what), raw.type)
         if number is None:
             return False   # shareable, but its type is not indexed: nothing tracks it
         body = bytes(raw.data)
@@ -160,12 +149,6 @@ class SharedMessages:
         return False   # not tracked (the index was full, or the message added unshared)
 
     # -- the index ------------------------------------------------------------------------------
-    def _index_for(self, mtype: int, what: str) -> int | None:
-        for number, index in enumerate(self._all(what)):
-            if index.message_types & T.type_bit(mtype):
-                return number
-        return None
-
     def _all(self, what: str) -> list[T.SohmIndex]:
         if self._indexes is None:
             ext = self.f.extension
@@ -180,16 +163,8 @@ class SharedMessages:
         if number not in self._records:
             index = self._all(what)[number]
             label = f"shared message index {number}"
-            if index.index_address is None:
-                records = []
-            elif index.index_type == T.LIST:
-                if index.num_messages > index.list_cutoff:
-                    raise FormatError(f"{label}: {index.num_messages} messages in a list of {index.list_cutoff}")
-                data = self.txn.reader.read(index.index_address, T.list_size(self.txn.sizes, index.num_messages), label)
-                records = T.decode_list(Reader(data, 0, self.txn.sizes, label), index.num_messages)
-            else:
-                records = list(bt_reader.iterate(self.txn.reader, index.index_address, bt.decode_sohm, label,
-                                                 expect_type=bt.SOHM))
+            records = read_records(self.txn.reader, index, label)
+            if index.index_type != T.LIST:
                 if len({r.hash for r in records}) != len(records):   # edits find records by hash
                     raise CannotWrite(f"{what}: two shared messages with one hash in {label} (not edited)")
                 self._btree_changes[number] = {}

@@ -1,10 +1,18 @@
-"""Reads the shared object header message table (SMTB) a 0x000F message points to."""
+"""Reads the shared object header message table (SMTB) a 0x000F message points to, the records
+of its indexes, and what an attribute message shares through it."""
 
 from __future__ import annotations
 
 from ...errors import FormatError
-from ...format.codec import Reader
-from ...format.messages.sohm_table import MAX_INDEXES, SohmIndex, SohmTableMessage, decode_table, table_size
+from ...format import btree_v2 as bt
+from ...format.codec import Reader, Sizes
+from ...format.messages import attribute as attr_msg
+from ...format.messages import shared as shared_msg
+from ...format.messages.sohm_table import (LIST, MAX_INDEXES, SohmIndex, SohmTableMessage, decode_list, decode_table,
+                                           list_size, table_size, type_bit)
+from . import btree_v2 as bt_reader
+
+DATASPACE, DATATYPE = 0x01, 0x03
 
 
 def read_table(reader, msg: SohmTableMessage) -> list[SohmIndex]:
@@ -13,3 +21,35 @@ def read_table(reader, msg: SohmTableMessage) -> list[SohmIndex]:
         raise FormatError(f"shared message table: {msg.nindexes} indexes")
     data = reader.read(msg.table_address, table_size(reader.sizes, msg.nindexes), "shared message table")
     return decode_table(Reader(data, 0, reader.sizes, "shared message table"), msg.nindexes)
+
+
+def read_records(reader, index: SohmIndex, label: str) -> list[bt.SharedMessageRecord]:
+    """The records of one index: its list, or every record of its v2 B-tree (none for an index
+    libhdf5 emptied and deleted)."""
+    if index.index_address is None:
+        return []
+    if index.index_type == LIST:
+        if index.num_messages > index.list_cutoff:
+            raise FormatError(f"{label}: {index.num_messages} messages in a list of {index.list_cutoff}")
+        data = reader.read(index.index_address, list_size(reader.sizes, index.num_messages), label)
+        return decode_list(Reader(data, 0, reader.sizes, label), index.num_messages)
+    return list(bt_reader.iterate(reader, index.index_address, bt.decode_sohm, label, expect_type=bt.SOHM))
+
+
+def index_for(indexes: list[SohmIndex], mtype: int) -> int | None:
+    """The number of the index that keeps messages of type `mtype` (None: the type is not shared)."""
+    return next((n for n, index in enumerate(indexes) if index.message_types & type_bit(mtype)), None)
+
+
+def attribute_refs(body: bytes, sizes: Sizes, what: str) -> list[tuple[int, bytes]]:
+    """(message type, heap ID) of the datatype and dataspace an attribute message holds as
+    references into the table's heaps (a committed datatype is not one)."""
+    msg = attr_msg.decode(Reader(body, 0, sizes, f"{what}: attribute message"))
+    out = []
+    for is_shared, raw, mtype in ((msg.datatype_shared, msg.datatype_raw, DATATYPE),
+                                  (msg.dataspace_shared, msg.dataspace_raw, DATASPACE)):
+        if is_shared:
+            ref = shared_msg.decode(Reader(raw, 0, sizes, f"{what}: attribute's shared message"))
+            if ref.kind == shared_msg.IN_SOHM_HEAP:
+                out.append((mtype, ref.heap_id))
+    return out
