@@ -316,6 +316,32 @@ def test_kernel_writeback_cache(mount, tmp_path):
     assert np.array_equal(data["d"], model)
 
 
+def test_kernel_writeback_cache_cp(mount, tmp_path):
+    """With the writeback cache the kernel sends a file's pages in parallel requests, in any
+    order: `cp` of .npy files (the header arriving with, before or after later pages) and of
+    other files must still make whole datasets."""
+    path = tmp_path / "wbc-cp.h5"
+    with h5py.File(path, "w", libver="latest"):
+        pass
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = np.random.default_rng(3)
+    arrays = {f"a{i}": rng.random((n, 64)).astype("<f4") for i, n in enumerate((1, 1000, 40000, 100000))}
+    for name, arr in arrays.items():
+        np.save(src / f"{name}.npy", arr)
+    blob = rng.integers(0, 256, 5_000_000, dtype=np.uint8).tobytes()
+    (src / "blob.bin").write_bytes(blob)
+    mp = mount(path, "rw", "writeback_cache", "compression=none")
+    subprocess.run(["cp", *sorted(src.iterdir()), mp], check=True)
+    for name, arr in arrays.items():
+        assert np.array_equal(np.load(mp / f"{name}.npy"), arr)
+    run_h5fs("umount", mp, check=True)
+    data = verify_file(path, h5dump=True)
+    for name, arr in arrays.items():
+        assert np.array_equal(data[name], arr)
+    assert data["blob.bin"].tobytes() == blob
+
+
 @pytest.mark.parametrize("filters", sorted(FILTERS))
 def test_fio_verify(mount, tmp_path, filters):
     """fio's own random writes with checksums, fsync'd every 16, then read back and verified

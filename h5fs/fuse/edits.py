@@ -36,6 +36,7 @@ log = logging.getLogger("h5fs.fuse")
 
 DEFAULT_FILTERS = "gzip:4,shuffle"   # new datasets' compression (-o compression=...)
 CREATE_XATTR = b"user.h5fs.create"   # `h5fs create`'s request, set on the parent directory
+MAX_EARLY = 64 << 20   # bytes of a .npy held while its header is incomplete (writeback_cache)
 
 
 def link_name(name: bytes) -> str:
@@ -226,12 +227,19 @@ class EditSide:
         return state
 
     async def stream_write(self, stream: NpyStream, off: int, buf: bytes) -> int:
-        taken = len(buf)
+        async with stream.lock:
+            await self._stream_write(stream, off, buf)
+        return len(buf)
+
+    async def _stream_write(self, stream: NpyStream, off: int, buf: bytes) -> None:
         if stream.failed is not None:
             raise InvalidWrite(f"{stream.what}: {stream.failed}")
         if stream.header is None:
-            if off > len(stream.head):
-                self._fail(stream, InvalidWrite("a write past the end of a .npy header not yet complete"))
+            if off > len(stream.head):   # the kernel's writeback sent a later page first
+                if sum(map(len, stream.early.values())) + len(buf) > MAX_EARLY:
+                    self._fail(stream, InvalidWrite("a write far past the end of a .npy header not yet complete"))
+                stream.early[off] = bytes(buf)
+                return
             stream.head[off:off + len(buf)] = buf
             try:
                 header = parse_npy_header(stream.head)
@@ -239,14 +247,13 @@ class EditSide:
                 self._fail(stream, exc)
             if header is not None:
                 await self._make(stream, header)
-            return taken
+            return
         start = off - stream.header.header_length
         if start < 0:   # the header again: only its own bytes
             if bytes(buf[:-start]) != bytes(stream.head[off:stream.header.header_length]):
                 self._fail(stream, InvalidWrite("a write changing the .npy header"))
             buf, start = buf[-start:], 0
         await self._body(stream, start, bytes(buf))
-        return taken
 
     def _fail(self, stream: NpyStream, exc: Exception) -> None:
         stream.failed = exc
@@ -268,6 +275,9 @@ class EditSide:
         del stream.head[header.header_length:]
         if rest:
             await self._body(stream, 0, rest)
+        early, stream.early = stream.early, {}
+        for off, piece in sorted(early.items()):
+            await self._stream_write(stream, off, piece)
 
     async def _make_linked(self, stream: NpyStream, header, storage: dict) -> None:
         ops = self.ops
@@ -286,8 +296,7 @@ class EditSide:
         wb = self.ops.writes.wb
         if not wb.write_now(stream.obj, start, data):
             await offload.run_sync(wb.write, stream.obj, start, data)
-        if start <= stream.end:
-            stream.end = max(stream.end, start + len(data))
+        stream.wrote(start, start + len(data))
         if not stream.unlinked:   # nothing shows an unlinked dataset's numbers
             self.ops.writes.touched.add(stream.obj.address)
 

@@ -13,7 +13,9 @@ Handle numbers are never reused while mounted. Only the trio thread touches them
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import trio
 
 from ..model.namespace import Entry
 
@@ -32,7 +34,10 @@ class NpyStream:
     """A `.npy` file being created (`cp x.npy DIR/`): its bytes are held until the header
     parses, then dataset `name` is made from it and the rest is written into it as it comes.
     Or one replacing an existing `D.npy` (opened with O_TRUNC): the array goes into a dataset
-    no link names, which gives D its data at close."""
+    no link names, which gives D its data at close.
+    With `-o writeback_cache` the kernel sends a file's pages in parallel requests that
+    arrive in any order: `lock` makes one write at a time, pieces past an incomplete header
+    wait in `early`, and `later` holds the spans written beyond the contiguous `end`."""
     ino: int
     parent: object            # the directory's node (None: replacing)
     name: str                 # the dataset's link name (the file name without `.npy`)
@@ -42,6 +47,21 @@ class NpyStream:
     end: int = 0              # bytes of array data written so far (contiguous from 0)
     failed: BaseException | None = None   # why the file cannot become a dataset
     replaces: object = None   # the dataset D whose data it replaces
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    early: dict[int, bytes] = field(default_factory=dict)   # file offset -> bytes, header incomplete
+    later: list[tuple[int, int]] = field(default_factory=list)   # (start, end) of data past `end`
+
+    def wrote(self, start: int, stop: int) -> None:
+        """Array bytes [start, stop) written: `end` grows over every span it reaches."""
+        self.later.append((start, stop))
+        self.later.sort()
+        rest = []
+        for a, b in self.later:
+            if a <= self.end:
+                self.end = max(self.end, b)
+            else:
+                rest.append((a, b))
+        self.later = rest
 
     @property
     def what(self) -> str:
