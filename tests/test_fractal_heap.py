@@ -14,6 +14,7 @@ from h5fs.errors import ChecksumError, FormatError, Unsupported
 from h5fs.format import btree_v2
 from h5fs.format.checksum import lookup3
 from h5fs.format.codec import Sizes
+from h5fs.storage.metadata_cache import MetadataCache
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.storage.readers.btree_v2 import iterate, read_header
@@ -124,6 +125,7 @@ class FakeReader:
     def __init__(self, buf: bytes, sizes=Sizes()):
         self.buf = buf
         self.sizes = sizes
+        self.meta = MetadataCache()
 
     def read(self, addr, size, what="block"):
         if addr is None or addr < 0 or addr + size > len(self.buf):

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 NCWFS = 16            # H5F_NCWFS: collections the list holds
 MAX_INDEX = 65535     # H5HG_MAXIDX
+DECODED = 32          # collections kept decoded with the bytes they were decoded from or staged as
 
 
 @dataclass(eq=False)
@@ -62,6 +63,15 @@ class _Memory:
     # collection address -> the next object index (H5HG_heap_t.nused: one past the highest index
     # when read, then raised by each insert and never lowered by a removal)
     nused: dict[int, int] = field(default_factory=dict)
+    # address -> (bytes, their collection): a transaction finding the same bytes in the file (or
+    # staged) takes the collection without decoding it again (each insert rewrites the collection)
+    decoded: dict[int, tuple[bytes, gh.Collection]] = field(default_factory=dict)
+
+    def remember(self, data: bytes, col: gh.Collection) -> None:
+        self.decoded.pop(col.address, None)
+        self.decoded[col.address] = (data, col)
+        if len(self.decoded) > DECODED:
+            del self.decoded[next(iter(self.decoded))]
 
 
 _MEMORY: weakref.WeakKeyDictionary[Store, _Memory] = weakref.WeakKeyDictionary()
@@ -108,7 +118,16 @@ def _committed(txn: Transaction, entry: _Entry) -> bool:
 
 
 def _load(txn: Transaction, mem: _Memory, address: int) -> gh.Collection:
-    col = GlobalHeapReader(txn.reader).collection(address)
+    known = mem.decoded.get(address)
+    col = None
+    if known is not None:
+        try:
+            if txn.reader.read(address, len(known[0]), "global heap collection") == known[0]:
+                col = known[1]
+        except FormatError:
+            pass
+    if col is None:
+        col = GlobalHeapReader(txn.reader).collection(address)
     mem.nused.setdefault(address, max(col.objects, default=0) + 1)
     return col
 
@@ -172,6 +191,7 @@ def _with(col: gh.Collection, objects: tuple[gh.HeapObject, ...]) -> gh.Collecti
 
 def _stage(txn: Transaction, col: gh.Collection, entry: _Entry) -> None:
     data = gh.encode_collection(col)
+    _memory(txn).remember(data, col)
     entry.free = col.free
     if entry.staged is not None:
         entry.staged = data

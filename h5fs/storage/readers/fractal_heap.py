@@ -25,14 +25,20 @@ class FractalHeap:
         self.what = f"{what} at {address}"
         if address is None:
             raise FormatError(f"{what}: undefined address")
+        self.header_address = address
+        # a heap is opened for every lookup and edit of the links or attributes it holds
+        self.header, self.geometry, self.filters = reader.meta.get(address, "fheap header", self._load_header, 1000)
+
+    def _load_header(self):
+        address = self.header_address
         # the header's length depends on the filter length, which sits at a fixed position
-        filter_len = filter_length(reader.read(address, HEADER_PREFIX, f"{self.what} header"), self.what)
-        buf = reader.read(address, header_size(self.sizes, filter_len), f"{self.what} header")
-        self.header = h = decode_header(buf, address, self.sizes, f"{self.what} header")
-        self.geometry = derive(h, self.sizes, self.what)
-        self.filters = None
+        filter_len = filter_length(self.reader.read(address, HEADER_PREFIX, f"{self.what} header"), self.what)
+        buf = self.reader.read(address, header_size(self.sizes, filter_len), f"{self.what} header")
+        h = decode_header(buf, address, self.sizes, f"{self.what} header")
+        filters = None
         if h.filter_len:
-            self.filters = filter_pipeline.decode(Reader(h.filter_info, 0, self.sizes, f"{self.what} I/O filters"))
+            filters = filter_pipeline.decode(Reader(h.filter_info, 0, self.sizes, f"{self.what} I/O filters"))
+        return h, derive(h, self.sizes, self.what), filters
 
     def __getattr__(self, name: str):
         geometry = self.__dict__.get("geometry")
