@@ -92,8 +92,8 @@ class EditSide:
         def make() -> namespace.Entry | None:   # one worker trip: the name checked, made, looked up
             if namespace.lookup(ops.f, ops._object(parent), parent.path, name) is not None:
                 raise NamespaceError(errno.EEXIST, f"{parent.path}: {text!r} exists")
-            self.editor.mkdir(ops._object(parent), text)
-            return namespace.lookup(ops.f, ops._object(parent), parent.path, name)
+            address = self.editor.mkdir(ops._object(parent), text)
+            return namespace.object_entry(ops.f, parent.path, text, address)
 
         entry = await self._run(make)
         self._changed(parent, name)

@@ -40,11 +40,11 @@ from numpy.lib.format import dtype_to_descr
 
 from ..errors import FormatError
 from ..format.messages import layout as L
+from ..format.messages.link import HARD, Link
 from . import messages as M
 from .dtypes import is_converted
 
 if TYPE_CHECKING:
-    from ..format.messages.link import Link
     from .attributes import Attribute
     from .file import H5File
     from .group import Group
@@ -159,6 +159,12 @@ def lookup(file: H5File, group: Group, dir_path: str, name: bytes, header_only: 
             if entry is not None and entry.kind == RAW and (view is npy_entry or entry.numbers.sparse):
                 return view(entry)
     return None
+
+
+def object_entry(file: H5File, dir_path: str, name: str, address: int) -> Entry | None:
+    """The entry of a hard link `name` to the object at `address` (one just made: no lookup of
+    the name in its group, whose index the edit just rewrote)."""
+    return _entry(file, dir_path, Link(name, HARD, address=address))
 
 
 def links_from_header(group: Group) -> bool:
