@@ -41,6 +41,20 @@ messages and version 2 headers). Cases:
   open creating them again) and the file size after it compared with the size before the rm
   (reported, no target).
 
+The floor (cp-gzip, cp-none, mkdir-one, mkdir-spread): the same operations, timed the same way,
+on a fresh mount of scripts/write_floor_fs.py, a pyfuse3 + trio filesystem that does almost
+nothing (a tree of dicts; a created file is a plain file in --workdir written with os.pwrite and
+fsynced with os.fsync; h5fs's default kernel options: default_permissions, no writeback_cache),
+mounted after the h5py side and before h5fs: `cp` + fsync of the new file, or the same os.mkdir +
+os.setxattr loop (for mkdir-spread under 100 directories made before timing, as the template
+holds 100 groups). It is what pyfuse3, trio and the kernel cost per request plus the copy into
+the page cache, which no pyfuse3 daemon mounted with these options gets below. Columns "floor s"
+and "h5fs / floor" (floor s / h5fs s: the fraction of the floor's speed h5fs reaches), and in the
+targets a line per case saying whether the target time (h5py s / target) is below the floor, i.e.
+not reachable through pyfuse3 here (for mkdir the target counts h5fs's umount, the floor only the
+operations: a floor has nothing to write at unmount). A floor that fails is reported and the
+case's h5fs side still runs.
+
 Ratios are h5py time / h5fs time ("x faster", as bench_write.py). Every h5fs result is read back
 with h5py and checked (data, chunks and filters; groups and attributes; what was removed and
 copied back). A case that fails (ENOTSUP/EIO from the mount, a daemon that dies, data that
@@ -59,15 +73,17 @@ import re
 import shutil
 import subprocess
 import tempfile
+import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
 import numpy as np
-from bench_read import table_row, warm
+from bench_read import cpu_seconds, is_mounted, table_row, unmount, warm
 from bench_write import (
     DURABLE,
     MIB,
@@ -92,6 +108,7 @@ CP_TARGETS = {"gzip": 3.0, "none": 0.5}
 MKDIR_TARGET = 1 / 3         # h5fs at most 3x h5py's time
 FREE_WALK_TIMEOUT = 300.0    # s to wait for the mount's free-space walk before the refill
 CASES = ("cp-gzip", "cp-none", "mkdir-one", "mkdir-spread", "rm")
+FLOOR = Path(__file__).with_name("write_floor_fs.py")
 
 H5PY_CP = """import h5py, json, numpy as np, os, sys, time
 arr = np.load(sys.argv[2])
@@ -220,6 +237,46 @@ def unused(path: Path) -> str:
     return f"{used / MIB:.2f} MiB used, {free / MIB:.2f} MiB unused ({free / allocated:.0%} of {allocated / MIB:.2f} MiB)"
 
 
+@contextmanager
+def floor_mounted(backing: Path, mnt: Path, log: Path) -> Iterator[int]:
+    """scripts/write_floor_fs.py serving `mnt`, its files kept in `backing`: the daemon's pid.
+    Unmounted whatever happens (as bench_read.py's walk_floor)."""
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, str(FLOOR), str(backing), str(mnt)], stdout=subprocess.PIPE,
+                                stderr=err, text=True)
+    ready = False
+    try:
+        ready = proc.stdout.readline().strip() == "ready"
+        if not ready:   # it said why on stderr and exited
+            proc.wait(timeout=5)
+            raise Failed(f"{FLOOR.name} did not mount: {last_lines(log.read_text(errors='replace'))}")
+        yield proc.pid
+    finally:
+        if ready:
+            unmount(["fusermount3", "-u", str(mnt)], mnt)
+        try:
+            proc.wait(timeout=60 if ready else 5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        if is_mounted(mnt):   # killed between mounting and saying so
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+
+
+def mkdir_setxattr(root: Path, count: int, spread: bool, done: list[int]) -> float:
+    """Seconds of `count` os.mkdir + os.setxattr under `root` from this process (names made
+    before timing; done[0] counts the pairs, for the error message of a failure)."""
+    names = [(str(root / (f"g{i % GROUPS:02d}/n{i:05d}" if spread else f"n{i:05d}")), f"object {i}".encode())
+             for i in range(count)]
+    t = time.perf_counter()
+    for path, value in names:
+        os.mkdir(path)
+        os.setxattr(path, "user.note", value)
+        done[0] += 1
+    return time.perf_counter() - t
+
+
 # ------------------------------------------------------------------------------------------------ files
 
 
@@ -304,6 +361,9 @@ class Result:
     rss: float | None = None          # daemon peak RSS, MiB
     checked: str = ""
     error: str | None = None
+    floor: float | None = None        # the same operations on write_floor_fs.py (None: no floor case)
+    floor_cpu: float | None = None    # its daemon's CPU s during them
+    floor_error: str | None = None
     sizes: dict[str, int] = field(default_factory=dict)   # rm: file sizes
     notes: list[str] = field(default_factory=list)
 
@@ -345,6 +405,10 @@ class Bench:
         return self.workdir / "mnt"
 
     @property
+    def floor_mnt(self) -> Path:
+        return self.workdir / "mnt-floor"
+
+    @property
     def npy(self) -> Path:
         return self.workdir / f"data-{self.mib}MiB.npy"
 
@@ -360,6 +424,39 @@ class Bench:
         cpu = daemon.cpu()
         result.h5fs = ops()
         result.cpu, result.rss = daemon.cpu() - cpu, daemon.rss()
+
+    def floor(self, result: Result, ops: Callable[[Path], float]) -> None:
+        """`ops` (given the mount's root) timed on a fresh write_floor_fs.py mount. A failure is
+        kept in result.floor_error and printed: the h5fs side runs regardless."""
+        backing = self.workdir / "floor-backing"
+        shutil.rmtree(backing, ignore_errors=True)
+        backing.mkdir()
+        try:
+            with floor_mounted(backing, self.floor_mnt, self.workdir / f"floor-{result.name}.log") as pid:
+                cpu = cpu_seconds(pid)
+                result.floor = ops(self.floor_mnt)
+                result.floor_cpu = cpu_seconds(pid) - cpu
+            print(f"  {result.name}: floor {result.floor:.2f} s, daemon CPU {result.floor_cpu:.2f} s ({load()})",
+                  flush=True)
+        except Exception as exc:   # noqa: BLE001 -- reported in the table
+            result.floor = None
+            result.floor_error = str(exc) if isinstance(exc, (Failed, OSError)) else f"{type(exc).__name__}: {exc}"
+            print(f"  {result.name}: floor FAILED: {result.floor_error}", flush=True)
+            if not isinstance(exc, (Failed, OSError)):
+                traceback.print_exc()
+        finally:
+            shutil.rmtree(backing, ignore_errors=True)   # 1 GiB after a cp
+
+    def cp_fsync(self, target: Path) -> float:
+        """`cp` of the .npy to `target`, then an fsync of the new file: the seconds of both."""
+        seconds = command("cp", self.npy, target)
+        t = time.perf_counter()
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return seconds + time.perf_counter() - t
 
     # -- cp -----------------------------------------------------------------------------------
     def cp(self, compression: str, result: Result) -> None:
@@ -377,21 +474,19 @@ class Bench:
         result.h5py, result.h5py_fsync = h5py_times(H5PY_CP, theirs, self.npy, self.libver, json.dumps(want))
         print(f"  {result.name}: h5py {result.h5py:.2f} s + fsync {result.h5py_fsync:.2f} s ({load()})", flush=True)
 
+        def floor_ops(root: Path) -> float:
+            warm(self.npy)
+            seconds = self.cp_fsync(root / "data.npy")
+            if (size := (root / "data.npy").stat().st_size) != self.npy.stat().st_size:
+                raise Failed(f"the floor's copy holds {size:,} bytes, expected {self.npy.stat().st_size:,}")
+            return seconds
+        self.floor(result, floor_ops)
+
         ours = copy_of(self.empty(), self.workdir / f"cp-{compression}-h5fs.h5")
         options = [] if compression == "gzip" else ["compression=none"]
         with mounted(ours, self.mnt, options, self.log(f"cp-{compression}")) as daemon:
             warm(self.npy)
-
-            def ops() -> float:
-                seconds = command("cp", self.npy, self.mnt / "data.npy")
-                t = time.perf_counter()
-                fd = os.open(self.mnt / "data.npy", os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                return seconds + time.perf_counter() - t
-            self.measure(result, daemon, ops)
+            self.measure(result, daemon, lambda: self.cp_fsync(self.mnt / "data.npy"))
         result.umount = daemon.umount
         print(f"  {result.name}: h5fs cp + fsync {result.h5fs:.2f} s, umount {result.umount:.2f} s, "
               f"daemon CPU {result.cpu:.2f} s, peak RSS {result.rss:.0f} MiB ({load()})", flush=True)
@@ -408,23 +503,29 @@ class Bench:
         result.h5py, result.h5py_fsync = h5py_times(H5PY_MKDIR, theirs, self.count, int(spread))
         print(f"  {result.name}: h5py {result.h5py:.2f} s + fsync {result.h5py_fsync:.2f} s ({load()})", flush=True)
 
+        def floor_ops(root: Path) -> float:
+            groups = [root / f"g{j:02d}" for j in range(GROUPS)] if spread else [root]
+            if spread:   # as the template's groups: made before timing
+                for group in groups:
+                    group.mkdir()
+            done = [0]
+            try:
+                seconds = mkdir_setxattr(root, self.count, spread, done)
+            except OSError as exc:
+                raise Failed(f"after {done[0]:,} of {self.count:,} mkdir + setxattr: {exc}") from None
+            made = sum(len(os.listdir(g)) for g in groups)
+            if made != self.count:
+                raise Failed(f"the floor lists {made:,} directories, expected {self.count:,}")
+            return seconds
+        self.floor(result, floor_ops)
+
         ours = copy_of(start, self.workdir / f"mkdir-{kind}-h5fs.h5")
-        names = [(str(self.mnt / (f"g{i % GROUPS:02d}/n{i:05d}" if spread else f"n{i:05d}")),
-                  f"object {i}".encode()) for i in range(self.count)]
-        done = 0
+        done = [0]
         try:
             with mounted(ours, self.mnt, [], self.log(f"mkdir-{kind}")) as daemon:
-                def ops() -> float:
-                    nonlocal done
-                    t = time.perf_counter()
-                    for path, value in names:
-                        os.mkdir(path)
-                        os.setxattr(path, "user.note", value)
-                        done += 1
-                    return time.perf_counter() - t
-                self.measure(result, daemon, ops)
+                self.measure(result, daemon, lambda: mkdir_setxattr(self.mnt, self.count, spread, done))
         except Failed as exc:
-            raise Failed(f"after {done:,} of {self.count:,} mkdir + setxattr: {exc}") from None
+            raise Failed(f"after {done[0]:,} of {self.count:,} mkdir + setxattr: {exc}") from None
         result.umount = daemon.umount
         print(f"  {result.name}: h5fs {result.h5fs:.2f} s, umount {result.umount:.2f} s, daemon CPU "
               f"{result.cpu:.2f} s, peak RSS {result.rss:.0f} MiB ({load()})", flush=True)
@@ -515,8 +616,24 @@ def ratio(a: float | None, b: float | None) -> str:
 def result_row(r: Result) -> str:
     h5py_durable = None if r.h5py is None or r.h5py_fsync is None else r.h5py + r.h5py_fsync
     status = f"FAILED: {r.error}" if r.error else r.checked
-    return table_row(f"{r.name}: {r.label}", fmt(r.h5py), fmt(r.h5py_fsync), fmt(r.h5fs), fmt(r.umount),
-                     ratio(r.h5py, r.h5fs), ratio(h5py_durable, r.durable), fmt(r.cpu), fmt(r.rss, ".0f"), status)
+    floor = "FAILED (below)" if r.floor_error else fmt(r.floor)
+    return table_row(f"{r.name}: {r.label}", fmt(r.h5py), fmt(r.h5py_fsync), fmt(r.h5fs), fmt(r.umount), floor,
+                     ratio(r.h5py, r.h5fs), ratio(r.floor, r.h5fs), ratio(h5py_durable, r.durable), fmt(r.cpu),
+                     fmt(r.rss, ".0f"), status)
+
+
+def floor_row(r: Result) -> str | None:
+    """Whether the target lies below the floor: then no pyfuse3 daemon meets it on this machine."""
+    if r.target is None or (r.floor is None and r.floor_error is None):
+        return None
+    if r.floor_error or r.h5py is None:
+        measured = f"floor FAILED: {r.floor_error}" if r.floor_error else "no target time (h5py FAILED)"
+        return table_row(f"{r.name} against the floor", measured, "", "")
+    limit = r.h5py / r.target
+    verdict = ("<", "not reachable through pyfuse3 here") if limit < r.floor else (">=", "above the floor")
+    return table_row(f"{r.name} against the floor",
+                     f"target {limit:.2f} s {verdict[0]} floor {r.floor:.2f} s: {verdict[1]}",
+                     f"h5fs at most {limit:.2f} s ({r.basis}); floor = the same operations on {FLOOR.name}", "")
 
 
 def target_rows(results: list[Result]) -> list[str]:
@@ -536,6 +653,8 @@ def target_rows(results: list[Result]) -> list[str]:
             verdict = "" if r.target is None else met(value >= r.target and not r.error)
             note = f" (then FAILED: {r.error})" if r.error else ""
             rows.append(table_row(r.name, f"{value:.3f}x h5py{note}", goal, verdict))
+        if (row := floor_row(r)) is not None:
+            rows.append(row)
         if r.name == "cp-gzip":
             goal = f"< {RSS_TARGET_MB} MB"
             if r.rss is None:
@@ -560,14 +679,19 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
           f"{args.count:,} objects, one run; h5fs s = cp + fsync of the new file / the os.mkdir + "
           "os.setxattr loop of ONE Python process (no fork per call) / rm -r; h5py s includes its close, "
           "h5py + fsync adds an fsync of its file; durable = h5fs s + umount s, compared with h5py + fsync; "
-          "ratios = h5py s / h5fs s (\"x faster\"); daemon CPU during the operations; results read back "
-          f"by h5py; {os.cpu_count()} cores, {load()} at the end.\n")
-    print(table_row("case", "h5py s", "h5py fsync s", "h5fs s", "umount s", "h5py / h5fs",
-                    "durable: h5py + fsync / h5fs + umount", "daemon CPU s", "peak RSS MiB", "checked"))
-    print(table_row(*["---"] * 10))
+          "ratios = h5py s / h5fs s (\"x faster\"); floor s = the same operations on a fresh "
+          f"{FLOOR.name} mount (a pyfuse3 + trio fs that does almost nothing), h5fs / floor = floor s / h5fs s "
+          "(the fraction of the floor's speed h5fs reaches); daemon CPU during the operations; results read "
+          f"back by h5py; {os.cpu_count()} cores, {load()} at the end.\n")
+    print(table_row("case", "h5py s", "h5py fsync s", "h5fs s", "umount s", "floor s", "h5py / h5fs",
+                    "h5fs / floor", "durable: h5py + fsync / h5fs + umount", "daemon CPU s", "peak RSS MiB",
+                    "checked"))
+    print(table_row(*["---"] * 12))
     for r in results:
         print(result_row(r))
     notes = [f"- {r.name}: {note}" for r in results for note in r.notes]
+    notes += [f"- {r.name}: floor daemon CPU {r.floor_cpu:.2f} s" for r in results if r.floor_cpu is not None]
+    notes += [f"- {r.name}: floor FAILED: {r.floor_error}" for r in results if r.floor_error]
     if notes:
         print("\n" + "\n".join(notes))
     print("\n" + table_row("target", "measured", "goal", ""))
@@ -580,8 +704,9 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> None:
     bench = Bench(args.workdir, args.size_mb, args.count, args.libver)
-    bench.mnt.mkdir(exist_ok=True)
-    lazy_unmount(bench.mnt)
+    for mnt in (bench.mnt, bench.floor_mnt):
+        mnt.mkdir(exist_ok=True)
+        lazy_unmount(mnt)
     size = f"{args.size_mb / 1024:g} GiB" if args.size_mb >= 1024 else f"{args.size_mb} MiB"
     spec = {
         "cp-gzip": (Result("cp-gzip", f"cp {size} .npy, gzip:4,shuffle (default)", CP_TARGETS["gzip"]),
@@ -627,7 +752,8 @@ def main() -> None:
     try:
         run(args)
     finally:
-        lazy_unmount(args.workdir / "mnt")
+        for mnt in ("mnt", "mnt-floor"):
+            lazy_unmount(args.workdir / mnt)
     print(f"\nfiles kept in {args.workdir} (delete to rebuild)")
 
 
