@@ -1,11 +1,12 @@
-"""The write-ahead journal (storage/journal.py): records appended one after another, replayed in
-order, a torn record and everything after it ignored, the journal emptied after a replay."""
+"""The write-ahead journal (storage/journal.py): records appended one after another into
+preallocated zeros, replayed in order, a torn record and everything after it ignored, the journal
+emptied after a replay."""
 
 from __future__ import annotations
 
 import os
 
-from h5fs.storage.journal import Journal, decode, encode
+from h5fs.storage.journal import LIMIT, Journal, decode, encode
 
 
 def _target(tmp_path, content: bytes) -> int:
@@ -27,14 +28,23 @@ def test_records_replay_in_order(tmp_path):
     fd = _target(tmp_path, b"." * 12)
     assert j.replay(fd) == 4
     assert os.pread(fd, 12, 0) == b"bbaa....zzx."   # the later record wins where both write
-    assert not j.pending and os.path.getsize(j.path) == 0
+    assert not j.pending and decode(open(j.path, "rb").read()) is None
     os.close(fd)
+
+
+def test_records_fill_preallocated_zeros(tmp_path):
+    """Logging leaves the journal's size alone (fdatasync then has no size to commit)."""
+    j = _journal(tmp_path)
+    assert os.path.getsize(j.path) == LIMIT
+    j.log([(0, b"a" * 1000)])
+    assert os.path.getsize(j.path) == LIMIT and decode(open(j.path, "rb").read()) == [(0, b"a" * 1000)]
 
 
 def test_a_torn_record_ends_the_replay(tmp_path):
     j = _journal(tmp_path, [(0, b"aa")], [(2, b"bb")])
     with open(j.path, "r+b") as fh:             # the second record lost its last byte
-        fh.truncate(os.path.getsize(j.path) - 1)
+        fh.seek(j.size - 1)
+        fh.write(b"\0")
     fd = _target(tmp_path, b"....")
     assert j.replay(fd) == 1
     assert os.pread(fd, 4, 0) == b"aa.."

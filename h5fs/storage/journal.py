@@ -9,6 +9,11 @@ applied: applying starts only after the record is durable), and none follows it,
 record is appended only once the one before is durable. Replaying a record whose bytes already
 reached the file writes the same bytes again, so the journal is retired lazily: once the file is
 fsynced after applying (`Store.settle`, or when the journal passes `LIMIT` bytes).
+
+An empty journal is given `LIMIT` bytes of allocated zeros (fallocate): a record written inside
+them leaves the file's size alone, so `fdatasync` makes it durable without a file-system journal
+commit for the size (a third of an fsync's time per namespace edit). Replay stops at the zeros as
+at any incomplete record.
 """
 
 from __future__ import annotations
@@ -78,6 +83,14 @@ class Journal:
             raise H5fsError(f"cannot open the journal {path}: {e.strerror}") from e
         self.writer = FileWriter(fd, TAG, recorder)
         self.size = 0   # bytes of records whose updates may not be durable in the file yet
+        if os.fstat(fd).st_size == 0:
+            self._preallocate()
+
+    def _preallocate(self) -> None:
+        try:
+            os.posix_fallocate(self.writer.fd, 0, LIMIT)
+        except OSError:   # a file system without it: records grow the file (fdatasync covers that)
+            pass
 
     @property
     def pending(self) -> bool:
@@ -101,7 +114,7 @@ class Journal:
         """Append a record and wait until it is durable."""
         record = encode(entries)
         self.writer.pwrite(self.size, record)
-        self.writer.sync()
+        self.writer.sync(data_only=True)
         self.size += len(record)
 
     def clear(self) -> None:
@@ -110,10 +123,11 @@ class Journal:
         self.writer.truncate(0)
         self.writer.sync()
         self.size = 0
+        self._preallocate()
 
     def close(self) -> None:
         """Close it, removing the file when no record waits in it (a clean close)."""
-        empty = os.fstat(self.writer.fd).st_size == 0
+        empty = self.size == 0
         os.close(self.writer.fd)
         if empty:
             try:

@@ -68,7 +68,8 @@ class FileWriter:
         if self.recorder is not None:
             self.recorder.record(b"T", self.tag, size)
 
-    def sync(self) -> None:
-        os.fsync(self.fd)
+    def sync(self, data_only: bool = False) -> None:
+        """A barrier; `data_only`: fdatasync (the data, and the size if it grew; not the times)."""
+        (os.fdatasync if data_only else os.fsync)(self.fd)
         if self.recorder is not None:
             self.recorder.record(b"S", self.tag, 0)
