@@ -73,6 +73,15 @@ def _tune_malloc() -> None:
         pass
 
 
+def _import_lazy_modules() -> None:
+    """The engine imports what only some objects need when first needed (a plain `h5fs check`
+    never loads them); a daemon loads them before its first request, which would otherwise wait
+    for the import (5-10 ms of a first `cat` of a virtual dataset)."""
+    import numpy.ma  # noqa: F401 - np.unique(axis=) imports it at its first call
+    from ..model import dtypes, external, points_view, varlen_views, virtual, virtual_read  # noqa: F401
+    from ..storage import sparse_chunk, sparse_source  # noqa: F401
+
+
 def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeback: Writeback | None,
           logs: Logs, foreground: bool, on_ready: Callable[[], None], on_fail: Callable[[str], None]) -> int:
     """Mount and serve until unmounted or signalled; return the exit status. A writable mount
@@ -96,6 +105,7 @@ def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeb
         log.info("mount(8) options ignored: %s", ",".join(options.dropped))
     _tune_gc()
     _tune_malloc()
+    _import_lazy_modules()
     status = 0
     try:
         trio.run(_main, ops, mountpoint, options.readahead_kb, logs, on_ready, on_fail)
