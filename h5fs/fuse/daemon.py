@@ -11,6 +11,7 @@ reopens the log file (logrotate).
 from __future__ import annotations
 
 import ctypes
+import importlib
 import gc
 import logging
 import os
@@ -77,9 +78,11 @@ def _import_lazy_modules() -> None:
     """The engine imports what only some objects need when first needed (a plain `h5fs check`
     never loads them); a daemon loads them before its first request, which would otherwise wait
     for the import (5-10 ms of a first `cat` of a virtual dataset)."""
-    import numpy.ma  # noqa: F401 - np.unique(axis=) imports it at its first call
-    from ..model import dtypes, external, points_view, varlen_views, virtual, virtual_read  # noqa: F401
-    from ..storage import sparse_chunk, sparse_source  # noqa: F401
+    for name in ("numpy.ma",   # np.unique(axis=) imports it at its first call
+                 "h5fs.model.dtypes", "h5fs.model.external", "h5fs.model.points_view", "h5fs.model.varlen_views",
+                 "h5fs.model.virtual", "h5fs.model.virtual_read", "h5fs.storage.sparse_chunk",
+                 "h5fs.storage.sparse_source"):
+        importlib.import_module(name)
 
 
 def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeback: Writeback | None,
