@@ -416,3 +416,24 @@ def test_h5fs_create_through_the_mount(tmp_path, mount, layout):
         assert (d.shape, d.maxshape, d.chunks, d.dtype, d.compression, d.shuffle, d.fillvalue) == \
             ((300, 200), (None, 200), (100, 100), np.dtype("<f4"), "gzip", True, -1)
         assert f["plain"].dtype == np.dtype(">i2") and f["plain"].chunks is None
+
+
+def test_df_shows_room_to_grow(mount, tmp_path):
+    """`df` on a writable mount shows the free space of the file system holding the .h5 file
+    (the file grows into it) and inodes to spare; a read-only mount shows none free."""
+    paths = [tmp_path / f"{mode}.h5" for mode in ("ro", "rw")]
+    for path in paths:
+        with h5py.File(path, "w") as f:
+            f.create_dataset("d", data=np.arange(100000))
+    ro, rw = mount(paths[0], "ro"), mount(paths[1], "rw")
+    st = os.statvfs(ro)
+    assert st.f_bavail == st.f_bfree == st.f_ffree == 0
+    assert st.f_blocks * st.f_frsize >= paths[0].stat().st_size
+    host, st = os.statvfs(tmp_path), os.statvfs(rw)
+    assert abs(st.f_bavail * st.f_frsize - host.f_bavail * host.f_frsize) < 256 << 20
+    assert st.f_blocks * st.f_frsize >= paths[1].stat().st_size + st.f_bfree * st.f_frsize
+    assert st.f_ffree > 1 << 20
+    use = subprocess.run(["df", "--output=pcent,ipcent", rw], capture_output=True, text=True, check=True).stdout
+    assert "100%" not in use, use
+    run_h5fs("umount", rw, check=True)
+    verify_file(paths[1], h5dump=False)

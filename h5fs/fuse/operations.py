@@ -65,6 +65,7 @@ BLKSIZE = 1 << 20       # st_blksize: `cat` and friends read in 1 MiB pieces
 SETTLE_WAIT = 0.5       # s a lookup/getattr waits for a chunk index walk before answering an estimate
 ATTRIBUTE_TABLES = 256  # objects whose attributes-by-name are kept (listxattr, then getxattr of each)
 FACT_TABLES = 256
+FREE_INODES = 1 << 32   # statfs of a writable mount: objects an HDF5 file can still take (no inode table)
 GONE_TWIN_INO = 1 << 63  # the inode of a view removed with its twin (never in the inode table)
 XATTR_VALUES = 1024     # formatted values kept (getfattr asks each value twice: size, then bytes)
 LISTED_ENTRIES = 65536   # entries of recent listings kept (`find`, then `getfattr -R`, list each group; ~250 B each)
@@ -395,13 +396,22 @@ class Operations(pyfuse3.Operations):
 
     @boundary
     async def statfs(self, ctx=None) -> pyfuse3.StatvfsData:
+        """The .h5 file's size as the space used; a writable mount can grow the file into the
+        free space of the file system holding it, which `df` then shows as free (a read-only one:
+        none), and new objects are not limited by inodes."""
         s = pyfuse3.StatvfsData()
         s.f_bsize = BLKSIZE
         s.f_frsize = 4096
-        s.f_blocks = (self.file_size + 4095) // 4096
-        s.f_bfree = s.f_bavail = 0
-        s.f_files = len(self.table)
-        s.f_ffree = s.f_favail = 0
+        used = (self.file_size + 4095) // 4096
+        s.f_blocks, s.f_bfree, s.f_bavail = used, 0, 0
+        s.f_files, s.f_ffree, s.f_favail = len(self.table), 0, 0
+        if self.writes is not None:
+            host = os.statvfs(os.path.dirname(os.path.abspath(self.source)))
+            s.f_bfree = host.f_bfree * host.f_frsize // 4096
+            s.f_bavail = host.f_bavail * host.f_frsize // 4096
+            s.f_blocks = used + s.f_bfree
+            s.f_ffree = s.f_favail = FREE_INODES
+            s.f_files += FREE_INODES
         s.f_namemax = namespace.NAME_MAX
         return s
 
