@@ -52,7 +52,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("chunk_kb", "N", f"chunk size of datasets created through the mount, KiB (default {DEFAULT_CHUNK_KB})"),
     Option("compression", "SPEC", "filters of datasets created through the mount: gzip:4,shuffle (the "
                                   "default), gzip:N, lzf, shuffle, none; commas inside stay with it"),
-    Option("writeback_cache", "", "let the kernel cache writes too (FUSE_CAP_WRITEBACK_CACHE)"),
+    Option("writeback_cache", "", "let the kernel cache writes and send them in 1 MiB pieces (a faster cp of large files); a file's writes reach its other view and the .h5 file when the writer closes or fsyncs it"),
     Option("kernel_cache", "", "accepted for other FUSE file systems' fstab lines: h5fs always keeps "
                                "the page cache of files nothing changed"),
     Option("log", "PATH", "daemon log file; default: stderr with -f, else syslog/the journal, else "

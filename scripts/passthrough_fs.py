@@ -26,9 +26,10 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import signal
 import sys
 
+import bare_fuse
+from bare_fuse import fuse_escape
 from h5fs.fuse.mounts import find_mount, set_readahead
 
 TIMEOUT = 3600.0
@@ -43,10 +44,6 @@ def mount_device(mountpoint: str) -> str | None:
     """The "major:minor" of the topmost mount at `mountpoint` (names its bdi), or None."""
     m = find_mount(mountpoint)
     return None if m is None else m.device
-
-
-def _fuse_escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace(",", "\\,")
 
 
 # ------------------------------------------------------------------ the filesystem
@@ -172,51 +169,14 @@ def make_operations():
 # ------------------------------------------------------------------ serving
 
 def serve(source: str, mountpoint: str, readahead_kb: int, on_ready, on_fail) -> int:
-    import pyfuse3
-    import trio
-
-    ops = make_operations()(source)
-    options = {"ro", "default_permissions", "subtype=passthrough", "fsname=" + _fuse_escape(source)}
-    try:
-        pyfuse3.init(ops, mountpoint, options)
-    except Exception as exc:  # libfuse printed its reason on stderr
-        on_fail(f"cannot mount {source} on {mountpoint}: {exc}")
-        return 1
-
-    async def announce() -> None:
-        try:
-            await trio.to_thread.run_sync(os.stat, mountpoint)
-        except OSError as exc:
-            on_fail(f"the mount at {mountpoint} does not answer: {exc}")
-            pyfuse3.terminate()
-            return
+    def set_bdi_readahead() -> None:
         device = mount_device(mountpoint)
         if device is not None and readahead_kb > 0 and not set_readahead(device, readahead_kb):
             print(f"passthrough: could not set read_ahead_kb of bdi {device} (not root?)", file=sys.stderr)
-        on_ready()
 
-    async def stop_on_signal() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            async for _ in signals:
-                pyfuse3.terminate()
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop_on_signal)
-            nursery.start_soon(announce)
-            await pyfuse3.main()
-            nursery.cancel_scope.cancel()
-
-    status = 0
-    try:
-        trio.run(main)
-    except BaseException as exc:  # noqa: BLE001 - report, then unmount below
-        print(f"passthrough: main loop failed: {exc!r}", file=sys.stderr)
-        status = 1
-    finally:
-        # fusermount3 -u ends pyfuse3.main with the mount gone; a signal leaves it to us
-        pyfuse3.close(unmount=mount_device(mountpoint) is not None)
-    return status
+    options = {"ro", "default_permissions", "subtype=passthrough", "fsname=" + fuse_escape(source)}
+    return bare_fuse.serve(make_operations()(source), mountpoint, options, "passthrough",
+                           lambda mp: mount_device(mp) is not None, on_ready, on_fail, set_bdi_readahead)
 
 
 def write_ready_file(path: str) -> None:

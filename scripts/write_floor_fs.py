@@ -25,15 +25,15 @@ import argparse
 import errno
 import os
 import re
-import signal
 import stat
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import bare_fuse
 import pyfuse3
-import trio
+from bare_fuse import fuse_escape
 from pyfuse3 import FUSEError
 
 TIMEOUT = 3600.0          # as h5fs (h5fs/fuse/operations.py TIMEOUT)
@@ -215,51 +215,11 @@ class WriteFloorOperations(pyfuse3.Operations):
 # ------------------------------------------------------------------ serving
 
 
-def _fuse_escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace(",", "\\,")
-
-
 def serve(backing_dir: str, mountpoint: str, on_ready: Callable[[], None], on_fail: Callable[[str], None]) -> int:
-    ops = WriteFloorOperations(backing_dir)
     # h5fs's default kernel options (mount_options.fuse_options); pyfuse3 leaves writeback_cache off
-    options = {"default_permissions", "subtype=write_floor", "fsname=" + _fuse_escape(backing_dir)}
-    try:
-        pyfuse3.init(ops, mountpoint, options)
-    except Exception as exc:  # libfuse printed its reason on stderr
-        on_fail(f"cannot mount on {mountpoint}: {exc}")
-        return 1
-
-    async def announce() -> None:
-        try:
-            await trio.to_thread.run_sync(os.stat, mountpoint)
-        except OSError as exc:
-            on_fail(f"the mount at {mountpoint} does not answer: {exc}")
-            pyfuse3.terminate()
-            return
-        on_ready()
-
-    async def stop_on_signal() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            async for _ in signals:
-                pyfuse3.terminate()
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop_on_signal)
-            nursery.start_soon(announce)
-            await pyfuse3.main()
-            nursery.cancel_scope.cancel()
-
-    status = 0
-    try:
-        trio.run(main)
-    except BaseException as exc:  # noqa: BLE001 - report, then unmount below
-        print(f"write_floor: main loop failed: {exc!r}", file=sys.stderr)
-        status = 1
-    finally:
-        # fusermount3 -u ends pyfuse3.main with the mount gone; a signal leaves it to us
-        pyfuse3.close(unmount=is_mount_point(mountpoint))
-    return status
+    options = {"default_permissions", "subtype=write_floor", "fsname=" + fuse_escape(backing_dir)}
+    return bare_fuse.serve(WriteFloorOperations(backing_dir), mountpoint, options, "write_floor",
+                           is_mount_point, on_ready, on_fail)
 
 
 def main() -> int:
