@@ -73,7 +73,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -83,7 +82,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-from bench_read import cpu_seconds, is_mounted, table_row, unmount, warm
+from bench_read import NotServing, cpu_seconds, serving, table_row, warm
 from bench_write import (
     DURABLE,
     MIB,
@@ -240,28 +239,12 @@ def unused(path: Path) -> str:
 @contextmanager
 def floor_mounted(backing: Path, mnt: Path, log: Path) -> Iterator[int]:
     """scripts/write_floor_fs.py serving `mnt`, its files kept in `backing`: the daemon's pid.
-    Unmounted whatever happens (as bench_read.py's walk_floor)."""
-    with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, str(FLOOR), str(backing), str(mnt)], stdout=subprocess.PIPE,
-                                stderr=err, text=True)
-    ready = False
+    Unmounted whatever happens."""
     try:
-        ready = proc.stdout.readline().strip() == "ready"
-        if not ready:   # it said why on stderr and exited
-            proc.wait(timeout=5)
-            raise Failed(f"{FLOOR.name} did not mount: {last_lines(log.read_text(errors='replace'))}")
-        yield proc.pid
-    finally:
-        if ready:
-            unmount(["fusermount3", "-u", str(mnt)], mnt)
-        try:
-            proc.wait(timeout=60 if ready else 5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        if is_mounted(mnt):   # killed between mounting and saying so
-            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+        with serving(FLOOR, [backing], mnt, log) as proc:
+            yield proc.pid
+    except NotServing as exc:
+        raise Failed(str(exc)) from None
 
 
 def mkdir_setxattr(root: Path, count: int, spread: bool, done: list[int]) -> float:

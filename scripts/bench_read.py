@@ -58,6 +58,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from math import lcm, prod
 from pathlib import Path
@@ -336,25 +338,38 @@ def time_h5fs(path: Path, mnt: Path, raw: Path | None) -> Read:
 
 def time_passthrough(raw: Path, mnt: Path, log: Path) -> Read:
     """The first `cat` of the raw file through scripts/passthrough_fs.py, freshly mounted."""
-    with open(log, "a") as err:
-        proc = subprocess.Popen([sys.executable, str(PASSTHROUGH), str(raw.parent), str(mnt)],
-                                stdout=subprocess.PIPE, stderr=err, text=True)
+    with serving(PASSTHROUGH, [raw.parent], mnt, log, "a"):
+        ra = readahead_kb(mnt)
+        return Read(time_cat(mnt / raw.name), ra)
+
+
+class NotServing(RuntimeError):
+    """A minimal filesystem did not mount."""
+
+
+@contextmanager
+def serving(script: Path, args: list, mnt: Path, log: Path, mode: str = "w") -> Iterator[subprocess.Popen]:
+    """One of the minimal filesystems (`script ARGS... MNT`) serving `mnt` once it said "ready"
+    (its stderr to `log`); unmounted and ended whatever happens."""
+    with open(log, mode) as err:
+        proc = subprocess.Popen([sys.executable, str(script), *map(str, args), str(mnt)], stdout=subprocess.PIPE,
+                                stderr=err, text=True)
     ready = False
     try:
         ready = proc.stdout.readline().strip() == "ready"
-        if not ready:
-            raise RuntimeError(f"passthrough_fs.py did not mount {raw.parent}: see {log}")
-        ra = readahead_kb(mnt)
-        return Read(time_cat(mnt / raw.name), ra)
+        if not ready:   # it said why on stderr
+            raise NotServing(f"{script.name} did not mount: {log.read_text(errors='replace')[-500:]}")
+        yield proc
     finally:
         if ready:
             unmount(["fusermount3", "-u", str(mnt)], mnt)
         try:
             proc.wait(timeout=60 if ready else 5)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:   # still building its tree, or hung
             proc.kill()
             proc.wait()
-        if is_mounted(mnt):   # killed between mounting and saying so
+        proc.stdout.close()
+        if is_mounted(mnt):                 # killed between mounting and saying so
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)])
 
 
@@ -621,26 +636,9 @@ def walk_h5fs(path: Path, mnt: Path) -> Walk:
 
 def walk_floor(path: Path, mnt: Path, log: Path) -> Walk:
     t = time.perf_counter()
-    with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, str(FLOOR), str(path), str(mnt)], stdout=subprocess.PIPE,
-                                stderr=err, text=True)
-    ready = False
-    try:
-        ready = proc.stdout.readline().strip() == "ready"
-        if not ready:
-            raise RuntimeError(f"floor_fs.py did not mount {path}: see {log}")
+    with serving(FLOOR, [path], mnt, log) as proc:
         os.stat(mnt)   # answers once the floor serves
         return walk(mnt, proc.pid, "user.floor.requests", time.perf_counter() - t)
-    finally:
-        if ready:
-            unmount(["fusermount3", "-u", str(mnt)], mnt)
-        try:
-            proc.wait(timeout=60 if ready else 0.1)
-        except subprocess.TimeoutExpired:   # still building its tree, or hung
-            proc.kill()
-            proc.wait()
-        if is_mounted(mnt):                 # killed between mounting and saying so
-            subprocess.run(["fusermount3", "-u", "-z", str(mnt)])
 
 
 def time_visititems(path: Path) -> float:
