@@ -33,7 +33,7 @@ from .progress import Line, flush_text
 from .status import ask
 
 PROG = "h5fs"
-COMMANDS = ("mount", "umount", "unmount", "status", "check", "create", "install-helpers")
+COMMANDS = ("mount", "umount", "unmount", "status", "check", "create", "attr", "install-helpers")
 
 
 class CliError(Exception):
@@ -326,6 +326,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------- create
 
 CREATE_XATTR = "user.h5fs.create"   # the request the daemon takes on a directory of its mount
+ATTRIBUTE_XATTR = "user.h5fs.attribute"   # the request for a typed attribute, on the object
 
 
 def _dims(text: str | None, what: str, none_ok: bool = False) -> list | None:
@@ -356,6 +357,31 @@ def cmd_create(args: argparse.Namespace) -> int:
         os.setxattr(parent, CREATE_XATTR, json.dumps(request).encode())
     except OSError as exc:
         raise CliError(f"cannot create {args.path}: {exc.strerror} (the mount's log says why)") from None
+    return 0
+
+
+def cmd_attr(args: argparse.Namespace) -> int:
+    """Attribute NAME of the object at PATH (a directory or a dataset's file of a read-write
+    mount) set to VALUE: with --dtype made anew with that dtype and the value's shape, without
+    it as setfattr sets it (an existing attribute keeps its dtype and shape, a new one is a
+    string)."""
+    import json
+    try:
+        kind = os.getxattr(args.path, "user.h5fs.kind")
+    except OSError:
+        kind = None
+    if kind not in (b"group", b"dataset"):
+        raise CliError(f"{args.path}: not a group or dataset of an h5fs mount")
+    if args.dtype is None:
+        name, value = "user." + args.name, args.value.encode("utf-8", "surrogateescape")
+    else:
+        name = ATTRIBUTE_XATTR
+        value = json.dumps({"name": args.name, "dtype": args.dtype, "value": args.value}).encode()
+    try:
+        os.setxattr(args.path, name, value)
+    except OSError as exc:
+        raise CliError(f"cannot set attribute {args.name!r} of {args.path}: {exc.strerror} "
+                       "(the mount's log says why)") from None
     return 0
 
 
@@ -419,6 +445,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="a sparse dataset: structured chunks holding only the defined elements (needs --chunks "
                         "or takes h5py's guess)")
     k.set_defaults(func=cmd_create)
+    a = sub.add_parser("attr", help="set an attribute, of any number type, through a read-write mount",
+                       description="Set attribute NAME of the group or dataset at PATH (inside a read-write "
+                                   "h5fs mount) to VALUE, written as the mount shows values: 3.5, [1, 2, 3], "
+                                   "[[1, 2], [3, 4]]. With --dtype the attribute is made anew with that dtype "
+                                   "and VALUE's shape; without it, as setfattr -n user.NAME -v VALUE does.")
+    a.add_argument("path", metavar="PATH")
+    a.add_argument("name", metavar="NAME")
+    a.add_argument("value", metavar="VALUE")
+    a.add_argument("--dtype", help="a NumPy number, bool or complex dtype: f8, <i4, u1, ?, c16, ...")
+    a.set_defaults(func=cmd_attr)
     return p
 
 

@@ -20,7 +20,7 @@ from test_global_heap_write import commit, new_file, rewrite_attribute
 from h5fs.check import check
 from h5fs.errors import CannotWrite, InvalidWrite
 from h5fs.format import global_heap as gh
-from h5fs.format.codec import Reader, Writer
+from h5fs.format.codec import Reader, Sizes, Writer
 from h5fs.format.messages import attribute as attr_msg
 from h5fs.fuse.views import format_value
 from h5fs.model import attribute_values as av
@@ -323,6 +323,34 @@ def test_new_string_attribute_as_h5py(tmp_path, sizes, libver, name, text):
         n = len(ours.data)         # a version-1 header pads the message: zeros past the value
         assert ours == replace(a.msg, data=a.msg.data[:n], creation_order=None) and not any(a.msg.data[n:])
         assert a.datatype == av.string_datatype(hf.sizes)
+
+
+@pytest.mark.parametrize("sizes", [(8, 8), (2, 2)], ids=lambda s: f"O{s[0]}")
+# a superblock-3 file gets v110's objects (libver_for_superblock): libhdf5 2.0's "latest" writes
+# bools and complex numbers with datatype versions 1.10-1.14 readers refuse
+@pytest.mark.parametrize("libver", ["earliest", "v108", "v110"])
+@pytest.mark.parametrize("dtype, value", [("<f8", 3.5), (">f4", [1.5, -2]), ("<u2", [[1, 2], [3, 4]]),
+                                          ("<i8", -7), ("|b1", True), ("|b1", [False, True]),
+                                          ("<c16", [1 + 2j, 3]), ("<f4", []), ("|i1", [[[1], [2]]])])
+def test_new_attribute_as_h5py(tmp_path, sizes, libver, dtype, value):
+    """The message h5py writes for attrs[name] = np.array(value, dtype), rebuilt from the text
+    the mount shows for that value and the dtype (`h5fs attr --dtype`)."""
+    path = tmp_path / "f.h5"
+    with new_file(path, sizes, libver) as f:
+        f.attrs["a"] = np.array(value, dtype)
+    with H5File.open(str(path)) as hf:
+        a = hf.root.attributes()[0]
+        text = format_value(a.value)
+        ours = av.new_attribute("a", np.dtype(dtype), text, hf.sizes, libver_for_superblock(hf.superblock.version))
+        n = len(ours.data)         # a version-1 header pads the message: zeros past the value
+        assert ours == replace(a.msg, data=a.msg.data[:n], creation_order=None) and not any(a.msg.data[n:])
+
+
+@pytest.mark.parametrize("dtype, text", [("S3", b"abc"), ("O", b"1"), ("<f8", b"[1, [2]]"), ("<i4", b"1.5"),
+                                         ("<u1", b"256"), ("|b1", b"yes"), ("<f8", b"")])
+def test_new_attribute_refusals(dtype, text):
+    with pytest.raises(InvalidWrite):
+        av.new_attribute("a", np.dtype(dtype), text, Sizes())
 
 
 @pytest.mark.parametrize("name, text", [("", b"x"), ("a\0b", b"x"), ("n" * 65535, b"x"), ("a", b"x\0"),

@@ -267,6 +267,51 @@ def test_setfattr_and_touch(tmp_path, mount, layout):
         assert f["x"].attrs["count"] == -7 and f["x"].attrs["count"].dtype == "<i2"
 
 
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_h5fs_attr_makes_typed_attributes(tmp_path, mount, layout):
+    """`h5fs attr PATH NAME VALUE --dtype D`: a number, bool or complex attribute with VALUE's
+    shape, made anew over one of another type, in a header or in dense storage (past 8 in a
+    new-style header), on groups and on either view of a dataset; without --dtype as setfattr."""
+    path = tmp_path / f"typed-{layout}.h5"
+    make_file(path, layout)
+    with h5py.File(path, "r+") as f:
+        f["g"].attrs["replace_me"] = "text"
+    want = {("g", "gain"): np.float64(3.5), ("g", "replace_me"): np.array([[1, 2], [3, 4]], "<u2"),
+            ("x", "flag"): np.bool_(True), ("x", "z"): np.array([1 + 2j, 3], "<c16"),
+            ("x", "empty"): np.array([], "<f4")}
+    want |= {("g", f"n{i}"): np.int32(i) for i in range(10)}
+    mp = mount(path, "rw")
+    for (obj, name), value in want.items():
+        where = mp / (f"{obj}.npy" if name == "flag" else obj)
+        text = {"gain": "3.5", "replace_me": "[[1, 2], [3, 4]]", "flag": "true", "z": "[1+2j, 3]",
+                "empty": "[]"}.get(name, str(value))
+        run_h5fs("attr", where, name, text, "--dtype", value.dtype.str, check=True)
+    run_h5fs("attr", mp / "g", "n3", "-4.5", "--dtype", "f2", check=True)   # in dense storage, a new type
+    want[("g", "n3")] = np.float16(-4.5)
+    run_h5fs("attr", mp / "x", "plain", "a string", check=True)
+    want[("x", "plain")] = "a string"
+    run_h5fs("attr", mp / "g", "gain", "7", check=True)                   # keeps float64
+    want[("g", "gain")] = np.float64(7)
+    for args in (("x", "s", "abc", "--dtype", "S3"), ("x", "r", "[1, [2]]", "--dtype", "i4"),
+                 ("x", "o", "300", "--dtype", "u1"), ("x", "b", "maybe", "--dtype", "?")):
+        done = run_h5fs("attr", mp / args[0], *args[1:])
+        assert done.returncode == 1 and "Invalid argument" in done.stderr, done.stderr
+    assert run_h5fs("attr", tmp_path, "a", "1", "--dtype", "i4").returncode == 1   # not in a mount
+    assert os.getxattr(mp / "g", "user.n3") == b"-4.5"
+    run_h5fs("umount", mp, check=True)
+    verify_file(path, h5dump=layout == "earliest")
+    with h5py.File(path, "r") as f:
+        for (obj, name), value in want.items():
+            got = f[obj].attrs[name]
+            assert np.array_equal(got, value) and np.asarray(got).shape == np.shape(value), (obj, name, got)
+            if not isinstance(value, str):
+                assert got.dtype == value.dtype, (obj, name, got.dtype)
+        assert set(f["x"].attrs) >= {"flag", "z", "empty", "plain"} and not {"s", "r", "o", "b"} & set(f["x"].attrs)
+    ro = mount(path, "ro")
+    done = run_h5fs("attr", ro / "g", "k", "1", "--dtype", "i4")
+    assert done.returncode == 1 and "Read-only" in done.stderr
+
+
 PROPERTY_OPS = int(os.environ.get("H5FS_PROPERTY_OPS", "120"))
 
 

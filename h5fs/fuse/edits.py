@@ -36,6 +36,7 @@ log = logging.getLogger("h5fs.fuse")
 
 DEFAULT_FILTERS = "gzip:4,shuffle"   # new datasets' compression (-o compression=...)
 CREATE_XATTR = b"user.h5fs.create"   # `h5fs create`'s request, set on the parent directory
+ATTRIBUTE_XATTR = b"user.h5fs.attribute"   # `h5fs attr --dtype`'s request, set on the object
 MAX_EARLY = 64 << 20   # bytes of a .npy held while its header is incomplete (writeback_cache)
 
 
@@ -401,9 +402,25 @@ class EditSide:
         if name == CREATE_XATTR and node.kind == DIR:
             await self.create_dataset(node, value)
             return
+        if name == ATTRIBUTE_XATTR and node.kind in (RAW, NPY, DIR):
+            await self.create_attribute(node, value)
+            return
         attr = self._attribute_name(node, name)
         await self._run(self.editor.set_attribute, self.ops._object(node), attr, value)
         self._attributes_changed(node, attr)
+
+    async def create_attribute(self, node: Node, request: bytes) -> None:
+        """`h5fs attr --dtype`: attribute `name` made anew with a number, bool or complex dtype
+        and the value (and shape) the request's text says."""
+        try:
+            r = json.loads(request)
+            name, dtype, value = r["name"], np.dtype(r["dtype"]), r["value"].encode()
+            if not isinstance(name, str):
+                raise TypeError("the name is not a string")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InvalidWrite(f"{node.path}: an attribute request that does not parse: {exc}") from None
+        await self._run(self.editor.create_attribute, self.ops._object(node), name, dtype, value)
+        self._attributes_changed(node, name)
 
     async def removexattr(self, node: Node, name: bytes) -> None:
         attr = self._attribute_name(node, name)

@@ -48,6 +48,7 @@ from ..format.messages import attribute as attr_msg
 from ..format.messages import dataspace as S
 from ..format.messages import datatype as T
 from ..storage import global_heap_write as ghw
+from .dtype_encode import datatype_of
 from .dtypes import is_bool_enum, npy_dtype, numpy_dtype
 from .libver import at_least
 
@@ -222,8 +223,8 @@ def _complex(part: T.FloatingPoint) -> Callable[[str], bytes]:
 def _enum(dt: T.Enum) -> Callable[[str], bytes]:
     by_name = dict(zip(dt.names, dt.raw_values))
     by_value = dict(zip(dt.values, dt.raw_values))
-    if is_bool_enum(dt):       # shown as NumPy booleans
-        by_name |= {"False": by_value[0], "True": by_value[1]}
+    if is_bool_enum(dt):       # shown as NumPy booleans; typed in a shell in lower case too
+        by_name |= {"False": by_value[0], "True": by_value[1], "false": by_value[0], "true": by_value[1]}
 
     def encode(token: str) -> bytes:
         raw = by_name.get(token)
@@ -394,6 +395,37 @@ def new_string_attribute(name: str, text: bytes, heap_id: gh.HeapID, sizes: Size
     return attr_msg.AttributeMessage(name, _encoded(T.encode, string_datatype(sizes), sizes),
                                      _encoded(S.encode, space, sizes), _vlen_bytes([(len(text), heap_id)], sizes),
                                      version=3 if later else 1)
+
+
+def value_shape(text: bytes) -> tuple[int, ...]:
+    """The shape a value text has: () for one value, (n,) for a list of n, (n, m) for a list of
+    lists... (ragged lists are refused when the elements are parsed)."""
+    node, dims = _nested(_text(text, "value text")), []
+    while not isinstance(node, str):
+        dims.append(len(node))
+        if not node:
+            break
+        node = node[0]
+    return tuple(dims)
+
+
+def new_attribute(name: str, dtype: np.dtype, text: bytes, sizes: Sizes,
+                  libver: str = "earliest") -> attr_msg.AttributeMessage:
+    """The attribute message libhdf5 writes for h5py's `attrs[name] = np.array(value, dtype)`
+    (a number, bool or complex dtype), the value parsed from `text` as the mount shows values
+    (`3.5`, `[1, 2, 3]`, `[[1, 2], [3, 4]]`) and its shape the text's."""
+    _check_string_attribute(name, b"")
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
+        raise InvalidWrite(f"attribute {name!r}: dtype {dtype} is not a number, bool or complex type "
+                           "(a string value needs no dtype)")
+    datatype = datatype_of(dtype, libver)
+    later = at_least(libver, "v108")
+    dims = value_shape(text)
+    space = S.Dataspace(S.SIMPLE if dims else S.SCALAR, dims, dims, version=2 if later else 1)
+    data = parse_value(text, datatype, space)
+    return attr_msg.AttributeMessage(name, _encoded(T.encode, datatype, sizes), _encoded(S.encode, space, sizes),
+                                     data, version=3 if later else 1)
 
 
 def create_string_attribute(txn: Transaction, name: str, text: bytes, libver: str = "earliest") -> attr_msg.AttributeMessage:

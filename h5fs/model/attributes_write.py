@@ -5,7 +5,8 @@ the attribute info message that a version 2 header gets with its first attribute
 
 `setfattr -n user.A -v V` replaces the value of an attribute A, parsed as the mount shows it
 and keeping its datatype and shape (model/attribute_values.py), or creates A as h5py writes a
-Python str: a variable-length UTF-8 string. Values in the global heap go with the value they
+Python str: a variable-length UTF-8 string. `h5fs attr` (`create`) makes A anew with a number,
+bool or complex dtype and the value's shape. Values in the global heap go with the value they
 belonged to.
 """
 
@@ -26,7 +27,7 @@ from ..storage.header_writer import HeaderEdit, NoRoom
 from ..storage.readers.object_header import read as read_header
 from ..storage.sohm_write import SharedMessages
 from ..storage.transaction import Transaction
-from .attribute_values import create_string_attribute, release_value, store_value
+from .attribute_values import create_string_attribute, new_attribute, release_value, store_value
 from .libver import libver_for_superblock
 
 DATASPACE, DATATYPE, ATTRIBUTE, ATTRIBUTE_INFO = 0x01, 0x03, 0x0C, 0x15
@@ -141,7 +142,22 @@ class _Attributes:
                                   flags=raw.flags & ~(oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
                 return
         libver = libver_for_superblock(self.f.superblock.version)
-        msg = create_string_attribute(self.txn, name, text, libver)
+        self._add(name, create_string_attribute(self.txn, name, text, libver), info, store)
+
+    def create(self, name: str, msg: attr_msg.AttributeMessage) -> None:
+        """Attribute `name` made `msg` (a new datatype and shape: any attribute of that name goes
+        first, its heap objects with it)."""
+        try:
+            self.remove(name)
+        except NotFound:
+            pass
+        info = self.info()
+        self._add(name, msg, info, self._store(info))
+
+    def _add(self, name: str, msg: attr_msg.AttributeMessage, info, store: DenseStore | None) -> None:
+        """A new attribute message: in the header, or in dense storage (which the header moves
+        to past its phase change, or for a message too large for a header)."""
+        key = name.encode("utf-8", "surrogateescape")
         raw = _encode(msg, self.txn.sizes)
         order = 0
         if self.edit.header.version > 1:
@@ -258,6 +274,12 @@ def _encode(msg: attr_msg.AttributeMessage, sizes) -> bytes:
     w = Writer(sizes)
     attr_msg.encode(w, msg)
     return w.getvalue()
+
+
+def create_attribute(txn: Transaction, f, obj, name: str, dtype, text: bytes, shared: SharedMessages) -> None:
+    """Attribute `name` of `obj` made anew with `dtype` and the value (and shape) `text` says."""
+    libver = libver_for_superblock(f.superblock.version)
+    _Attributes(txn, f, obj, shared).create(name, new_attribute(name, dtype, text, txn.sizes, libver))
 
 
 def set_attribute(txn: Transaction, f, obj, name: str, text: bytes, shared: SharedMessages) -> None:

@@ -281,6 +281,12 @@ class TreeEditor:
             from .attributes_write import set_attribute
             set_attribute(txn, self.f, obj, name, text, self.shared)
 
+    def create_attribute(self, obj: H5Object, name: str, dtype, text: bytes) -> None:
+        with self._edit() as (txn, touched):
+            touched.add(obj.address)
+            from .attributes_write import create_attribute
+            create_attribute(txn, self.f, obj, name, dtype, text, self.shared)
+
     def remove_attribute(self, obj: H5Object, name: str) -> None:
         with self._edit() as (txn, touched):
             touched.add(obj.address)
