@@ -33,7 +33,7 @@ run "python3 -c \"import numpy as np; a = np.lib.format.open_memmap('$mnt/climat
 run "printf 'Edited by h5fs:  ' | dd of=$mnt/notes conv=notrunc status=none; cat $mnt/notes"
 run "mkdir $mnt/results"
 run "python3 -c \"import numpy as np; np.save('$work/mean.npy', np.load('$mnt/climate/temperature.npy').mean(axis=0))\"; cp $work/mean.npy $mnt/results/"
-run "setfattr -n user.method -v 'mean over time' $mnt/results/mean; mv $mnt/results/mean.npy $mnt/results/time_mean.npy"
+run "setfattr -n user.method -v 'mean over time' $mnt/results/mean; h5fs attr $mnt/results/mean window '[0, 24]' --dtype u2; mv $mnt/results/mean.npy $mnt/results/time_mean.npy"
 run "ls -l $mnt/results; getfattr --absolute-names -d $mnt/results/time_mean"
 printf '\n# a sparse dataset: only the defined elements are stored\n'
 run "h5fs create $mnt/results/hot --sparse --shape 2000,2000 --dtype f4 --chunks 500,500 --filters values=gzip:4"
