@@ -106,6 +106,10 @@ class Writeback:
 
     def close(self) -> None:
         self.flush()
+        with self.commit_lock:
+            given = self.f.store.shrink()
+        if given:
+            log.info("%s: %d bytes of free space at its end given back", self.f.path, given)
         self.flusher.shutdown()
         self.pool.shutdown()
         external_close_all(self.f)

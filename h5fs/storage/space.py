@@ -253,6 +253,23 @@ class Allocator:
             finally:
                 self.pools, self.kinds = saved
 
+    def trim_end(self) -> int | None:
+        """The free extent that ends the allocated space, given back to the file: the new (lower)
+        end of allocation, or None when the last allocated byte is in use (one pool only: files
+        that keep their free space in pages or in persistent managers keep their length)."""
+        with self._lock:
+            if self.page is not None or len(self.pools) > 1 or self.pending:
+                return None
+            pool = self.pools[META]
+            if not pool.starts:
+                return None
+            start = pool.starts[-1]
+            if start + pool.sizes[start] != self.eoa:
+                return None
+            pool.remove(start, pool.sizes[start])
+            self.eoa = start
+            return start
+
     def add_free(self, address: int, size: int) -> None:
         """Space found unused (by a walk of the file): reusable now."""
         with self._lock:

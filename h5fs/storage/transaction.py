@@ -76,6 +76,26 @@ class Store:
             self.writer.sync()
             self.journal.clear()
 
+    def shrink(self) -> int:
+        """Free space at the end of the file given back, as libhdf5 gives it back at close
+        (H5MF__close_shrink_eoa): the superblock's end of allocation lowered (durably), then the
+        file truncated; returns the bytes given back. A crash in between leaves a file longer
+        than its end of allocation, which libhdf5 reads."""
+        with self.transaction() as txn:
+            end = self.allocator.trim_end()
+            if end is None:
+                return 0
+            before = self.superblock.eof_address
+            txn.set_superblock(replace(self.superblock, eof_address=end + self.superblock.base_address))
+            txn.commit()
+        self.settle()
+        size = os.fstat(self.reader.fd).st_size
+        if size > self.reader.base + end:
+            self.writer.truncate(self.reader.base + end)
+            self.writer.sync()
+            self.reader.eof = self.reader.base + end
+        return before - self.superblock.eof_address
+
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """A transaction for the block to stage and commit; aborted when the block raises
