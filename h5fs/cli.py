@@ -380,8 +380,9 @@ def cmd_attr(args: argparse.Namespace) -> int:
     try:
         os.setxattr(args.path, name, value)
     except OSError as exc:
-        raise CliError(f"cannot set attribute {args.name!r} of {args.path}: {exc.strerror} "
-                       "(the mount's log says why)") from None
+        why = ("the request is over the 64 KiB an xattr carries" if exc.errno == errno.E2BIG
+               else "the mount's log says why")
+        raise CliError(f"cannot set attribute {args.name!r} of {args.path}: {exc.strerror} ({why})") from None
     return 0
 
 
