@@ -79,22 +79,23 @@ class Store:
     def shrink(self) -> int:
         """Free space at the end of the file given back, as libhdf5 gives it back at close
         (H5MF__close_shrink_eoa): the superblock's end of allocation lowered (durably), then the
-        file truncated; returns the bytes given back. A crash in between leaves a file longer
-        than its end of allocation, which libhdf5 reads."""
+        file truncated; returns the bytes the file lost. A crash in between leaves a file longer
+        than its end of allocation, which libhdf5 reads (and the next mount's walk finds that
+        tail unused, so its unmount gives it back)."""
         with self.transaction() as txn:
             end = self.allocator.trim_end()
             if end is None:
                 return 0
-            before = self.superblock.eof_address
             txn.set_superblock(replace(self.superblock, eof_address=end + self.superblock.base_address))
             txn.commit()
         self.settle()
-        size = os.fstat(self.reader.fd).st_size
-        if size > self.reader.base + end:
-            self.writer.truncate(self.reader.base + end)
-            self.writer.sync()
-            self.reader.eof = self.reader.base + end
-        return before - self.superblock.eof_address
+        size, new = os.fstat(self.reader.fd).st_size, self.reader.base + end
+        if size <= new:
+            return 0
+        self.writer.truncate(new)
+        self.writer.sync()
+        self.reader.eof = new
+        return size - new
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
