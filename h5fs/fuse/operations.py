@@ -498,7 +498,8 @@ class Operations(pyfuse3.Operations):
         state = self.handles.files.pop(fh, None)
         self.prefetcher.forget(fh)
         if isinstance(state, NpyStream):
-            await self._edits().stream_release(state)
+            async with state.lock:
+                await self._edits().stream_release(state)
         elif isinstance(state, PointsStream):
             state.close()
 
@@ -508,7 +509,8 @@ class Operations(pyfuse3.Operations):
         # file being created is checked whole
         state = self.handles.files.get(fh)
         if isinstance(state, NpyStream):
-            await self._edits().stream_finish(state)
+            async with state.lock:   # after any write of this open file still under way (a dup)
+                await self._edits().stream_finish(state)
         elif isinstance(state, PointsStream) and await points_finish(self, state):
             await self.writes.changed(state.address, None)
 
