@@ -139,6 +139,9 @@ def test_resize_errors(mount, simple):
     assert error_of(os.truncate, mp / "contig", 8 * 2000) == errno.EFBIG
     assert error_of(pwrite, mp / "contig", b"x" * 16, 8 * 999) == errno.EFBIG
     assert error_of(os.truncate, mp / "late", 13) == errno.EINVAL
+    # nor shrink: `> contig` (O_TRUNC) is refused as not supported, not as a file too large
+    assert error_of(os.truncate, mp / "contig", 8 * 10) == errno.ENOTSUP
+    assert error_of(os.open, mp / "contig", os.O_WRONLY | os.O_TRUNC) == errno.ENOTSUP
     run_h5fs("umount", mp, check=True)
     data = verify_file(path, h5dump=False)
     assert np.array_equal(data["contig"], np.arange(1000, dtype="<f8"))

@@ -588,6 +588,9 @@ class Writeback:
                 raise InvalidWrite(f"{ds.path}: {size} bytes is not a whole number of {row}-byte rows")
             rows += 1
         limit = space.maxdims[0]
+        if not ds.layout.chunked and rows < space.dims[0]:   # truncation (O_TRUNC) is no growth
+            raise CannotWrite(f"{ds.path}: {ds.layout.class_name} storage keeps its shape: it cannot shrink "
+                              f"from {space.dims[0]} to {rows} rows (HDF5 resizes chunked datasets only)")
         if not ds.layout.chunked or limit is not None and rows > limit:
             raise TooLarge(f"{ds.path}: {rows} rows exceed the maximum dimension "
                            f"{'unlimited' if limit is None else limit}"
