@@ -372,8 +372,9 @@ def cmd_attr(args: argparse.Namespace) -> int:
         kind = None
     if kind not in (b"group", b"dataset"):
         raise CliError(f"{args.path}: not a group or dataset of an h5fs mount")
-    if args.dtype is None:
-        name, value = "user." + args.name, args.value.encode("utf-8", "surrogateescape")
+    if args.dtype is None:   # the xattr the mount shows the attribute as (h5fs.* names: escaped)
+        prefix = "user.h5fs.attr." if args.name.startswith("h5fs.") else "user."
+        name, value = prefix + args.name, args.value.encode("utf-8", "surrogateescape")
     else:
         name = ATTRIBUTE_XATTR
         value = json.dumps({"name": args.name, "dtype": args.dtype, "value": args.value}).encode()

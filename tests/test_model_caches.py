@@ -768,3 +768,18 @@ def test_handle_whose_state_was_evicted_reads_again_after_invalidation(tmp_path)
             want = f["g"].attrs["a"]
         hf.invalidate(g.address)
         assert np.array_equal(g.attributes()[0].value, want)
+
+
+def test_a_value_loaded_across_an_invalidation_is_not_kept():
+    """A decoder that read the old bytes while a commit invalidated them must not leave its value
+    behind: it is returned to its caller once, then loaded again."""
+    cache = MetadataCache()
+
+    def load_while_committing():
+        cache.invalidate_range(0, 1000)   # a commit rewrote the block meanwhile
+        return "old"
+
+    assert cache.get(100, "node", load_while_committing, 10) == "old"
+    assert cache.peek(100, "node") is None
+    assert cache.get(100, "node", lambda: "new", 10) == "new"
+    assert cache.peek(100, "node") == "new"

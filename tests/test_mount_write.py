@@ -351,6 +351,40 @@ def test_kernel_writeback_cache_cp(mount, tmp_path):
     assert data["blob.bin"].tobytes() == blob
 
 
+def test_npy_pieces_in_any_order(mount, tmp_path):
+    """A `.npy` written in pieces out of order (the header's own bytes among them, a later write
+    over an earlier one) becomes the array the last writes say; one whose first bytes never came
+    is refused at close and leaves nothing."""
+    path = tmp_path / "order.h5"
+    with h5py.File(path, "w", libver="latest"):
+        pass
+    dt = np.dtype([(f"f{i}", "<f4") for i in range(300)])   # a header of ~6 KiB: two pages
+    arr = np.zeros(50, dt)
+    arr["f7"] = np.arange(50)
+    np.save(tmp_path / "a.npy", arr)
+    raw = bytearray((tmp_path / "a.npy").read_bytes())
+    mp = mount(path, "rw", "compression=none")
+    fd = os.open(mp / "a.npy", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        stale = bytes(len(raw) - 9000)
+        os.pwrite(fd, stale, 9000)                  # stale bytes first, rewritten below
+        os.pwrite(fd, raw[4096:], 4096)             # the header's second page and the data
+        os.pwrite(fd, raw[64:4096], 64)
+        os.pwrite(fd, raw[:64], 0)                  # the header's start comes last
+    finally:
+        os.close(fd)
+    assert np.array_equal(np.load(mp / "a.npy"), arr)
+    fd = os.open(mp / "b.npy", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.pwrite(fd, raw[200:], 200)                   # never its first bytes
+    with pytest.raises(OSError) as ei:
+        os.close(fd)
+    assert ei.value.errno == errno.EINVAL
+    assert not (mp / "b.npy").exists() and not (mp / "b").exists()
+    run_h5fs("umount", mp, check=True)
+    data = verify_file(path, h5dump=False)
+    assert set(data) == {"a"} and data["a"].tobytes() == arr.tobytes()
+
+
 @pytest.mark.parametrize("filters", sorted(FILTERS))
 def test_fio_verify(mount, tmp_path, filters):
     """fio's own random writes with checksums, fsync'd every 16, then read back and verified

@@ -26,7 +26,7 @@ from ..model import messages as M
 from ..model import namespace
 from ..model.dataset_create import NPY_CHUNK_BYTES, npy_storage
 from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, RAW, SYMLINK, Entry, Numbers
-from ..model.npy_header import NpyHeaderError, parse_npy_header
+from ..model.npy_header import PREAMBLE, NpyHeaderError, header_end, parse_npy_header
 from ..model.tree_edit import NamespaceError, TreeEditor
 from . import offload, views
 from .handles import NpyStream, OpenFile
@@ -37,7 +37,7 @@ log = logging.getLogger("h5fs.fuse")
 DEFAULT_FILTERS = "gzip:4,shuffle"   # new datasets' compression (-o compression=...)
 CREATE_XATTR = b"user.h5fs.create"   # `h5fs create`'s request, set on the parent directory
 ATTRIBUTE_XATTR = b"user.h5fs.attribute"   # `h5fs attr --dtype`'s request, set on the object
-MAX_EARLY = 64 << 20   # bytes of a .npy held while its header is incomplete (writeback_cache)
+MAX_EARLY = 64 << 20   # how far into a .npy bytes are held while its header is incomplete (writeback_cache)
 
 
 def link_name(name: bytes) -> str:
@@ -235,15 +235,20 @@ class EditSide:
     async def _stream_write(self, stream: NpyStream, off: int, buf: bytes) -> None:
         if stream.failed is not None:
             raise InvalidWrite(f"{stream.what}: {stream.failed}")
-        if stream.header is None:
-            if off > len(stream.head):   # the kernel's writeback sent a later page first
-                if sum(map(len, stream.early.values())) + len(buf) > MAX_EARLY:
-                    self._fail(stream, InvalidWrite("a write far past the end of a .npy header not yet complete"))
-                stream.early[off] = bytes(buf)
-                return
-            stream.head[off:off + len(buf)] = buf
-            try:
-                header = parse_npy_header(stream.head)
+        if stream.header is None:   # held where it belongs until the header's bytes all came
+            end = off + len(buf)
+            if end > MAX_EARLY:
+                self._fail(stream, InvalidWrite("a write far past the end of a .npy header not yet complete"))
+            if end > len(stream.head):
+                stream.head.extend(bytes(end - len(stream.head)))
+            stream.head[off:end] = buf
+            stream.held.add(off, end)
+            whole = stream.held.prefix()
+            header = None
+            try:   # parsed once its bytes all came (the preamble says how many)
+                need = header_end(bytes(stream.head[:min(whole, PREAMBLE)]))
+                if need is not None and whole >= need:
+                    header = parse_npy_header(bytes(stream.head[:need]))
             except NpyHeaderError as exc:
                 self._fail(stream, exc)
             if header is not None:
@@ -272,13 +277,11 @@ class EditSide:
             stream.header, stream.obj = header, self.ops.f.get(address, f"{stream.replaces.path} (new data)")
         else:
             await self._make_linked(stream, header, storage)
-        rest = bytes(stream.head[header.header_length:])
-        del stream.head[header.header_length:]
-        if rest:
-            await self._body(stream, 0, rest)
-        early, stream.early = stream.early, {}
-        for off, piece in sorted(early.items()):
-            await self._stream_write(stream, off, piece)
+        hl = header.header_length
+        held, stream.head = stream.head, stream.head[:hl]
+        for a, b in stream.held:   # the array bytes that came with or before the header
+            if b > hl:
+                await self._body(stream, max(a, hl) - hl, bytes(held[max(a, hl):b]))
 
     async def _make_linked(self, stream: NpyStream, header, storage: dict) -> None:
         ops = self.ops
@@ -297,7 +300,7 @@ class EditSide:
         wb = self.ops.writes.wb
         if not wb.write_now(stream.obj, start, data):
             await offload.run_sync(wb.write, stream.obj, start, data)
-        stream.wrote(start, start + len(data))
+        stream.body.add(start, start + len(data))
         if not stream.unlinked:   # nothing shows an unlinked dataset's numbers
             self.ops.writes.touched.add(stream.obj.address)
 
@@ -498,7 +501,7 @@ class EditSide:
 
 
 def _incomplete(stream: NpyStream) -> bool:
-    return stream.header is None or stream.end < stream.header.data_nbytes
+    return stream.header is None or stream.body.prefix() < stream.header.data_nbytes
 
 
 def _sparse_like(ds, header) -> dict | None:

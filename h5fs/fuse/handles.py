@@ -13,6 +13,7 @@ Handle numbers are never reused while mounted. Only the trio thread touches them
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import trio
@@ -29,39 +30,52 @@ class OpenFile:
     size: int            # bytes of data after the prefix
 
 
+class Spans:
+    """Byte ranges [start, stop), merged as they are added (bisect: a writer's pieces arriving in
+    order or nearly so keep one or a few ranges)."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.stops: list[int] = []
+
+    def add(self, start: int, stop: int) -> None:
+        if stop <= start:
+            return
+        i = bisect.bisect_left(self.stops, start)    # the first range reaching `start`
+        j = bisect.bisect_right(self.starts, stop)   # past the last range starting by `stop`
+        if i < j:
+            start, stop = min(start, self.starts[i]), max(stop, self.stops[j - 1])
+        self.starts[i:j], self.stops[i:j] = [start], [stop]
+
+    def prefix(self) -> int:
+        """How far the bytes are whole from 0."""
+        return self.stops[0] if self.starts and self.starts[0] == 0 else 0
+
+    def __iter__(self):
+        return zip(self.starts, self.stops)
+
+
 @dataclass(slots=True)
 class NpyStream:
     """A `.npy` file being created (`cp x.npy DIR/`): its bytes are held until the header
     parses, then dataset `name` is made from it and the rest is written into it as it comes.
     Or one replacing an existing `D.npy` (opened with O_TRUNC): the array goes into a dataset
     no link names, which gives D its data at close.
-    With `-o writeback_cache` the kernel sends a file's pages in parallel requests that
-    arrive in any order: `lock` makes one write at a time, pieces past an incomplete header
-    wait in `early`, and `later` holds the spans written beyond the contiguous `end`."""
+    With `-o writeback_cache` the kernel sends a file's pages in parallel requests that arrive
+    in any order: `lock` makes one write at a time; until the header parses every piece goes
+    into `head` where it belongs (a later piece over an earlier one, as in any file), `held`
+    saying which bytes came; then `body` says which bytes of the array data came."""
     ino: int
     parent: object            # the directory's node (None: replacing)
     name: str                 # the dataset's link name (the file name without `.npy`)
-    head: bytearray           # the bytes written before the header was complete
+    head: bytearray           # the bytes written before the header was complete (then: the header)
     header: object = None     # the parsed NpyHeader
     obj: object = None        # the dataset, once made
-    end: int = 0              # bytes of array data written so far (contiguous from 0)
     failed: BaseException | None = None   # why the file cannot become a dataset
     replaces: object = None   # the dataset D whose data it replaces
     lock: trio.Lock = field(default_factory=trio.Lock)
-    early: dict[int, bytes] = field(default_factory=dict)   # file offset -> bytes, header incomplete
-    later: list[tuple[int, int]] = field(default_factory=list)   # (start, end) of data past `end`
-
-    def wrote(self, start: int, stop: int) -> None:
-        """Array bytes [start, stop) written: `end` grows over every span it reaches."""
-        self.later.append((start, stop))
-        self.later.sort()
-        rest = []
-        for a, b in self.later:
-            if a <= self.end:
-                self.end = max(self.end, b)
-            else:
-                rest.append((a, b))
-        self.later = rest
+    held: Spans = field(default_factory=Spans)   # which bytes of `head` were written
+    body: Spans = field(default_factory=Spans)   # which bytes of the array data were written
 
     @property
     def what(self) -> str:

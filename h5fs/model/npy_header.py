@@ -61,10 +61,13 @@ class NpyHeader:
         return n
 
 
-def parse_npy_header(data: bytes | bytearray | memoryview, *, complete: bool = False) -> NpyHeader | None:
-    """The header at the start of `data`, or None when more bytes are needed (`complete`:
-    the stream has ended, so a partial header is an error)."""
-    data = bytes(data[:len(MAGIC) + 2 + 4 + MAX_HEADER_BYTES])
+PREAMBLE = len(MAGIC) + 2 + 4   # magic, version and the longest length field
+
+
+def header_end(data: bytes, *, complete: bool = False) -> int | None:
+    """Where the array data begins (magic, version, length field and header), from the first
+    PREAMBLE bytes; None when more are needed."""
+    data = bytes(data[:PREAMBLE])
     n = min(len(data), len(MAGIC))
     if data[:n] != MAGIC[:n]:
         raise NpyHeaderError("not a .npy file (no \\x93NUMPY magic)")
@@ -80,11 +83,22 @@ def parse_npy_header(data: bytes | bytearray | memoryview, *, complete: bool = F
     (length,) = prefix.unpack_from(data, 8)
     if length > MAX_HEADER_BYTES:
         raise NpyHeaderError(f".npy header of {length} bytes (at most {MAX_HEADER_BYTES})")
-    if len(data) < start + length:
+    return start + length
+
+
+def parse_npy_header(data: bytes | bytearray | memoryview, *, complete: bool = False) -> NpyHeader | None:
+    """The header at the start of `data`, or None when more bytes are needed (`complete`:
+    the stream has ended, so a partial header is an error)."""
+    end = header_end(data, complete=complete)
+    if end is None:
+        return None
+    if len(data) < end:
         return _more(complete)
-    text = _text(data[start:start + length], version)
+    version = (data[6], data[7])
+    start = 8 + _PREFIX[version].size
+    text = _text(bytes(data[start:end]), version)
     dtype, shape, fortran = _fields(text)
-    return NpyHeader(version, dtype, shape, fortran, start + length)
+    return NpyHeader(version, dtype, shape, fortran, end)
 
 
 def _more(complete: bool) -> None:

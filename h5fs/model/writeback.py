@@ -106,10 +106,14 @@ class Writeback:
 
     def close(self) -> None:
         self.flush()
-        with self.commit_lock:
-            given = self.f.store.shrink()
-        if given:
-            log.info("%s: %d bytes of free space at its end given back", self.f.path, given)
+        try:   # everything is in the file already: a failure here only leaves it longer
+            with self.commit_lock:
+                given = self.f.store.shrink()
+        except (OSError, H5fsError) as exc:
+            log.warning("%s: free space at its end not given back: %s", self.f.path, exc)
+        else:
+            if given:
+                log.info("%s: %d bytes of free space at its end given back", self.f.path, given)
         self.flusher.shutdown()
         self.pool.shutdown()
         external_close_all(self.f)

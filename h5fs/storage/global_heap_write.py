@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 NCWFS = 16            # H5F_NCWFS: collections the list holds
 MAX_INDEX = 65535     # H5HG_MAXIDX
-DECODED = 32          # collections kept decoded with the bytes they were decoded from or staged as
+DECODED = 32          # collections kept decoded with the bytes they were staged as
+DECODED_BYTES = 1 << 20   # ... each at most this long
 
 
 @dataclass(eq=False)
@@ -63,12 +64,14 @@ class _Memory:
     # collection address -> the next object index (H5HG_heap_t.nused: one past the highest index
     # when read, then raised by each insert and never lowered by a removal)
     nused: dict[int, int] = field(default_factory=dict)
-    # address -> (bytes, their collection): a transaction finding the same bytes in the file (or
-    # staged) takes the collection without decoding it again (each insert rewrites the collection)
+    # address -> (bytes, their collection) of collections this mount staged: a transaction finding
+    # the same bytes there takes the collection without decoding it (each insert rewrites it)
     decoded: dict[int, tuple[bytes, gh.Collection]] = field(default_factory=dict)
 
     def remember(self, data: bytes, col: gh.Collection) -> None:
         self.decoded.pop(col.address, None)
+        if len(data) > DECODED_BYTES:   # a collection made for one large object: not kept
+            return
         self.decoded[col.address] = (data, col)
         if len(self.decoded) > DECODED:
             del self.decoded[next(iter(self.decoded))]

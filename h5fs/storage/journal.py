@@ -11,9 +11,9 @@ reached the file writes the same bytes again, so the journal is retired lazily: 
 fsynced after applying (`Store.settle`, or when the journal passes `LIMIT` bytes).
 
 An empty journal is given `LIMIT` bytes of allocated zeros (fallocate): a record written inside
-them leaves the file's size alone, so `fdatasync` makes it durable without a file-system journal
-commit for the size (a third of an fsync's time per namespace edit). Replay stops at the zeros as
-at any incomplete record.
+them leaves the file's size alone, so `fdatasync` makes it durable without committing a new size
+(here 210 -> 130 us per record, measured once). Replay stops at the zeros as at any incomplete
+record.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ class MetadataCache:
         self._kinds: dict[int, set[Hashable]] = {}   # address -> kinds cached there
         self._addresses: list[int] = []               # those addresses, sorted (range invalidation)
         self._lock = threading.Lock()
+        self._invalidations = 0   # counted: a value loaded across one is not kept
 
     def __len__(self) -> int:
         return len(self._items)
@@ -42,20 +43,23 @@ class MetadataCache:
     def get(self, address: int, kind: Hashable, load: Callable[[], T], nbytes: int | Callable[[T], int]) -> T:
         """The cached value, or `load()` stored at a cost of `nbytes` (a number or a function of
         the value). Two threads missing at once may both load: decoding is pure, the first stored
-        value wins, and a lock held across file I/O would serialize the workers."""
+        value wins, and a lock held across file I/O would serialize the workers. A value loaded
+        while anything was invalidated is returned but not kept: it may have been decoded from
+        the bytes that invalidation was about."""
         key = (address, kind)
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
                 self._items.move_to_end(key)
                 return hit[0]  # type: ignore[return-value]
+            seen = self._invalidations
         value = load()
         size = nbytes(value) if callable(nbytes) else nbytes
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
                 return hit[0]  # type: ignore[return-value]
-            if size <= self.budget:
+            if size <= self.budget and seen == self._invalidations:
                 self._items[key] = (value, size)
                 kinds = self._kinds.get(address)
                 if kinds is None:
@@ -93,18 +97,21 @@ class MetadataCache:
     def invalidate(self, address: int) -> list[object]:
         """Forget everything decoded from `address`; returns what was forgotten."""
         with self._lock:
+            self._invalidations += 1
             return [self._drop((address, kind)) for kind in list(self._kinds.get(address, ()))]
 
     def invalidate_range(self, start: int, end: int) -> list[object]:
         """Forget everything decoded from an address in [start, end) (a freed or rewritten
         extent); returns what was forgotten."""
         with self._lock:
+            self._invalidations += 1
             lo, hi = bisect.bisect_left(self._addresses, start), bisect.bisect_left(self._addresses, end)
             return [self._drop((address, kind)) for address in self._addresses[lo:hi]
                     for kind in list(self._kinds[address])]
 
     def clear(self) -> None:
         with self._lock:
+            self._invalidations += 1
             self._items.clear()
             self._kinds.clear()
             self._addresses.clear()

@@ -81,7 +81,10 @@ class Store:
         (H5MF__close_shrink_eoa): the superblock's end of allocation lowered (durably), then the
         file truncated; returns the bytes the file lost. A crash in between leaves a file longer
         than its end of allocation, which libhdf5 reads (and the next mount's walk finds that
-        tail unused, so its unmount gives it back)."""
+        tail unused, so its unmount gives it back). Files whose free-space managers persist
+        keep their length (the managers would have to follow)."""
+        if self.persistent is not None:
+            return 0
         with self.transaction() as txn:
             end = self.allocator.trim_end()
             if end is None:
