@@ -16,6 +16,8 @@ import pytest
 from conftest import run_h5fs, wait_until
 from write_support import verify_file
 
+from h5fs.model.file import H5File
+
 LAYOUTS = ("earliest", "latest", "earliest-4byte")
 
 
@@ -157,6 +159,17 @@ def test_free_space_at_the_end_is_given_back(tmp_path, mount, layout):
     size = path.stat().st_size
     with open(path, "ab") as fh:
         fh.write(bytes(100_000))
+    mp = mount(path, "rw")
+    assert wait_until(lambda: "unused space found" in mount.log_of(mp), timeout=60)
+    run_h5fs("umount", mp, check=True)
+    assert path.stat().st_size == size
+    verify_file(path, h5dump=layout == "earliest")
+    # space inside the recorded end of allocation that no mount freed (leaked by a writer) is
+    # only known unused from the walk: it stays, whatever the walk says
+    with H5File.open(str(path), writable=True) as f, f.store.transaction() as txn:
+        txn.allocate(50_000)
+        txn.commit()
+    size = path.stat().st_size
     mp = mount(path, "rw")
     assert wait_until(lambda: "unused space found" in mount.log_of(mp), timeout=60)
     run_h5fs("umount", mp, check=True)

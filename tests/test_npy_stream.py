@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h5fs.fuse.handles import Spans
+from h5fs.spans import Spans
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,12 +13,12 @@ Handle numbers are never reused while mounted. Only the trio thread touches them
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
 import trio
 
 from ..model.namespace import Entry
+from ..spans import Spans
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,31 +28,6 @@ class OpenFile:
     obj: object          # the engine object (a dataset or a named datatype)
     prefix: bytes        # served before the data: the .npy header, a named datatype's text
     size: int            # bytes of data after the prefix
-
-
-class Spans:
-    """Byte ranges [start, stop), merged as they are added (bisect: a writer's pieces arriving in
-    order or nearly so keep one or a few ranges)."""
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.stops: list[int] = []
-
-    def add(self, start: int, stop: int) -> None:
-        if stop <= start:
-            return
-        i = bisect.bisect_left(self.stops, start)    # the first range reaching `start`
-        j = bisect.bisect_right(self.starts, stop)   # past the last range starting by `stop`
-        if i < j:
-            start, stop = min(start, self.starts[i]), max(stop, self.stops[j - 1])
-        self.starts[i:j], self.stops[i:j] = [start], [stop]
-
-    def prefix(self) -> int:
-        """How far the bytes are whole from 0."""
-        return self.stops[0] if self.starts and self.starts[0] == 0 else 0
-
-    def __iter__(self):
-        return zip(self.starts, self.stops)
 
 
 @dataclass(slots=True)

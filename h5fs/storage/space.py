@@ -31,6 +31,7 @@ import threading
 from typing import Callable
 
 from ..errors import H5fsError
+from ..spans import Spans
 from ..format.messages.file_space_info import SLOT_LARGE as LARGE
 from ..format.messages.file_space_info import SLOT_META as META
 from ..format.messages.file_space_info import SLOT_RAW as RAW
@@ -123,6 +124,7 @@ class Allocator:
         self._pending_raw: list[bool] = []
         self._lock = threading.Lock()
         self._touched: list[Extent] | None = None   # extents allocated or freed since `watch`
+        self.released = Spans()   # what this mount's transactions freed (`trim_end`)
 
     def extents(self) -> list[Extent]:
         """The reusable free extents (start, size), by address, of every pool."""
@@ -238,6 +240,7 @@ class Allocator:
         with self._lock:
             for (address, size), raw in zip(self.pending, self._pending_raw):
                 self._give(address, size, raw)
+                self.released.add(address, address + size)
             self.pending.clear()
             self._pending_raw.clear()
 
@@ -253,22 +256,28 @@ class Allocator:
             finally:
                 self.pools, self.kinds = saved
 
-    def trim_end(self) -> int | None:
-        """The free extent that ends the allocated space, given back to the file: the new (lower)
-        end of allocation, or None when the last allocated byte is in use (one pool only: files
-        that keep their free space in pages or in persistent managers keep their length)."""
+    def trim_end(self, recorded: int) -> int | None:
+        """The free space that ends the allocated space given back to the file: the new (lower)
+        end of allocation, or None. Only what this mount's transactions freed there, and what lies
+        past `recorded` (the end of allocation the superblock records): space only the walk of
+        the file called unused stays (a mistake of the walk must not cut a file short). One pool
+        only: files that keep their free space in pages or persistent managers keep their length."""
         with self._lock:
             if self.page is not None or len(self.pools) > 1 or self.pending:
                 return None
             pool = self.pools[META]
-            if not pool.starts:
+            if not pool.starts or pool.starts[-1] + pool.sizes[pool.starts[-1]] != self.eoa:
                 return None
             start = pool.starts[-1]
-            if start + pool.sizes[start] != self.eoa:
+            cut = max(start, min(recorded, self.eoa))
+            freed = self.released.covering(cut)
+            if freed is not None:
+                cut = max(start, freed[0])
+            if cut >= self.eoa:
                 return None
-            pool.remove(start, pool.sizes[start])
-            self.eoa = start
-            return start
+            pool.remove(cut, self.eoa - cut)
+            self.eoa = cut
+            return cut
 
     def add_free(self, address: int, size: int) -> None:
         """Space found unused (by a walk of the file): reusable now."""

@@ -86,7 +86,7 @@ class Store:
         if self.persistent is not None:
             return 0
         with self.transaction() as txn:
-            end = self.allocator.trim_end()
+            end = self.allocator.trim_end(self.superblock.eof_address - self.superblock.base_address)
             if end is None:
                 return 0
             txn.set_superblock(replace(self.superblock, eof_address=end + self.superblock.base_address))
