@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import roundtrip_support as R
+from conftest import run_h5fs
 from h5fs.model.file import H5File
 from h5fs.storage.readers.sohm_table import read_records
 from write_support import verify_file
@@ -149,5 +150,24 @@ def test_dense_shared_attributes_replaced_and_removed_down_to_compact(sohm_file,
         attrs = dict(f["many"].attrs)
     assert attrs == {"a00": "same text", "a01": 1.0, "a02": "changed", "a03": 7.25}
     verify_file(sohm_file, h5dump=False)
+    remove_everything_with_libhdf5(sohm_file)
+    assert all(count == 0 for count, _ in records(sohm_file))
+
+
+def test_typed_attributes_over_shared_ones(sohm_file, mount):
+    """`h5fs attr --dtype` over attributes the table shares (in headers and in dense storage):
+    the shared uses are counted down, the new attributes stored unshared, and libhdf5 can
+    remove everything afterwards."""
+    mp = mount(sohm_file, "rw")
+    for where, name, value, dtype in (("d0", "units", "[1, 2]", "u1"), ("d1", "scale", "2.5", "f4"),
+                                      ("many", "a00", "7", "i8"), ("many", "a01", "[true, false]", "?")):
+        run_h5fs("attr", mp / where, name, value, "--dtype", dtype, check=True)
+    mount.unmount(mp)
+    verify_file(sohm_file, h5dump=False)
+    with h5py.File(sohm_file, "r") as f:
+        assert f["d0"].attrs["units"].tolist() == [1, 2] and f["d0"].attrs["units"].dtype == "u1"
+        assert f["d1"].attrs["scale"] == np.float32(2.5) and f["d1"].attrs["scale"].dtype == "f4"
+        assert f["many"].attrs["a00"] == 7 and f["many"].attrs["a01"].tolist() == [True, False]
+        assert f["d2"].attrs["units"] == "metres per second squared"
     remove_everything_with_libhdf5(sohm_file)
     assert all(count == 0 for count, _ in records(sohm_file))
