@@ -7,7 +7,6 @@ that pair one by one (point selections, irregular block lists) are gathered in b
 
 from __future__ import annotations
 
-import os
 from math import prod
 
 import numpy as np
@@ -16,7 +15,7 @@ from ..errors import FormatError
 from ..storage.chunk_grid import chunks_in_box, overlap
 from ..storage.chunked import ChunkedSource
 from ..storage.sources import ContiguousSource
-from ..storage.unfiltered_read import Miss, read_box
+from ..storage.unfiltered_read import Miss, preadv_exact, read_box
 
 DENSE_MIN = 4096               # a source box this small is read whole
 MAX_BOX_BYTES = 8 << 20        # largest source box read at once
@@ -37,16 +36,8 @@ def read_into(src, shape: tuple[int, ...], start: tuple[int, ...], count: tuple[
         for s, e in zip(start, shape):
             first = first * e + s
         target = dst if dst.flags.c_contiguous else np.empty(dst.shape, np.uint8)
-        try:
-            n = os.preadv(raw.fd, [target], raw.start + first * src.itemsize, flags)
-        except OSError:
-            if flags:
-                raise Miss from None
-            raise
-        if n != target.nbytes:
-            if flags:
-                raise Miss
-            raise FormatError(f"{src.path}: source read returned {n} of {target.nbytes} bytes")
+        preadv_exact(raw.fd, [target], raw.start + first * src.itemsize, target.nbytes, flags,
+                     lambda: f"{src.path}: source read short of {target.nbytes} bytes")
         if target is not dst:
             dst[...] = target
         return

@@ -39,8 +39,8 @@ class ChunkedSource(RawSource):
             raise FormatError(f"{what}: chunk of {self.chunk_bytes} bytes is too large to serve")
         self.index, self.filters, self.fill = index, filters, fill
         self.cache, self.owner, self.what = cache, owner, what
-        chunks_per_row = prod(-(-d // c) for d, c in zip(shape[1:], chunk[1:]))
-        cache.reserve(self.chunk_bytes * (chunks_per_row + 1))
+        self.grid = tuple(-(-d // c) for d, c in zip(shape, chunk))
+        cache.reserve(self.chunk_bytes * (prod(self.grid[1:]) + 1))   # a row of chunks, and one more
         self.edge_unfiltered = edge_unfiltered
         self.stored_max = self.chunk_bytes if not filters else MAX_CHUNK_BYTES   # a chunk's stored bytes
         # elements copied as `words` unsigned integers of `word` each: NumPy copies whole words
@@ -50,7 +50,6 @@ class ChunkedSource(RawSource):
         self.sparse = False   # structured chunks of defined elements (sparse_source.py)
         self._allocated: int | None = None
         self.row_bytes = prod(chunk[1:]) * itemsize   # one element row of a chunk, in the file
-        self.grid = tuple(-(-d // c) for d, c in zip(shape, chunk))
         self._row: dict[tuple[int, ...], ChunkRecord | None] = {}   # the last row of chunks looked up
         self.next_offset = -1   # where the last direct read ended: a reader going on reads ahead
 
@@ -90,14 +89,19 @@ class ChunkedSource(RawSource):
             raise FormatError(f"{self.what}: chunk {coords} holds {len(data)} bytes, expected {self.chunk_bytes}")
         return data
 
-    def stored(self, coords: tuple[int, ...], rec, stored_max: int) -> bytes:
-        """The chunk's bytes as the file stores them, checked to lie inside it."""
+    def located(self, coords: tuple[int, ...], rec, stored_max: int) -> int:
+        """Where the chunk's stored bytes begin in the file, checked to lie inside it."""
         reader = self.index.ctx.reader
         if rec.size < 0 or rec.size > stored_max:
             raise FormatError(f"{self.what}: chunk {coords} claims {rec.size} stored bytes")
         if rec.address is None or rec.address < 0 or reader.base + rec.address + rec.size > reader.eof:
             raise FormatError(f"{self.what}: chunk {coords} at {rec.address}+{rec.size} lies outside the file")
-        data = os.pread(reader.fd, rec.size, reader.base + rec.address) if rec.size else b""
+        return reader.base + rec.address
+
+    def stored(self, coords: tuple[int, ...], rec, stored_max: int) -> bytes:
+        """The chunk's bytes as the file stores them, checked to lie inside it."""
+        position = self.located(coords, rec, stored_max)
+        data = os.pread(self.index.ctx.reader.fd, rec.size, position) if rec.size else b""
         if len(data) != rec.size:
             raise FormatError(f"{self.what}: chunk {coords} at {rec.address}+{rec.size} lies outside the file")
         return data

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from functools import partial
 from itertools import product
 from math import prod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -243,7 +243,7 @@ class _Reads:
     def __init__(self, src: ChunkedSource, flags: int):
         self.src, self.flags = src, flags
         reader = src.index.ctx.reader
-        self.fd, self.base, self.eof = reader.fd, reader.base, reader.eof
+        self.fd, self.base = reader.fd, reader.base
         self.todo: list[tuple[int, np.ndarray]] = []
         self.fill = None if not src.fill or not any(src.fill) else np.frombuffer(src.fill, np.uint8)
         # dirty chunks live in the chunk cache; it is asked only when it holds some of ours
@@ -264,9 +264,7 @@ class _Reads:
         if rec.size != src.chunk_bytes:
             raise FormatError(f"{src.what}: chunk {rec.coords} claims {rec.size} stored bytes, "
                               f"unfiltered chunks hold {src.chunk_bytes}")
-        if rec.address is None or rec.address < 0 or self.base + rec.address + rec.size > self.eof:
-            raise FormatError(f"{src.what}: chunk {rec.coords} at {rec.address}+{rec.size} lies outside the file")
-        self.todo.append((self.base + rec.address + first, buf))
+        self.todo.append((src.located(rec.coords, rec, src.chunk_bytes) + first, buf))
 
     def finish(self) -> None:
         """Issue the gathered reads."""
@@ -279,18 +277,21 @@ class _Reads:
                 bufs.append(todo[i][1])
                 end += todo[i][1].nbytes
                 i += 1
-            self._preadv(bufs, pos, end - pos)
+            preadv_exact(self.fd, bufs, pos, end - pos, self.flags,
+                         lambda: f"{self.src.what}: short read of chunk data at {pos - self.base}")
 
-    def _preadv(self, bufs: list[np.ndarray], pos: int, total: int) -> None:
-        try:
-            n = os.preadv(self.fd, bufs, pos, self.flags)
-        except BlockingIOError:
+
+def preadv_exact(fd: int, bufs: list, pos: int, total: int, flags: int, short: Callable[[], str]) -> None:
+    """Fill `bufs` from `pos`; with `flags` (RWF_NOWAIT) Miss when the page cache lacks a byte,
+    else FormatError(`short()`) when the file ends first."""
+    try:
+        n = os.preadv(fd, bufs, pos, flags)
+    except OSError:
+        if flags:   # EAGAIN: not all cached; EOPNOTSUPP: the file system cannot say
             raise Miss from None
-        except OSError:
-            if self.flags:
-                raise Miss from None
-            raise
-        if n != total:
-            if self.flags:
-                raise Miss
-            raise FormatError(f"{self.src.what}: short read of chunk data at {pos - self.base}")
+        raise
+    if n != total:
+        if flags:
+            raise Miss
+        raise FormatError(short())
+

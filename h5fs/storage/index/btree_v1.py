@@ -53,9 +53,7 @@ class BTreeV1Index(ChunkIndex):
         return memo[0]
 
     def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
-        coords = tuple(coords)
-        leaf = self._leaf(tuple(c * d for c, d in zip(coords, self.ctx.layout.chunk_dims)))
-        return None if leaf is None else self._records(leaf)[0].get(coords)
+        return self.lookup_many([coords])[0]
 
     def lookup_many(self, coords: Sequence[tuple[int, ...]]) -> list[ChunkRecord | None]:
         """One descent per leaf: a chunk within the last leaf's first and last is answered from

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 from ...errors import FormatError
 from ...format import btree_v2 as bt
 from ...format.messages.layout import DataLayout
-from ..readers.btree_v2 import find, find_with_leaf, iterate, read_header
+from ..readers.btree_v2 import find_with_leaf, iterate, read_header
 from . import ChunkIndex, ChunkRecord, IndexContext
 from .fixed_array import _check_rank, chunk_nbytes
 
@@ -67,17 +67,7 @@ class BTreeV2Index(ChunkIndex):
         return ChunkRecord(r.scaled, r.address, self.nbytes, 0)
 
     def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
-        if self.header is None:
-            return None
-        key = tuple(coords)
-        if len(key) != self.rank:
-            return None
-
-        def compare(r: bt.ChunkRecordV2) -> int:
-            return (key > r.scaled) - (key < r.scaled)
-
-        r = find(self.ctx.reader, self.header.address, compare, self.decode, self.what, header=self.header)
-        return None if r is None else self._record(r)
+        return self.lookup_many([coords])[0]
 
     def lookup_many(self, coords: Sequence[tuple[int, ...]]) -> list[ChunkRecord | None]:
         """A key within the leaf the previous descent ended in is looked for there first."""

@@ -164,14 +164,7 @@ class ArrayIndex(ChunkIndex):
         raise NotImplementedError
 
     def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
-        if self.array is None:
-            return None
-        coords = tuple(coords)
-        idx = self.index_of(coords)
-        if idx is None:
-            return None
-        raw = self.array.get(idx)
-        return None if raw is None else to_record(self.ctx, coords, self.decode(raw), self.nbytes)
+        return self.lookup_many([coords])[0]
 
     def lookup_many(self, coords: Sequence[tuple[int, ...]]) -> list[ChunkRecord | None]:
         if self.array is None:
