@@ -22,7 +22,7 @@ from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages import dataspace as S
 from ..format.messages import datatype as T
 from ..format.messages import shared as shared_msg
-from ..storage.dense_storage import ATTRIBUTES, MSG_SHARED, DenseStore
+from ..storage.dense_storage import ATTRIBUTES, DenseStore, is_shared
 from ..storage.header_writer import HeaderEdit, NoRoom
 from ..storage.readers.object_header import read as read_header
 from ..storage.sohm_write import SharedMessages
@@ -80,10 +80,10 @@ class _Attributes:
         """The attribute's datatype and dataspace, read from the shared message table when it
         holds them there (a committed datatype is refused)."""
         parts = []
-        for is_shared, raw, mtype, decode in ((msg.datatype_shared, msg.datatype_raw, DATATYPE, T.decode),
-                                              (msg.dataspace_shared, msg.dataspace_raw, DATASPACE, S.decode)):
+        for shared, raw, mtype, decode in ((msg.datatype_shared, msg.datatype_raw, DATATYPE, T.decode),
+                                           (msg.dataspace_shared, msg.dataspace_raw, DATASPACE, S.decode)):
             what = f"{self.what}: attribute {msg.name!r}"
-            if is_shared:
+            if shared:
                 ref = shared_msg.decode(Reader(raw, 0, self.txn.sizes, what))
                 if ref.kind != shared_msg.IN_SOHM_HEAP:
                     raise CannotWrite(f"{what} has a shared (committed) datatype")
@@ -105,7 +105,7 @@ class _Attributes:
     def _let_go(self, rec, body: bytes) -> bool:
         """A dense record and the attribute `body` it stands for go: a use of the table fewer if
         the record is shared there (True), else what the attribute holds of the table."""
-        if rec.flags & MSG_SHARED:
+        if is_shared(rec):
             self.shared.release_heap_id(ATTRIBUTE, rec.heap_id, self.what)
             return True
         self.shared.release_attribute(body, self.what)
@@ -262,7 +262,7 @@ class _Attributes:
             return False
         for rec, raw in entries:
             order = rec.corder if rec.corder != NO_ORDER else 0
-            if rec.flags & MSG_SHARED:   # a message of its own now: the table's use goes
+            if is_shared(rec):   # a message of its own now: the table's use goes
                 self._let_go(rec, raw)
                 self.shared.acquire_attribute(raw, self.what)
             self.edit.add(ATTRIBUTE, raw, creation_order=order)

@@ -124,9 +124,14 @@ def lookup(reader, kind: DenseKind, heap_address: int, name_index: int, name: by
     return None if rec is None else message(rec)
 
 
+def is_shared(rec) -> bool:
+    """Whether the record's heap ID is one of the shared-message table's (attribute records only)."""
+    return bool(getattr(rec, "flags", 0) & MSG_SHARED)
+
+
 def unshared(rec, kind: DenseKind, what: str):
     """`rec`, unless its heap object is a reference into the shared-message table (not read)."""
-    if getattr(rec, "flags", 0) & MSG_SHARED:
+    if is_shared(rec):
         raise CannotWrite(f"{what}: a shared (SOHM) {kind.label} message in dense storage")
     return rec
 
@@ -166,7 +171,7 @@ class DenseStore:
 
     def _message(self, rec) -> bytes:
         """The message a name record stands for, wherever it is stored."""
-        if self.shared_get is not None and getattr(rec, "flags", 0) & MSG_SHARED:
+        if self.shared_get is not None and is_shared(rec):
             return self.shared_get(rec.heap_id)
         return self._get(unshared(rec, self.kind, self.what).heap_id)
 
@@ -226,7 +231,7 @@ class DenseStore:
         self._edit(self.name_index, [(NameKey(rec.hash, name), None)])
         if self.corder_index is not None:
             self._edit(self.corder_index, [(self._order(rec), None)])
-        if not getattr(rec, "flags", 0) & MSG_SHARED:
+        if not is_shared(rec):
             self._heap().remove(rec.heap_id)
         return message
 
@@ -235,7 +240,7 @@ class DenseStore:
         rec = self.find(name)
         if rec is None:
             raise FileNotFoundError(f"{self.what}: no {self.kind.label} named {name!r}")
-        if getattr(rec, "flags", 0) & MSG_SHARED and self.shared_get is not None:
+        if is_shared(rec) and self.shared_get is not None:
             heap_id = self._heap().insert(message)   # the table's copy stays the table's
         else:
             heap_id = self._heap().replace(unshared(rec, self.kind, self.what).heap_id, message)
