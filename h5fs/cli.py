@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import logging
 import os
 import subprocess
@@ -340,7 +341,6 @@ def _dims(text: str | None, what: str, none_ok: bool = False) -> list | None:
 
 def cmd_create(args: argparse.Namespace) -> int:
     """An empty dataset made by the daemon of the mount PATH lies in (never a second writer)."""
-    import json
     parent, name = os.path.split(os.path.abspath(args.path))
     if not name:
         raise CliError(f"{args.path}: no dataset name")
@@ -365,7 +365,6 @@ def cmd_attr(args: argparse.Namespace) -> int:
     mount) set to VALUE: with --dtype made anew with that dtype and the value's shape, without
     it as setfattr sets it (an existing attribute keeps its dtype and shape, a new one is a
     string)."""
-    import json
     try:
         kind = os.getxattr(args.path, "user.h5fs.kind")
     except OSError:

@@ -406,7 +406,7 @@ class Operations(pyfuse3.Operations):
         s.f_blocks, s.f_bfree, s.f_bavail = used, 0, 0
         s.f_files, s.f_ffree, s.f_favail = len(self.table), 0, 0
         if self.writes is not None:
-            host = os.statvfs(os.path.dirname(os.path.abspath(self.source)))
+            host = await offload.run_sync(os.statvfs, os.path.dirname(os.path.abspath(self.source)))
             s.f_bfree = host.f_bfree * host.f_frsize // 4096
             s.f_bavail = host.f_bavail * host.f_frsize // 4096
             s.f_blocks = used + s.f_bfree
