@@ -526,3 +526,19 @@ def test_df_shows_room_to_grow(mount, tmp_path):
     assert "100%" not in use, use
     run_h5fs("umount", rw, check=True)
     verify_file(paths[1], h5dump=False)
+
+
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_mkdir_over_a_taken_name_is_eexist(tmp_path, mount, layout):
+    """mkdir of a group's, a dataset's or a dataset view's name (D.npy) answers EEXIST and
+    changes nothing."""
+    path = tmp_path / f"taken-{layout}.h5"
+    make_file(path, layout)
+    before = tree(path)
+    mp = mount(path, "rw")
+    for name in ("g", "x", "x.npy", "g/d.npy"):
+        with pytest.raises(FileExistsError):
+            os.mkdir(mp / name)
+    run_h5fs("umount", mp, check=True)
+    assert tree(path) == before
+    verify_file(path, h5dump=layout == "earliest")

@@ -91,7 +91,9 @@ class EditSide:
         text, ops = link_name(name), self.ops
 
         def make() -> namespace.Entry | None:   # one worker trip: the name checked, made, looked up
-            if namespace.lookup(ops.f, ops._object(parent), parent.path, name) is not None:
+            # a link of that name the editor refuses itself; a view's name (D.npy) only shows here
+            if text.endswith((NPY_SUFFIX, POINTS_SUFFIX)) and \
+                    namespace.lookup(ops.f, ops._object(parent), parent.path, name) is not None:
                 raise NamespaceError(errno.EEXIST, f"{parent.path}: {text!r} exists")
             address = self.editor.mkdir(ops._object(parent), text)
             return namespace.object_entry(ops.f, parent.path, text, address)
