@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 
+import numpy as np
+
 from ..errors import FormatError
 from .blockio import BlockReader
 
@@ -100,11 +102,11 @@ class ContiguousSource(RawSource):
         offset, size = self.clip(offset, size)
         return os.pread(self.fd, size, self.start + offset)
 
-    def read_cached(self, offset: int, size: int) -> bytes | None:
+    def read_cached(self, offset: int, size: int) -> memoryview | None:
         """The bytes when the page cache holds them all (preadv2 with RWF_NOWAIT never waits for
         the disk), else None."""
         offset, size = self.clip(offset, size)
-        buf = bytearray(size)
+        buf = memoryview(np.empty(size, np.uint8))   # not zeroed first, as a bytearray would be
         try:
             n = os.preadv(self.fd, [buf], self.start + offset, NOWAIT)
         except OSError:   # EAGAIN: not all cached; EOPNOTSUPP: the file system cannot say
