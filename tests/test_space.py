@@ -4,10 +4,12 @@ meanwhile. (Its use in real files is tested through the mount: test_mount_write.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from h5fs.errors import H5fsError
-from h5fs.storage.space import LARGE, META, PAGE, RAW, Allocator
+from h5fs.storage.space import LARGE, META, PAGE, RAW, Allocator, _place
 
 
 def test_end_of_file_and_alignment():
@@ -53,6 +55,64 @@ def test_snapshot_restore_undoes_a_transaction():
     a.free(0, 8)
     a.restore(saved)
     assert a.eoa == 100 and a.extents() == [] and a.pending == []
+
+
+def test_restore_after_splits_and_merges_gives_back_the_same_extents():
+    """The snapshot is a log of the pools' changes, undone in reverse: whatever a transaction
+    carved, merged or grew, restore leaves the extents, the end of allocation and the pending
+    frees exactly as they were; only the last snapshot can be restored."""
+    a = Allocator(0)
+    blocks = [a.allocate(size) for size in (40, 100, 24, 300, 64, 8)]
+    for at, size in zip(blocks[::2], (40, 24, 64)):
+        a.free(at, size)
+    a.release()
+    a.free(blocks[1], 100)
+    before = (a.extents(), a.eoa, list(a.pending))
+    saved = a.snapshot()
+    a.allocate(16)                     # carves the first hole
+    a.allocate(5000)                   # the end of the file, with an alignment gap
+    a.add_free(blocks[3], 300)         # merges two holes and a block
+    a.allocate(350)                    # carves the merged extent
+    a.free(blocks[5], 8)
+    a.restore(saved)
+    assert (a.extents(), a.eoa, list(a.pending)) == before
+    old = a.snapshot()
+    a.snapshot()
+    with pytest.raises(H5fsError):
+        a.restore(old)
+
+
+def test_first_fit_matches_a_scan_of_every_extent():
+    """Size classes only shorten the search: the block goes where a scan of every free extent
+    in address order would put it (many tiny extents, metadata blocks that may not straddle a
+    page, raw blocks that may), through random allocations, frees and restores."""
+    rng = random.Random(7)
+
+    def scanned(extents: list[tuple[int, int]], size: int, raw: bool) -> int | None:
+        for start, have in extents:
+            at = -(-start // 8) * 8 if raw else _place(start, size)
+            if at + size <= start + have:
+                return at
+        return None
+
+    a, live = Allocator(0), []
+    for step in range(3000):
+        if live and rng.random() < 0.45:
+            at, size = live.pop(rng.randrange(len(live)))
+            a.free(at, size)
+            if rng.random() < 0.5:
+                a.release()
+            continue
+        size, raw = rng.choice([5, 13, 16, 29, 100, 139, 700, 4000, 9000]), rng.random() < 0.3
+        expected = scanned(a.extents(), size, raw)
+        saved = a.snapshot()
+        at = a.allocate(size, raw)
+        assert at == expected if expected is not None else at >= a.eoa - size - 8, step
+        if rng.random() < 0.1:
+            a.restore(saved)
+            continue
+        live.append((at, size))
+    assert len(a.extents()) > 50   # the scans above had many extents to pass over
 
 
 def test_adopt_keeps_out_what_changed_during_the_walk():

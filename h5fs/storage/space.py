@@ -44,16 +44,23 @@ Extent = tuple[int, int]     # (address, size)
 
 class FreeList:
     """Free extents of one pool, sorted by start, merged when adjacent unless a `boundary`
-    multiple lies between them."""
+    multiple lies between them. Each extent is also listed in its size class (the bit length of
+    its size), so a first fit scans only the classes that can hold the request (alignment
+    leaves a few bytes behind most blocks allocated at the end of the file: thousands of tiny
+    extents in a file of many small objects). `undo`, when set, collects the inverse of every
+    change (the allocator's snapshot)."""
 
     def __init__(self, boundary: int | None = None):
         self.boundary = boundary
         self.starts: list[int] = []
         self.sizes: dict[int, int] = {}
+        self.classes: dict[int, list[int]] = {}   # size.bit_length() -> starts, sorted
+        self.undo: list[tuple[FreeList, bool, int, int]] | None = None
 
     def copy(self) -> FreeList:
         out = FreeList(self.boundary)
         out.starts, out.sizes = list(self.starts), dict(self.sizes)
+        out.classes = {c: list(starts) for c, starts in self.classes.items()}
         return out
 
     def extents(self) -> list[Extent]:
@@ -68,32 +75,57 @@ class FreeList:
         """Add an extent (merged with its neighbours); returns the extent it became part of."""
         if self.overlaps(address, size):
             raise H5fsError(f"space allocator: extent {address}+{size} freed twice")
+        if self.undo is not None:
+            self.undo.append((self, False, address, size))
         i = bisect.bisect_left(self.starts, address)
         if i < len(self.starts) and self.starts[i] == address + size and self._joins(address + size):
-            size += self.sizes.pop(self.starts.pop(i))   # merge with the next
+            size += self._drop(i)   # merge with the next
         if i and (prev := self.starts[i - 1]) + self.sizes[prev] == address and self._joins(address):
-            self.sizes[prev] += size                     # and the previous
-            return prev, self.sizes[prev]
+            size += self._drop(i - 1)   # and the previous
+            address = prev
+            i -= 1
+        self._put(i, address, size)
+        return address, size
+
+    def _put(self, i: int, address: int, size: int) -> None:
+        """List the extent at index `i` of `starts`."""
         self.starts.insert(i, address)
         self.sizes[address] = size
-        return address, size
+        bisect.insort(self.classes.setdefault(size.bit_length(), []), address)
+
+    def _drop(self, i: int) -> int:
+        """Unlist the extent at index `i` of `starts`; returns its size."""
+        address = self.starts.pop(i)
+        size = self.sizes.pop(address)
+        same = self.classes[size.bit_length()]
+        del same[bisect.bisect_left(same, address)]
+        if not same:
+            del self.classes[size.bit_length()]
+        return size
 
     def _joins(self, at: int) -> bool:
         """Whether extents meeting at `at` may merge (each lies within one boundary interval)."""
         return self.boundary is None or at % self.boundary != 0
 
     def take(self, size: int, place: Callable[[int, int], int]) -> int | None:
-        """First fit: the first extent holding `size` bytes at `place(start, size)`, carved."""
-        sizes = self.sizes
-        for start in self.starts:
-            have = sizes[start]
-            if have < size:   # placing can only move the start forward
-                continue
-            at = place(start, size)
-            if at + size <= start + have:
-                self.remove(at, size)
-                return at
-        return None
+        """First fit: the first extent holding `size` bytes at `place(start, size)`, carved. The
+        first fitting extent of each class that can hold it, the lowest of them wins."""
+        sizes, best = self.sizes, None
+        for c in [c for c in self.classes if c >= size.bit_length()]:
+            for start in self.classes[c]:
+                if best is not None and start >= best:
+                    break
+                have = sizes[start]
+                if have < size:   # only in the request's own class; placing only moves forward
+                    continue
+                at = place(start, size)
+                if at + size <= start + have:
+                    best, best_at = start, at
+                    break
+        if best is None:
+            return None
+        self.remove(best_at, size)
+        return best_at
 
     def remove(self, address: int, size: int) -> None:
         """Carve [address, address + size) out of the extent holding it."""
@@ -102,11 +134,12 @@ class FreeList:
         end = start + self.sizes.get(start, 0)
         if i < 0 or address + size > end:
             raise H5fsError(f"space allocator: {address}+{size} is not free")
-        del self.starts[i], self.sizes[start]
-        for a, b in ((start, address), (address + size, end)):
+        if self.undo is not None:
+            self.undo.append((self, True, address, size))
+        self._drop(i)
+        for a, b in ((address + size, end), (start, address)):
             if b > a:
-                bisect.insort(self.starts, a)
-                self.sizes[a] = b - a
+                self._put(i, a, b - a)
 
 
 class Allocator:
@@ -125,6 +158,8 @@ class Allocator:
         self._lock = threading.Lock()
         self._touched: list[Extent] | None = None   # extents allocated or freed since `watch`
         self.released = Spans()   # what this mount's transactions freed (`trim_end`)
+        self._undo: list[tuple[FreeList, bool, int, int]] = []   # the pools' changes since `snapshot`
+        self._generation = 0      # snapshots taken: only the last one can be restored
 
     def extents(self) -> list[Extent]:
         """The reusable free extents (start, size), by address, of every pool."""
@@ -136,16 +171,37 @@ class Allocator:
             return self.pools[pool].extents()
 
     def snapshot(self) -> tuple:
+        """What `restore` needs to undo what follows (one transaction: they follow one another,
+        so only the last snapshot can be restored). The pools' changes are logged from here on,
+        not copied: a snapshot costs nothing however many free extents the file has."""
         with self._lock:
-            return (self.eoa, {p: fl.copy() for p, fl in self.pools.items()}, dict(self.kinds), list(self.pending),
-                    list(self._pending_raw))
+            self._generation += 1
+            self._undo.clear()
+            for fl in self.pools.values():
+                fl.undo = self._undo
+            return (self._generation, self.eoa, dict(self.kinds) if self.page is not None else None,
+                    len(self.pending))
 
     def restore(self, saved: tuple) -> None:
         """Undo the allocations and frees since `snapshot` (a transaction that failed)."""
         with self._lock:
-            eoa, pools, kinds, pending, raw = saved
-            self.eoa, self.kinds, self.pending, self._pending_raw = eoa, dict(kinds), list(pending), list(raw)
-            self.pools = {p: fl.copy() for p, fl in pools.items()}
+            generation, eoa, kinds, pending = saved
+            if generation != self._generation:
+                raise H5fsError("space allocator: a transaction restored after another began")
+            undo, self._undo = self._undo, []
+            for fl in self.pools.values():
+                fl.undo = None
+            for fl, removed, address, size in reversed(undo):
+                if removed:
+                    fl.add(address, size)
+                else:
+                    fl.remove(address, size)
+            for fl in self.pools.values():
+                fl.undo = self._undo
+            self.eoa = eoa
+            if kinds is not None:
+                self.kinds = kinds
+            del self.pending[pending:], self._pending_raw[pending:]
 
     def load(self, pool: int, extents: list[Extent]) -> None:
         """Free space a persistent manager lists (paged: its small sections type their pages)."""
