@@ -70,9 +70,9 @@ class Report:
 def check(path: str, progress: Progress | None = None) -> Report:
     """Check the file at `path` (see the module docstring). OSError when it cannot be opened,
     H5fsError (Locked) when a writer holds it."""
-    problems = _journal(path)
     fd = open_regular(path)
     try:
+        problems = _journal(path, superblock_reader.recorded_eoa(fd))
         take_lock(fd, path, False)
         size = os.fstat(fd).st_size
         try:
@@ -97,16 +97,21 @@ def check(path: str, progress: Progress | None = None) -> Report:
                   sum(e.size for e in smap.free), smap.objects, smap.chunks)
 
 
-def _journal(path: str) -> list[Problem]:
+def _journal(path: str, eoa: int | None) -> list[Problem]:
+    """What a journal beside the file holds (`eoa`: the end of allocation its superblock records)."""
     try:
         with open(journal.journal_path(path), "rb") as fh:
-            entries = journal.decode(fh.read())
+            recs = journal.records(fh.read())
     except FileNotFoundError:
         return []
+    entries = sum(len(r.entries) for r in recs)
     if not entries:
         return []
-    return [Problem(FILE, "journal", f"{_count(len(entries), 'metadata update')} in {journal.journal_path(path)} "
-                                     "waiting to be replayed (a writable open or mount replays them)")]
+    where = f"{_count(entries, 'metadata update')} in {journal.journal_path(path)}"
+    if not journal.belongs(recs, eoa):
+        return [Problem(FILE, "journal", f"{where} belong to another state of the file ({journal.stale_reason(recs, eoa)}): "
+                                         "a writable open sets them aside, unreplayed")]
+    return [Problem(FILE, "journal", f"{where} waiting to be replayed (a writable open or mount replays them)")]
 
 
 def _count(n: int, noun: str) -> str:

@@ -118,7 +118,6 @@ def replayed_prefixes(original: str, recording: str, out: str, seed: int):
     """Rebuild `out` from every prefix of the recorded writes that ends at an fsync, alone and
     with a random subset of the writes after it applied in random order (what a power loss
     keeps), then open it writable as the next mount does (journal replay); yields after each."""
-    from h5fs.model.file import H5File
     rng = random.Random(seed)
     ops = len(read_recording(recording))
     marks = barriers(recording)
@@ -127,5 +126,14 @@ def replayed_prefixes(original: str, recording: str, out: str, seed: int):
         later = list(range(stop + 1, marks[b + 1] if b + 1 < len(marks) else ops))
         for extra in ([], rng.sample(later, rng.randrange(len(later) + 1))):
             rebuild(original, recording, out, stop + 1, extra)
-            H5File.open(out, writable=True).close()
+            recover(out)
             yield
+
+
+def recover(path) -> None:
+    """Open `path` writable, as the next mount does first (its journal replayed), and check that
+    the journal was taken as the file's own: a crash never leaves one that is set aside."""
+    from h5fs.model.file import H5File
+    H5File.open(str(path), writable=True).close()
+    stale = [p for p in os.listdir(os.path.dirname(os.path.abspath(path))) if ".h5fs-journal.stale-" in p]
+    assert not stale, f"a crash's journal was set aside: {stale}"

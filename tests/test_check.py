@@ -557,13 +557,20 @@ def test_pending_journal(clean, tmp_path):
     _, path = clean
     copy = tmp_path / "j.h5"
     shutil.copy(path, copy)
-    record = journal.encode([(0, copy.read_bytes()[:8])])
+    eoa = copy.stat().st_size   # libhdf5 leaves a file as long as its end of allocation
+    record = journal.encode([(0, copy.read_bytes()[:8])], (eoa, eoa))
     Path(journal.journal_path(str(copy))).write_bytes(record[:-1])   # torn: never acknowledged
     assert check(str(copy)).sound
     Path(journal.journal_path(str(copy))).write_bytes(record)
     lines = [str(p) for p in check(str(copy)).problems]
     assert lines == [f"(file): journal: 1 metadata update in {copy}.h5fs-journal waiting to be replayed "
                      "(a writable open or mount replays them)"]
+    # records written for another state of the file (its end of allocation was never this)
+    Path(journal.journal_path(str(copy))).write_bytes(journal.encode([(0, b"x")], (eoa + 8, eoa + 16)))
+    lines = [str(p) for p in check(str(copy)).problems]
+    assert len(lines) == 1 and lines[0].startswith(f"(file): journal: 1 metadata update in {copy}.h5fs-journal "
+                                                   "belong to another state of the file")
+    assert f"and it is now {eoa}" in lines[0]
 
 
 # -- malformed files: bounded, never a crash -----------------------------------------------------

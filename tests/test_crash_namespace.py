@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 
 from conftest import run_h5fs, wait_until
-from crash_support import kill_daemon, rebuild, replayed_prefixes
+from crash_support import kill_daemon, rebuild, recover, replayed_prefixes
 from h5fs.check import check
 from test_mount_namespace import tree
-from h5fs.model.file import H5File
 from h5fs.storage.writer import read_recording
 
 ROUNDS = int(os.environ.get("H5FS_CRASH_ROUNDS", "5"))
@@ -114,7 +113,7 @@ def test_kill_during_namespace_edits(mount, tmp_path, libver, most):
         worker.join(30)
         for replayed in (False, True):   # at once (no repair, no remount), then as the next mount finds it
             if replayed:
-                H5File.open(str(path), writable=True).close()   # what the next mount does first
+                recover(path)   # what the next mount does first
             model = names(path)
             assert model == edits.model or model == edits.pending, sorted(model ^ edits.model)
     mp = mount(path, "rw")   # replays a journal the last kill left

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import os
 
-from h5fs.storage.journal import LIMIT, Journal, decode, encode
+import struct
+import zlib
+
+import h5py
+import pytest
+
+from h5fs.model.file import H5File
+from h5fs.storage.journal import LIMIT, OLD_MAGIC, Journal, Stale, decode, encode, journal_path
 
 
 def _target(tmp_path, content: bytes) -> int:
@@ -18,7 +25,7 @@ def _target(tmp_path, content: bytes) -> int:
 def _journal(tmp_path, *records: list[tuple[int, bytes]]) -> Journal:
     j = Journal(str(tmp_path / "file.bin.h5fs-journal"), None)
     for entries in records:
-        j.log(entries)
+        j.log(entries, (0, 0))
     return j
 
 
@@ -26,7 +33,7 @@ def test_records_replay_in_order(tmp_path):
     j = _journal(tmp_path, [(0, b"aaaa"), (8, b"zz")], [(0, b"bb"), (10, b"x")])
     assert j.pending and decode(open(j.path, "rb").read()) == [(0, b"aaaa"), (8, b"zz"), (0, b"bb"), (10, b"x")]
     fd = _target(tmp_path, b"." * 12)
-    assert j.replay(fd) == 4
+    assert j.replay(fd, lambda: 0) == 4
     assert os.pread(fd, 12, 0) == b"bbaa....zzx."   # the later record wins where both write
     assert not j.pending and decode(open(j.path, "rb").read()) is None
     os.close(fd)
@@ -36,7 +43,7 @@ def test_records_fill_preallocated_zeros(tmp_path):
     """Logging leaves the journal's size alone (fdatasync then has no size to commit)."""
     j = _journal(tmp_path)
     assert os.path.getsize(j.path) == LIMIT
-    j.log([(0, b"a" * 1000)])
+    j.log([(0, b"a" * 1000)], (0, 0))
     assert os.path.getsize(j.path) == LIMIT and decode(open(j.path, "rb").read()) == [(0, b"a" * 1000)]
 
 
@@ -46,18 +53,18 @@ def test_a_torn_record_ends_the_replay(tmp_path):
         fh.seek(j.size - 1)
         fh.write(b"\0")
     fd = _target(tmp_path, b"....")
-    assert j.replay(fd) == 1
+    assert j.replay(fd, lambda: 0) == 1
     assert os.pread(fd, 4, 0) == b"aa.."
     os.close(fd)
 
 
 def test_nothing_after_a_damaged_record_is_applied(tmp_path):
-    first, second = encode([(0, b"aa")]), encode([(2, b"bb")])
+    first, second = encode([(0, b"aa")], (0, 0)), encode([(2, b"bb")], (0, 0))
     path = tmp_path / "file.bin.h5fs-journal"
     path.write_bytes(first[:-1] + bytes([first[-1] ^ 1]) + second)   # a bad CRC, then a sound record
     j = Journal(str(path), None)
     fd = _target(tmp_path, b"....")
-    assert j.replay(fd) == 0
+    assert j.replay(fd, lambda: 0) == 0
     assert os.pread(fd, 4, 0) == b"...."
     os.close(fd)
 
@@ -65,7 +72,63 @@ def test_nothing_after_a_damaged_record_is_applied(tmp_path):
 def test_clear_empties_and_logging_starts_again(tmp_path):
     j = _journal(tmp_path, [(0, b"aa")])
     j.clear()
-    j.log([(1, b"c")])
+    j.log([(1, b"c")], (0, 0))
     fd = _target(tmp_path, b"....")
-    assert j.replay(fd) == 1 and os.pread(fd, 4, 0) == b".c.."
+    assert j.replay(fd, lambda: 0) == 1 and os.pread(fd, 4, 0) == b".c.."
     os.close(fd)
+
+
+def test_records_replay_only_onto_the_state_of_the_file_they_were_written_for(tmp_path):
+    """The file a crash left records the end of allocation from before the first record or after
+    one of them; any other value means something else wrote the file since: nothing is written."""
+    for eoa, replays in ((100, True), (200, True), (300, True), (150, False), (None, False)):
+        j = _journal(tmp_path)
+        j.log([(0, b"aa")], (100, 200))
+        j.log([(2, b"bb")], (200, 200))
+        j.log([(4, b"cc")], (200, 300))
+        fd = _target(tmp_path, b"......")
+        if replays:
+            assert j.replay(fd, lambda: eoa) == 3 and os.pread(fd, 6, 0) == b"aabbcc"
+        else:
+            with pytest.raises(Stale, match=f"one of 100, 200, 300, and it is now {eoa or 'unreadable'}"):
+                j.replay(fd, lambda: eoa)
+            assert os.pread(fd, 6, 0) == b"......"
+            assert decode(open(j.path, "rb").read()) == [(0, b"aa"), (2, b"bb"), (4, b"cc")]   # kept
+        os.close(fd)
+        j.close()
+        (tmp_path / "file.bin.h5fs-journal").unlink(missing_ok=True)
+
+
+def test_records_of_an_older_h5fs_replay_as_they_are(tmp_path):
+    """Records without an end of allocation (magic H5FSJRN1) cannot be checked: replayed."""
+    body = struct.pack("<8sIQ", OLD_MAGIC, 1, 20 + 12 + 2) + struct.pack("<QI", 1, 2) + b"zz"
+    (tmp_path / "file.bin.h5fs-journal").write_bytes(body + struct.pack("<I", zlib.crc32(body)))
+    j = Journal(str(tmp_path / "file.bin.h5fs-journal"), None)
+    fd = _target(tmp_path, b"....")
+    assert j.replay(fd, lambda: None) == 1 and os.pread(fd, 4, 0) == b".zz."
+    os.close(fd)
+
+
+def test_a_file_recreated_after_a_crash_is_not_written_by_the_old_journal(tmp_path, caplog):
+    """A crash left records; then h5py made the file anew (same name, same inode, another end of
+    allocation). A writable open sets the journal aside under a name of its own, unreplayed,
+    logs why, and the file stays exactly as h5py wrote it."""
+    path = tmp_path / "data.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f["x"] = list(range(10))
+    eoa = path.stat().st_size   # libhdf5 leaves the file as long as its end of allocation
+    old = Journal(journal_path(str(path)), None)
+    old.log([(0, b"\xff" * 64)], (eoa, eoa + 4096))   # what a mount of the old file logged
+    old.writer.sync()
+    os.close(old.writer.fd)                            # killed: the journal stays
+    with h5py.File(path, "w", libver="latest") as f:   # made anew, larger
+        f["y"] = list(range(1000))
+    made = path.read_bytes()
+    with H5File.open(str(path), writable=True) as f:
+        assert f.store.journal.pending is False
+    assert path.read_bytes() == made
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("data.h5.h5fs-journal.stale-")]
+    assert len(kept) == 1 and decode(kept[0].read_bytes()) == [(0, b"\xff" * 64)]
+    assert "not replayed" in caplog.text and f"it is now {len(made)}" in caplog.text
+    with h5py.File(path, "r") as f:
+        assert list(f["y"][:3]) == [0, 1, 2]

@@ -27,7 +27,7 @@ from ..format.messages import shared, sohm_table
 from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
 from ..storage.chunk_cache import ChunkCache
-from ..storage.journal import Journal, journal_path
+from ..storage.journal import Journal, Stale, journal_path
 from ..storage.locking import take_lock
 from ..storage.metadata_cache import MetadataCache
 from ..storage.readers import object_header as header_reader
@@ -84,7 +84,12 @@ class H5File:
                 take_lock(fd, path, writable)
             if writable:
                 journal = Journal(journal_path(path), open_recorder())
-                replayed = journal.replay(fd)
+                try:
+                    replayed = journal.replay(fd, lambda: superblock_reader.recorded_eoa(fd))
+                except Stale as e:
+                    log.error("%s: the journal of interrupted metadata updates was not replayed: %s; "
+                              "kept as %s", path, e, journal.set_aside())
+                    replayed = 0
                 if replayed:
                     log.warning("%s: finished %d metadata updates a crash had interrupted", path, replayed)
             try:

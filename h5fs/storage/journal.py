@@ -2,13 +2,21 @@
 the small new blocks they publish) are appended here and made durable before any of them touches
 the .h5 file, so a crash in the middle of applying them is finished at the next open.
 
-Records follow one another: magic, entry count, record length, entries (absolute file position,
-length, bytes), CRC-32 of all that. Replay applies every complete record in order, stopping at
-the first that is incomplete or fails its CRC: that one was never acknowledged (nothing of it was
-applied: applying starts only after the record is durable), and none follows it, since each
-record is appended only once the one before is durable. Replaying a record whose bytes already
-reached the file writes the same bytes again, so the journal is retired lazily: once the file is
-fsynced after applying (`Store.settle`, or when the journal passes `LIMIT` bytes).
+Records follow one another: magic, entry count, record length, the end of allocation the
+superblock records before and after the record, entries (absolute file position, length, bytes),
+CRC-32 of all that. Replay applies every complete record in order, stopping at the first that is
+incomplete or fails its CRC: that one was never acknowledged (nothing of it was applied: applying
+starts only after the record is durable), and none follows it, since each record is appended only
+once the one before is durable. Replaying a record whose bytes already reached the file writes the
+same bytes again, so the journal is retired lazily: once the file is fsynced after applying
+(`Store.settle`, or when the journal passes `LIMIT` bytes).
+
+A journal belongs to one state of its file: the file a crash left holds the end of allocation
+from before the first record or after one of them (the superblock is the first update a record
+applies, and it is written nowhere else while records wait). A file whose end of allocation is
+none of those was written by something else since the crash (recreated by h5py, copied over):
+replaying would write stale metadata into it, so the journal is set aside, unreplayed (`Stale`).
+Records of an older h5fs (`OLD_MAGIC`) carry no end of allocation and replay as they are.
 
 An empty journal is given `LIMIT` bytes of allocated zeros (fallocate): a record written inside
 them leaves the file's size alone, so `fdatasync` makes it durable without committing a new size
@@ -20,13 +28,18 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import zlib
+from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import H5fsError
 from .writer import FileWriter, Recorder
 
-MAGIC = b"H5FSJRN1"
-_HEAD = struct.Struct("<8sIQ")
+MAGIC = b"H5FSJRN2"
+OLD_MAGIC = b"H5FSJRN1"
+_HEAD = struct.Struct("<8sIQQQ")   # magic, entries, record length, end of allocation before and after
+_OLD_HEAD = struct.Struct("<8sIQ")
 _ENTRY = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
 SUFFIX = ".h5fs-journal"
@@ -34,53 +47,88 @@ TAG = 1   # the journal's tag in a write recording (the .h5 file is 0)
 LIMIT = 8 << 20   # bytes of records kept before the file is fsynced and the journal emptied
 
 
+class Stale(H5fsError):
+    """The journal's records belong to another state of the file."""
+
+
+@dataclass(frozen=True)
+class Record:
+    entries: list[tuple[int, bytes]]
+    eoa: tuple[int, int] | None   # the end of allocation before and after it (None: an old record)
+
+
 def journal_path(path: str) -> str:
     return path + SUFFIX
 
 
-def encode(entries: list[tuple[int, bytes]]) -> bytes:
+def encode(entries: list[tuple[int, bytes]], eoa: tuple[int, int]) -> bytes:
+    """A record of `entries` that takes the superblock's end of allocation from eoa[0] to eoa[1]."""
     length = _HEAD.size + sum(_ENTRY.size + len(data) for _, data in entries)
-    parts = [_HEAD.pack(MAGIC, len(entries), length)]
+    parts = [_HEAD.pack(MAGIC, len(entries), length, *eoa)]
     for position, data in entries:
         parts += [_ENTRY.pack(position, len(data)), data]
     body = b"".join(parts)
     return body + _CRC.pack(zlib.crc32(body))
 
 
-def _record(buf: bytes, at: int) -> tuple[list[tuple[int, bytes]], int] | None:
-    """The entries of the complete record at `at` and where the next begins, or None (the end,
-    a torn record or foreign bytes)."""
-    if len(buf) - at < _HEAD.size + _CRC.size:
+def _record(buf: bytes, at: int) -> tuple[Record, int] | None:
+    """The complete record at `at` and where the next begins, or None (the end, a torn record or
+    foreign bytes)."""
+    magic = bytes(buf[at:at + 8])
+    head = _HEAD if magic == MAGIC else _OLD_HEAD if magic == OLD_MAGIC else None
+    if head is None or len(buf) - at < head.size + _CRC.size:
         return None
-    magic, count, length = _HEAD.unpack_from(buf, at)
+    _, count, length, *eoa = head.unpack_from(buf, at)
     end = at + length
-    if magic != MAGIC or end + _CRC.size > len(buf) or _CRC.unpack_from(buf, end)[0] != zlib.crc32(buf[at:end]):
+    if end + _CRC.size > len(buf) or length < head.size or _CRC.unpack_from(buf, end)[0] != zlib.crc32(buf[at:end]):
         return None
-    entries, pos = [], at + _HEAD.size
+    entries, pos = [], at + head.size
     for _ in range(count):
         position, n = _ENTRY.unpack_from(buf, pos)
         pos += _ENTRY.size
         entries.append((position, buf[pos:pos + n]))
         pos += n
-    return entries, end + _CRC.size
+    return Record(entries, tuple(eoa) or None), end + _CRC.size
+
+
+def records(buf: bytes) -> list[Record]:
+    """Every complete record, in order."""
+    out, at = [], 0
+    while (rec := _record(buf, at)) is not None:
+        out.append(rec[0])
+        at = rec[1]
+    return out
 
 
 def decode(buf: bytes) -> list[tuple[int, bytes]] | None:
     """The entries of every complete record in order, or None (empty, torn or foreign)."""
-    entries, at = [], 0
-    while (rec := _record(buf, at)) is not None:
-        entries += rec[0]
-        at = rec[1]
-    return entries or None
+    return [e for r in records(buf) for e in r.entries] or None
+
+
+def belongs(recs: list[Record], eoa: int | None) -> bool:
+    """Whether a file whose superblock records `eoa` as its end of allocation (None: no readable
+    superblock) can be the file these records were written for (see the module's docstring)."""
+    known = [r.eoa for r in recs if r.eoa is not None]
+    return not known or eoa is not None and eoa in {known[0][0], *(after for _, after in known)}
+
+
+def stale_reason(recs: list[Record], eoa: int | None) -> str:
+    known = sorted({x for r in recs if r.eoa is not None for x in r.eoa})
+    return (f"its {len(recs)} records were written when the file's end of allocation was one of "
+            f"{', '.join(map(str, known[:6]))}{'...' if len(known) > 6 else ''}, and it is now "
+            f"{'unreadable' if eoa is None else eoa}: the file was written by something else since")
 
 
 class Journal:
     def __init__(self, path: str, recorder: Recorder | None):
         self.path = path
+        self._open(recorder)
+
+    def _open(self, recorder: Recorder | None) -> None:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as e:
-            raise H5fsError(f"cannot open the journal {path}: {e.strerror}") from e
+            raise H5fsError(f"cannot open the journal {self.path}: {e.strerror}") from e
         self.writer = FileWriter(fd, TAG, recorder)
         self.size = 0   # bytes of records whose updates may not be durable in the file yet
         if os.fstat(fd).st_size == 0:
@@ -96,11 +144,15 @@ class Journal:
     def pending(self) -> bool:
         return self.size > 0
 
-    def replay(self, fd: int) -> int:
-        """Apply again the records a crash left (to the .h5 file open at `fd`), durably, and
-        retire them; returns how many updates they held."""
+    def replay(self, fd: int, eoa: Callable[[], int | None]) -> int:
+        """Apply again the records a crash left (to the .h5 file open at `fd`, whose recorded end
+        of allocation `eoa()` reads), durably, and retire them; returns how many updates they
+        held. Stale (nothing written) when they belong to another state of the file."""
         size = os.fstat(self.writer.fd).st_size
-        entries = decode(os.pread(self.writer.fd, size, 0)) if size else None
+        recs = records(os.pread(self.writer.fd, size, 0)) if size else []
+        if recs and not belongs(recs, now := eoa()):
+            raise Stale(stale_reason(recs, now))
+        entries = [e for r in recs for e in r.entries]
         if entries:
             target = FileWriter(fd, 0, self.writer.recorder)
             for position, data in entries:
@@ -108,11 +160,21 @@ class Journal:
             target.sync()
         if size:
             self.clear()
-        return len(entries or ())
+        return len(entries)
 
-    def log(self, entries: list[tuple[int, bytes]]) -> None:
-        """Append a record and wait until it is durable."""
-        record = encode(entries)
+    def set_aside(self) -> str:
+        """Keep a stale journal under another name, unreplayed, and start an empty one; returns
+        the name it is kept under."""
+        aside = f"{self.path}.stale-{time.strftime('%Y%m%dT%H%M%S')}"
+        os.rename(self.path, aside)
+        os.close(self.writer.fd)
+        self._open(self.writer.recorder)
+        return aside
+
+    def log(self, entries: list[tuple[int, bytes]], eoa: tuple[int, int]) -> None:
+        """Append a record (taking the end of allocation from eoa[0] to eoa[1]) and wait until it
+        is durable."""
+        record = encode(entries, eoa)
         self.writer.pwrite(self.size, record)
         self.writer.sync(data_only=True)
         self.size += len(record)

@@ -272,6 +272,7 @@ class Transaction:
             # first: no published pointer may lie beyond the end of allocation libhdf5 checks
             updates.insert(0, (sb.location, sbf.encode(sb)))
         journal = store.journal
+        eoas = (store.superblock.eof_address, (sb or store.superblock).eof_address)   # what the records say
         new = [(base + a, d) for a, d in self._new.items()]
         size = os.fstat(writer.fd).st_size
         reach = max([p + len(d) for p, d in new], default=size)
@@ -283,7 +284,7 @@ class Transaction:
             and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
         try:
             if logged:
-                journal.log(new + updates)
+                journal.log(new + updates, eoas)
             else:
                 if new or self._wrote_data or sb is not None:
                     # a pending record may rewrite space this commit reuses: retire it first
@@ -296,7 +297,7 @@ class Transaction:
                         writer.truncate(base + store.allocator.eoa)
                     writer.sync()
                 if updates and not direct:
-                    journal.log(updates)
+                    journal.log(updates, eoas)
         except BaseException:
             self.abort()
             raise

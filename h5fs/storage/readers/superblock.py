@@ -30,3 +30,11 @@ def read(fd: int) -> Superblock:
     at = loc + sb.driver_info_address
     length = driver_info_length(os.pread(fd, DRIVER_HEAD_SIZE, at), sb.driver_info_address)
     return replace(sb, driver_info=decode_driver_info(os.pread(fd, length, at)))
+
+
+def recorded_eoa(fd: int) -> int | None:
+    """The end of allocation the superblock records, or None when there is no readable one."""
+    try:
+        return read(fd).eof_address
+    except Exception:   # noqa: BLE001 -- any failure means no superblock to go by
+        return None
