@@ -180,17 +180,25 @@ def encode_collection(col: Collection) -> bytes:
     w = Writer(col.sizes)
     w.fields(HEADER, SIGNATURE, col.version, col.size)
     w.align(8)
-    for e in col.entries:
-        start = w.pos
+    return w.getvalue() + encode_tail(col, w.pos, col.entries)
+
+
+def encode_tail(col: Collection, start: int, entries: tuple[HeapObject | FreeSpace, ...]) -> bytes:
+    """Bytes [start, size) of the collection: `entries` (its last ones) from `start` on (an
+    8-aligned offset past the header), then zeros. An insert encodes only what it changes: a
+    collection holds hundreds of small objects."""
+    w = Writer(col.sizes)
+    for e in entries:   # `start` is 8-aligned: alignment within `w` is alignment in the collection
+        begin = w.pos
         if isinstance(e, FreeSpace):
             w.fields(OBJECT, 0, 0, e.size)
-            w.zeros(e.size - (w.pos - start))
+            w.zeros(e.size - (w.pos - begin))
         else:
             w.fields(OBJECT, e.index, e.refcount, len(e.data))
             w.align(8)
             w.bytes(e.data)
             w.align(8)
-    if w.pos > col.size:
-        raise ValueError(f"global heap collection: {w.pos} bytes of entries in a {col.size}-byte collection")
-    w.zeros(col.size - w.pos)
+    if start + w.pos > col.size:
+        raise ValueError(f"global heap collection: {start + w.pos} bytes of entries in a {col.size}-byte collection")
+    w.zeros(col.size - start - w.pos)
     return w.getvalue()

@@ -65,7 +65,8 @@ class _Memory:
     # when read, then raised by each insert and never lowered by a removal)
     nused: dict[int, int] = field(default_factory=dict)
     # address -> (bytes, their collection) of collections this mount staged: a transaction finding
-    # the same bytes there takes the collection without decoding it (each insert rewrites it)
+    # the same bytes there takes the collection without decoding it (each insert rewrites it), and
+    # an insert into it encodes only the new object and the free space after it
     decoded: dict[int, tuple[bytes, gh.Collection]] = field(default_factory=dict)
 
     def remember(self, data: bytes, col: gh.Collection) -> None:
@@ -192,9 +193,18 @@ def _with(col: gh.Collection, objects: tuple[gh.HeapObject, ...]) -> gh.Collecti
     return gh.Collection(col.address, col.size, objects + tail, sizes)
 
 
-def _stage(txn: Transaction, col: gh.Collection, entry: _Entry) -> None:
-    data = gh.encode_collection(col)
-    _memory(txn).remember(data, col)
+def _stage(txn: Transaction, col: gh.Collection, entry: _Entry, before: gh.Collection | None = None) -> None:
+    """Rewrite the collection as `col`; `before`: what it held, when `col` only adds an object."""
+    mem = _memory(txn)
+    known = mem.decoded.get(col.address)
+    if before is not None and known is not None and known[1] is before and before.entries \
+            and isinstance(free := before.entries[-1], gh.FreeSpace):
+        # a collection this mount staged (built by `_with`): its free space runs to its end
+        start = col.size - free.size
+        data = known[0][:start] + gh.encode_tail(col, start, col.entries[len(before.entries) - 1:])
+    else:
+        data = gh.encode_collection(col)
+    mem.remember(data, col)
     entry.free = col.free
     if entry.staged is not None:
         entry.staged = data
@@ -243,7 +253,7 @@ def insert(txn: Transaction, data: bytes) -> gh.HeapID:
     col, entry = _find(txn, mem, need) or _create(txn, mem, need)
     index = _next_index(mem, col)
     mem.nused[col.address] = max(mem.nused[col.address], index + 1)
-    _stage(txn, _with(col, _layout(col) + (gh.HeapObject(index, 0, bytes(data)),)), entry)
+    _stage(txn, _with(col, _layout(col) + (gh.HeapObject(index, 0, bytes(data)),)), entry, col)
     return gh.HeapID(col.address, index)
 
 
