@@ -569,18 +569,23 @@ class HeapWriter:
             self._free = singles, ranges
         return self._free
 
-    def _fsm(self) -> tuple[fsm.FreeSpaceHeader | None, fsm.SectionList | None]:
+    def _fsm_header(self) -> fsm.FreeSpaceHeader | None:
         addr = self.h.free_space_manager_address
         if addr is None:
-            return None, None
+            return None
         s, label = self.sizes, f"{self.what} free-space manager"
         fh = fsm.decode_header(self.txn.reader.read(addr, fsm.header_size(s), label), addr, s, label)
         if fh.client != fsm.CLIENT_HEAP:
             raise FormatError(f"{label}: client {fh.client}")
-        if fh.sections_address is None or not fh.serial_sections:
+        return fh
+
+    def _fsm(self) -> tuple[fsm.FreeSpaceHeader | None, fsm.SectionList | None]:
+        fh = self._fsm_header()
+        if fh is None or fh.sections_address is None or not fh.serial_sections:
             return fh, None
-        return fh, fsm.decode_sections(self.txn.reader.read(fh.sections_address, fh.sections_size, label), fh, s,
-                                       label)
+        label = f"{self.what} free-space manager"
+        return fh, fsm.decode_sections(self.txn.reader.read(fh.sections_address, fh.sections_size, label), fh,
+                                       self.sizes, label)
 
     def _rows(self) -> list[_Row]:
         if self._row_cache is None:
@@ -858,7 +863,7 @@ class HeapWriter:
         """The manager as libhdf5 leaves it at close: a new section list, the header rewritten in
         place (or created); no manager when no section is left (H5HF__space_close)."""
         singles, ranges = self._free_state()
-        old, _ = self._fsm()
+        old = self._fsm_header()
         if old is not None and old.sections_address is not None:
             self.txn.free(old.sections_address, old.sections_alloc_size)
         if not singles and not ranges:
