@@ -132,3 +132,70 @@ def test_a_file_recreated_after_a_crash_is_not_written_by_the_old_journal(tmp_pa
     assert "not replayed" in caplog.text and f"it is now {len(made)}" in caplog.text
     with h5py.File(path, "r") as f:
         assert list(f["y"][:3]) == [0, 1, 2]
+
+
+def _crashed_before_applying(tmp_path, libver: str):
+    """A file and the journal a crash left right after a mkdir's record became durable, before
+    any of its updates reached the file (the file's bytes are the ones before the mkdir)."""
+    from h5fs.model.tree_edit import TreeEditor
+    from h5fs.model.writeback import Writeback
+    path = tmp_path / f"crashed-{libver}.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        f["x"] = list(range(5))
+    before = path.read_bytes()
+    with H5File.open(str(path), writable=True) as f:
+        wb = Writeback(f, 1 << 20)
+        TreeEditor(f, wb).mkdir(f.root, "new")
+        record = open(journal_path(str(path)), "rb").read()   # before the close retires it
+        wb.close()
+    path.write_bytes(before)
+    with open(journal_path(str(path)), "wb") as fh:
+        fh.write(record)
+    return path, before
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_a_read_only_open_reads_through_the_records_and_writes_nothing(tmp_path, libver):
+    """Read-only, the file is seen as the replay will leave it (the new group is there, the file
+    and the journal untouched); the next read-write open writes the records into the file."""
+    from h5fs.model import namespace
+    path, before = _crashed_before_applying(tmp_path, libver)
+    with h5py.File(path, "r") as f:
+        assert sorted(f) == ["x"]           # nothing of the edit is in the file itself
+    record = open(journal_path(str(path)), "rb").read()
+    assert decode(record)
+    with H5File.open(str(path)) as f:
+        entry = namespace.lookup(f, f.root, "/", b"new")
+        assert entry is not None and entry.kind == namespace.DIR
+        assert list(f.get(namespace.lookup(f, f.root, "/", b"x").address, "/x").read_array()) == [0, 1, 2, 3, 4]
+    assert path.read_bytes() == before and open(journal_path(str(path)), "rb").read() == record
+    H5File.open(str(path), writable=True).close()
+    with h5py.File(path, "r") as f:
+        assert sorted(f) == ["new", "x"] and isinstance(f["new"], h5py.Group)
+
+
+def test_a_read_only_mount_shows_what_the_crash_left_in_the_journal(tmp_path, mount):
+    path, before = _crashed_before_applying(tmp_path, "latest")
+    mp = mount(path, "ro")
+    assert sorted(os.listdir(mp)) == ["new", "x", "x.npy"]
+    assert "read from the journal" in mount.log_of(mp)
+    assert path.read_bytes() == before
+
+
+def test_overlay_lays_records_over_the_file_in_order(tmp_path):
+    """Across pages, past the end of the file, a later record over an earlier one; checked
+    against applying the same entries to a copy of the bytes."""
+    from h5fs.storage.journal import PAGE, Overlay
+    content = bytes(range(256)) * 40                       # 10,240 bytes: three pages
+    entries = [(4090, b"A" * 20), (100, b"B" * 50), (120, b"C" * 10), (10_230, b"D" * 30), (12_300, b"E" * 4)]
+    expected = bytearray(content) + bytes(12_304 - len(content))
+    for position, data in entries:
+        expected[position:position + len(data)] = data
+    fd = _target(tmp_path, content)
+    ov = Overlay(fd, entries)
+    assert ov.end == 12_304 and ov.updates == 5
+    for position, size in ((0, 12_304), (95, 40), (4000, 200), (PAGE, 10), (10_200, 500), (12_303, 10), (11_000, 50)):
+        want = bytes(expected[position:min(position + size, 12_304)])
+        assert ov.pread(fd, size, position) == want, (position, size)
+    assert os.pread(fd, 20_000, 0) == content              # nothing written
+    os.close(fd)

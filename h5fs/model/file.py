@@ -27,7 +27,7 @@ from ..format.messages import shared, sohm_table
 from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
 from ..storage.chunk_cache import ChunkCache
-from ..storage.journal import Journal, Stale, journal_path
+from ..storage.journal import Journal, Overlay, Stale, journal_path, overlay as journal_overlay
 from ..storage.locking import take_lock
 from ..storage.metadata_cache import MetadataCache
 from ..storage.readers import object_header as header_reader
@@ -48,6 +48,24 @@ VALUE = 50      # bytes a value kept in an object's state costs beyond its own (
 FILE_WIDE = 0   # the superblock's address: values derived from the whole file are kept there
 
 
+def _journal_overlay(path: str, fd: int) -> Overlay | None:
+    """For a read-only open: the updates a crash left in the journal, read through rather than
+    written (a read-write open writes them); None without any, or with a journal that belongs
+    to another state of the file or that cannot be read (each logged)."""
+    try:
+        found = journal_overlay(journal_path(path), fd, lambda: superblock_reader.recorded_eoa(fd))
+    except Stale as e:
+        log.warning("%s: the journal beside it was not read: %s", path, e)
+        return None
+    except OSError as e:
+        log.warning("%s: the journal beside it cannot be read (%s): the file is read as it is", path, e.strerror)
+        return None
+    if found is not None:
+        log.warning("%s: %d metadata updates a crash interrupted are read from the journal (a read-write "
+                    "open writes them into the file)", path, found.updates)
+    return found
+
+
 def header_nbytes(header: object_header.ObjectHeader) -> int:
     """Memory of a decoded object header (calibrated with tracemalloc on libhdf5's headers):
     its records, one per block and per message, and the message bytes (at most the blocks')."""
@@ -57,13 +75,14 @@ def header_nbytes(header: object_header.ObjectHeader) -> int:
 
 
 class H5File:
-    def __init__(self, path: str, fd: int, sb: superblock.Superblock):
+    def __init__(self, path: str, fd: int, sb: superblock.Superblock, overlay: Overlay | None = None):
+        """`overlay`: a read-only open's view of the updates a crash left in the journal."""
         self.path = path
         self.fd = fd
         self.superblock = sb
         self.sizes = sb.sizes
         self.meta = MetadataCache()
-        self.reader = BlockReader(fd, sb.location, sb.sizes, self.meta)
+        self.reader = BlockReader(fd, sb.location, sb.sizes, self.meta, *((overlay.pread, overlay.end) if overlay else ()))
         self.root_address = sb.root_header_address
         self.root_entry = sb.root_entry
         self.chunk_cache = ChunkCache()
@@ -78,7 +97,7 @@ class H5File:
         """Open `path`; `writable` opens its write side (journal replayed, space allocator);
         `lock` takes the lock libhdf5 takes (exclusive to write, shared to read)."""
         fd = open_regular(path, writable)
-        journal = None
+        journal, overlay = None, None
         try:
             if lock:
                 take_lock(fd, path, writable)
@@ -92,11 +111,13 @@ class H5File:
                     replayed = 0
                 if replayed:
                     log.warning("%s: finished %d metadata updates a crash had interrupted", path, replayed)
+            else:
+                overlay = _journal_overlay(path, fd)
             try:
-                sb = superblock_reader.read(fd)
+                sb = superblock_reader.read(fd, *((overlay.pread,) if overlay else ()))
             except UNEXPECTED as e:
                 raise internal_error("superblock", e) from e
-            f = cls(path, fd, sb)
+            f = cls(path, fd, sb, overlay)
             f.root  # a file whose root group cannot be read is not mountable
             if journal is not None:
                 f.store = Store(f.reader, sb, journal, journal.writer.recorder)

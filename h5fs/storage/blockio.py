@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Callable
 
 from ..errors import FormatError
 from ..format.codec import Reader, Sizes
@@ -36,12 +37,16 @@ def open_regular(path: str, writable: bool = False, create: bool = False) -> int
 class BlockReader:
     """Reads byte ranges at HDF5 addresses (relative to the superblock's base address)."""
 
-    def __init__(self, fd: int, base: int = 0, sizes: Sizes = Sizes(), meta: MetadataCache | None = None):
+    def __init__(self, fd: int, base: int = 0, sizes: Sizes = Sizes(), meta: MetadataCache | None = None,
+                 pread: Callable[[int, int, int], bytes] = os.pread, end: int = 0):
+        """`pread` (as os.pread) and `end` (where its bytes end, past the file's): a read-only
+        open's view through a crash's journal (journal.Overlay)."""
         self.fd = fd
         self.meta = meta if meta is not None else MetadataCache()  # the open file's metadata cache
         self.base = base
         self.sizes = sizes
-        self.eof = os.fstat(fd).st_size
+        self.pread = pread
+        self.eof = max(os.fstat(fd).st_size, end)
 
     def read(self, addr: int | None, size: int, what: str = "block") -> bytes:
         """Exactly `size` bytes at `addr`, or FormatError naming `what`."""
@@ -52,7 +57,7 @@ class BlockReader:
         start = self.base + addr
         if start < 0 or start + size > self.eof:
             raise FormatError(f"{what}: range {addr}+{size} lies outside the file ({self.eof - self.base} bytes)")
-        data = os.pread(self.fd, size, start)
+        data = self.pread(self.fd, size, start)
         if len(data) != size:
             raise FormatError(f"{what}: short read at {addr}")
         return data
@@ -65,7 +70,7 @@ class BlockReader:
         if start < 0 or start >= self.eof:
             raise FormatError(f"{what}: address {addr} lies outside the file")
         size = min(size, self.eof - start, MAX_METADATA_BLOCK)
-        return os.pread(self.fd, size, start)
+        return self.pread(self.fd, size, start)
 
     def cursor(self, addr: int | None, size: int, what: str = "block") -> Reader:
         return Reader(self.read(addr, size, what), 0, self.sizes, what)

@@ -18,6 +18,9 @@ none of those was written by something else since the crash (recreated by h5py, 
 replaying would write stale metadata into it, so the journal is set aside, unreplayed (`Stale`).
 Records of an older h5fs (`OLD_MAGIC`) carry no end of allocation and replay as they are.
 
+An open that must not write (read-only) reads the file through the records instead (`Overlay`):
+it sees the file as the replay will leave it, never a record half applied.
+
 An empty journal is given `LIMIT` bytes of allocated zeros (fallocate): a record written inside
 them leaves the file's size alone, so `fdatasync` makes it durable without committing a new size
 (here 210 -> 130 us per record, measured once). Replay stops at the zeros as at any incomplete
@@ -26,6 +29,7 @@ record.
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 import time
@@ -117,6 +121,59 @@ def stale_reason(recs: list[Record], eoa: int | None) -> str:
     return (f"its {len(recs)} records were written when the file's end of allocation was one of "
             f"{', '.join(map(str, known[:6]))}{'...' if len(known) > 6 else ''}, and it is now "
             f"{'unreadable' if eoa is None else eoa}: the file was written by something else since")
+
+
+PAGE = 4096
+
+
+class Overlay:
+    """The updates a journal's records make, laid over the file's bytes without writing them:
+    each page they touch, read from the file and updated record after record."""
+
+    def __init__(self, fd: int, entries: list[tuple[int, bytes]]):
+        self.pages: dict[int, bytearray] = {}
+        for position, data in entries:
+            for p in range(position // PAGE, (position + len(data) - 1) // PAGE + 1):
+                page = self.pages.get(p)
+                if page is None:
+                    page = self.pages[p] = bytearray(os.pread(fd, PAGE, p * PAGE).ljust(PAGE, b"\0"))
+                lo, hi = max(position, p * PAGE), min(position + len(data), (p + 1) * PAGE)
+                page[lo - p * PAGE:hi - p * PAGE] = data[lo - position:hi - position]
+        self.end = max((position + len(data) for position, data in entries), default=0)
+        self._numbers = sorted(self.pages)
+        self.updates = len(entries)
+
+    def pread(self, fd: int, size: int, position: int) -> bytes:
+        """os.pread through the overlay (up to its end, past the file's: zeros where neither has
+        bytes, as a replay leaves them)."""
+        data = os.pread(fd, size, position)
+        first, last = position // PAGE, (position + size - 1) // PAGE
+        i = bisect.bisect_left(self._numbers, first)
+        if size <= 0 or i == len(self._numbers) or self._numbers[i] > last:
+            return data
+        buf = bytearray(data.ljust(min(size, max(len(data), self.end - position)), b"\0"))
+        for p in self._numbers[i:]:
+            if p > last:
+                break
+            lo, hi = max(position, p * PAGE), min(position + len(buf), (p + 1) * PAGE)
+            if hi > lo:
+                buf[lo - position:hi - position] = self.pages[p][lo - p * PAGE:hi - p * PAGE]
+        return bytes(buf)
+
+
+def overlay(path: str, fd: int, eoa: Callable[[], int | None]) -> Overlay | None:
+    """What the journal at `path` (if any) would write into the file open at `fd` (its recorded
+    end of allocation `eoa()`), for an open that must not write; None when there is nothing to
+    lay over it. Stale when the records belong to another state of the file."""
+    try:
+        with open(path, "rb") as fh:
+            recs = records(fh.read())
+    except FileNotFoundError:
+        return None
+    if recs and not belongs(recs, now := eoa()):
+        raise Stale(stale_reason(recs, now))
+    entries = [e for r in recs for e in r.entries]
+    return Overlay(fd, entries) if entries else None
 
 
 class Journal:
