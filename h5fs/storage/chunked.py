@@ -173,9 +173,9 @@ class ChunkedSource(RawSource):
                 if data is not None:
                     start = first * isz + skip
                     return memoryview(data)[start:start + size]
-        buf = bytearray((e1 - e0) * isz)   # zeros: the fill value when it is zero
-        out = np.frombuffer(buf, self.word).reshape(-1, self.words)
-        fill = None if not self.fill or not any(self.fill) else np.frombuffer(self.fill, self.word)
+        buf = np.empty((e1 - e0) * isz, np.uint8)   # every element is written below: not zeroed first
+        out = buf.view(self.word).reshape(-1, self.words)
+        fill = 0 if not self.fill or not any(self.fill) else np.frombuffer(self.fill, self.word)
         pos = 0
         for start, count in boxes:
             n = prod(count)
@@ -185,8 +185,7 @@ class ChunkedSource(RawSource):
                 dst, src = overlap((start, count), coords, self.chunk)
                 data = chunk_at(coords)
                 if data is None:   # never allocated
-                    if fill is not None:
-                        view[dst] = fill
+                    view[dst] = fill
                     continue
                 view[dst] = np.frombuffer(data, self.word).reshape(self.chunk + (self.words,))[src]
         return memoryview(buf)[skip:skip + size]
