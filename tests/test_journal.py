@@ -12,6 +12,7 @@ import zlib
 import h5py
 import pytest
 
+from h5fs.errors import H5fsError
 from h5fs.model.file import H5File
 from h5fs.storage.journal import LIMIT, OLD_MAGIC, Journal, Stale, decode, encode, journal_path
 
@@ -199,3 +200,34 @@ def test_overlay_lays_records_over_the_file_in_order(tmp_path):
         assert ov.pread(fd, size, position) == want, (position, size)
     assert os.pread(fd, 20_000, 0) == content              # nothing written
     os.close(fd)
+
+
+def test_a_journal_with_records_survives_a_close_without_replay(tmp_path):
+    """Only an empty journal is removed at close: one whose records were never replayed (the
+    open failed before or during the replay) stays for the next open."""
+    j = _journal(tmp_path, [(0, b"aa")])
+    j.writer.sync()
+    os.close(j.writer.fd)                       # killed
+    again = Journal(j.path, None)
+    assert again.pending
+    again.close()
+    assert decode(open(j.path, "rb").read()) == [(0, b"aa")]
+
+
+def test_a_stale_journal_that_cannot_be_set_aside_stops_the_open(tmp_path, monkeypatch):
+    """Neither replayed nor removed: the open fails, saying what to do, and both files stay."""
+    path = tmp_path / "data.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f["x"] = [1, 2, 3]
+    made = path.read_bytes()
+    old = Journal(journal_path(str(path)), None)
+    old.log([(0, b"\xff" * 64)], (1, 2))
+    os.close(old.writer.fd)
+
+    def refuse(*args):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(os, "rename", refuse)
+    with pytest.raises(H5fsError, match=r"cannot be set aside \(Permission denied\): move .*data\.h5\.h5fs-journal away"):
+        H5File.open(str(path), writable=True)
+    assert path.read_bytes() == made
+    assert decode(open(journal_path(str(path)), "rb").read()) == [(0, b"\xff" * 64)]

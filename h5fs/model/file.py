@@ -20,7 +20,7 @@ import os
 import threading
 from typing import Any, Callable, Hashable
 
-from ..errors import FormatError, NotFound
+from ..errors import FormatError, H5fsError, NotFound
 from ..format import object_header, superblock
 from ..format.codec import Reader
 from ..format.messages import shared, sohm_table
@@ -106,8 +106,13 @@ class H5File:
                 try:
                     replayed = journal.replay(fd, lambda: superblock_reader.recorded_eoa(fd))
                 except Stale as e:
-                    log.error("%s: the journal of interrupted metadata updates was not replayed: %s; "
-                              "kept as %s", path, e, journal.set_aside())
+                    try:
+                        aside = journal.set_aside()
+                    except OSError as exc:
+                        raise H5fsError(f"{path}: the journal beside it was not replayed: {e}; it cannot be set "
+                                        f"aside ({exc.strerror}): move {journal.path} away to open the file") from exc
+                    log.error("%s: the journal of interrupted metadata updates was not replayed: %s; kept as %s",
+                              path, e, aside)
                     replayed = 0
                 if replayed:
                     log.warning("%s: finished %d metadata updates a crash had interrupted", path, replayed)

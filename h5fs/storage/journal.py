@@ -95,6 +95,14 @@ def _record(buf: bytes, at: int) -> tuple[Record, int] | None:
     return Record(entries, tuple(eoa) or None), end + _CRC.size
 
 
+def _end(buf: bytes) -> int:
+    """Where the complete records at the start of `buf` end."""
+    at = 0
+    while (rec := _record(buf, at)) is not None:
+        at = rec[1]
+    return at
+
+
 def records(buf: bytes) -> list[Record]:
     """Every complete record, in order."""
     out, at = [], 0
@@ -187,9 +195,14 @@ class Journal:
         except OSError as e:
             raise H5fsError(f"cannot open the journal {self.path}: {e.strerror}") from e
         self.writer = FileWriter(fd, TAG, recorder)
-        self.size = 0   # bytes of records whose updates may not be durable in the file yet
-        if os.fstat(fd).st_size == 0:
+        # bytes of records whose updates may not be durable in the file yet: those a crash left
+        # too, until a replay retires them (a journal whose replay failed is never removed)
+        self.size = 0
+        size = os.fstat(fd).st_size
+        if size == 0:
             self._preallocate()
+        elif os.pread(fd, len(MAGIC), 0) in (MAGIC, OLD_MAGIC):
+            self.size = _end(os.pread(fd, size, 0))
 
     def _preallocate(self) -> None:
         try:
