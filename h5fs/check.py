@@ -109,7 +109,8 @@ def _journal(path: str, eoa: int | None) -> list[Problem]:
         return []
     where = f"{_count(entries, 'metadata update')} in {journal.journal_path(path)}"
     if not journal.belongs(recs, eoa):
-        return [Problem(FILE, "journal", f"{where} belong to another state of the file ({journal.stale_reason(recs, eoa)}): "
+        verb = "belongs" if entries == 1 else "belong"
+        return [Problem(FILE, "journal", f"{where} {verb} to another state of the file ({journal.stale_reason(recs, eoa)}): "
                                          "a writable open sets them aside, unreplayed")]
     return [Problem(FILE, "journal", f"{where} waiting to be replayed (a writable open or mount replays them)")]
 

@@ -569,7 +569,7 @@ def test_pending_journal(clean, tmp_path):
     Path(journal.journal_path(str(copy))).write_bytes(journal.encode([(0, b"x")], (eoa + 8, eoa + 16)))
     lines = [str(p) for p in check(str(copy)).problems]
     assert len(lines) == 1 and lines[0].startswith(f"(file): journal: 1 metadata update in {copy}.h5fs-journal "
-                                                   "belong to another state of the file")
+                                                   "belongs to another state of the file")
     assert f"and it is now {eoa}" in lines[0]
 
 

@@ -126,7 +126,8 @@ def belongs(recs: list[Record], eoa: int | None) -> bool:
 
 def stale_reason(recs: list[Record], eoa: int | None) -> str:
     known = sorted({x for r in recs if r.eoa is not None for x in r.eoa})
-    return (f"its {len(recs)} records were written when the file's end of allocation was one of "
+    return (f"its {len(recs)} record{'s' if len(recs) != 1 else ''} {'were' if len(recs) != 1 else 'was'} "
+            f"written when the file's end of allocation was one of "
             f"{', '.join(map(str, known[:6]))}{'...' if len(known) > 6 else ''}, and it is now "
             f"{'unreadable' if eoa is None else eoa}: the file was written by something else since")
 
