@@ -10,6 +10,7 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
+from h5fs.errors import FormatError  # noqa: E402
 from h5fs.format import btree_v1  # noqa: E402
 from h5fs.format.codec import Reader  # noqa: E402
 from h5fs.format.messages import dataspace, fill_value, filter_pipeline, layout, link  # noqa: E402
@@ -201,3 +202,25 @@ def test_chunk_btree_keys(sample):
         info = dsid.get_chunk_info(i)
         expected[info.chunk_offset] = (info.size, info.filter_mask, info.byte_offset)
     assert got == expected
+
+
+def test_chunk_btree_nodes_of_every_shape_decode_as_encoded():
+    """Chunk nodes are decoded through one NumPy view of their entries: random nodes of ranks
+    1-4, 2/4/8-byte addresses and up to 2K entries come back as they were encoded, and an
+    undefined child address is refused."""
+    import random
+    from h5fs.format.codec import Sizes
+    rng = random.Random(1)
+    for _ in range(300):
+        rank, width = rng.randint(1, 4), rng.choice([2, 4, 8])
+        sizes, k = Sizes(offset=width, length=8), rng.randint(1, 40)
+        used = rng.randint(1, 2 * k)
+        keys = tuple(btree_v1.ChunkKey(rng.randrange(1 << 32), rng.randrange(1 << 32),
+                                       tuple(rng.randrange(1 << 40) for _ in range(rank)) + (0,))
+                     for _ in range(used + 1))
+        children = tuple(rng.randrange((1 << 8 * width) - 1) for _ in range(used))
+        node = btree_v1.Node(btree_v1.CHUNK, rng.randint(0, 3), keys, children, rng.choice([None, 96]), None, 40)
+        assert btree_v1.decode_node(btree_v1.encode_node(node, sizes, k), 40, btree_v1.CHUNK, rank, sizes) == node
+    bad = btree_v1.encode_node(btree_v1.Node(btree_v1.CHUNK, 0, keys[:2], (sizes.undefined,), None, None), sizes, k)
+    with pytest.raises(FormatError, match="undefined child address"):
+        btree_v1.decode_node(bad, 40, btree_v1.CHUNK, rank, sizes)

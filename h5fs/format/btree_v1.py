@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import FormatError
 from .codec import Reader, Sizes, Writer
 
@@ -70,6 +72,10 @@ def decode_node(buf: bytes, address: int | None, node_type: int, rank: int, size
         raise FormatError(f"{what}: B-tree node claims {used} entries")
     key_spec = _key_spec(node_type, rank)
     entry = sizes.layout(key_spec + "O")   # a key and the child after it
+    if node_type == CHUNK and used and sizes.offset in (2, 4, 8) \
+            and len(buf) >= c.pos + used * entry.size + sizes.layout(key_spec).size:
+        keys, children = _chunk_entries(buf, c.pos, used, rank, sizes, what)
+        return Node(ntype, level, keys, children, sizes.address(left), sizes.address(right), address)
     keys, children = [], []
     for _ in range(used):
         *key, child = c.unpack(entry)
@@ -80,6 +86,24 @@ def decode_node(buf: bytes, address: int | None, node_type: int, rank: int, size
         children.append(child)
     keys.append(_key(node_type, c.fields(key_spec)))
     return Node(ntype, level, tuple(keys), tuple(children), sizes.address(left), sizes.address(right), address)
+
+
+def _chunk_entries(buf: bytes, pos: int, used: int, rank: int, sizes: Sizes, what: str) -> tuple[tuple, tuple]:
+    """A chunk node's `used` keys and children from byte `pos` on, and its last key, decoded
+    through one NumPy view of the entries (a node holds up to 2K chunks, and a dataset of small
+    chunks tens of thousands: one struct unpack each was most of a first read's time)."""
+    entry = np.dtype([("size", "<u4"), ("mask", "<u4"), ("offsets", "<u8", (rank + 1,)),
+                      ("child", f"<u{sizes.offset}")])
+    table = np.frombuffer(buf, entry, used, pos)
+    children = table["child"].tolist()
+    if sizes.undefined in children:
+        raise FormatError(f"{what}: B-tree node has an undefined child address")
+    end = pos + used * entry.itemsize
+    size, mask = np.frombuffer(buf, "<u4", 2, end).tolist()
+    keys = [ChunkKey(s, m, tuple(o)) for s, m, o in
+            zip(table["size"].tolist(), table["mask"].tolist(), table["offsets"].tolist())]
+    keys.append(ChunkKey(size, mask, tuple(np.frombuffer(buf, "<u8", rank + 1, end + 8).tolist())))
+    return tuple(keys), tuple(children)
 
 
 def _key(node_type: int, fields) -> int | ChunkKey:
