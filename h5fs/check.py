@@ -99,11 +99,7 @@ def check(path: str, progress: Progress | None = None) -> Report:
 
 def _journal(path: str, eoa: int | None) -> list[Problem]:
     """What a journal beside the file holds (`eoa`: the end of allocation its superblock records)."""
-    try:
-        with open(journal.journal_path(path), "rb") as fh:
-            recs = journal.records(fh.read())
-    except FileNotFoundError:
-        return []
+    recs = journal.left_in(journal.journal_path(path))
     entries = sum(len(r.entries) for r in recs)
     if not entries:
         return []

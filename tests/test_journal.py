@@ -30,10 +30,17 @@ def _journal(tmp_path, *records: list[tuple[int, bytes]]) -> Journal:
     return j
 
 
+def _after_crash(j: Journal) -> Journal:
+    """The journal as the next open finds it: the process that logged the records is gone."""
+    os.close(j.writer.fd)
+    return Journal(j.path, None)
+
+
 def test_records_replay_in_order(tmp_path):
     j = _journal(tmp_path, [(0, b"aaaa"), (8, b"zz")], [(0, b"bb"), (10, b"x")])
     assert j.pending and decode(open(j.path, "rb").read()) == [(0, b"aaaa"), (8, b"zz"), (0, b"bb"), (10, b"x")]
     fd = _target(tmp_path, b"." * 12)
+    j = _after_crash(j)
     assert j.replay(fd, lambda: 0) == 4
     assert os.pread(fd, 12, 0) == b"bbaa....zzx."   # the later record wins where both write
     assert not j.pending and decode(open(j.path, "rb").read()) is None
@@ -54,7 +61,7 @@ def test_a_torn_record_ends_the_replay(tmp_path):
         fh.seek(j.size - 1)
         fh.write(b"\0")
     fd = _target(tmp_path, b"....")
-    assert j.replay(fd, lambda: 0) == 1
+    assert _after_crash(j).replay(fd, lambda: 0) == 1
     assert os.pread(fd, 4, 0) == b"aa.."
     os.close(fd)
 
@@ -75,7 +82,7 @@ def test_clear_empties_and_logging_starts_again(tmp_path):
     j.clear()
     j.log([(1, b"c")], (0, 0))
     fd = _target(tmp_path, b"....")
-    assert j.replay(fd, lambda: 0) == 1 and os.pread(fd, 4, 0) == b".c.."
+    assert _after_crash(j).replay(fd, lambda: 0) == 1 and os.pread(fd, 4, 0) == b".c.."
     os.close(fd)
 
 
@@ -88,6 +95,7 @@ def test_records_replay_only_onto_the_state_of_the_file_they_were_written_for(tm
         j.log([(2, b"bb")], (200, 200))
         j.log([(4, b"cc")], (200, 300))
         fd = _target(tmp_path, b"......")
+        j = _after_crash(j)
         if replays:
             assert j.replay(fd, lambda: eoa) == 3 and os.pread(fd, 6, 0) == b"aabbcc"
         else:

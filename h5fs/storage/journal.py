@@ -95,21 +95,40 @@ def _record(buf: bytes, at: int) -> tuple[Record, int] | None:
     return Record(entries, tuple(eoa) or None), end + _CRC.size
 
 
-def _end(buf: bytes) -> int:
-    """Where the complete records at the start of `buf` end."""
-    at = 0
-    while (rec := _record(buf, at)) is not None:
-        at = rec[1]
-    return at
-
-
-def records(buf: bytes) -> list[Record]:
-    """Every complete record, in order."""
+def _scan(buf: bytes) -> tuple[list[Record], int]:
+    """Every complete record at the start of `buf`, in order, and where they end."""
     out, at = [], 0
     while (rec := _record(buf, at)) is not None:
         out.append(rec[0])
         at = rec[1]
-    return out
+    return out, at
+
+
+def records(buf: bytes) -> list[Record]:
+    """Every complete record, in order."""
+    return _scan(buf)[0]
+
+
+def _left(fd: int) -> tuple[list[Record], int] | None:
+    """What the journal open at `fd` holds: its records and where they end; None when it does
+    not begin with one, whole or torn (read no further: an empty journal is megabytes of zeros)."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, len(MAGIC), 0) not in (MAGIC, OLD_MAGIC):
+        return None
+    return _scan(os.pread(fd, size, 0))
+
+
+def left_in(path: str) -> list[Record]:
+    """The records the journal at `path` holds (none when there is no journal)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return []
+    try:
+        found = _left(fd)
+    finally:
+        os.close(fd)
+    return found[0] if found else []
 
 
 def decode(buf: bytes) -> list[tuple[int, bytes]] | None:
@@ -174,11 +193,7 @@ def overlay(path: str, fd: int, eoa: Callable[[], int | None]) -> Overlay | None
     """What the journal at `path` (if any) would write into the file open at `fd` (its recorded
     end of allocation `eoa()`), for an open that must not write; None when there is nothing to
     lay over it. Stale when the records belong to another state of the file."""
-    try:
-        with open(path, "rb") as fh:
-            recs = records(fh.read())
-    except FileNotFoundError:
-        return None
+    recs = left_in(path)
     if recs and not belongs(recs, now := eoa()):
         raise Stale(stale_reason(recs, now))
     entries = [e for r in recs for e in r.entries]
@@ -196,14 +211,14 @@ class Journal:
         except OSError as e:
             raise H5fsError(f"cannot open the journal {self.path}: {e.strerror}") from e
         self.writer = FileWriter(fd, TAG, recorder)
-        # bytes of records whose updates may not be durable in the file yet: those a crash left
-        # too, until a replay retires them (a journal whose replay failed is never removed)
-        self.size = 0
-        size = os.fstat(fd).st_size
-        if size == 0:
+        if os.fstat(fd).st_size == 0:
             self._preallocate()
-        elif os.pread(fd, len(MAGIC), 0) in (MAGIC, OLD_MAGIC):
-            self.size = _end(os.pread(fd, size, 0))
+        found = _left(fd)
+        self.retire = found is not None   # a crash left bytes that `replay` must retire
+        # the records a crash left, and the bytes of records whose updates may not be durable in
+        # the file yet (those too, until a replay retires them: a journal whose replay failed is
+        # never removed)
+        self.left, self.size = found or ([], 0)
 
     def _preallocate(self) -> None:
         try:
@@ -219,8 +234,7 @@ class Journal:
         """Apply again the records a crash left (to the .h5 file open at `fd`, whose recorded end
         of allocation `eoa()` reads), durably, and retire them; returns how many updates they
         held. Stale (nothing written) when they belong to another state of the file."""
-        size = os.fstat(self.writer.fd).st_size
-        recs = records(os.pread(self.writer.fd, size, 0)) if size else []
+        recs = self.left
         if recs and not belongs(recs, now := eoa()):
             raise Stale(stale_reason(recs, now))
         entries = [e for r in recs for e in r.entries]
@@ -229,7 +243,7 @@ class Journal:
             for position, data in entries:
                 target.pwrite(position, data)
             target.sync()
-        if size:
+        if self.retire:
             self.clear()
         return len(entries)
 
@@ -255,7 +269,7 @@ class Journal:
         crash never replays them over newer contents; the caller fsynced the file first)."""
         self.writer.truncate(0)
         self.writer.sync()
-        self.size = 0
+        self.size, self.left, self.retire = 0, [], False
         self._preallocate()
 
     def close(self) -> None:
