@@ -135,7 +135,7 @@ class ChunkedSource(RawSource):
     def read(self, offset: int, size: int) -> bytes | memoryview:
         if self.direct:
             return unfiltered_read.read(self, offset, size)
-        return bytes(self._read(offset, size, self._chunk_or_none))
+        return self._read(offset, size, self._chunk_or_none)   # a view: the FUSE reply copies it once
 
     def read_cached(self, offset: int, size: int) -> bytes | memoryview | None:
         """The bytes when the cache holds every chunk, or (unfiltered chunks) the page cache
