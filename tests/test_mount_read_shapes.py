@@ -2,7 +2,7 @@
 chunks tiled on every axis, partial edge chunks, chunks spanning whole rows, chunks larger than
 the dataset, chunks never allocated (fill value), every chunk index (libver earliest: v1
 B-tree; latest: single chunk, implicit, fixed array, extensible array, v2 B-tree), odd element
-sizes; filtered, contiguous and virtual datasets beside them. Random offsets and sizes with
+sizes, chunks stored in a random order; filtered, contiguous and virtual datasets beside them. Random offsets and sizes with
 os.pread on the raw view and on the `.npy` view."""
 
 from __future__ import annotations
@@ -60,6 +60,13 @@ def build(f: h5py.File, latest: bool) -> None:
         holes[corner] = data[corner]
         if latest:
             _implicit(f, f"implicit{i}", data, chunks, bigger)
+    # chunks written one by one in a random order: runs of neighbours in the file are broken
+    # at random (a read of whole chunks takes one preadv per run)
+    scrambled = f.create_dataset("scrambled", (64, 256), "<i4", chunks=(8, 16))
+    data = _values((64, 256), "<i4")
+    corners = [(r, c) for r in range(0, 64, 8) for c in range(0, 256, 16)]
+    for r, c in random.Random(3).sample(corners, len(corners)):
+        scrambled[r:r + 8, c:c + 16] = data[r:r + 8, c:c + 16]
     f.create_dataset("single", data=_values((30, 40), "<i4"), chunks=(30, 40))
     f.create_dataset("gzip", data=np.arange(37 * 53, dtype="<i4").reshape(37, 53) % 11, chunks=(8, 16),
                      compression="gzip", shuffle=True)

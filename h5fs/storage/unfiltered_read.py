@@ -137,9 +137,10 @@ def _tiles(src: ChunkedSource, reads: _Reads, coords: list, recs: list, a: int, 
             rows = min(src.chunk[0], src.shape[0] - coords[0][0] * src.chunk[0])
             stop = max(b, min(rows, a + SLAB_BYTES // (len(recs) * src.row_bytes)))
         scratch = np.empty((len(recs), stop - a) + inner + (isz,), np.uint8)
-        for c, rec, part in zip(coords, recs, scratch):
-            reads.run(c, rec, a * src.row_bytes, part)
-        reads.finish()
+        if not _in_runs(src, reads, recs, a, stop, scratch):
+            for c, rec, part in zip(coords, recs, scratch):
+                reads.run(c, rec, a * src.row_bytes, part)
+            reads.finish()
         if stop > b:
             _SLABS.put(key, (a, stop, scratch))
             scratch = scratch[:, :b - a]
@@ -148,6 +149,28 @@ def _tiles(src: ChunkedSource, reads: _Reads, coords: list, recs: list, a: int, 
     # (rows of chunks, g1..gn, rows, k1..kn, isz) -> (rows of chunks, rows, g1, k1, ..., gn, kn, isz)
     order = (0, n + 1) + tuple(x for d in range(n) for x in (1 + d, n + 2 + d)) + (2 * n + 2,)
     _split(slab, nrows, grid, inner)[...] = tiles.transpose(order)
+
+
+def _in_runs(src: ChunkedSource, reads: _Reads, recs: list, a: int, b: int, scratch: np.ndarray) -> bool:
+    """Read rows [a, b) of whole chunks with one preadv per run of them lying one after another
+    in the file in the order of `recs`, straight into `scratch` (a row of small chunks as h5py
+    writes them: a few runs, the index's nodes between them, and no per-chunk bookkeeping);
+    False when a record needs the general path (never allocated, held in memory, checked)."""
+    if a != 0 or b != src.chunk[0] or reads.memory or len(recs) < 2 or any(rec is None for rec in recs):
+        return False
+    size, eof = src.chunk_bytes, src.index.ctx.reader.eof - reads.base
+    if any(rec.size != size or rec.address < 0 or rec.address + size > eof for rec in recs):
+        return False
+    flat = scratch.reshape(len(recs), -1)
+    i = 0
+    while i < len(recs):
+        j, first = i + 1, recs[i].address
+        while j < len(recs) and recs[j].address == first + (j - i) * size:
+            j += 1
+        preadv_exact(reads.fd, [flat[i:j]], reads.base + first, (j - i) * size, reads.flags,
+                     lambda: f"{src.what}: short read of chunk data at {first}")
+        i = j
+    return True
 
 
 def _split(view: np.ndarray, nrows: int, grid: list[int], inner: tuple[int, ...]) -> np.ndarray:
