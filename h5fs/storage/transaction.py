@@ -138,9 +138,14 @@ class OverlayReader(BlockReader):
         if addr < 0 or end > self.txn.store.allocator.eoa:
             raise FormatError(f"{what}: range {addr}+{size} lies outside the file")
         on_disk = max(0, min(end, self.eof - self.base) - addr)
+        staged = self.txn.staged_between(addr, end)
+        if not staged and on_disk == size:   # most reads: bytes the transaction left alone
+            data = os.pread(self.fd, size, self.base + addr)
+            if len(data) == size:
+                return data
         buf = bytearray(os.pread(self.fd, on_disk, self.base + addr) if on_disk else b"")
         buf.extend(bytes(size - len(buf)))
-        for start, data in self.txn.staged_between(addr, end):
+        for start, data in staged:
             lo, hi = max(start, addr), min(start + len(data), end)
             buf[lo - addr:hi - addr] = data[lo - start:hi - start]
         return bytes(buf)
