@@ -91,6 +91,7 @@ def test_mkdir_rmdir_rm_mv_ln(tmp_path, mount, layout):
         os.rename(mp / "a", mp / "a" / "b" / "inside")
     assert ei.value.errno == errno.EINVAL
     subprocess.run(["mv", "-f", str(mp / "c"), str(mp / "x")], check=True)   # replaces one name of x
+    assert os.stat(mp / "a" / "x2").st_nlink == 1                             # its other name shows it
     subprocess.run(["rm", str(mp / "a" / "x2.npy")], check=True)             # x's last link: freed
     subprocess.run(["rmdir", str(mp / "a" / "b" / "moved")], capture_output=True)
     subprocess.run(["mkdir", str(mp / "g" / "empty")], check=True)

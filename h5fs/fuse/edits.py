@@ -108,17 +108,17 @@ class EditSide:
         text, entry = await self._link_of(parent, name)
         if entry.kind != DIR:
             raise FUSEError(errno.ENOTDIR)
-        await self._run(self.editor.rmdir, self.ops._object(parent), text)
+        left = await self._run(self.editor.rmdir, self.ops._object(parent), text)
         self._changed(parent, name)
-        await self._forget_object(entry.address)
+        await self._forget_object(entry.address, left)
 
     async def unlink(self, parent: Node, name: bytes) -> None:
         def remove() -> tuple[namespace.Entry, Numbers | None]:   # one worker trip
             text, entry = self._link_now(parent, name)
             if entry.kind == DIR:
                 raise FUSEError(errno.EISDIR)
-            self.editor.unlink(self.ops._object(parent), text)
-            return entry, self._numbers_left(entry.address)
+            left = self.editor.unlink(self.ops._object(parent), text)
+            return entry, self._numbers_left(entry.address, left)
 
         entry, numbers = await self._run(remove)
         twins = _other_views(name, entry)
@@ -162,12 +162,12 @@ class EditSide:
                 raise FUSEError(errno.ENOTDIR)
             if existing.address is not None and existing.address == entry.address and existing.kind != SYMLINK:
                 return   # two names of one object: rename(2) does nothing
-        await self._run(self.editor.rename, self.ops._object(old_parent), text,
-                        self.ops._object(new_parent), new_text)
+        left = await self._run(self.editor.rename, self.ops._object(old_parent), text,
+                               self.ops._object(new_parent), new_text)
         for parent, name in ((old_parent, old), (new_parent, new)):
             self._changed(parent, name, _other_views(name, entry))
         if existing is not None and existing.address is not None and existing.address != entry.address:
-            await self._forget_object(existing.address)
+            await self._forget_object(existing.address, left)
 
     async def link(self, node: Node, new_parent: Node, new: bytes):
         if node.kind not in (RAW, NPY, DIR) or node.address is None:
@@ -320,9 +320,9 @@ class EditSide:
             return
         if stream.obj is not None:
             obj, stream.obj = stream.obj, None
-            await self._run(self.editor.unlink, self.ops._object(stream.parent), stream.name)
+            left = await self._run(self.editor.unlink, self.ops._object(stream.parent), stream.name)
             self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
-            await self._forget_object(obj.address)
+            await self._forget_object(obj.address, left)
         raise InvalidWrite(f"{stream.what}: {stream.failed}")
 
     async def _replacement_closed(self, stream: NpyStream) -> None:
@@ -474,19 +474,22 @@ class EditSide:
                 node.numbers = numbers
                 await ops.invalidator.attributes(node)
 
-    def _numbers_left(self, address: int | None) -> Numbers | None:
-        """In a worker: the stat numbers of an object a link to went, or None when it went
-        with it (freed with its last link)."""
-        if address is None:
+    def _numbers_left(self, address: int | None, left: int | None) -> Numbers | None:
+        """In a worker: the stat numbers of an object a link to went (`left`: the hard links
+        the editor left it), or None when it went with it: freed with its last link, its
+        header's bytes not to be read again (they may still decode, as the object it was)."""
+        if address is None or not left:
             return None
         try:
             return namespace.numbers(self.ops.f.get(address, ""))
-        except Exception:  # noqa: BLE001 - freed: nothing left to show
+        except Exception:  # noqa: BLE001 - a header that cannot be read: nothing to show
             return None
 
-    async def _forget_object(self, address: int) -> None:
-        """A link to the object went: its link count changed, or it is gone."""
-        await self._forgotten(address, await offload.run_sync(self._numbers_left, address))
+    async def _forget_object(self, address: int, left: int | None) -> None:
+        """A link to the object went (`left`: the hard links it has now): its link count
+        changed, or it is gone (no worker trip)."""
+        numbers = await offload.run_sync(self._numbers_left, address, left) if left else None
+        await self._forgotten(address, numbers)
 
     async def _forgotten(self, address: int, numbers: Numbers | None) -> None:
         """`_forget_object` with what `_numbers_left` found (in the caller's worker trip)."""

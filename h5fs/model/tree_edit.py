@@ -179,7 +179,8 @@ class TreeEditor:
         if ref.kind == shared_msg.IN_OBJECT_HEADER:
             self._unref(txn, touched, ref.address, f"{path} (its committed datatype)")
 
-    def rmdir(self, parent: H5Object, name: str) -> None:
+    def rmdir(self, parent: H5Object, name: str) -> int:
+        """Remove the empty group `name`; the hard links left to it (0: it was freed)."""
         with self._edit() as (txn, touched):
             links = self._links(txn, parent, touched)
             link = _existing(links, name)
@@ -189,14 +190,19 @@ class TreeEditor:
             if child.all():
                 raise NamespaceError(errno.ENOTEMPTY, f"{parent.path}/{name}: not empty")
             links.remove(name)
-            self._unref(txn, touched, link.address, f"{parent.path}/{name}")
+            left = self._unref(txn, touched, link.address, f"{parent.path}/{name}")
+        return left
 
     # -- links ---------------------------------------------------------------------------------
-    def unlink(self, parent: H5Object, name: str) -> None:
+    def unlink(self, parent: H5Object, name: str) -> int | None:
+        """Remove the link `name`; the hard links left to its object (0: it was freed), None
+        for a soft or external link."""
+        left = None
         with self._edit() as (txn, touched):
             link = self._links(txn, parent, touched).remove(name)
             if link.link_type == link_msg.HARD:
-                self._unref(txn, touched, link.address, f"{parent.path}/{name}")
+                left = self._unref(txn, touched, link.address, f"{parent.path}/{name}")
+        return left
 
     def hard_link(self, address: int, parent: H5Object, name: str) -> None:
         with self._edit() as (txn, touched):
@@ -219,9 +225,11 @@ class TreeEditor:
             _refuse_existing(links, link.name)
             links.insert(link)
 
-    def rename(self, src: H5Object, name: str, dst: H5Object, new: str) -> None:
+    def rename(self, src: H5Object, name: str, dst: H5Object, new: str) -> int | None:
         """Move the link `name` of `src` to `new` in `dst`, replacing a link of that name as
-        rename(2) does (a group only by an empty group)."""
+        rename(2) does (a group only by an empty group); the hard links left to the object a
+        replaced hard link pointed to (0: it was freed), else None."""
+        left = None
         with self._edit() as (txn, touched):
             source = self._links(txn, src, touched)
             link = _existing(source, name)
@@ -236,9 +244,10 @@ class TreeEditor:
                     raise NamespaceError(errno.ENOTEMPTY, f"{dst.path}/{new}: not empty")
                 target.remove(new)
                 if old.link_type == link_msg.HARD:
-                    self._unref(txn, touched, old.address, f"{dst.path}/{new}")
+                    left = self._unref(txn, touched, old.address, f"{dst.path}/{new}")
             target.insert(Link(new, link.link_type, address=link.address, target=link.target,
                                filename=link.filename))
+        return left
 
     def _inside(self, txn: Transaction, moved: int, group: int) -> bool:
         """Whether `group` lies in the subtree of `moved` (or is it)."""
@@ -256,14 +265,14 @@ class TreeEditor:
                     todo.append(link.address)
         return False
 
-    def _unref(self, txn: Transaction, touched: set[int], address: int, path: str) -> None:
-        """One hard link fewer to the object at `address`; freed at none."""
+    def _unref(self, txn: Transaction, touched: set[int], address: int, path: str) -> int:
+        """One hard link fewer to the object at `address`, freed at none; the links left."""
         edit = HeaderEdit(txn, read_header(txn.reader, address, path))
         count = edit.refcount - 1
         touched.add(address)
         if count > 0:
             edit.refcount = count
-            return
+            return count
         for shared in shared_headers(edit.header, txn.sizes):   # committed datatypes it uses
             self._unref(txn, touched, shared, f"{path} (its committed datatype)")
         for raw in edit.header.messages:   # and what it uses of the shared message table
@@ -273,6 +282,7 @@ class TreeEditor:
             self.shared.release_dense_attributes(info.heap_address, info.name_index_address, path)
         self.wb.discard(address)
         free_object(txn, self.f, address, path)
+        return 0
 
     # -- attributes and times ----------------------------------------------------------------------
     def set_attribute(self, obj: H5Object, name: str, text: bytes) -> None:
