@@ -182,13 +182,19 @@ def test_st_blocks_after_background_count(mount, tmp_path, libver):
             g.create_dataset(f"z{i:02d}", data=np.arange(4000 * (i + 1), dtype="<i4") % 7,
                              chunks=(500,), compression="gzip", maxshape=(None,) if i % 2 else None)
         f.create_dataset("direct", data=np.zeros(10000), chunks=(1000,), compression="gzip")
+        big = f.create_group("big")   # links beyond the header: looked up in a worker
+        for i in range(12):
+            big.create_dataset(f"b{i:02d}", data=np.arange(700 * (i + 1)) % 5, chunks=(300,), compression="gzip")
 
     h5 = make_h5(tmp_path / f"blocks_{libver}.h5", build, libver)
     with h5py.File(h5, "r") as f:
         want = {name: (ds.id.get_storage_size() + 511) // 512 for name, ds in f["chunked"].items()}
         direct = (f["direct"].id.get_storage_size() + 511) // 512
+        big = {name: (ds.id.get_storage_size() + 511) // 512 for name, ds in f["big"].items()}
     mp = mount(h5)
     assert os.stat(mp / "direct").st_blocks == direct  # a lookup waits for the walk
+    # a small index is walked on the lookup's own worker trip
+    assert {n: os.stat(mp / "big" / n).st_blocks for n in big} == big
     before = fact(mp, "invalidations")
     names = os.listdir(mp / "chunked")  # readdirplus: estimates at once, counts in the background
     assert len(names) == 40

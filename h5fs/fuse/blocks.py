@@ -34,6 +34,11 @@ class BlockCounts:
     def get(self, address: int) -> int | None:
         return self.known.get(address)
 
+    def learn(self, address: int, count: int) -> None:
+        """A count made elsewhere (a lookup's worker trip walked a small index)."""
+        if address not in self._pending:   # a count under way reports itself
+            self.known.put(address, count)
+
     def forget(self, address: int) -> None:
         """The dataset's storage changed: count again when asked."""
         self.known.pop(address)

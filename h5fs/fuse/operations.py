@@ -63,6 +63,7 @@ log = logging.getLogger("h5fs.fuse")
 TIMEOUT = 3600.0        # entry/attr/negative validity: nothing changes unless invalidated
 BLKSIZE = 1 << 20       # st_blksize: `cat` and friends read in 1 MiB pieces
 SETTLE_WAIT = 0.5       # s a lookup/getattr waits for a chunk index walk before answering an estimate
+SMALL_INDEX = 1024      # chunk slots of an index a lookup walks itself (st_blocks) before answering
 ATTRIBUTE_TABLES = 256  # objects whose attributes-by-name are kept (listxattr, then getxattr of each)
 FACT_TABLES = 256
 FREE_INODES = 1 << 32   # statfs of a writable mount: objects an HDF5 file can still take (no inode table)
@@ -254,6 +255,22 @@ class Operations(pyfuse3.Operations):
         """Thread-safe: the index walk."""
         return namespace.storage_blocks(self.f.get(address, path))
 
+    def _lookup_counted(self, group, path: str, name: bytes) -> tuple[Entry | None, int | None]:
+        """In a worker: the entry `name` of `group`, and the st_blocks of a dataset whose small
+        chunk index must be walked, counted on the same trip rather than on one of its own
+        that the lookup would wait for (`rm` looks up every file it removes)."""
+        entry = namespace.lookup(self.f, group, path, name)
+        if entry is None or entry.kind != RAW or entry.numbers is None or entry.numbers.blocks is not None:
+            return entry, None
+        try:
+            ds = self.f.get(entry.address, entry.path)
+            grid = getattr(ds.source, "grid", None)
+            if grid is None or math.prod(grid) > SMALL_INDEX:
+                return entry, None
+            return entry, namespace.storage_blocks(ds)
+        except Exception:  # noqa: BLE001 - the count in the background reports it
+            return entry, None
+
     async def _blocks_known(self, address: int, error: BaseException | None) -> None:
         node = self.table.find_object(address)
         if node is None or node.numbers is None:
@@ -304,7 +321,9 @@ class Operations(pyfuse3.Operations):
             try:  # a compact group, a child its header describes: no thread hop
                 entry = namespace.lookup(self.f, group, parent.path, name, header_only=True)
             except namespace.BeyondHeader:
-                entry = await offload.run_sync(namespace.lookup, self.f, group, parent.path, name)
+                entry, blocks = await offload.run_sync(self._lookup_counted, group, parent.path, name)
+                if blocks is not None:
+                    self.blocks.learn(entry.address, blocks)
         except Exception as exc:
             self._mark_broken(parent, exc)
             raise FUSEError(errno.EIO) from None
