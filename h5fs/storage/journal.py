@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import H5fsError
+from .space import PAGE
 from .writer import FileWriter, Recorder
 
 MAGIC = b"H5FSJRN2"
@@ -143,15 +144,20 @@ def belongs(recs: list[Record], eoa: int | None) -> bool:
     return not known or eoa is not None and eoa in {known[0][0], *(after for _, after in known)}
 
 
+def updates(recs: list[Record], eoa: Callable[[], int | None]) -> list[tuple[int, bytes]]:
+    """The updates `recs` make, in order, for the file whose recorded end of allocation `eoa()`
+    reads; Stale when they belong to another state of it."""
+    if recs and not belongs(recs, now := eoa()):
+        raise Stale(stale_reason(recs, now))
+    return [e for r in recs for e in r.entries]
+
+
 def stale_reason(recs: list[Record], eoa: int | None) -> str:
     known = sorted({x for r in recs if r.eoa is not None for x in r.eoa})
     return (f"its {len(recs)} record{'s' if len(recs) != 1 else ''} {'were' if len(recs) != 1 else 'was'} "
             f"written when the file's end of allocation was one of "
             f"{', '.join(map(str, known[:6]))}{'...' if len(known) > 6 else ''}, and it is now "
             f"{'unreadable' if eoa is None else eoa}: the file was written by something else since")
-
-
-PAGE = 4096
 
 
 class Overlay:
@@ -193,10 +199,7 @@ def overlay(path: str, fd: int, eoa: Callable[[], int | None]) -> Overlay | None
     """What the journal at `path` (if any) would write into the file open at `fd` (its recorded
     end of allocation `eoa()`), for an open that must not write; None when there is nothing to
     lay over it. Stale when the records belong to another state of the file."""
-    recs = left_in(path)
-    if recs and not belongs(recs, now := eoa()):
-        raise Stale(stale_reason(recs, now))
-    entries = [e for r in recs for e in r.entries]
+    entries = updates(left_in(path), eoa)
     return Overlay(fd, entries) if entries else None
 
 
@@ -234,10 +237,7 @@ class Journal:
         """Apply again the records a crash left (to the .h5 file open at `fd`, whose recorded end
         of allocation `eoa()` reads), durably, and retire them; returns how many updates they
         held. Stale (nothing written) when they belong to another state of the file."""
-        recs = self.left
-        if recs and not belongs(recs, now := eoa()):
-            raise Stale(stale_reason(recs, now))
-        entries = [e for r in recs for e in r.entries]
+        entries = updates(self.left, eoa)
         if entries:
             target = FileWriter(fd, 0, self.writer.recorder)
             for position, data in entries:
