@@ -543,3 +543,69 @@ def test_mkdir_over_a_taken_name_is_eexist(tmp_path, mount, layout):
     run_h5fs("umount", mp, check=True)
     assert tree(path) == before
     verify_file(path, h5dump=layout == "earliest")
+
+
+def test_rsync_a_and_cp_a_into_the_mount(tmp_path, mount):
+    """rsync -a (temporary files fchmod'ed, then renamed over their names) and cp -a (modes,
+    owners and times set on every file and directory) copy a tree in; chmod and chown succeed
+    and change nothing (HDF5 stores neither)."""
+    src = tmp_path / "src"
+    (src / "sub" / "deeper").mkdir(parents=True)
+    (src / "notes.txt").write_text("hello\n")
+    (src / "sub" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    os.chmod(src / "sub" / "run.sh", 0o755)
+    (src / "sub" / "deeper" / "blob.bin").write_bytes(bytes(range(256)) * 100)
+    np.save(src / "arr.npy", np.arange(12, dtype="<i2").reshape(3, 4))
+    path = tmp_path / "f.h5"
+    h5py.File(path, "w", libver="latest").close()
+    mp = mount(path, "rw")
+    done = subprocess.run(["rsync", "-a", f"{src}/", str(mp / "r")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run(["cp", "-a", str(src), str(mp / "c")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    mode = os.stat(mp / "r" / "notes.txt").st_mode
+    os.chmod(mp / "r" / "notes.txt", 0o600)
+    os.chown(mp / "r" / "notes.txt", 1234, 1234)
+    assert os.stat(mp / "r" / "notes.txt").st_mode == mode
+    mount.unmount(mp)
+    found = verify_file(path, h5dump=False)
+    for top in ("r", "c"):
+        assert found[f"{top}/notes.txt"].tobytes() == b"hello\n"
+        assert found[f"{top}/sub/run.sh"].tobytes() == b"#!/bin/sh\necho hi\n"
+        assert found[f"{top}/sub/deeper/blob.bin"].tobytes() == bytes(range(256)) * 100
+    # cp -a copies the .npy as a file: a dataset of its array; rsync writes a temporary name
+    # first, so the array lands as the bytes of the .npy file
+    assert np.array_equal(found["c/arr"], np.arange(12, dtype="<i2").reshape(3, 4))
+    assert found["r/arr.npy"].tobytes() == (src / "arr.npy").read_bytes()
+
+
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_symlinks_and_paths_after_a_directory_moves(tmp_path, mount, layout):
+    """A relative symlink target stays relative in HDF5 (it follows its group when that moves);
+    one that climbs (`..`) resolves against the group's path as it is now, after the group or a
+    parent of it was renamed; `user.h5fs.path` says the new path."""
+    path = tmp_path / "f.h5"
+
+    def build(f):
+        f.create_dataset("p1/q/f", data=np.arange(4, dtype="<i4"))
+        f.create_dataset("top", data=np.arange(3, dtype="<i4"))
+    with h5py.File(path, "w", libver=layout) as f:
+        build(f)
+    mp = mount(path, "rw")
+    assert os.listdir(mp / "p1" / "q") == ["f", "f.npy"]   # known to the kernel before the move
+    os.rename(mp / "p1", mp / "p2")
+    os.makedirs(mp / "p1" / "q")
+    (mp / "p1" / "q" / "f").write_bytes(b"WRONG")
+    os.symlink("q/f", mp / "p2" / "rel")
+    os.symlink("../../top", mp / "p2" / "q" / "up")
+    assert (mp / "p2" / "rel").read_bytes() == np.arange(4, dtype="<i4").tobytes()
+    assert (mp / "p2" / "q" / "up").read_bytes() == np.arange(3, dtype="<i4").tobytes()
+    assert os.getxattr(mp / "p2" / "q" / "f", "user.h5fs.path") == b"/p2/q/f"
+    os.rename(mp / "p2", mp / "p3")
+    assert (mp / "p3" / "rel").read_bytes() == np.arange(4, dtype="<i4").tobytes()
+    mount.unmount(mp)
+    verify_file(path, h5dump=layout == "earliest")
+    with h5py.File(path, "r") as f:
+        assert f["p3"].get("rel", getlink=True).path == "q/f"
+        assert f["p3/q"].get("up", getlink=True).path == "/top"
+        assert np.array_equal(f["p3/rel"][()], np.arange(4, dtype="<i4"))

@@ -493,3 +493,52 @@ def test_broken_dataset_answers_eio_and_is_left_alone(mount, tmp_path):
         assert np.array_equal(f["good"][()], np.arange(10))
         assert np.array_equal(f["bad"][:300], np.arange(300))
     assert "bad" in mount.log_of(mp)
+
+
+def test_views_agree_at_once(mount, tmp_path):
+    """A write through one view of a dataset shows at once through the other, however the pages
+    came to the kernel: a `.npy` written by np.save (its pages cached as written) changed through
+    `D` before any open of it, then read by a descriptor kept open while `D` is changed by pwrite
+    and by np.memmap, over and over; and a `.npy` grown by a write past its end shows its new
+    shape in its header."""
+    path = tmp_path / "v.h5"
+    h5py.File(path, "w", libver="latest").close()
+    mp = mount(path, "rw")
+    want = np.random.default_rng(3).standard_normal((300, 100))
+    np.save(mp / "d.npy", want)
+    reader = None
+    try:
+        for round_ in range(3):
+            fd = os.open(mp / "d", os.O_WRONLY)
+            try:
+                os.pwrite(fd, np.full((10, 100), 7.0 + round_).tobytes(), (50 + round_) * 100 * 8)
+            finally:
+                os.close(fd)
+            want[50 + round_:60 + round_] = 7.0 + round_
+            if reader is None:
+                reader = os.open(mp / "d.npy", os.O_RDONLY)
+            size = os.fstat(reader).st_size
+            assert os.pread(reader, size, 0)[-want.nbytes:] == want.tobytes(), round_
+            m = np.memmap(mp / "d", dtype="<f8", mode="r+", shape=want.shape)
+            m[200:210] = -1.0 - round_
+            m.flush()
+            del m
+            want[200:210] = -1.0 - round_
+            assert os.pread(reader, size, 0)[-want.nbytes:] == want.tobytes(), round_
+    finally:
+        if reader is not None:
+            os.close(reader)
+    assert np.array_equal(np.load(mp / "d.npy"), want)
+    np.save(mp / "g.npy", np.zeros((10, 5), "<f4"))
+    assert np.load(mp / "g.npy").shape == (10, 5)
+    size = os.path.getsize(mp / "g.npy")
+    fd = os.open(mp / "g.npy", os.O_WRONLY)
+    try:
+        os.pwrite(fd, np.full(5, 9, "<f4").tobytes(), size)
+    finally:
+        os.close(fd)
+    grown = np.load(mp / "g.npy")
+    assert grown.shape == (11, 5) and (grown[10] == 9).all()
+    mount.unmount(mp)
+    found = verify_file(path, h5dump=False)
+    assert np.array_equal(found["d"], want) and found["g"].shape == (11, 5)

@@ -16,6 +16,7 @@ import functools
 import json
 import logging
 import os
+from dataclasses import replace
 
 import numpy as np
 import pyfuse3
@@ -113,20 +114,20 @@ class EditSide:
         await self._forget_object(entry.address, left)
 
     async def unlink(self, parent: Node, name: bytes) -> None:
-        def remove() -> tuple[namespace.Entry, Numbers | None]:   # one worker trip
+        def remove() -> tuple[namespace.Entry, int | None, Numbers | None]:   # one worker trip
             text, entry = self._link_now(parent, name)
             if entry.kind == DIR:
                 raise FUSEError(errno.EISDIR)
             left = self.editor.unlink(self.ops._object(parent), text)
-            return entry, self._numbers_left(entry.address, left)
+            return entry, left, self._numbers_left(entry.address, left)
 
-        entry, numbers = await self._run(remove)
+        entry, left, numbers = await self._run(remove)
         twins = _other_views(name, entry)
         self._changed(parent, name, twins)
         if self.ops.handles.reading(parent.ino):
             self.gone_twins.update((parent.ino, twin) for twin in twins)
         if entry.address is not None:
-            await self._forgotten(entry.address, numbers)
+            await self._forgotten(entry.address, left, numbers)
 
     def unlink_gone_twin(self, parent_ino: int, name: bytes) -> bool:
         """Whether `name` is the other view of a dataset removed while its directory was being
@@ -166,6 +167,11 @@ class EditSide:
                                self.ops._object(new_parent), new_text)
         for parent, name in ((old_parent, old), (new_parent, new)):
             self._changed(parent, name, _other_views(name, entry))
+        # the moved object and all below it are known by their new paths (symlink targets,
+        # `user.h5fs.path`, messages)
+        for node in self.ops.table.moved(namespace.join(old_parent.path, text), namespace.join(new_parent.path, new_text)):
+            for npy in (False, True):
+                self.ops.fact_tables.pop((node.address, npy))
         if existing is not None and existing.address is not None and existing.address != entry.address:
             await self._forget_object(existing.address, left)
 
@@ -202,6 +208,7 @@ class EditSide:
             node = ops.table.intern(parent, entry)
             node.lookups += 1
             stream = NpyStream(node.ino, parent, text[:-len(NPY_SUFFIX)], bytearray())
+            ops.writes.paged.add(node.ino)   # the kernel keeps the pages written through it
             attrs = ops._stat(node)
             # looked up again at each use: a file closed before its header came makes no dataset,
             # and its name must go at once (the release that forgets it comes after close returns)
@@ -212,6 +219,7 @@ class EditSide:
         self._changed(parent, name, [name + NPY_SUFFIX.encode()])
         attrs = await self._lookup(parent, name)
         node = ops.table.get(attrs.st_ino)
+        ops.writes.paged.add(node.ino)
         return ops.handles.open_file(OpenFile(node.ino, RAW, ops._object(node), b"", 0)), attrs
 
     def replace_stream(self, node: Node) -> NpyStream:
@@ -320,9 +328,20 @@ class EditSide:
             return
         if stream.obj is not None:
             obj, stream.obj = stream.obj, None
-            left = await self._run(self.editor.unlink, self.ops._object(stream.parent), stream.name)
-            self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
-            await self._forget_object(obj.address, left)
+
+            def unlink() -> int | None:   # unless the name went already (rm, mv), or now names another
+                entry = namespace.lookup(self.ops.f, self.ops._object(stream.parent), stream.parent.path,
+                                         stream.name.encode("utf-8", "surrogateescape"))
+                if entry is None or entry.address != obj.address:
+                    return None
+                return self.editor.unlink(self.ops._object(stream.parent), stream.name)
+
+            left = await self._run(unlink)
+            if left is None:   # removed while open: freed at release
+                stream.obj = obj
+            else:
+                self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
+                await self._forget_object(obj.address, left)
         raise InvalidWrite(f"{stream.what}: {stream.failed}")
 
     async def _replacement_closed(self, stream: NpyStream) -> None:
@@ -381,7 +400,8 @@ class EditSide:
 
     def link_target(self, parent: Node, target: bytes) -> tuple[str, object]:
         """("soft", HDF5 path) or ("external", (file name, HDF5 path)) for a symlink target:
-        relative (resolved against the link's group), absolute inside the mount, or
+        relative (kept relative, as HDF5 can: unless it climbs with `..`, which HDF5 paths
+        cannot, and is then resolved against the link's group), absolute inside the mount, or
         `FILE:/path`; anything else cannot be an HDF5 link (EPERM)."""
         text = target.decode("utf-8", "surrogateescape")
         head, sep, tail = text.partition(":/")
@@ -394,6 +414,9 @@ class EditSide:
                 raise FUSEError(errno.EPERM)
             path = text[len(root):] or "/"
         else:
+            relative = os.path.normpath(text)
+            if relative != "." and relative != ".." and not relative.startswith("../"):
+                return "soft", relative   # HDF5 resolves it from the link's group, wherever that moves
             path = os.path.join(parent.path, text)
         path = os.path.normpath(path)
         if path.startswith("//"):
@@ -489,9 +512,9 @@ class EditSide:
         """A link to the object went (`left`: the hard links it has now): its link count
         changed, or it is gone (no worker trip)."""
         numbers = await offload.run_sync(self._numbers_left, address, left) if left else None
-        await self._forgotten(address, numbers)
+        await self._forgotten(address, left, numbers)
 
-    async def _forgotten(self, address: int, numbers: Numbers | None) -> None:
+    async def _forgotten(self, address: int, left: int | None, numbers: Numbers | None) -> None:
         """`_forget_object` with what `_numbers_left` found (in the caller's worker trip)."""
         ops = self.ops
         ops.attribute_tables.pop(address)
@@ -499,6 +522,25 @@ class EditSide:
             ops.fact_tables.pop((address, npy))
         if numbers is not None:
             await self._show(address, numbers)
+        elif left == 0 and address in self.editor.orphans:   # open still: no link left, as fstat says
+            for node in (ops.table.find_object(address), ops.table.find_view(address)):
+                if node is not None and node.numbers is not None:
+                    node.numbers = replace(node.numbers, nlink=0)
+                    await ops.invalidator.attributes(node)
+        elif left == 0:   # freed: an object made in its space gets inodes of its own
+            ops.table.gone(address)
+
+    async def closed(self, address: int | None) -> None:
+        """A handle of the object at `address` was closed: freed if its links all went and
+        nothing else holds it open."""
+        if address in self.editor.orphans and not self.ops.handles.holds(address):
+            if await self._run(self.editor.free_orphan, address):
+                self.ops.table.gone(address)
+
+    def free_orphans(self) -> None:
+        """At unmount (nothing is open any more): free every object whose links all went."""
+        for address in list(self.editor.orphans):
+            self.editor.free_orphan(address)
 
     def _attributes_changed(self, node: Node, attr: str) -> None:
         self.ops.attribute_tables.pop(node.address)

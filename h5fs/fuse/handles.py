@@ -69,6 +69,7 @@ class NpyStream:
 class OpenDir:
     ino: int
     entries: list[Entry]
+    address: int | None = None   # the group's
 
 
 class Handles:
@@ -76,6 +77,12 @@ class Handles:
         self.files: dict[int, OpenFile | NpyStream] = {}
         self.dirs: dict[int, OpenDir] = {}
         self._next = 1
+
+    def holds(self, address: int) -> bool:
+        """Whether an open file or directory stands for the object at `address`. Asked from the
+        editing thread: each snapshot of the handles is taken whole under the GIL."""
+        return (any(handle_address(state) == address for state in list(self.files.values()))
+                or any(d.address == address for d in list(self.dirs.values())))
 
     def reading(self, ino: int) -> bool:
         """Whether a listing of directory `ino` is open."""
@@ -95,3 +102,15 @@ class Handles:
         fh = self._number()
         self.dirs[fh] = state
         return fh
+
+
+def handle_address(state) -> int | None:
+    """The object an open file reads or writes: a `.npy` being copied in holds its dataset and
+    the one it replaces; a points file its dataset."""
+    if isinstance(state, NpyStream):
+        obj = state.replaces if state.replaces is not None else state.obj
+    else:
+        obj = getattr(state, "obj", None)
+        if obj is None:
+            return getattr(state, "address", None)
+    return getattr(obj, "address", None)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import pyfuse3
 
-from ..model.namespace import DIR, NPY, POINTS, SYMLINK, Entry, Numbers
+from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, SYMLINK, Entry, Numbers
 
 
 class Node:
-    __slots__ = ("ino", "kind", "key", "address", "path", "numbers", "target", "error", "lookups", "stale")
+    __slots__ = ("ino", "kind", "key", "address", "path", "numbers", "target", "error", "lookups", "stale", "gone")
 
     def __init__(self, ino: int, kind: str, key: object, entry: Entry) -> None:
         self.ino = ino
@@ -34,6 +34,7 @@ class Node:
         self.error = entry.error          # set: the object answers EIO
         self.lookups = 0                  # how many times the kernel was handed this inode
         self.stale = False                # the kernel holds an estimate: tell it when the truth is known
+        self.gone = False                 # its object was freed: ENOENT until the kernel forgets it
 
     def __repr__(self) -> str:
         return f"<Node {self.ino} {self.kind} {self.path}>"
@@ -98,6 +99,28 @@ class InodeTable:
         """A soft or external link is gone or replaced: the next lookup of the name gets a new
         node (the kernel may still hold the old inode until it forgets it)."""
         self._links.pop((group_address, name), None)
+
+    def gone(self, address: int) -> None:
+        """The object at `address` was freed: its nodes (and those of its soft links) leave the
+        index, so an object made there later gets inodes of its own, and answer ENOENT until the
+        kernel forgets them."""
+        for index in (self._objects, self._views, self._points):
+            node = index.pop(address, None)
+            if node is not None and node is not self.root:
+                node.gone = True
+        for key in [k for k in self._links if k[0] == address]:
+            self._links.pop(key).gone = True
+
+    def moved(self, old: str, new: str) -> list[Node]:
+        """The link at path `old` is now at `new`: the nodes found through it (its object, its
+        views, whatever lies below a group) take their new paths; returns them."""
+        out = []
+        for node in self._nodes.values():
+            rest = node.path[len(old):] if node.path.startswith(old) else None
+            if rest is not None and (rest in ("", NPY_SUFFIX, POINTS_SUFFIX) or rest.startswith("/")):
+                node.path = new + rest
+                out.append(node)
+        return out
 
     def drop_unknown(self, node: Node) -> None:
         """Release a node interned but never handed out (its reply failed)."""

@@ -48,7 +48,7 @@ from ..model.writeback import Writeback
 from . import offload, views
 from .blocks import BlockCounts
 from .errors import boundary, warn_once
-from .handles import Handles, NpyStream, OpenDir, OpenFile
+from .handles import Handles, NpyStream, OpenDir, OpenFile, handle_address
 from .inodes import InodeTable, Node
 from .invalidate import Invalidator
 from .lru import Lru
@@ -82,7 +82,8 @@ class Operations(pyfuse3.Operations):
         self.f = h5file
         self.source = source
         self.writes = WriteSide(self, writeback) if writeback is not None else None
-        self.edits = (EditSide(self, TreeEditor(h5file, writeback), compression or DEFAULT_FILTERS, chunk_bytes)
+        editor = TreeEditor(h5file, writeback, in_use=lambda address: self.handles.holds(address))
+        self.edits = (EditSide(self, editor, compression or DEFAULT_FILTERS, chunk_bytes)
                       if writeback is not None else None)
         if self.writes is not None:
             self.writes.flush_delay = flush_delay
@@ -121,6 +122,8 @@ class Operations(pyfuse3.Operations):
     def close(self) -> None:
         """At unmount: every write into the file, durably."""
         if self.writes is not None:
+            self.handles = Handles()   # the session is over: nothing is open any more
+            self.edits.free_orphans()
             self.writes.close()
 
     # ------------------------------------------------------------------ helpers
@@ -145,6 +148,8 @@ class Operations(pyfuse3.Operations):
         node = self.table.get(ino)
         if node is None:
             raise FUSEError(errno.ESTALE)
+        if node.gone:
+            raise FUSEError(errno.ENOENT)
         return node
 
     def _check(self, node: Node) -> None:
@@ -365,6 +370,8 @@ class Operations(pyfuse3.Operations):
     async def forget(self, inode_list) -> None:
         for ino, count in inode_list:
             self.table.forget(ino, count)
+            if self.writes is not None and self.table.get(ino) is None:   # its pages went with it
+                self.writes.paged.discard(ino)
 
     @boundary
     async def opendir(self, inode: int, ctx=None) -> int:
@@ -378,7 +385,7 @@ class Operations(pyfuse3.Operations):
                 self._mark_broken(node, exc)
                 raise FUSEError(errno.EIO) from None
             self.listings.put(node.address, entries)
-        return self.handles.open_dir(OpenDir(node.ino, entries))
+        return self.handles.open_dir(OpenDir(node.ino, entries, node.address))
 
     @boundary
     async def readdir(self, fh: int, start_id: int, token) -> None:
@@ -404,6 +411,7 @@ class Operations(pyfuse3.Operations):
         listing = self.handles.dirs.pop(fh, None)
         if listing is not None and self.edits is not None:
             self.edits.closed_dir(listing.ino)
+            await self.edits.closed(listing.address)
 
     @boundary
     async def readlink(self, inode: int, ctx=None) -> bytes:
@@ -492,6 +500,8 @@ class Operations(pyfuse3.Operations):
         out = prefix[off:off + size] if off < len(prefix) else b""
         if state.kind == DTYPE:
             return out
+        if self.writes is not None:   # the kernel keeps what it reads: a write elsewhere drops it
+            self.writes.paged.add(state.ino)
         boff = max(0, off - len(prefix))
         bsize = min(size - len(out), state.size - boff)
         if bsize <= 0:
@@ -521,6 +531,8 @@ class Operations(pyfuse3.Operations):
                 await self._edits().stream_release(state)
         elif isinstance(state, PointsStream):
             state.close()
+        if state is not None and self.edits is not None:
+            await self.edits.closed(handle_address(state))
 
     @boundary
     async def flush(self, fh: int) -> None:
@@ -666,14 +678,9 @@ class Operations(pyfuse3.Operations):
                     raise FUSEError(errno.EINVAL)
             else:
                 await self.writes.truncate(node, attr.st_size)
-        if fields.update_mode or fields.update_uid or fields.update_gid:
-            # HDF5 keeps no owner or mode: one the mount already shows is accepted (cp -p,
-            # rsync -a), any other change is refused
-            current = self._stat(node)
-            if (fields.update_mode and stat.S_IMODE(attr.st_mode) != stat.S_IMODE(current.st_mode)
-                    or fields.update_uid and attr.st_uid != current.st_uid
-                    or fields.update_gid and attr.st_gid != current.st_gid):
-                raise FUSEError(errno.EPERM)
+        # HDF5 keeps no owner or mode: chmod and chown change nothing and succeed, as on a
+        # `quiet` vfat mount (rsync -a fchmods its temporary files, tar -x and cp -a set modes
+        # and owners: refusing would fail them)
         if fields.update_mtime and node.kind != SYMLINK:
             await self._edits().touch(node, attr.st_mtime_ns)
         return self._stat(node)

@@ -40,7 +40,9 @@ class WriteSide:
         self.ops, self.wb = ops, writeback
         self.last_write = 0.0
         self.flush_delay = FLUSH_DELAY   # -o flush_delay
-        self.paged: set[int] = set()   # inodes whose pages the kernel may hold (opened with keep_cache)
+        # inodes whose pages the kernel may hold: opened with keep_cache, created, read or
+        # written since their pages were last dropped
+        self.paged: set[int] = set()
         self.touched: set[int] = set()  # datasets written since the last flush here
 
     def start(self, nursery) -> None:
@@ -115,6 +117,7 @@ class WriteSide:
             raise FUSEError(errno.EBADF)
         if buf:
             size = ds.raw_size
+            self.paged.add(state.ino)   # its pages, as written: another writer's change drops them
             if not self.wb.write_now(ds, off, buf):
                 await offload.run_sync(self.wb.write, ds, off, bytes(buf))
             self.last_write = time.monotonic()
@@ -151,7 +154,8 @@ class WriteSide:
             # written through to its sources: whatever the kernel holds may show them
             stale = [n for n in (ops.table.get(ino) for ino in list(self.paged)) if n is not None]
         for node in stale:
-            if node.ino != writer_ino and node.ino in self.paged:
+            # the writer's own pages are as it wrote them, but a `.npy` view's header says a new shape
+            if (node.ino != writer_ino or resized and node.kind == NPY) and node.ino in self.paged:
                 self.paged.discard(node.ino)
                 await ops.invalidator.data(node)
         ops.point_sizes.forget(address)   # a `.points.npy` size is counted again when asked

@@ -15,7 +15,7 @@ import errno
 import time
 from collections import deque
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..errors import H5fsError
 from ..format import object_header as oh
@@ -57,9 +57,15 @@ class NamespaceError(H5fsError):
 
 
 class TreeEditor:
-    def __init__(self, f, writeback):
+    def __init__(self, f, writeback, in_use: Callable[[int], bool] = lambda address: False):
         self.f, self.wb = f, writeback
         self.shared: SharedMessages | None = None   # the edit under way's shared-message uses
+        # an object whose last link goes while it is open (`in_use`, asked from the editing
+        # thread) keeps its header and storage until `free_orphan`, as a file system keeps an
+        # unlinked file until its last close: until then its handles read and write it, and no
+        # new object can take its space (a crash leaks it: the next mount's walk reclaims it)
+        self.in_use = in_use
+        self.orphans: dict[int, str] = {}   # address -> path it had
 
     @contextmanager
     def _edit(self) -> Iterator[tuple[Transaction, set[int]]]:
@@ -273,6 +279,9 @@ class TreeEditor:
         if count > 0:
             edit.refcount = count
             return count
+        if self.in_use(address):   # its header keeps counting the link that went
+            self.orphans[address] = path
+            return 0
         for shared in shared_headers(edit.header, txn.sizes):   # committed datatypes it uses
             self._unref(txn, touched, shared, f"{path} (its committed datatype)")
         for raw in edit.header.messages:   # and what it uses of the shared message table
@@ -283,6 +292,17 @@ class TreeEditor:
         self.wb.discard(address)
         free_object(txn, self.f, address, path)
         return 0
+
+    def free_orphan(self, address: int) -> bool:
+        """Free an object whose links all went while it was open, now that it is closed;
+        whether it was one."""
+        path = self.orphans.get(address)
+        if path is None or self.in_use(address):
+            return False
+        with self._edit() as (txn, touched):
+            self._unref(txn, touched, address, path)
+        del self.orphans[address]
+        return True
 
     # -- attributes and times ----------------------------------------------------------------------
     def set_attribute(self, obj: H5Object, name: str, text: bytes) -> None:
