@@ -609,3 +609,32 @@ def test_symlinks_and_paths_after_a_directory_moves(tmp_path, mount, layout):
         assert f["p3"].get("rel", getlink=True).path == "q/f"
         assert f["p3/q"].get("up", getlink=True).path == "/top"
         assert np.array_equal(f["p3/rel"][()], np.arange(4, dtype="<i4"))
+
+
+def test_hard_link_of_a_view_and_absolute_external_links(tmp_path, mount):
+    """`ln D.npy E.npy` links the dataset as E (as `mv D.npy E.npy` renames it): E.npy reads as
+    D.npy does; `ln D.npy E` answers EINVAL. An external link to an absolute file name is made
+    from the text readlink shows of one (`cp -a` of such a link)."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f["d"] = np.arange(6, dtype="<i4").reshape(2, 3)
+        f["ext"] = h5py.ExternalLink("/abs/other.h5", "/y")
+    mp = mount(path, "rw")
+    os.link(mp / "d.npy", mp / "e.npy")
+    assert (mp / "e.npy").read_bytes() == (mp / "d.npy").read_bytes()
+    assert os.stat(mp / "e").st_nlink == 2
+    with pytest.raises(OSError) as err:
+        os.link(mp / "d.npy", mp / "plain")
+    assert err.value.errno == errno.EINVAL
+    target = os.readlink(mp / "ext")
+    assert target == "/abs/other.h5:/y"
+    os.symlink(target, mp / "ext2")
+    subprocess.run(["cp", "-a", str(mp / "ext"), str(mp / "ext3")], check=True, timeout=60)
+    mount.unmount(mp)
+    verify_file(path, h5dump=False)
+    with h5py.File(path, "r") as f:
+        assert sorted(f) == ["d", "e", "ext", "ext2", "ext3"]
+        assert np.array_equal(f["e"][()], np.arange(6, dtype="<i4").reshape(2, 3))
+        for name in ("ext2", "ext3"):
+            link = f.get(name, getlink=True)
+            assert isinstance(link, h5py.ExternalLink) and (link.filename, link.path) == ("/abs/other.h5", "/y")

@@ -178,9 +178,16 @@ class EditSide:
     async def link(self, node: Node, new_parent: Node, new: bytes):
         if node.kind not in (RAW, NPY, DIR) or node.address is None:
             raise FUSEError(errno.EPERM)
-        text = await self._free_name(new_parent, new)
+        link = new
+        if node.kind == NPY:   # ln D.npy E.npy links the dataset as E, as mv renames it
+            if not new.endswith(NPY_SUFFIX.encode()) or new == NPY_SUFFIX.encode():
+                raise FUSEError(errno.EINVAL)
+            link = new[:-len(NPY_SUFFIX)]
+            if await self._entry(new_parent, new) is not None:
+                raise FUSEError(errno.EEXIST)
+        text = await self._free_name(new_parent, link)
         await self._run(self.editor.hard_link, node.address, self.ops._object(new_parent), text)
-        self._changed(new_parent, new)
+        self._changed(new_parent, new, [link] if link != new else [])
         await self._refresh(node.address)
         return await self._lookup(new_parent, new)
 
@@ -405,11 +412,12 @@ class EditSide:
         `FILE:/path`; anything else cannot be an HDF5 link (EPERM)."""
         text = target.decode("utf-8", "surrogateescape")
         head, sep, tail = text.partition(":/")
-        if sep and head and not text.startswith("/"):   # what readlink shows of an external link
+        root = self.ops.mountpoint.rstrip("/")
+        inside = text == root or text.startswith(root + "/")
+        if sep and head and not inside:   # what readlink shows of an external link
             return "external", (head, "/" + tail)
         if text.startswith("/"):
-            root = self.ops.mountpoint.rstrip("/")
-            if text != root and not text.startswith(root + "/"):
+            if not inside:
                 log.warning("%s: symlink target %r lies outside the mount", parent.path, text)
                 raise FUSEError(errno.EPERM)
             path = text[len(root):] or "/"
