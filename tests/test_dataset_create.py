@@ -524,11 +524,15 @@ def crafted(text: str, version=(1, 0), length: int | None = None) -> bytes:
 
 
 def test_npy_fortran_order():
-    with pytest.raises(NpyHeaderError, match="Fortran"):
-        parse_npy_header(npy_bytes(np.asfortranarray(np.zeros((3, 4)))))
+    """Column-major only where two dimensions have more than one element: otherwise the bytes
+    are the row-major ones; a subarray dtype in column-major order is refused."""
+    header = parse_npy_header(npy_bytes(np.asfortranarray(np.zeros((3, 4)))))
+    assert header.fortran_order and header.shape == (3, 4)
     for shape in ("(5,)", "(1, 7, 1)", "()", "(0, 3)"):
         header = parse_npy_header(crafted(f"{{'descr': '<i4', 'fortran_order': True, 'shape': {shape}, }}\n"))
-        assert header.fortran_order and header.shape == eval(shape)
+        assert not header.fortran_order and header.shape == eval(shape)
+    with pytest.raises(NpyHeaderError, match="Fortran"):
+        parse_npy_header(crafted("{'descr': ('<f4', (2,)), 'fortran_order': True, 'shape': (3, 4), }\n"))
 
 
 def test_npy_top_level_subarray_is_folded_into_the_shape():

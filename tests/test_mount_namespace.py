@@ -638,3 +638,41 @@ def test_hard_link_of_a_view_and_absolute_external_links(tmp_path, mount):
         for name in ("ext2", "ext3"):
             link = f.get(name, getlink=True)
             assert isinstance(link, h5py.ExternalLink) and (link.filename, link.path) == ("/abs/other.h5", "/y")
+
+
+def test_cp_fortran_order_npy(tmp_path, mount):
+    """Column-major `.npy` files (np.save of a transposed array, what scipy.io.loadmat returns)
+    become datasets of the array, new or replacing one's data; a dtype HDF5 cannot hold is
+    refused with its reason alone."""
+    rng = np.random.default_rng(5)
+    arrays = {
+        "t2": np.asfortranarray(rng.standard_normal((300, 7))),
+        "t3": np.asfortranarray(rng.integers(-1000, 1000, (5, 60, 9), dtype="<i2")),
+        "rec": np.asfortranarray(np.array([[(i, i * 0.5) for i in range(j, j + 4)] for j in range(6)],
+                                          dtype=[("a", "<i4"), ("b", "<f8")])),
+        "big": np.asfortranarray(rng.standard_normal((3000, 500))),   # 12 MB: several blocks
+    }
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, arr in arrays.items():
+        np.save(src / f"{name}.npy", arr)
+    np.save(src / "uni.npy", np.array(["ab", "cde"]))
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f["old"] = np.zeros((7, 300))
+    mp = mount(path, "rw")
+    for name in arrays:
+        subprocess.run(["cp", str(src / f"{name}.npy"), str(mp)], check=True, timeout=120)
+        assert np.array_equal(np.load(mp / f"{name}.npy"), arrays[name]), name
+    new = np.asfortranarray(rng.standard_normal((7, 300)))
+    np.save(src / "new.npy", new)
+    subprocess.run(["cp", str(src / "new.npy"), str(mp / "old.npy")], check=True, timeout=120)
+    assert np.array_equal(np.load(mp / "old.npy"), new)
+    assert subprocess.run(["cp", str(src / "uni.npy"), str(mp)], capture_output=True).returncode != 0
+    log = mount.log_of(mp)
+    mount.unmount(mp)
+    found = verify_file(path, h5dump=False)
+    for name, arr in arrays.items():
+        assert np.array_equal(found[name], arr), name
+    assert np.array_equal(found["old"], new) and "uni" not in found
+    assert "cannot be stored in HDF5" in log and "truncated" not in log

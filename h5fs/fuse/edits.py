@@ -22,7 +22,8 @@ import numpy as np
 import pyfuse3
 from pyfuse3 import FUSEError
 
-from ..errors import InvalidWrite
+from ..errors import H5fsError, InvalidWrite
+from ..model import fortran_body
 from ..model import messages as M
 from ..model import namespace
 from ..model.dataset_create import NPY_CHUNK_BYTES, npy_storage
@@ -266,10 +267,14 @@ class EditSide:
                 need = header_end(bytes(stream.head[:min(whole, PREAMBLE)]))
                 if need is not None and whole >= need:
                     header = parse_npy_header(bytes(stream.head[:need]))
-            except NpyHeaderError as exc:
+            except (NpyHeaderError, H5fsError) as exc:   # a dtype HDF5 cannot hold, too: close says so
                 self._fail(stream, exc)
             if header is not None:
-                await self._make(stream, header)
+                try:
+                    await self._make(stream, header)
+                except H5fsError as exc:
+                    stream.failed = stream.failed or exc
+                    raise
             return
         start = off - stream.header.header_length
         if start < 0:   # the header again: only its own bytes
@@ -284,6 +289,12 @@ class EditSide:
 
     async def _make(self, stream: NpyStream, header) -> None:
         """The header is complete: the dataset is made, and the bytes after it written."""
+        if header.fortran_order:
+            if header.data_nbytes > fortran_body.MAX_BYTES:
+                self._fail(stream, InvalidWrite(
+                    f"Fortran-order .npy of {header.data_nbytes} bytes (column-major data is held until whole, "
+                    f"up to {fortran_body.MAX_BYTES >> 20} MiB): save it with np.ascontiguousarray"))
+            stream.fortran = fortran_body.FortranBody(header.dtype, header.shape)
         chunks, maxshape = npy_storage(header.shape, header.dtype.itemsize, self.chunk_bytes)
         storage = dict(maxshape=maxshape, chunks=chunks, filters=self.filters if chunks is not None else ())
         if stream.replaces is not None and stream.replaces.sparse:
@@ -314,6 +325,10 @@ class EditSide:
     async def _body(self, stream: NpyStream, start: int, data: bytes) -> None:
         if start + len(data) > stream.header.data_nbytes:
             self._fail(stream, InvalidWrite("more array data than its header says"))
+        if stream.fortran is not None:   # column-major: into the dataset once whole
+            stream.fortran.write(start, data)
+            stream.body.add(start, start + len(data))
+            return
         wb = self.ops.writes.wb
         if not wb.write_now(stream.obj, start, data):
             await offload.run_sync(wb.write, stream.obj, start, data)
@@ -332,6 +347,7 @@ class EditSide:
                 return
             stream.failed = InvalidWrite("truncated: the file ends before its array data does")
         if stream.failed is None:
+            await self._fortran_whole(stream)
             return
         if stream.obj is not None:
             obj, stream.obj = stream.obj, None
@@ -358,10 +374,33 @@ class EditSide:
         if stream.failed is not None:
             raise InvalidWrite(f"{stream.what}: {stream.failed}")
         if not _incomplete(stream):
+            await self._fortran_whole(stream)
             if stream.unlinked:
                 await self._replace(stream)
         elif stream.head or stream.header is not None:
             raise InvalidWrite(f"{stream.what}: truncated: the file ends before its array data does")
+
+    async def _fortran_whole(self, stream: NpyStream) -> None:
+        """A whole Fortran-order body goes into the dataset, row-major."""
+        body, stream.fortran = stream.fortran, None
+        if body is None:
+            return
+        wb = self.ops.writes.wb
+
+        def write_all() -> None:
+            try:
+                for offset, data in body.blocks():
+                    wb.write(stream.obj, offset, data)
+            finally:
+                body.close()
+        try:
+            await offload.run_sync(write_all)
+        except Exception as exc:
+            stream.failed = exc
+            raise
+        if not stream.unlinked:
+            self.ops.writes.touched.add(stream.obj.address)
+            await self.ops.writes.changed(stream.obj.address, None)
 
     async def _replace(self, stream: NpyStream) -> None:
         """The new array is whole: it becomes D's data in one transaction, and the kernel forgets
@@ -379,6 +418,9 @@ class EditSide:
     async def stream_release(self, stream: NpyStream) -> None:
         """The file is closed for good: a replacement that never became D's data is freed; a new
         file closed with nothing written made no dataset, and the kernel forgets its name."""
+        if stream.fortran is not None:
+            stream.fortran.close()
+            stream.fortran = None
         if stream.unlinked:
             obj, stream.obj = stream.obj, None
             await self._run(self.editor.drop_unlinked, obj.address, obj.path)

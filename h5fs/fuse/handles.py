@@ -51,6 +51,7 @@ class NpyStream:
     lock: trio.Lock = field(default_factory=trio.Lock)
     held: Spans = field(default_factory=Spans)   # which bytes of `head` were written
     body: Spans = field(default_factory=Spans)   # which bytes of the array data were written
+    fortran: object = None    # a Fortran-order array's body, held until whole (model/fortran_body.py)
 
     @property
     def what(self) -> str:

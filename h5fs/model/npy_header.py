@@ -126,10 +126,10 @@ def _fields(text: str) -> tuple[np.dtype, tuple[int, ...], bool]:
         raise NpyHeaderError(f".npy shape {_short(shape)} is not a tuple of non-negative integers")
     if not isinstance(fortran, bool):
         raise NpyHeaderError(f".npy fortran_order {_short(fortran)} is not a bool")
-    if fortran and sum(d > 1 for d in shape) > 1:
-        raise NpyHeaderError("Fortran-order .npy (column-major data cannot be streamed into row-major "
-                             "chunks): save it with np.ascontiguousarray")
+    fortran = fortran and sum(d > 1 for d in shape) > 1   # else the same bytes as row-major
     dtype = _dtype(header["descr"])
+    if fortran and dtype.subdtype is not None:
+        raise NpyHeaderError("Fortran-order .npy of a subarray dtype: save it with np.ascontiguousarray")
     if dtype.subdtype is not None:
         dtype, sub = dtype.subdtype
         shape += sub
