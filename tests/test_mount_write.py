@@ -542,3 +542,30 @@ def test_views_agree_at_once(mount, tmp_path):
     mount.unmount(mp)
     found = verify_file(path, h5dump=False)
     assert np.array_equal(found["d"], want) and found["g"].shape == (11, 5)
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_writes_update_the_modification_time(mount, tmp_path, libver):
+    """A write changes the dataset's modification time where its header keeps one: stat shows
+    it at once, the header has it after the flush (a later mount shows it), so `rsync -a` and
+    `make` see the change."""
+    path = tmp_path / "t.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        f.create_dataset("d", data=np.arange(1000, dtype="<i4"), track_times=True)
+        f.create_dataset("c", data=np.arange(1000, dtype="<i4"), chunks=(100,), maxshape=(None,),
+                         track_times=True)
+    mp = mount(path, "rw")
+    for name in ("d", "c"):
+        os.utime(mp / name, ns=(0, 978307200 * 10**9))   # 2001-01-01
+        assert os.stat(mp / name).st_mtime_ns == 978307200 * 10**9
+    before = time.time()
+    for name in ("d", "c"):
+        pwrite(mp / name, np.full(3, -1, "<i4").tobytes(), 40, fsync=False)
+        assert os.stat(mp / name).st_mtime >= int(before), name
+    os.truncate(mp / "c", 8000)
+    assert os.stat(mp / "c").st_mtime >= int(before)
+    mount.unmount(mp)
+    verify_file(path, h5dump=libver == "earliest")
+    mp = mount(path, "ro")
+    for name in ("d", "c"):
+        assert os.stat(mp / name).st_mtime >= int(before), name

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import logging
 import time
+from dataclasses import replace
 
 import trio
 from pyfuse3 import FUSEError
@@ -44,6 +45,9 @@ class WriteSide:
         # written since their pages were last dropped
         self.paged: set[int] = set()
         self.touched: set[int] = set()  # datasets written since the last flush here
+        # datasets whose data a write changed, and when (whole seconds, as HDF5 keeps times):
+        # stat shows it at once, the header's time takes it at the flush
+        self.stamps: dict[int, int] = {}
 
     def start(self, nursery) -> None:
         nursery.start_soon(self._flusher)
@@ -77,6 +81,7 @@ class WriteSide:
             return
         touched, self.touched = self.touched, set()
         try:
+            await offload.run_sync(self._stamp)   # its record retired by the flush's fsync
             await offload.run_sync(self.wb.flush)
         finally:
             for address in touched:
@@ -92,7 +97,21 @@ class WriteSide:
 
     def close(self) -> None:
         """At unmount: everything into the file, durably."""
+        self._stamp()
         self.wb.close()
+
+    def _stamp(self) -> None:
+        """In a worker: the modification times of the datasets written since the last flush
+        into their headers, where they keep one (none is added: libhdf5 does not stamp writes)."""
+        stamps, self.stamps = self.stamps, {}
+        f, editor = self.ops.f, self.ops.edits.editor
+        for address, seconds in stamps.items():
+            if address in editor.orphans:
+                continue
+            try:
+                editor.touch(f.get(address, ""), seconds * 1_000_000_000, add=False)
+            except H5fsError as exc:   # removed since it was written
+                log.debug("modification time not kept: %s", exc)
 
     # -- requests -----------------------------------------------------------------------------
     async def write(self, state: OpenFile, off: int, buf: bytes) -> int:
@@ -123,6 +142,7 @@ class WriteSide:
             self.last_write = time.monotonic()
             self.touched.add(ds.address)
             await self.changed(ds.address, state.ino, resized=off + len(buf) > size)
+            self._stamped(ds.address)
         return taken
 
     async def truncate(self, node, size: int | None) -> None:
@@ -140,6 +160,14 @@ class WriteSide:
         await offload.run_sync(self.wb.truncate, ds, size)
         self.last_write = time.monotonic()
         await self.changed(node.address, None, resized=True)
+        self._stamped(node.address)
+
+    def _stamped(self, address: int) -> None:
+        """Written now: stat shows the new modification time of an object that keeps one."""
+        seconds = self.stamps[address] = time.time_ns() // 1_000_000_000
+        for node in (self.ops.table.find_object(address), self.ops.table.find_view(address)):
+            if node is not None and node.numbers is not None and node.numbers.mtime_ns is not None:
+                node.numbers = replace(node.numbers, mtime_ns=seconds * 1_000_000_000)
 
     # -- telling what changed ---------------------------------------------------------------
     async def changed(self, address: int, writer_ino: int | None, resized: bool = False) -> None:

@@ -323,11 +323,11 @@ class TreeEditor:
             from .attributes_write import remove_attribute
             remove_attribute(txn, self.f, obj, name, self.shared)
 
-    def touch(self, obj: H5Object, mtime_ns: int | None = None) -> None:
+    def touch(self, obj: H5Object, mtime_ns: int | None = None, add: bool = True) -> None:
         """The object's modification time: in a version 2 header's times, or in its
         modification time message; an object with neither gets a message when its header is
-        new-style (version 2), and keeps no time otherwise (an old-style header in a file
-        libhdf5 wrote without times)."""
+        new-style (version 2) and `add` says so, and keeps no time otherwise (an old-style
+        header in a file libhdf5 wrote without times)."""
         seconds = (time.time_ns() if mtime_ns is None else mtime_ns) // 1_000_000_000
         with self._edit() as (txn, touched):
             touched.add(obj.address)
@@ -341,7 +341,7 @@ class TreeEditor:
                 if raw is not None:
                     edit.replace(raw, _encoded(encode, seconds, txn.sizes))
                     return
-            if edit.header.version > 1:
+            if add and edit.header.version > 1:
                 edit.add(MTIME, _encoded(modification_time.encode_new, seconds, txn.sizes))
 
 
