@@ -34,6 +34,8 @@ log = logging.getLogger("h5fs.fuse")
 
 FLUSH_DELAY = 2.0    # s without writes before dirty data is flushed
 FLUSH_POLL = 0.5     # s between checks
+WALKS = 5            # walks for unused space made while the tree keeps changing under them
+WALK_PAUSE = 2.0     # s between them
 
 
 class WriteSide:
@@ -54,8 +56,14 @@ class WriteSide:
         nursery.start_soon(self._find_free_space)
 
     async def _find_free_space(self) -> None:
+        """The walk for unused space, made again while the tree changes under it (up to
+        WALKS times, WALK_PAUSE s apart)."""
         try:
-            await offload.run_sync(find_free_space, self.ops.f, self.wb.commit_lock)
+            for _ in range(WALKS):
+                if await offload.run_sync(find_free_space, self.ops.f, self.wb.commit_lock) is not None:
+                    return
+                await trio.sleep(WALK_PAUSE)
+            log.info("unused space not looked for: the tree kept changing under %d walks", WALKS)
         except Exception as exc:  # noqa: BLE001 - new space keeps coming from the end of the file
             log.warning("free space not reused: %s: %s", type(exc).__name__, exc)
 

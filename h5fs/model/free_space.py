@@ -20,21 +20,33 @@ from ..storage.space_map import gaps, walk
 log = logging.getLogger("h5fs")
 
 
-def find_free_space(f, quiet=nullcontext()) -> int:
-    """Adopt the unused space of the open writable file `f`; returns the bytes adopted. `quiet`
-    (a lock) holds off transactions while the recording starts: space a transaction in flight
-    allocated before it would otherwise be missed by the walk and taken for unused."""
+def find_free_space(f, quiet=nullcontext()) -> int | None:
+    """Adopt the unused space of the open writable file `f`; returns the bytes adopted, or None
+    when the walk cannot be trusted and is to be made again later. `quiet` (a lock) holds off
+    transactions while the recording starts: space a transaction in flight allocated before it
+    would otherwise be missed by the walk and taken for unused.
+
+    A walk under which an existing object got a new link (ln, mv) is not trusted: the object may
+    have moved from where the walk had not been yet to where it had been, and its bytes would
+    look unused. Nor is one that met a problem while edits were committed under it (a link count
+    read between two transactions)."""
     allocator = f.store.allocator
     with quiet:
         end = allocator.watch()
+        commits, relinks = f.store.commits, f.store.relinks
     try:
         smap = walk(f)
-    except Exception:
+        problem = smap.problems[0] if smap.problems else None
+    except Exception as exc:  # noqa: BLE001 - raised again below unless the file changed
+        problem, smap = exc, None
+    changed, moved = f.store.commits != commits, f.store.relinks != relinks
+    if problem is not None or moved:
         allocator.adopt([])
-        raise
-    if smap.problems:
-        allocator.adopt([])
-        log.warning("%s: free space not reused: %s", f.path, smap.problems[0])
+        if problem is None or changed:
+            return None
+        if isinstance(problem, Exception):
+            raise problem
+        log.warning("%s: free space not reused: %s", f.path, problem)
         return 0
     busy = sorted(smap.extents + smap.free, key=lambda e: e.address)
     adopted = allocator.adopt(gaps(busy, end))

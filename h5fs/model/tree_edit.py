@@ -212,6 +212,7 @@ class TreeEditor:
 
     def hard_link(self, address: int, parent: H5Object, name: str) -> None:
         with self._edit() as (txn, touched):
+            self.f.store.relinks += 1
             links = self._links(txn, parent, touched)
             _refuse_existing(links, name)
             links.insert(Link(name, link_msg.HARD, address=address))
@@ -237,6 +238,7 @@ class TreeEditor:
         replaced hard link pointed to (0: it was freed), else None."""
         left = None
         with self._edit() as (txn, touched):
+            self.f.store.relinks += 1
             source = self._links(txn, src, touched)
             link = _existing(source, name)
             if link.link_type == link_msg.HARD and self._inside(txn, link.address, dst.address):

@@ -65,6 +65,10 @@ class Store:
         eoa = max(superblock.eof_address - superblock.base_address, os.fstat(reader.fd).st_size - reader.base)
         # the file's free-space strategy: its allocator, and its persistent managers if it keeps them
         self.allocator, self.persistent = setup(reader, superblock, eoa, journal.path.removesuffix(SUFFIX))
+        # transactions committed, and those among them that gave an existing object a new link
+        # (ln, mv): a walk of the file can tell that it changed under it, and whether an object
+        # it had not reached yet may have moved behind it
+        self.commits = self.relinks = 0
 
     def begin(self) -> Transaction:
         return Transaction(self)
@@ -260,6 +264,7 @@ class Transaction:
         is published (ENOSPC while writing new blocks or the journal) leaves the file as it was."""
         self.committed = True
         store = self.store
+        store.commits += 1
         if store.persistent is not None and (self._allocated or self.freed):
             try:   # the file's free-space managers follow the space this transaction moved
                 store.persistent.settle(self)
