@@ -137,14 +137,24 @@ def test_resize_errors(mount, simple):
     mp = mount(path, "rw")
     # contiguous storage cannot grow; a size that is not whole rows is refused first
     assert error_of(os.truncate, mp / "contig", 8 * 2000) == errno.EFBIG
-    assert error_of(pwrite, mp / "contig", b"x" * 16, 8 * 999) == errno.EFBIG
+    assert error_of(pwrite, mp / "contig", b"x" * 16, 8 * 1000) == errno.EFBIG
+    fd = os.open(mp / "contig", os.O_WRONLY)   # a write across the end: what fits, as write(2) does
+    try:
+        assert os.pwrite(fd, b"x" * 16, 8 * 999) == 8
+        with pytest.raises(OSError) as err:
+            os.pwrite(fd, b"y" * 8, 8 * 1000)
+        assert err.value.errno == errno.EFBIG
+    finally:
+        os.close(fd)
     assert error_of(os.truncate, mp / "late", 13) == errno.EINVAL
     # nor shrink: `> contig` (O_TRUNC) is refused as not supported, not as a file too large
     assert error_of(os.truncate, mp / "contig", 8 * 10) == errno.ENOTSUP
     assert error_of(os.open, mp / "contig", os.O_WRONLY | os.O_TRUNC) == errno.ENOTSUP
     run_h5fs("umount", mp, check=True)
     data = verify_file(path, h5dump=False)
-    assert np.array_equal(data["contig"], np.arange(1000, dtype="<f8"))
+    want = np.arange(1000, dtype="<f8")
+    want[999:] = np.frombuffer(b"x" * 8, "<f8")
+    assert np.array_equal(data["contig"], want)
 
 
 # -- chunked storage: every index type, with and without filters ----------------------------------

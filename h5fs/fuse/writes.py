@@ -142,6 +142,10 @@ class WriteSide:
             off -= len(head)
         elif state.kind != RAW:
             raise FUSEError(errno.EBADF)
+        room = self.wb.room(ds)
+        if buf and room is not None and off + len(buf) > room > off:   # what fits is written (EFBIG when nothing does)
+            taken -= off + len(buf) - room
+            buf = buf[:room - off]
         if buf:
             size = ds.raw_size
             self.paged.add(state.ino)   # its pages, as written: another writer's change drops them

@@ -581,6 +581,15 @@ class Writeback:
             if size != ds.source.size:
                 self._grow_to(ds, size, whole_rows=True)
 
+    def room(self, ds: Dataset) -> int | None:
+        """The raw bytes the dataset can reach by writes: its maximum first dimension's worth
+        (chunked storage), its size (other storage or no dimension); None: unlimited."""
+        space = ds.dataspace
+        if space.kind != S.SIMPLE or not space.dims or not ds.layout.chunked:
+            return ds.source.size
+        limit = space.maxdims[0]
+        return None if limit is None else limit * prod(space.dims[1:]) * ds.itemsize
+
     def _grow_to(self, ds: Dataset, size: int, whole_rows: bool) -> None:
         space = ds.dataspace
         if space.kind != S.SIMPLE or not space.dims:
