@@ -101,6 +101,9 @@ def test_npy_header_is_read_only(mount, simple):
     pwrite(npy, header[:16], 0)   # the header's own bytes may be written back
     assert npy.read_bytes()[:128] == header
     assert error_of(os.truncate, npy, 10) == errno.EINVAL
+    log = mount.log_of(mp)
+    assert "/contig.npy: a write into the .npy header" in log and ".npy.npy" not in log
+    assert os.getxattr(npy, "user.h5fs.path") == b"/contig"
     run_h5fs("umount", mp, check=True)
     verify_file(path, h5dump=False)
 

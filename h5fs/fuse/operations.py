@@ -173,7 +173,10 @@ class Operations(pyfuse3.Operations):
             log.error("%s: %s: %s", node.path, type(exc).__name__, exc)
 
     def _object(self, node: Node):
-        return self.f.get(node.address, node.path)
+        """The engine object a node stands for, named by its HDF5 path (a view's without its
+        suffix)."""
+        suffix = {NPY: namespace.NPY_SUFFIX, POINTS: namespace.POINTS_SUFFIX}.get(node.kind)
+        return self.f.get(node.address, node.path.removesuffix(suffix) if suffix else node.path)
 
     def _known(self, address: int) -> tuple[str, Numbers] | None:
         """The kind and stat numbers of an object the kernel holds an inode of (None: unknown or
