@@ -368,3 +368,37 @@ def test_dense_attributes_flag_is_a_bool(tmp_path):
     with H5File.open(str(path)) as hf:
         assert hf.root.dense_attributes is False
         assert hf.resolve("/dense").dense_attributes is True
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_one_link_looked_up_as_the_listing_has_it(tmp_path, libver):
+    """A name is looked up by one descent of the group's index (an old-style group's B-tree down
+    to a symbol table node, a dense group's name index), not by listing the group: every name
+    h5py made is found with what the listing says of it, names between and around them are not,
+    in a group of 3,000 links (a B-tree of several levels), soft links and odd bytes included."""
+    import random
+    import h5py
+    names = [f"n{i:05d}" for i in range(0, 6000, 2)] + ["a b", "~tilde", "\x01ctl", "zz"]
+    if libver == "latest":   # a UTF-8 name makes libhdf5 give an old-style group link messages
+        names.append("Ünïcode")
+    path = tmp_path / "big.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        g = f.create_group("g")
+        for i, name in enumerate(names):
+            if i % 7 == 0:
+                g[name] = h5py.SoftLink(f"/target{i}")
+            else:
+                g.create_group(name)
+    absent = [f"n{i:05d}" for i in range(1, 6001, 2)] + ["", "a", "a c", "n", "zzz", "\x00", "ÿ"]
+    with H5File.open(str(path)) as f:
+        g = f.resolve("/g")
+        listed = {ln.name: ln for ln in f.resolve("/g").links()}
+        assert sorted(listed) == sorted(names)
+    with H5File.open(str(path)) as f:   # a fresh file: no listing cached
+        g = f.resolve("/g")
+        assert (g._symbol_table() is not None) == (libver == "earliest")
+        for name in random.Random(1).sample(names, len(names)):
+            assert g.link(name) == listed[name], name
+        for name in absent:
+            assert g.link(name) is None, name
+        assert not g.has("_links")   # looked up, never listed

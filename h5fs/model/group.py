@@ -10,7 +10,7 @@ from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
 from ..storage import dense_storage
 from ..storage.readers import local_heap, symbol_table_node
-from ..storage.readers.btree_v1 import iterate_leaves
+from ..storage.readers.btree_v1 import find_child, iterate_leaves
 from . import messages as M
 from .objects import H5Object, derived
 
@@ -24,11 +24,49 @@ class Group(H5Object):
         return self._links[0]
 
     def link(self, name: str) -> Link | None:
-        if not self.has("_links") and self.header.first(M.SYMBOL_TABLE) is None:
+        if not self.has("_links"):   # one descent of the group's index, not a listing
+            stab = self._symbol_table()
+            if stab is not None:
+                return self.cached(("link", name), lambda: self._symbol_table_link(*stab, name), 400)
             info = self.message(M.LINK_INFO)
-            if info is not None and info.heap_address is not None:   # one name index descent
+            if info is not None and info.heap_address is not None:
                 return self.cached(("link", name), lambda: self._dense_link(info, name), 400)
         return self._links[1].get(name)
+
+    def _symbol_table(self) -> tuple[int | None, int | None] | None:
+        """(B-tree, local heap) addresses of an old-style group: its symbol table message, or
+        the root's entry in the superblock caching them; None for a new-style group."""
+        stab = self.message(M.SYMBOL_TABLE)
+        if stab is not None:
+            return stab.btree_address, stab.heap_address
+        entry = self.file.root_entry if self.address == self.file.root_address else None
+        if self.message(M.LINK_INFO) is None and entry is not None and entry.btree_address is not None:
+            return entry.btree_address, entry.heap_address
+        return None
+
+    def _symbol_table_link(self, btree_addr: int | None, heap_addr: int | None, name: str) -> Link | None:
+        """H5G__stab_lookup: the B-tree down to the symbol table node whose name range holds
+        `name`, then its sorted entries."""
+        what = f"{self.path}: symbol table"
+        if btree_addr is None:
+            return None
+        heap = local_heap.read(self.file.reader, heap_addr, what)
+        key = name.encode("utf-8", "surrogateescape")
+
+        def cmp3(left: int, right: int) -> int:   # names in (left, right] are this child's
+            return -1 if key <= heap.string(left) else 1 if key > heap.string(right) else 0
+        snod = find_child(self.file.reader, btree_addr, btree_v1.GROUP, 0, cmp3, what)
+        if snod is None:
+            return None
+        entries = symbol_table_node.read(self.file.reader, snod, what)
+        lo, hi = 0, len(entries)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = heap.string(entries[mid].name_offset)
+            if found == key:
+                return _entry_link(entries[mid], heap, what)
+            lo, hi = (mid + 1, hi) if found < key else (lo, mid)
+        return None
 
     def _dense_link(self, info, name: str) -> Link | None:
         raw = dense_storage.lookup(self.file.reader, dense_storage.LINKS, info.heap_address, info.name_index_address,
@@ -45,15 +83,12 @@ class Group(H5Object):
         return links, by_name
 
     def _read_links(self) -> list[Link]:
-        stab = self.message(M.SYMBOL_TABLE)
+        stab = self._symbol_table()
         if stab is not None:
-            return self._symbol_table_links(stab.btree_address, stab.heap_address)
+            return self._symbol_table_links(*stab)
         info = self.message(M.LINK_INFO)
         if info is not None and info.heap_address is not None:
             return self._dense_links(info)
-        entry = self.file.root_entry if self.address == self.file.root_address else None
-        if info is None and entry is not None and entry.btree_address is not None:
-            return self._symbol_table_links(entry.btree_address, entry.heap_address)
         links = [self.decode(raw) for raw in self.header.find(M.LINK)]
         tracked = info is not None and info.track_order and all(ln.creation_order is not None for ln in links)
         links.sort(key=(lambda ln: ln.creation_order) if tracked else (lambda ln: ln.name))

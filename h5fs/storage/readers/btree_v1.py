@@ -49,3 +49,29 @@ def iterate_leaves(reader, address: int, node_type: int, rank: int, what: str,
         else:
             for child in reversed(node.children):
                 stack.append((child, node.level - 1))
+
+
+def find_child(reader, address: int, node_type: int, rank: int, cmp3: Callable[[object, object], int],
+               what: str, read: Callable = read_node) -> int | None:
+    """The child of a leaf entry whose key range holds what `cmp3` looks for, in one descent
+    (H5B_find): `cmp3(left key, right key)` is negative below the range, 0 inside it, positive
+    above it; None when no range holds it."""
+    level = None
+    for _ in range(MAX_DEPTH + 1):
+        node = read(reader, address, node_type, rank, what)
+        if level is not None and node.level != level - 1:
+            raise FormatError(f"{what}: B-tree node at {address} has level {node.level}, expected {level - 1}")
+        lo, hi, cmp, idx = 0, len(node.children), 1, 0
+        while lo < hi and cmp:
+            idx = (lo + hi) // 2
+            cmp = cmp3(node.keys[idx], node.keys[idx + 1])
+            if cmp < 0:
+                hi = idx
+            else:
+                lo = idx + 1
+        if cmp:
+            return None
+        if node.level == 0:
+            return node.children[idx]
+        address, level = node.children[idx], node.level
+    raise FormatError(f"{what}: B-tree depth beyond {MAX_DEPTH}")
