@@ -608,6 +608,10 @@ def test_symlinks_and_paths_after_a_directory_moves(tmp_path, mount, layout):
     assert os.getxattr(mp / "p2" / "q" / "f", "user.h5fs.path") == b"/p2/q/f"
     os.rename(mp / "p2", mp / "p3")
     assert (mp / "p3" / "rel").read_bytes() == np.arange(4, dtype="<i4").tobytes()
+    assert os.getxattr(mp / "top", "user.h5fs.path") == b"/top"   # a dataset renamed: its own path
+    os.rename(mp / "top", mp / "p3" / "top2")
+    assert os.getxattr(mp / "p3" / "top2", "user.h5fs.path") == b"/p3/top2"
+    os.rename(mp / "p3" / "top2", mp / "top")
     mount.unmount(mp)
     verify_file(path, h5dump=layout == "earliest")
     with h5py.File(path, "r") as f:

@@ -169,10 +169,13 @@ class EditSide:
         for parent, name in ((old_parent, old), (new_parent, new)):
             self._changed(parent, name, _other_views(name, entry))
         # the moved object and all below it are known by their new paths (symlink targets,
-        # `user.h5fs.path`, messages)
-        for node in self.ops.table.moved(namespace.join(old_parent.path, text), namespace.join(new_parent.path, new_text)):
-            for npy in (False, True):
-                self.ops.fact_tables.pop((node.address, npy))
+        # `user.h5fs.path`, messages); a soft link's next lookup makes it a node anew
+        if entry.address is not None:
+            moved = self.ops.table.moved(namespace.join(old_parent.path, text), namespace.join(new_parent.path, new_text),
+                                         None if entry.kind == DIR else entry.address)
+            for node in moved:
+                for npy in (False, True):
+                    self.ops.fact_tables.pop((node.address, npy))
         if existing is not None and existing.address is not None and existing.address != entry.address:
             await self._forget_object(existing.address, left)
 

@@ -111,11 +111,14 @@ class InodeTable:
         for key in [k for k in self._links if k[0] == address]:
             self._links.pop(key).gone = True
 
-    def moved(self, old: str, new: str) -> list[Node]:
+    def moved(self, old: str, new: str, address: int | None = None) -> list[Node]:
         """The link at path `old` is now at `new`: the nodes found through it (its object, its
-        views, whatever lies below a group) take their new paths; returns them."""
+        views, whatever lies below a group) take their new paths; returns them. `address`: the
+        object is no group, only its own nodes can be (no scan of the table)."""
         out = []
-        for node in self._nodes.values():
+        nodes = self._nodes.values() if address is None else \
+            [n for n in (self._objects.get(address), self._views.get(address), self._points.get(address)) if n]
+        for node in nodes:
             rest = node.path[len(old):] if node.path.startswith(old) else None
             if rest is not None and (rest in ("", NPY_SUFFIX, POINTS_SUFFIX) or rest.startswith("/")):
                 node.path = new + rest

@@ -36,11 +36,11 @@ class FortranBody:
             return
         os.ftruncate(self._file.fileno(), self.nbytes)   # mapped whole
         with mmap.mmap(self._file.fileno(), self.nbytes, access=mmap.ACCESS_READ) as mapped:
-            array = np.ndarray(self.shape, self.dtype, mapped, order="F")
-            row = self.nbytes // self.shape[0] if self.shape else self.nbytes
-            step = max(1, BLOCK_BYTES // max(1, row))
-            for i in range(0, max(1, self.shape[0] if self.shape else 1), step):
-                yield i * row, np.ascontiguousarray(array[i:i + step] if self.shape else array).tobytes()
+            array = np.ndarray(self.shape, self.dtype, mapped, order="F")   # two dimensions or more
+            row = self.nbytes // self.shape[0]
+            step = max(1, BLOCK_BYTES // row)
+            for i in range(0, self.shape[0], step):
+                yield i * row, np.ascontiguousarray(array[i:i + step]).tobytes()
             del array   # the map closes only once no view of it is left
 
     def close(self) -> None:
