@@ -576,10 +576,9 @@ class EditSide:
         if numbers is not None:
             await self._show(address, numbers)
         elif left == 0 and address in self.editor.orphans:   # open still: no link left, as fstat says
-            for node in (ops.table.find_object(address), ops.table.find_view(address)):
-                if node is not None and node.numbers is not None:
-                    node.numbers = replace(node.numbers, nlink=0)
-                    await ops.invalidator.attributes(node)
+            node = ops.table.find_object(address) or ops.table.find_view(address)
+            if node is not None and node.numbers is not None:
+                await self._show(address, replace(node.numbers, nlink=0))
         elif left == 0:   # freed: an object made in its space gets inodes of its own
             ops.table.gone(address)
 

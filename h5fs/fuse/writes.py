@@ -47,9 +47,6 @@ class WriteSide:
         # written since their pages were last dropped
         self.paged: set[int] = set()
         self.touched: set[int] = set()  # datasets written since the last flush here
-        # datasets whose data a write changed, and when (whole seconds, as HDF5 keeps times):
-        # stat shows it at once, the header's time takes it at the flush
-        self.stamps: dict[int, int] = {}
 
     def start(self, nursery) -> None:
         nursery.start_soon(self._flusher)
@@ -89,7 +86,7 @@ class WriteSide:
             return
         touched, self.touched = self.touched, set()
         try:
-            await offload.run_sync(self._stamp)   # its record retired by the flush's fsync
+            await offload.run_sync(self.ops.edits.editor.stamp)   # its record retired by the flush's fsync
             await offload.run_sync(self.wb.flush)
         finally:
             for address in touched:
@@ -105,21 +102,8 @@ class WriteSide:
 
     def close(self) -> None:
         """At unmount: everything into the file, durably."""
-        self._stamp()
+        self.ops.edits.editor.stamp()
         self.wb.close()
-
-    def _stamp(self) -> None:
-        """In a worker: the modification times of the datasets written since the last flush
-        into their headers, where they keep one (none is added: libhdf5 does not stamp writes)."""
-        stamps, self.stamps = self.stamps, {}
-        f, editor = self.ops.f, self.ops.edits.editor
-        for address, seconds in stamps.items():
-            if address in editor.orphans:
-                continue
-            try:
-                editor.touch(f.get(address, ""), seconds * 1_000_000_000, add=False)
-            except H5fsError as exc:   # removed since it was written
-                log.debug("modification time not kept: %s", exc)
 
     # -- requests -----------------------------------------------------------------------------
     async def write(self, state: OpenFile, off: int, buf: bytes) -> int:
@@ -175,8 +159,10 @@ class WriteSide:
         self._stamped(node.address)
 
     def _stamped(self, address: int) -> None:
-        """Written now: stat shows the new modification time of an object that keeps one."""
-        seconds = self.stamps[address] = time.time_ns() // 1_000_000_000
+        """Written now (whole seconds, as HDF5 keeps times): stat shows the new modification
+        time of an object that keeps one at once, its header at the flush."""
+        seconds = time.time_ns() // 1_000_000_000
+        self.wb.stamp(address, seconds)
         for node in (self.ops.table.find_object(address), self.ops.table.find_view(address)):
             if node is not None and node.numbers is not None and node.numbers.mtime_ns is not None:
                 node.numbers = replace(node.numbers, mtime_ns=seconds * 1_000_000_000)

@@ -325,26 +325,49 @@ class TreeEditor:
             from .attributes_write import remove_attribute
             remove_attribute(txn, self.f, obj, name, self.shared)
 
-    def touch(self, obj: H5Object, mtime_ns: int | None = None, add: bool = True) -> None:
-        """The object's modification time: in a version 2 header's times, or in its
-        modification time message; an object with neither gets a message when its header is
-        new-style (version 2) and `add` says so, and keeps no time otherwise (an old-style
-        header in a file libhdf5 wrote without times)."""
+    def touch(self, obj: H5Object, mtime_ns: int | None = None) -> None:
+        """The object's modification time (`_set_mtime`); an object keeping none gets a message
+        when its header is new-style (version 2)."""
         seconds = (time.time_ns() if mtime_ns is None else mtime_ns) // 1_000_000_000
         with self._edit() as (txn, touched):
             touched.add(obj.address)
-            edit = HeaderEdit(txn, read_header(txn.reader, obj.address, obj.path))
-            if edit.times is not None:
-                access, _, change, birth = edit.times
-                edit.times = (access, seconds, change, birth)
-                return
-            for mtype, encode in ((MTIME, modification_time.encode_new), (MTIME_OLD, modification_time.encode_old)):
-                raw = edit.header.first(mtype)
-                if raw is not None:
-                    edit.replace(raw, _encoded(encode, seconds, txn.sizes))
-                    return
-            if add and edit.header.version > 1:
-                edit.add(MTIME, _encoded(modification_time.encode_new, seconds, txn.sizes))
+            _set_mtime(HeaderEdit(txn, read_header(txn.reader, obj.address, obj.path)), seconds, txn.sizes, add=True)
+
+    def stamp(self) -> None:
+        """The times of the data writes the writeback recorded (Writeback.stamps) into the
+        datasets' headers, in one transaction, where a header keeps one (none is added:
+        libhdf5 does not stamp writes either). Taken under the commit lock: a dataset freed
+        since it was written took its time with it."""
+        if not self.wb.stamps:   # nothing written since: no transaction
+            return
+        with self._edit() as (txn, touched):
+            for address, seconds in self.wb.take_stamps().items():
+                try:
+                    header = read_header(txn.reader, address, f"object at {address}")
+                except H5fsError:   # unreadable: its readers say why
+                    continue
+                if _set_mtime(HeaderEdit(txn, header), seconds, txn.sizes, add=False):
+                    touched.add(address)
+
+
+def _set_mtime(edit: HeaderEdit, seconds: int, sizes, add: bool) -> bool:
+    """Set the header's modification time: in a version 2 header's times, or in its
+    modification time message; one with neither gets a message when `add` says so and it is
+    new-style (an old-style header libhdf5 wrote without times keeps none). Whether it
+    changed."""
+    if edit.times is not None:
+        access, _, change, birth = edit.times
+        edit.times = (access, seconds, change, birth)
+        return True
+    for mtype, encode in ((MTIME, modification_time.encode_new), (MTIME_OLD, modification_time.encode_old)):
+        raw = edit.header.first(mtype)
+        if raw is not None:
+            edit.replace(raw, _encoded(encode, seconds, sizes))
+            return True
+    if add and edit.header.version > 1:
+        edit.add(MTIME, _encoded(modification_time.encode_new, seconds, sizes))
+        return True
+    return False
 
 
 def _dataset_header(txn: Transaction, new: NewDataset, version: int) -> int:

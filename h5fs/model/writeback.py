@@ -88,6 +88,9 @@ class Writeback:
         self.f = f
         self.dirty_limit = dirty_limit
         self.dirty: dict[int, Dirty] = {}    # dataset address -> its dirty state
+        # dataset address -> when its data was last written (s): its header's time takes it
+        # (TreeEditor.stamp); a dataset freed meanwhile leaves with its writes (`_drop`)
+        self.stamps: dict[int, int] = {}
         self.lock = threading.RLock()          # the dirty state
         self.commit_lock = threading.RLock()   # one commit at a time, taken before `lock`
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="h5fs-encode")
@@ -425,6 +428,7 @@ class Writeback:
     def _drop(self, address: int) -> None:
         """Forget every write of a dataset not yet in the file (its chunks pinned included)."""
         with self.lock:
+            self.stamps.pop(address, None)
             st = self.dirty.pop(address, None)
             if st is not None:
                 self.nbytes -= sum(len(b) for b in st.chunks.values())
@@ -580,6 +584,18 @@ class Writeback:
             self._check_writable(ds)
             if size != ds.source.size:
                 self._grow_to(ds, size, whole_rows=True)
+
+    def stamp(self, address: int, seconds: int) -> None:
+        """The dataset's data changed at `seconds`."""
+        with self.lock:
+            self.stamps[address] = seconds
+
+    def take_stamps(self) -> dict[int, int]:
+        """The modification times to record (call holding `commit_lock`: no dataset among them
+        can be freed meanwhile)."""
+        with self.lock:
+            stamps, self.stamps = self.stamps, {}
+        return stamps
 
     def room(self, ds: Dataset) -> int | None:
         """The raw bytes the dataset can reach by writes: its maximum first dimension's worth
