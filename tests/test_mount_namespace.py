@@ -283,6 +283,49 @@ def test_cp_npy_and_other_files_create_datasets(tmp_path, mount, layout):
 
 
 @pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_open_memmap_w_plus(tmp_path, mount, layout):
+    """`np.lib.format.open_memmap(mode="w+")` writes the header, closes, then maps the file: the
+    header alone makes a dataset of fill values (new, or replacing D's data with its attributes
+    kept) that the mapping then fills. A Fortran-order header alone is EINVAL: the view is C order
+    and the mapping would store the data transposed."""
+    path = tmp_path / f"memmap-{layout}.h5"
+    make_file(path, layout)
+    mp = mount(path, "rw")
+    made = {}
+    for name, arr in NPY_CASES.items():
+        m = np.lib.format.open_memmap(mp / "g" / f"{name}.npy", mode="w+", dtype=arr.dtype, shape=arr.shape)
+        assert not any(m.tobytes())   # the fill value, read back through the mapping
+        m[...] = arr
+        m.flush()
+        del m
+        made[f"g/{name}"] = arr
+    half = np.arange(50, dtype="<i2").reshape(5, 10)
+    m = np.lib.format.open_memmap(mp / "x.npy", mode="w+", dtype=half.dtype, shape=half.shape)   # over a dataset
+    m[:3] = half[:3]   # rows never written keep the fill value
+    m.flush()
+    del m
+    made["x"] = np.concatenate([half[:3], np.zeros((2, 10), "<i2")])
+    with pytest.raises(OSError) as ei:
+        np.lib.format.open_memmap(mp / "c.npy", mode="w+", dtype="<f4", shape=(10, 100), fortran_order=True)
+    assert ei.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as ei:
+        np.lib.format.open_memmap(mp / "g" / "f.npy", mode="w+", dtype="<f4", shape=(3, 4), fortran_order=True)
+    assert ei.value.errno == errno.EINVAL
+    assert "f" not in os.listdir(mp / "g")
+    for key, arr in made.items():
+        got = np.load(mp / f"{key}.npy")
+        assert got.dtype == arr.dtype and np.array_equal(got, arr), key
+    run_h5fs("umount", mp, check=True)
+    found = verify_file(path, h5dump=layout == "earliest")
+    with h5py.File(path, "r") as f:
+        for key, arr in made.items():
+            assert f[key].shape == arr.shape and np.array_equal(f[key][()], arr), key
+        assert np.array_equal(f["c"][()], np.arange(1000, dtype="<f4")) and "f" not in f["g"]
+        assert f["g"].attrs["note"] == "keep"
+    assert set(found) >= set(made)
+
+
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
 def test_setfattr_and_touch(tmp_path, mount, layout):
     path = tmp_path / f"attrs-{layout}.h5"
     make_file(path, layout)

@@ -345,10 +345,10 @@ class EditSide:
         if stream.replaces is not None:
             await self._replacement_closed(stream)
             return
-        if stream.failed is None and _incomplete(stream):
+        if stream.failed is None and _incomplete(stream) and not _declared(stream):
             if not stream.head and stream.header is None:   # nothing written yet: dd closes a duplicate first
                 return
-            stream.failed = InvalidWrite("truncated: the file ends before its array data does")
+            stream.failed = InvalidWrite(_cut_short(stream))
         if stream.failed is None:
             await self._fortran_whole(stream)
             return
@@ -376,12 +376,12 @@ class EditSide:
         unlinked dataset goes at release (`stream_release`)."""
         if stream.failed is not None:
             raise InvalidWrite(f"{stream.what}: {stream.failed}")
-        if not _incomplete(stream):
+        if not _incomplete(stream) or _declared(stream):
             await self._fortran_whole(stream)
             if stream.unlinked:
                 await self._replace(stream)
         elif stream.head or stream.header is not None:
-            raise InvalidWrite(f"{stream.what}: truncated: the file ends before its array data does")
+            raise InvalidWrite(f"{stream.what}: {_cut_short(stream)}")
 
     async def _fortran_whole(self, stream: NpyStream) -> None:
         """A whole Fortran-order body goes into the dataset, row-major."""
@@ -601,6 +601,25 @@ class EditSide:
 
 def _incomplete(stream: NpyStream) -> bool:
     return stream.header is None or stream.body.prefix() < stream.header.data_nbytes
+
+
+def _cut_short(stream: NpyStream) -> str:
+    if stream.header is not None and stream.header.fortran_order and not stream.body.starts:
+        return ("only the header of a Fortran-order array: a dataset's .npy view is in C order, so "
+                "its data must come with it (np.save), not through a mapping (open_memmap)")
+    return "truncated: the file ends before its array data does"
+
+
+def _declared(stream: NpyStream) -> bool:
+    """A header and no array data at all, what `np.lib.format.open_memmap(mode="w+")` writes and
+    closes before it maps the file (its pages then fill the data): a dataset of fill values, as
+    h5py's `create_dataset` without data. Only when the dataset's `.npy` view shows that very
+    header, so that a mapping at its length lands on the dataset's elements (a Fortran-order
+    header does not: its data would come transposed). Data cut short stays an error."""
+    obj = stream.obj
+    if stream.header is None or stream.body.starts or obj is None:
+        return False
+    return bytes(stream.head) == namespace.npy_header(obj.npy_dtype, obj.npy_shape)
 
 
 def _sparse_like(ds, header) -> dict | None:
