@@ -6,6 +6,7 @@ passes (space accounting included) and h5dump reads the old-format files."""
 from __future__ import annotations
 
 import errno
+import io
 import os
 import subprocess
 
@@ -594,22 +595,38 @@ def test_mkdir_over_a_taken_name_is_eexist(tmp_path, mount, layout):
 
 
 def test_rsync_a_and_cp_a_into_the_mount(tmp_path, mount):
-    """rsync -a (temporary files fchmod'ed, then renamed over their names) and cp -a (modes,
-    owners and times set on every file and directory) copy a tree in; chmod and chown succeed
-    and change nothing (HDF5 stores neither)."""
+    """rsync -aX (temporary files fchmod'ed and given their attributes, then renamed over their
+    names), cp -a (modes, owners and times set on every file and directory) and tar --xattrs
+    (which makes a file with attributes by mknod before it opens it) copy a tree in; chmod and
+    chown succeed and change nothing (HDF5 stores neither). rsync's temporary copy of a .npy is
+    renamed to its name: its bytes become the array, also over an existing dataset (a second
+    rsync after the array changed), with the attributes rsync gave the temporary file."""
     src = tmp_path / "src"
     (src / "sub" / "deeper").mkdir(parents=True)
     (src / "notes.txt").write_text("hello\n")
+    os.setxattr(src / "notes.txt", "user.units", b"metres")
     (src / "sub" / "run.sh").write_text("#!/bin/sh\necho hi\n")
     os.chmod(src / "sub" / "run.sh", 0o755)
     (src / "sub" / "deeper" / "blob.bin").write_bytes(bytes(range(256)) * 100)
     np.save(src / "arr.npy", np.arange(12, dtype="<i2").reshape(3, 4))
+    subprocess.run(["tar", "--xattrs", "-C", str(src), "-cf", str(tmp_path / "src.tar"), "."], check=True)
     path = tmp_path / "f.h5"
     h5py.File(path, "w", libver="latest").close()
     mp = mount(path, "rw")
-    done = subprocess.run(["rsync", "-a", f"{src}/", str(mp / "r")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(["rsync", "-aX", f"{src}/", str(mp / "r")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    big = np.arange(600_000, dtype="<f8").reshape(1000, 600)   # several chunks, through the writeback
+    np.save(src / "arr.npy", big)
+    os.setxattr(src / "arr.npy", "user.version", b"2")
+    done = subprocess.run(["rsync", "-aX", f"{src}/", str(mp / "r")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(mp / "r")) == ["arr", "arr.npy", "notes.txt", "notes.txt.npy", "sub"]
+    assert np.array_equal(np.load(mp / "r" / "arr.npy"), big)
     done = subprocess.run(["cp", "-a", str(src), str(mp / "c")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    os.mkdir(mp / "t")
+    done = subprocess.run(["tar", "--xattrs", "-C", str(mp / "t"), "-xf", str(tmp_path / "src.tar")],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     mode = os.stat(mp / "r" / "notes.txt").st_mode
     os.chmod(mp / "r" / "notes.txt", 0o600)
@@ -617,14 +634,54 @@ def test_rsync_a_and_cp_a_into_the_mount(tmp_path, mount):
     assert os.stat(mp / "r" / "notes.txt").st_mode == mode
     mount.unmount(mp)
     found = verify_file(path, h5dump=False)
-    for top in ("r", "c"):
+    for top in ("r", "c", "t"):
         assert found[f"{top}/notes.txt"].tobytes() == b"hello\n"
         assert found[f"{top}/sub/run.sh"].tobytes() == b"#!/bin/sh\necho hi\n"
         assert found[f"{top}/sub/deeper/blob.bin"].tobytes() == bytes(range(256)) * 100
-    # cp -a copies the .npy as a file: a dataset of its array; rsync writes a temporary name
-    # first, so the array lands as the bytes of the .npy file
-    assert np.array_equal(found["c/arr"], np.arange(12, dtype="<i2").reshape(3, 4))
-    assert found["r/arr.npy"].tobytes() == (src / "arr.npy").read_bytes()
+    assert np.array_equal(found["r/arr"], big) and np.array_equal(found["c/arr"], big)
+    assert np.array_equal(found["t/arr"], np.arange(12, dtype="<i2").reshape(3, 4))
+    with h5py.File(path, "r") as f:
+        assert f["r/arr"].attrs["version"] == "2" and f["r/notes.txt"].attrs["units"] == "metres"
+        assert f["t/notes.txt"].attrs["units"] == "metres"
+
+
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_bytes_renamed_to_a_npy_name(tmp_path, mount, layout):
+    """np.save into a temporary file, then os.replace onto x.npy (an atomic save): x is the
+    array, new or replacing a dataset (rename(2): the temporary file's attributes, the old
+    dataset freed); bytes that are no whole .npy are EINVAL and stay as they were; `mv D D.npy`
+    makes a file of bytes its own array."""
+    path = tmp_path / f"f-{layout}.h5"
+    make_file(path, layout)
+    mp = mount(path, "rw")
+    arr = np.arange(300_000, dtype="<f4").reshape(600, 500)
+    for target in ("g/new.npy", "x.npy"):   # a new name; dataset x (attributes none)
+        with open(mp / "g" / ".tmp", "wb") as out:
+            np.save(out, arr)
+        os.setxattr(mp / "g" / ".tmp", "user.saved", b"atomically")
+        os.replace(mp / "g" / ".tmp", mp / target)
+        assert np.array_equal(np.load(mp / target), arr)
+    assert ".tmp" not in os.listdir(mp / "g")
+    whole = io.BytesIO()
+    np.save(whole, np.arange(10, dtype=">i2"))
+    for bad in (b"", b"not a npy file", whole.getvalue()[:-4]):
+        (mp / "g" / "bad").write_bytes(bad)
+        with pytest.raises(OSError) as ei:
+            os.rename(mp / "g" / "bad", mp / "g" / "d.npy")
+        assert ei.value.errno == errno.EINVAL
+        assert (mp / "g" / "bad").read_bytes() == bad and np.array_equal(np.load(mp / "g" / "d.npy"), np.arange(10))
+    (mp / "g" / "self").write_bytes(whole.getvalue())
+    os.rename(mp / "g" / "self", mp / "g" / "self.npy")
+    assert np.array_equal(np.load(mp / "g" / "self.npy"), np.arange(10, dtype=">i2"))
+    run_h5fs("umount", mp, check=True)
+    verify_file(path, h5dump=layout == "earliest")
+    with h5py.File(path, "r") as f:
+        for key in ("g/new", "x"):
+            assert f[key].dtype == arr.dtype and np.array_equal(f[key][()], arr), key
+            assert f[key].attrs["saved"] == "atomically"
+        assert ".tmp" not in f["g"] and np.array_equal(f["g/d"][()], np.arange(10))
+        assert bytes(f["g/bad"][()]) == whole.getvalue()[:-4]
+        assert f["g/self"].dtype == np.dtype(">i2") and np.array_equal(f["g/self"][()], np.arange(10))
 
 
 @pytest.mark.parametrize("layout", ("earliest", "latest"))

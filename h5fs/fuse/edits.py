@@ -39,6 +39,7 @@ log = logging.getLogger("h5fs.fuse")
 DEFAULT_FILTERS = "gzip:4,shuffle"   # new datasets' compression (-o compression=...)
 CREATE_XATTR = b"user.h5fs.create"   # `h5fs create`'s request, set on the parent directory
 ATTRIBUTE_XATTR = b"user.h5fs.attribute"   # `h5fs attr --dtype`'s request, set on the object
+COPY_BLOCK = 1 << 20   # a file of bytes renamed to x.npy is read this much at a time into its array
 MAX_EARLY = 64 << 20   # how far into a .npy bytes are held while its header is incomplete (writeback_cache)
 
 
@@ -153,6 +154,11 @@ class EditSide:
             if not new.endswith(suffix) or new == suffix:
                 raise FUSEError(errno.EINVAL)
             link = new[:-len(suffix)]
+        # a file of bytes renamed to x.npy (rsync's temporary file, np.save then os.replace):
+        # its bytes become dataset x's array, as `cp T x.npy` would make it
+        array = not suffix and entry.kind == RAW and _array_name(new) and await self._run(self._holds_bytes, old_parent, text, entry)
+        if array:
+            link = new[:-len(NPY_SUFFIX)]
         new_text = link_name(link)
         existing = await self._entry(new_parent, link)
         if existing is not None:
@@ -162,8 +168,13 @@ class EditSide:
                 raise FUSEError(errno.EISDIR)
             if entry.kind == DIR and existing.kind != DIR:
                 raise FUSEError(errno.ENOTDIR)
-            if existing.address is not None and existing.address == entry.address and existing.kind != SYMLINK:
-                return   # two names of one object: rename(2) does nothing
+        if array:
+            await self._to_array(old_parent, text, entry)
+        if existing is not None and existing.address is not None and existing.address == entry.address \
+                and existing.kind != SYMLINK:
+            if array:   # mv D D.npy: D's own bytes became its array
+                await self._now_a_view(entry, new_parent, new, link)
+            return   # two names of one object: rename(2) does nothing
         left = await self._run(self.editor.rename, self.ops._object(old_parent), text,
                                self.ops._object(new_parent), new_text)
         for parent, name in ((old_parent, old), (new_parent, new)):
@@ -176,8 +187,46 @@ class EditSide:
             for node in moved:
                 for npy in (False, True):
                     self.ops.fact_tables.pop((node.address, npy))
+        if array:
+            await self._now_a_view(entry, new_parent, new, link)
         if existing is not None and existing.address is not None and existing.address != entry.address:
             await self._forget_object(existing.address, left)
+
+    async def _now_a_view(self, entry: Entry, parent: Node, name: bytes, link: bytes) -> None:
+        """The kernel moved T's inode (its bytes) to `name`, the `.npy` view of what T became:
+        the inode is that view from now on, and the kernel drops what it holds of it (its size,
+        its pages) before the rename returns, so the next open of `name` reads the array. The
+        name `link` (a dataset it replaced, or T itself) is looked up again."""
+        node = self.ops.table.find_object(entry.address)
+        if node is not None:
+            self.ops.table.becomes_view(node)
+            await self.ops.invalidator.data(node)
+        self._changed(parent, name, [link])
+
+    def _holds_bytes(self, parent: Node, text: str, entry: Entry) -> bool:
+        """Whether the dataset is a file of bytes (one-dimensional uint8), in a worker thread."""
+        ds = self.ops.f.get(entry.address, namespace.join(parent.path, text))
+        return not ds.sparse and ds.npy_dtype == np.uint8 and len(ds.npy_shape) == 1
+
+    async def _to_array(self, parent: Node, text: str, entry: Entry) -> None:
+        """The bytes of file T become its data, the array they hold as a `.npy`, stored as a
+        copied-in `.npy` is (`replace_stream`): one transaction at the end, T's attributes kept
+        (rsync sets them on its temporary file). EINVAL, T unchanged, when they are not one
+        whole valid `.npy`."""
+        ops = self.ops
+        ds = ops.f.get(entry.address, namespace.join(parent.path, text))
+        stream = NpyStream(ops.table.intern(parent, entry).ino, None, "", bytearray(), replaces=ds)
+        wb = ops.writes.wb
+        try:
+            size = ds.raw_size
+            if size == 0:
+                raise InvalidWrite(f"{ds.path}: renamed to a .npy name, but empty: no array")
+            for off in range(0, size, COPY_BLOCK):
+                data = await offload.run_sync(wb.read, ds, off, min(COPY_BLOCK, size - off))
+                await self._stream_write(stream, off, bytes(data))
+            await self._replacement_closed(stream)
+        finally:
+            await self.stream_release(stream)
 
     async def link(self, node: Node, new_parent: Node, new: bytes):
         if node.kind not in (RAW, NPY, DIR) or node.address is None:
@@ -225,13 +274,29 @@ class EditSide:
             # and its name must go at once (the release that forgets it comes after close returns)
             attrs.entry_timeout = 0
             return ops.handles.open_file(stream), attrs
-        await self._run(self.editor.create_dataset, ops._object(parent), text, np.uint8, (0,),
+        attrs = await self._bytes_file(parent, name, text)
+        node = ops.table.get(attrs.st_ino)
+        return ops.handles.open_file(OpenFile(node.ino, RAW, ops._object(node), b"", 0)), attrs
+
+    async def mknod(self, parent: Node, name: bytes) -> pyfuse3.EntryAttributes:
+        """An empty regular file, made before it is opened (`tar --xattrs` extracts a file with
+        attributes this way). A `.npy` name is refused: its dataset is made from the header
+        written through the handle that creates it, and this one has none."""
+        text = await self._free_name(parent, name)
+        if text.endswith(NPY_SUFFIX):
+            log.warning("%s/%s: a .npy file is made by the open that creates it (O_CREAT), not by mknod",
+                        parent.path.rstrip("/"), text)
+            raise FUSEError(errno.EPERM)
+        return await self._bytes_file(parent, name, text)
+
+    async def _bytes_file(self, parent: Node, name: bytes, text: str) -> pyfuse3.EntryAttributes:
+        """A new empty one-dimensional uint8 dataset: a file of any other name."""
+        await self._run(self.editor.create_dataset, self.ops._object(parent), text, np.uint8, (0,),
                         maxshape=(None,), chunks=(self.chunk_bytes,), filters=self.filters)
         self._changed(parent, name, [name + NPY_SUFFIX.encode()])
         attrs = await self._lookup(parent, name)
-        node = ops.table.get(attrs.st_ino)
-        ops.writes.paged.add(node.ino)
-        return ops.handles.open_file(OpenFile(node.ino, RAW, ops._object(node), b"", 0)), attrs
+        self.ops.writes.paged.add(attrs.st_ino)
+        return attrs
 
     def replace_stream(self, node: Node) -> NpyStream:
         """`cp y.npy D.npy` (D.npy opened with O_TRUNC, or truncated to 0 through its handle):
@@ -637,6 +702,12 @@ def _sparse_like(ds, header) -> dict | None:
     fill = ds.fill_value
     return dict(layout="sparse", chunks=ds.chunks, maxshape=maxshape, filters=ds.message(M.FILTERS) or "",
                 fill=None if fill is None else np.frombuffer(fill, header.dtype)[0])
+
+
+def _array_name(name: bytes) -> bool:
+    """A file name that names an array's `.npy` view (`x.npy`, not a sparse dataset's points)."""
+    return name.endswith(NPY_SUFFIX.encode()) and not name.endswith(POINTS_SUFFIX.encode()) \
+        and name != NPY_SUFFIX.encode()
 
 
 def _base(name: bytes, entry: namespace.Entry) -> bytes:

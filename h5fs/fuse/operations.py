@@ -705,7 +705,10 @@ class Operations(pyfuse3.Operations):
 
     @boundary
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        raise FUSEError(errno.EROFS)
+        edits = self._edits()
+        if not stat.S_ISREG(mode):   # a device, fifo or socket has no HDF5 counterpart
+            raise FUSEError(errno.EPERM)
+        return await edits.mknod(self._dir(parent_inode), name)
 
     def _edits(self) -> EditSide:
         if self.edits is None:
