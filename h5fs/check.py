@@ -24,7 +24,6 @@ terminal.
 
 from __future__ import annotations
 
-import bisect
 import os
 import sys
 from dataclasses import dataclass
@@ -39,10 +38,7 @@ from .storage.blockio import open_regular
 from .storage.locking import take_lock
 from .storage.readers import superblock as superblock_reader
 from .storage.space import LARGE, RAW
-from .storage.space_map import FILE, UNEXPECTED, Extent, Problem, Progress, gaps, walk
-
-MAX_OVERLAPS = 1000   # overlap lines reported; the rest are counted
-
+from .storage.space_map import FILE, UNEXPECTED, Extent, Problem, Progress, gaps, space_problems, walk
 
 @dataclass(frozen=True)
 class Report:
@@ -90,7 +86,7 @@ def check(path: str, progress: Progress | None = None) -> Report:
     used = sorted(smap.extents, key=lambda e: e.address)
     unused = sum(n for _, n in gaps(used, eoa))
     info = smap.file_space
-    problems += smap.problems + _space_problems(used, smap.free, eoa) + _manager_problems(smap.free, info, eoa)
+    problems += smap.problems + space_problems(used, smap.free, eoa) + _manager_problems(smap.free, info, eoa)
     if info is not None and info.version == 1 and info.strategy == V1_PAGE:
         problems += _page_problems(used, smap.free, info.page_size)
     return Report(path, tuple(dict.fromkeys(problems)), eof, eoa, eoa - unused, unused,
@@ -113,37 +109,6 @@ def _journal(path: str, eoa: int | None) -> list[Problem]:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _space_problems(used: list[Extent], free: list[Extent], eoa: int) -> list[Problem]:
-    """Extents past the end of allocation, extents that overlap, free sections something uses."""
-    out = [Problem(e.path, e.structure, f"{e.address}+{e.size} lies past the end of allocation ({eoa})")
-           for e in used if e.end > eoa]
-    overlaps, reach = 0, None
-    for e in used:
-        if reach is not None and e.address < reach.end:
-            overlaps += 1
-            if overlaps <= MAX_OVERLAPS:
-                out.append(Problem(e.path, e.structure, f"{e.address}+{e.size} overlaps {reach.what} at "
-                                                        f"{reach.address}+{reach.size}"))
-        if reach is None or e.end > reach.end:
-            reach = e
-    if overlaps > MAX_OVERLAPS:
-        out.append(Problem(FILE, "space map", f"{overlaps - MAX_OVERLAPS} more overlapping extents"))
-    starts = [e.address for e in used]
-    reaches, furthest = [], None   # reaches[i]: the extent reaching furthest among used[:i + 1]
-    for e in used:
-        furthest = e if furthest is None or e.end > furthest.end else furthest
-        reaches.append(furthest)
-    for s in free:
-        i = bisect.bisect_left(starts, s.end) - 1
-        if s.end > eoa:
-            out.append(Problem(s.path, s.structure, f"{s.address}+{s.size} lies past the end of allocation ({eoa})"))
-        elif i >= 0 and reaches[i].end > s.address:
-            hit = reaches[i]
-            out.append(Problem(s.path, s.structure, f"{s.address}+{s.size} is listed free but {hit.what} uses "
-                                                    f"{hit.address}+{hit.size}"))
-    return out
 
 
 def _manager_problems(free: list[Extent], info: FileSpaceInfo | None, eoa: int) -> list[Problem]:

@@ -35,7 +35,8 @@ log = logging.getLogger("h5fs.fuse")
 FLUSH_DELAY = 2.0    # s without writes before dirty data is flushed
 FLUSH_POLL = 0.5     # s between checks
 WALKS = 5            # walks for unused space made while the tree keeps changing under them
-WALK_PAUSE = 2.0     # s between them
+WALK_PAUSE = 2.0     # s between them, at first
+WALK_PAUSE_MAX = 60.0
 
 
 class WriteSide:
@@ -47,20 +48,25 @@ class WriteSide:
         # written since their pages were last dropped
         self.paged: set[int] = set()
         self.touched: set[int] = set()  # datasets written since the last flush here
+        writeback.f.store.allocator.hold()   # freed space waits for the walk to find the file sound
 
     def start(self, nursery) -> None:
         nursery.start_soon(self._flusher)
         nursery.start_soon(self._find_free_space)
 
     async def _find_free_space(self) -> None:
-        """The walk for unused space, made again while the tree changes under it (up to
-        WALKS times, WALK_PAUSE s apart)."""
+        """The walk for unused space, made again while the tree changes under it (WALK_PAUSE s
+        apart, doubling up to WALK_PAUSE_MAX): until one completes, freed space is not reused."""
+        pause = WALK_PAUSE
         try:
-            for _ in range(WALKS):
+            for attempt in range(1, 10**9):
                 if await offload.run_sync(find_free_space, self.ops.f, self.wb.commit_lock) is not None:
                     return
-                await trio.sleep(WALK_PAUSE)
-            log.info("unused space not looked for: the tree kept changing under %d walks", WALKS)
+                if attempt == WALKS:
+                    log.info("the tree kept changing under %d walks for unused space: space freed since mount "
+                             "is reused once one completes", WALKS)
+                await trio.sleep(pause)
+                pause = min(2 * pause, WALK_PAUSE_MAX)
         except Exception as exc:  # noqa: BLE001 - new space keeps coming from the end of the file
             log.warning("free space not reused: %s: %s", type(exc).__name__, exc)
 
@@ -126,6 +132,7 @@ class WriteSide:
             off -= len(head)
         elif state.kind != RAW:
             raise FUSEError(errno.EBADF)
+        self._refuse_damaged(ds)
         room = self.wb.room(ds)
         if buf and room is not None and off + len(buf) > room > off:   # what fits is written (EFBIG when nothing does)
             taken -= off + len(buf) - room
@@ -152,11 +159,20 @@ class WriteSide:
             size -= head
         elif node.kind != RAW:
             raise FUSEError(errno.EINVAL)
+        self._refuse_damaged(ds)
         size = size or 0
         await offload.run_sync(self.wb.truncate, ds, size)
         self.last_write = time.monotonic()
         await self.changed(node.address, None, resized=True)
         self._stamped(node.address)
+
+    def _refuse_damaged(self, ds) -> None:
+        """A dataset the walk found damaged (storage another object shares...) takes no writes:
+        they would land in, or free, what the other holds."""
+        reason = self.ops.f.store.damaged.get(ds.address)
+        if reason is not None:
+            log.error("%s: not written: the file is damaged there (%s; h5fs check tells more)", ds.path, reason)
+            raise FUSEError(errno.EIO)
 
     def _stamped(self, address: int) -> None:
         """Written now (whole seconds, as HDF5 keeps times): stat shows the new modification

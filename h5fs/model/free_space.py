@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 
-from ..storage.space_map import gaps, walk
+from ..storage.space_map import gaps, space_problems, walk
 
 log = logging.getLogger("h5fs")
 
@@ -29,16 +29,21 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
     A walk under which an existing object got a new link (ln, mv) is not trusted: the object may
     have moved from where the walk had not been yet to where it had been, and its bytes would
     look unused. Nor is one that met a problem while edits were committed under it (a link count
-    read between two transactions)."""
+    read between two transactions).
+
+    The walk is also the file's check (extents two objects share, free sections over live data,
+    link counts): a sound file gets the space the allocator held since mount (`Allocator.hold`);
+    in a damaged one it stays held, and the objects concerned refuse edits (`Store.damaged`)."""
     allocator = f.store.allocator
     with quiet:
         end = allocator.watch()
         commits, relinks = f.store.commits, f.store.relinks
     try:
         smap = walk(f)
-        problem = smap.problems[0] if smap.problems else None
+        problems = smap.problems or space_problems(sorted(smap.extents, key=lambda e: e.address), smap.free, end)
+        problem = problems[0] if problems else None
     except Exception as exc:  # noqa: BLE001 - raised again below unless the file changed
-        problem, smap = exc, None
+        problem, problems, smap = exc, [], None
     changed, moved = f.store.commits != commits, f.store.relinks != relinks
     if problem is not None or moved:
         allocator.adopt([])
@@ -46,9 +51,19 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
             return None
         if isinstance(problem, Exception):
             raise problem
-        log.warning("%s: free space not reused: %s", f.path, problem)
+        for p in problems:
+            for address in p.objects:
+                f.store.damaged.setdefault(address, str(p))
+        log.warning("%s: damaged (h5fs check tells more): %s%s; free space not reused (%d bytes freed or listed "
+                    "free kept unused), %d objects refuse edits", f.path, problem,
+                    f" (and {len(problems) - 1} more)" if len(problems) > 1 else "", allocator.held_bytes(),
+                    len(f.store.damaged))
         return 0
     busy = sorted(smap.extents + smap.free, key=lambda e: e.address)
     adopted = allocator.adopt(gaps(busy, end))
+    kept = allocator.trust(sorted((e.address, e.size) for e in smap.extents))
+    if kept:
+        log.warning("%s: %d bytes an edit freed since mount are in use by another object (the file was damaged: "
+                    "h5fs check tells more): kept unused", f.path, kept)
     log.info("%s: %d bytes of unused space found, reused for new data", f.path, adopted)
     return adopted

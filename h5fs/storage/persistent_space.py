@@ -85,8 +85,8 @@ def setup(reader, sb: sbf.Superblock, eoa: int, name: str) -> tuple[Allocator, P
     allocator = Allocator(eoa, page, split=page is None)
     for pool, extents in pools.items():
         allocator.load(pool, extents)
-    log.info("%s: reusing the %d bytes its free-space managers list, and keeping them current", name,
-             sum(n for e in pools.values() for _, n in e))
+    log.info("%s: its free-space managers list %d bytes, reused (by a mount: once its walk finds the file "
+             "sound) and kept current", name, sum(n for e in pools.values() for _, n in e))
     return allocator, PersistentSpace(sb, info, Managers(headers, lists))
 
 

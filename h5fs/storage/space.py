@@ -160,6 +160,9 @@ class Allocator:
         self.released = Spans()   # what this mount's transactions freed (`trim_end`)
         self._undo: list[tuple[FreeList, bool, int, int]] = []   # the pools' changes since `snapshot`
         self._generation = 0      # snapshots taken: only the last one can be restored
+        # space kept out of reuse until the file is known sound (`hold`): (address, size, pool it
+        # was listed in or None, raw)
+        self.held: list[tuple[int, int, int | None, bool]] | None = None
 
     def extents(self) -> list[Extent]:
         """The reusable free extents (start, size), by address, of every pool."""
@@ -211,6 +214,38 @@ class Allocator:
                 if self.page is not None and pool != LARGE:
                     self.kinds[address // self.page] = pool
 
+    # -- space kept until the file is known sound ------------------------------------------------
+    def hold(self) -> None:
+        """Keep what the pools hold now (a persistent manager's sections) and every extent freed
+        from now on out of reuse until `trust`: until a walk of the file says it is sound, a
+        free that damage dictates (an extent two objects share, the last link of an object that
+        more links lead to) or a section listed over live data would let new data overwrite a
+        healthy object. In a damaged file the space stays unused."""
+        with self._lock:
+            self.held = [(a, n, p, False) for p, fl in self.pools.items() for a, n in fl.extents()]
+            self.pools = {p: FreeList(fl.boundary) for p, fl in self.pools.items()}
+
+    def trust(self, used: list[Extent]) -> int:
+        """The file is sound: the space held becomes reusable, except what a structure the walk
+        found still uses (`used`, sorted: an edit made before the walk may have freed an extent
+        another object shares, and the evidence went with it). Returns the bytes kept back."""
+        with self._lock:
+            held, self.held = self.held or [], None
+            kept = 0
+            for address, size, pool, raw in held:
+                for start, n in _subtract([(address, size)], used):
+                    if pool is None:
+                        self._give(start, n, raw)
+                    else:
+                        self.pools[pool].add(start, n)
+                    size -= n
+                kept += size
+            return kept
+
+    def held_bytes(self) -> int:
+        with self._lock:
+            return sum(n for _, n, _, _ in self.held or ())
+
     # -- the walk for unused space ------------------------------------------------------------
     def watch(self) -> int:
         """Start recording every extent allocated or freed (a walk of the file for unused space
@@ -225,6 +260,7 @@ class Allocator:
         unknown kind). Returns the bytes adopted."""
         with self._lock:
             held = [e for pool in self.pools.values() for e in pool.extents()]
+            held += [(a, n) for a, n, _, _ in self.held or ()]
             busy = sorted(self._touched + held + self.pending)
             self._touched = None
             adopted = 0
@@ -295,7 +331,10 @@ class Allocator:
         """Make pending frees reusable (the change that dropped them is durable)."""
         with self._lock:
             for (address, size), raw in zip(self.pending, self._pending_raw):
-                self._give(address, size, raw)
+                if self.held is not None:
+                    self.held.append((address, size, None, raw))
+                else:
+                    self._give(address, size, raw)
                 self.released.add(address, address + size)
             self.pending.clear()
             self._pending_raw.clear()
@@ -306,7 +345,7 @@ class Allocator:
             saved = self.pools, self.kinds
             self.pools, self.kinds = {p: fl.copy() for p, fl in self.pools.items()}, dict(self.kinds)
             try:
-                for address, size, raw in frees:
+                for address, size, raw in frees if self.held is None else ():
                     self._give(address, size, raw)
                 return {p: fl.extents() for p, fl in self.pools.items()}
             finally:

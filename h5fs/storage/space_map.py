@@ -34,6 +34,7 @@ write side needs to find free space after mount.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import struct
 from collections import Counter, deque
@@ -81,6 +82,7 @@ LINK_INFO, DATATYPE, EXTERNAL, SOHM_TABLE, SYMBOL_TABLE = 0x02, 0x03, 0x07, 0x0F
 BTREE_K, ATTRIBUTE_INFO, FSINFO = 0x13, 0x15, 0x17
 FILE = "(file)"     # the owner named for the file's own structures (superblock and what it names)
 SCAN_BYTES = 4 << 20   # contiguous variable-length data is scanned for heap IDs this much at a time
+MAX_OVERLAPS = 1000   # overlap problems named one by one; the rest are counted
 MAX_NESTING = 8        # vlen data inside vlen data followed this deep
 MAX_HEAP_IDS = 1 << 16   # heap IDs one element may hold (an array of vlen data) that the walk follows
 # what decoding a hostile file can raise where a bounds check was missed (as the model's guard)
@@ -99,6 +101,7 @@ class Extent:
     structure: str
     raw: bool = False             # raw data (module docstring), not metadata
     slot: int | None = None       # a free section: the slot of the file's manager listing it
+    owner: int | None = None      # the header address of the object it belongs to
 
     @property
     def end(self) -> int:
@@ -114,6 +117,7 @@ class Problem:
     path: str
     structure: str
     message: str
+    objects: tuple[int, ...] = ()   # header addresses of the objects it concerns (edits refuse them)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.structure}: {self.message}"
@@ -146,6 +150,42 @@ def used_extents(file: H5File) -> list[Extent]:
         raise FormatError(f"space map incomplete: {smap.problems[0]}"
                           + (f" (and {len(smap.problems) - 1} more)" if len(smap.problems) > 1 else ""))
     return sorted(smap.extents, key=lambda e: e.address)
+
+
+def space_problems(used: list[Extent], free: list[Extent], eoa: int) -> list[Problem]:
+    """Extents (sorted by address) past the end of allocation, extents that overlap, free
+    sections something uses; each problem names the objects concerned."""
+    out = [Problem(e.path, e.structure, f"{e.address}+{e.size} lies past the end of allocation ({eoa})", _owners(e))
+           for e in used if e.end > eoa]
+    overlaps, reach = 0, None
+    for e in used:
+        if reach is not None and e.address < reach.end:
+            overlaps += 1
+            if overlaps <= MAX_OVERLAPS:
+                out.append(Problem(e.path, e.structure, f"{e.address}+{e.size} overlaps {reach.what} at "
+                                                        f"{reach.address}+{reach.size}", _owners(e, reach)))
+        if reach is None or e.end > reach.end:
+            reach = e
+    if overlaps > MAX_OVERLAPS:
+        out.append(Problem(FILE, "space map", f"{overlaps - MAX_OVERLAPS} more overlapping extents"))
+    starts = [e.address for e in used]
+    reaches, furthest = [], None   # reaches[i]: the extent reaching furthest among used[:i + 1]
+    for e in used:
+        furthest = e if furthest is None or e.end > furthest.end else furthest
+        reaches.append(furthest)
+    for s in free:
+        i = bisect.bisect_left(starts, s.end) - 1
+        if s.end > eoa:
+            out.append(Problem(s.path, s.structure, f"{s.address}+{s.size} lies past the end of allocation ({eoa})"))
+        elif i >= 0 and reaches[i].end > s.address:
+            hit = reaches[i]
+            out.append(Problem(s.path, s.structure, f"{s.address}+{s.size} is listed free but {hit.what} uses "
+                                                    f"{hit.address}+{hit.size}", _owners(hit)))
+    return out
+
+
+def _owners(*extents: Extent) -> tuple[int, ...]:
+    return tuple(e.owner for e in extents if e.owner is not None)
 
 
 def gaps(extents: list[Extent], end: int) -> list[tuple[int, int]]:
@@ -251,6 +291,7 @@ class _Walk:
         self.references: Counter[int] = Counter()    # header address -> links and shared uses met
         self.counts: dict[int, tuple[int, str]] = {}  # header address -> (its reference count, path)
         self.shared_uses: SharedUses | None = None   # what objects use of a shared-message table
+        self.current: int | None = None              # the header address of the object being walked
 
     def run(self) -> SpaceMap:
         self.superblock()
@@ -260,6 +301,7 @@ class _Walk:
             self.object(*(self.queue.popleft() if self.queue else self.shared.pop()))
             self.map.objects += 1
             self.tick()
+        self.current = None
         if not self.map.problems:   # with links unread the counts would be incomplete
             self.reference_counts()
             if self.shared_uses is not None:
@@ -273,7 +315,9 @@ class _Walk:
         for address, (count, path) in self.counts.items():
             found = self.references[address]
             if count != found:
+                self.current = address
                 self.problem(path, "reference count", f"the header counts {count}, {found} lead to the object")
+        self.current = None
 
     def tick(self) -> None:
         if self.progress is not None:
@@ -287,7 +331,8 @@ class _Walk:
             text = f"malformed ({type(error).__name__}: {error})"
         for prefix in (f"{path}: ", f"{structure}: "):   # readers name the object themselves
             text = text.removeprefix(prefix)
-        self.map.problems.append(Problem(path, structure, text[:500] or type(error).__name__))
+        objects = () if self.current is None else (self.current,)
+        self.map.problems.append(Problem(path, structure, text[:500] or type(error).__name__, objects))
 
     @contextlib.contextmanager
     def guard(self, path: str, structure: str) -> Iterator[None]:
@@ -308,7 +353,7 @@ class _Walk:
             self.problem(path, structure, f"{address}+{size} lies outside the file ({eof} bytes)")
             return False
         if size:
-            self.map.extents.append(Extent(address, size, path, structure, raw))
+            self.map.extents.append(Extent(address, size, path, structure, raw, owner=self.current))
         return True
 
     def first_time(self, key: object) -> bool:
@@ -391,6 +436,7 @@ class _Walk:
 
     def object(self, address: int, path: str) -> None:
         header = obj = None
+        self.current = address
         with self.guard(path, "object header"):
             header = self.f.header(address, path)
         if header is None:

@@ -69,6 +69,9 @@ class Store:
         # (ln, mv): a walk of the file can tell that it changed under it, and whether an object
         # it had not reached yet may have moved behind it
         self.commits = self.relinks = 0
+        # objects a walk of the file found damaged (header address -> what is wrong): edits that
+        # would build on what they hold are refused
+        self.damaged: dict[int, str] = {}
 
     def begin(self) -> Transaction:
         return Transaction(self)
