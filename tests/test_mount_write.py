@@ -314,6 +314,26 @@ def test_disk_full_answers_enospc_and_keeps_the_file(mount, small_disk):
     assert data["d"].tobytes()[:len(durable)] == durable
 
 
+def test_cp_onto_a_full_disk_fails_and_leaves_no_dataset(mount, small_disk, tmp_path):
+    """`cp` of a .npy larger than the disk's free space: cp fails with ENOSPC (at the latest at
+    its close) and no dataset is left, whatever the unmount then does; a copy that fits lands."""
+    path = small_disk / "f.h5"
+    with h5py.File(path, "w") as f:
+        f.create_group("g")
+    big, small = tmp_path / "big.npy", tmp_path / "small.npy"
+    np.save(big, np.random.default_rng(0).random(700_000))   # 5.6 MB on a 4 MiB disk
+    np.save(small, np.arange(1000.0))
+    mp = mount(path, "rw", "compression=none")
+    done = subprocess.run(["cp", str(big), str(mp / "g")], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "No space left on device" in done.stderr, done.stderr
+    assert sorted(os.listdir(mp / "g")) == []
+    subprocess.run(["cp", str(small), str(mp / "g")], check=True)
+    assert np.array_equal(np.load(mp / "g" / "small.npy"), np.arange(1000.0))
+    run_h5fs("umount", mp, check=True)
+    data = verify_file(path, h5dump=False)
+    assert set(data) == {"g/small"}
+
+
 def test_kernel_writeback_cache(mount, tmp_path):
     """With the kernel's writeback cache the kernel batches writes (and reads pages to fill
     partial ones) before they reach the daemon: the file must end up the same."""

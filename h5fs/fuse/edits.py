@@ -39,6 +39,7 @@ log = logging.getLogger("h5fs.fuse")
 DEFAULT_FILTERS = "gzip:4,shuffle"   # new datasets' compression (-o compression=...)
 CREATE_XATTR = b"user.h5fs.create"   # `h5fs create`'s request, set on the parent directory
 ATTRIBUTE_XATTR = b"user.h5fs.attribute"   # `h5fs attr --dtype`'s request, set on the object
+ROOM = 64 << 20   # free space below this (plus twice the data waiting) makes a new array's close flush
 COPY_BLOCK = 1 << 20   # a file of bytes renamed to x.npy is read this much at a time into its array
 MAX_EARLY = 64 << 20   # how far into a .npy bytes are held while its header is incomplete (writeback_cache)
 
@@ -416,7 +417,9 @@ class EditSide:
             stream.failed = InvalidWrite(_cut_short(stream))
         if stream.failed is None:
             await self._fortran_whole(stream)
-            return
+            await self._landed(stream)
+            if stream.failed is None:
+                return
         if stream.obj is not None:
             obj, stream.obj = stream.obj, None
 
@@ -433,7 +436,22 @@ class EditSide:
             else:
                 self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
                 await self._forget_object(obj.address, left)
+        if isinstance(stream.failed, OSError) and stream.failed.errno:   # ENOSPC: the close says so
+            raise OSError(stream.failed.errno, f"{stream.what}: {stream.failed.strerror or stream.failed}")
         raise InvalidWrite(f"{stream.what}: {stream.failed}")
+
+    async def _landed(self, stream: NpyStream) -> None:
+        """A new array's data is written at a flush after its close. On a file system that
+        might not hold what waits to be written, the close flushes first: a disk that fills up
+        then fails the copy (ENOSPC at close, the dataset removed), where a later flush would
+        fail with the array made and holding fill values."""
+        host = await offload.run_sync(os.statvfs, os.path.dirname(os.path.abspath(self.ops.source)))
+        if host.f_bavail * host.f_frsize >= 2 * self.ops.writes.wb.waiting()[0] + ROOM:
+            return
+        try:
+            await self.ops.writes.flush()
+        except OSError as exc:
+            stream.failed = exc
 
     async def _replacement_closed(self, stream: NpyStream) -> None:
         """Every close of a descriptor flushes, and some tools close a duplicate first (dd):
