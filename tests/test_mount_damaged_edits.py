@@ -242,3 +242,40 @@ def test_an_edit_before_the_walk_took_the_evidence(tmp_path):
         f.close()
     with h5py.File(path, "r") as h:
         assert np.array_equal(h["b"][()], b_data) and "a" not in h
+
+
+@pytest.mark.parametrize("libver", ("earliest", "latest"))
+def test_two_attributes_name_one_heap_object(tmp_path, mount, libver):
+    """/g's string attribute a names the global heap object of attribute b (a heap ID has no
+    checksum): check says so, and replacing or removing a (which frees its object) is EIO."""
+    path = tmp_path / "x.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        f.create_group("g").attrs.update({"a": "AAAA-first-string", "b": "BBBB-second-string"})
+        f.create_group("h")
+    raw = bytearray(path.read_bytes())
+    heap = raw.find(b"GCOL")
+    index = {name: struct.unpack_from("<H", raw, raw.find(text) - 16)[0]
+             for name, text in (("a", b"AAAA-first"), ("b", b"BBBB-second"))}
+    at = raw.find(struct.pack("<IQI", len("AAAA-first-string"), heap, index["a"]))
+    struct.pack_into("<IQI", raw, at, len("BBBB-second-string"), heap, index["b"])
+    if libver == "latest":   # the attribute lives in a checksummed header: sealed again
+        oh = raw.rfind(b"OHDR", 0, at)
+        flags = raw[oh + 5]
+        q = oh + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+        n = 1 << (flags & 3)
+        end = q + n + int.from_bytes(raw[q:q + n], "little")
+        struct.pack_into("<I", raw, end, lookup3(bytes(raw[oh:end])))
+    path.write_bytes(raw)
+    before = problems(path)
+    assert any("names too" in p for p in before), before
+    mp = mount(path, "rw")
+    assert "damaged" in walked(mount, mp)
+    for edit in (lambda: os.setxattr(mp / "g", "user.a", b"new"), lambda: os.removexattr(mp / "g", "user.a")):
+        with pytest.raises(OSError) as ei:
+            edit()
+        assert ei.value.errno == errno.EIO
+    os.setxattr(mp / "h", "user.c", b"a healthy object takes edits")
+    run_h5fs("umount", mp, check=True)
+    with h5py.File(path, "r") as f:
+        assert f["g"].attrs["b"] == "BBBB-second-string" and f["h"].attrs["c"] == "a healthy object takes edits"
+    assert problems(path) == before

@@ -292,6 +292,7 @@ class _Walk:
         self.counts: dict[int, tuple[int, str]] = {}  # header address -> (its reference count, path)
         self.shared_uses: SharedUses | None = None   # what objects use of a shared-message table
         self.current: int | None = None              # the header address of the object being walked
+        self.heap_uses: dict[tuple[int, int], tuple[int | None, str, str]] = {}   # global heap object -> first use
 
     def run(self) -> SpaceMap:
         self.superblock()
@@ -851,6 +852,12 @@ class _Walk:
             self.problem(path, where, f"names object {index} of the global heap collection at {address}, "
                                       "which has none")
             return None
+        first = self.heap_uses.setdefault((address, index), (self.current, path, where))
+        if first != (self.current, path, where) and obj.refcount <= 1:   # libhdf5 writes one object per value
+            self.map.problems.append(Problem(path, where, f"names object {index} of the global heap collection "
+                                                          f"at {address}, which {first[1]}: {first[2]} names too "
+                                                          "(an edit of one would free the other's value)",
+                                             tuple(a for a in (self.current, first[0]) if a is not None)))
         return obj.data
 
 
