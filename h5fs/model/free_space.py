@@ -39,7 +39,7 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
         end = allocator.watch()
         commits, relinks = f.store.commits, f.store.relinks
     try:
-        smap = walk(f)
+        smap = walk(f, clock=lambda: allocator.clock)
         problems = smap.problems or space_problems(sorted(smap.extents, key=lambda e: e.address), smap.free, end)
         problem = problems[0] if problems else None
     except Exception as exc:  # noqa: BLE001 - raised again below unless the file changed
@@ -61,7 +61,7 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
         return 0
     busy = sorted(smap.extents + smap.free, key=lambda e: e.address)
     adopted = allocator.adopt(gaps(busy, end))
-    kept = allocator.trust(sorted((e.address, e.size) for e in smap.extents))
+    kept = allocator.trust(sorted(((e.address, e.size, e.seen, e.owner) for e in smap.extents), key=lambda u: u[0]))
     if kept:
         log.warning("%s: %d bytes an edit freed since mount are in use by another object (the file was damaged: "
                     "h5fs check tells more): kept unused", f.path, kept)

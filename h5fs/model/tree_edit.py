@@ -71,7 +71,7 @@ class TreeEditor:
     def _edit(self) -> Iterator[tuple[Transaction, set[int]]]:
         """A transaction for one edit; `touched` collects the object headers it changes."""
         with self.wb.commit_lock, self.f.store.transaction() as txn:
-            touched: set[int] = set()
+            touched = txn.owners
             self.shared = SharedMessages(txn, self.f)
             yield txn, touched
             self.shared.close()

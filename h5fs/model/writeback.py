@@ -379,6 +379,7 @@ class Writeback:
                             self._drop(address)
                             continue
                     changed.append(address)
+                txn.owners.update(changed)
                 txn.commit()
             with self.lock:   # no write may pin a chunk under a version of the dataset being retired
                 self._forget(txn, changed)

@@ -161,8 +161,9 @@ class Allocator:
         self._undo: list[tuple[FreeList, bool, int, int]] = []   # the pools' changes since `snapshot`
         self._generation = 0      # snapshots taken: only the last one can be restored
         # space kept out of reuse until the file is known sound (`hold`): (address, size, pool it
-        # was listed in or None, raw)
-        self.held: list[tuple[int, int, int | None, bool]] | None = None
+        # was listed in or None, raw, `clock` of the transaction that freed it, the objects it changed)
+        self.held: list[tuple[int, int, int | None, bool, int, frozenset[int]]] | None = None
+        self.clock = 0   # transactions begun: orders a walk's sightings and the frees
 
     def extents(self) -> list[Extent]:
         """The reusable free extents (start, size), by address, of every pool."""
@@ -179,6 +180,7 @@ class Allocator:
         not copied: a snapshot costs nothing however many free extents the file has."""
         with self._lock:
             self._generation += 1
+            self.clock += 1
             self._undo.clear()
             for fl in self.pools.values():
                 fl.undo = self._undo
@@ -222,18 +224,32 @@ class Allocator:
         more links lead to) or a section listed over live data would let new data overwrite a
         healthy object. In a damaged file the space stays unused."""
         with self._lock:
-            self.held = [(a, n, p, False) for p, fl in self.pools.items() for a, n in fl.extents()]
+            self.held = [(a, n, p, False, self.clock, frozenset()) for p, fl in self.pools.items()
+                         for a, n in fl.extents()]
             self.pools = {p: FreeList(fl.boundary) for p, fl in self.pools.items()}
 
-    def trust(self, used: list[Extent]) -> int:
-        """The file is sound: the space held becomes reusable, except what a structure the walk
-        found still uses (`used`, sorted: an edit made before the walk may have freed an extent
-        another object shares, and the evidence went with it). Returns the bytes kept back."""
+    def trust(self, used: list[tuple[int, int, int, int | None]]) -> int:
+        """The file is sound: the space held becomes reusable, except where the walk found it
+        in use (`used`: (address, size, `clock` when the walk met it, the object it belongs to),
+        sorted) by an object other than those the freeing transaction changed, or by one of
+        those once that transaction had begun: an edit made before the walk may have freed an
+        extent another object shares, or an object more links lead to, and the evidence went
+        with it. What the walk saw of an object before the object's own edit freed it is reused.
+        Returns the bytes kept back."""
         with self._lock:
             held, self.held = self.held or [], None
+            starts = [u[0] for u in used]
+            widest = max((u[1] for u in used), default=0)
             kept = 0
-            for address, size, pool, raw in held:
-                for start, n in _subtract([(address, size)], used):
+            for address, size, pool, raw, freed, owners in held:
+                busy = []   # the extents found in use over it that its free does not explain
+                j = bisect.bisect_left(starts, address + size) - 1
+                while j >= 0 and starts[j] + widest > address:
+                    start, n, seen, owner = used[j]
+                    if start + n > address and (owner not in owners or seen >= freed):
+                        busy.append((start, n))
+                    j -= 1
+                for start, n in _subtract([(address, size)], sorted(busy)):
                     if pool is None:
                         self._give(start, n, raw)
                     else:
@@ -244,7 +260,7 @@ class Allocator:
 
     def held_bytes(self) -> int:
         with self._lock:
-            return sum(n for _, n, _, _ in self.held or ())
+            return sum(h[1] for h in self.held or ())
 
     # -- the walk for unused space ------------------------------------------------------------
     def watch(self) -> int:
@@ -260,7 +276,7 @@ class Allocator:
         unknown kind). Returns the bytes adopted."""
         with self._lock:
             held = [e for pool in self.pools.values() for e in pool.extents()]
-            held += [(a, n) for a, n, _, _ in self.held or ()]
+            held += [h[:2] for h in self.held or ()]
             busy = sorted(self._touched + held + self.pending)
             self._touched = None
             adopted = 0
@@ -327,12 +343,13 @@ class Allocator:
                 if self._touched is not None:
                     self._touched.append((address, size))
 
-    def release(self) -> None:
-        """Make pending frees reusable (the change that dropped them is durable)."""
+    def release(self, owners: frozenset[int] = frozenset()) -> None:
+        """Make pending frees reusable (the change that dropped them is durable; `owners`: the
+        objects it changed, for `trust`)."""
         with self._lock:
             for (address, size), raw in zip(self.pending, self._pending_raw):
                 if self.held is not None:
-                    self.held.append((address, size, None, raw))
+                    self.held.append((address, size, None, raw, self.clock, owners))
                 else:
                     self._give(address, size, raw)
                 self.released.add(address, address + size)

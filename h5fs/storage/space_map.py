@@ -102,6 +102,7 @@ class Extent:
     raw: bool = False             # raw data (module docstring), not metadata
     slot: int | None = None       # a free section: the slot of the file's manager listing it
     owner: int | None = None      # the header address of the object it belongs to
+    seen: int = 0                 # the walk's `clock` when it met the extent
 
     @property
     def end(self) -> int:
@@ -136,10 +137,12 @@ class SpaceMap:
 Progress = Callable[[int, int], None]   # (objects walked, chunks met)
 
 
-def walk(file: H5File, chunks: bool = False, progress: Progress | None = None) -> SpaceMap:
+def walk(file: H5File, chunks: bool = False, progress: Progress | None = None,
+         clock: Callable[[], int] = lambda: 0) -> SpaceMap:
     """The space map of an open file (see the module docstring); `chunks`: decode every
-    filtered chunk too; `progress(objects, chunks)` is called as the walk goes."""
-    return _Walk(file, chunks, progress).run()
+    filtered chunk too; `progress(objects, chunks)` is called as the walk goes; each extent
+    records `clock()` as it is met (a mount's allocator counts its commits)."""
+    return _Walk(file, chunks, progress, clock).run()
 
 
 def used_extents(file: H5File) -> list[Extent]:
@@ -277,8 +280,9 @@ def _uint(arr: np.ndarray, off: int, width: int) -> np.ndarray:
 
 
 class _Walk:
-    def __init__(self, file: H5File, chunks: bool, progress: Progress | None):
+    def __init__(self, file: H5File, chunks: bool, progress: Progress | None, clock: Callable[[], int] = lambda: 0):
         self.f, self.reader, self.sizes = file, file.reader, file.sizes
+        self.clock = clock
         self.sb = sb = file.superblock
         self.map = SpaceMap()
         self.decode_all = chunks
@@ -354,7 +358,7 @@ class _Walk:
             self.problem(path, structure, f"{address}+{size} lies outside the file ({eof} bytes)")
             return False
         if size:
-            self.map.extents.append(Extent(address, size, path, structure, raw, owner=self.current))
+            self.map.extents.append(Extent(address, size, path, structure, raw, owner=self.current, seen=self.clock()))
         return True
 
     def first_time(self, key: object) -> bool:

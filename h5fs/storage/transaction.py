@@ -182,6 +182,7 @@ class Transaction:
         self._on_commit: list[Callable[[], None]] = []
         self.rewritten: list[tuple[int, int]] = []   # (address, size) of in-place updates
         self._saved = store.allocator.snapshot()
+        self.owners: set[int] = set()   # header addresses of the objects this change is about
         self.committed = False
         self.superblock: sbf.Superblock | None = None   # a new one to publish (set_superblock)
         self._file_size = os.fstat(store.reader.fd).st_size
@@ -333,4 +334,4 @@ class Transaction:
             hook()
         for address, size, raw in self.frees():
             store.allocator.free(address, size, raw)
-        store.allocator.release()
+        store.allocator.release(frozenset(self.owners))
