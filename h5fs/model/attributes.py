@@ -97,7 +97,9 @@ class Attribute:
             values = decode_elements(self.owner.file, dt, raw, count, self.what)
         else:
             values = np.frombuffer(raw, npy_dtype(dt), count)
-        values = values[:0] if space.kind == S.NULL else values.reshape(space.dims if space.kind == S.SIMPLE else ())
+        # values are (count, *dims of an array datatype): those dims follow the dataspace's, as h5py reads them
+        shape = (space.dims if space.kind == S.SIMPLE else ()) + values.shape[1:]
+        values = values[:0] if space.kind == S.NULL else values.reshape(shape)
         values.flags.writeable = False
         return values
 
