@@ -1,6 +1,6 @@
 """`h5fs check FILE`: verify an HDF5 file without mounting it.
 
-`check(path)` walks the file's space map with every chunk decoded (h5fs.storage.space_map: every
+`check(path)` walks the file's space map with every chunk and attribute value decoded (h5fs.storage.space_map: every
 structure reachable from the superblock is read, its checksum verified, every B-tree and array
 index walked, each object's errors caught and recorded, each object's reference count compared
 with the hard links and shared-datatype uses that lead to it, the shared-message table's records

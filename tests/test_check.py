@@ -5,6 +5,7 @@ crashes or hangs it, and the command's exit codes, output and progress counters.
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import pty
@@ -416,6 +417,32 @@ def test_structures_past_end_of_allocation(tmp_path):
     report = check(str(path))
     assert report.problems and all("past the end of allocation" in p.message for p in report.problems)
     assert report.end_of_allocation == sb.eof_address - 3000
+
+
+def test_attribute_value_that_cannot_be_read(tmp_path, mount):
+    """An attribute whose dataspace claims 2**40 elements while its message holds 3: h5py cannot
+    read it, the mount answers EIO, and check names it (without allocating its claimed size);
+    its sibling attribute reads on."""
+    path = tmp_path / "attr.h5"
+    with h5py.File(path, "w", libver="earliest") as f:   # v1 object headers: no checksum to mend
+        g = f.create_group("ag")
+        g.attrs["ok"] = np.arange(4, dtype="<i4")
+        g.attrs["zz"] = np.arange(3, dtype="<i8")
+    data = bytearray(path.read_bytes())
+    dims = data.find(struct.pack("<QQ", 3, 3), unique(data, b"zz\0"))   # its dimension, then its maximum
+    data[dims:dims + 16] = struct.pack("<QQ", 2**40, 2**40)
+    path.write_bytes(bytes(data))
+    with h5py.File(path, "r") as f, pytest.raises(KeyError, match="ran off end of input buffer"):
+        f["ag"].attrs["zz"]
+    proc = run_h5fs("check", path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == ["/ag: attribute 'zz': its message holds 24 bytes of value, "
+                                        "1099511627776 elements of 8 bytes need 8796093022208"], proc.stdout
+    mp = mount(path)
+    with pytest.raises(OSError) as exc:
+        os.getxattr(mp / "ag", "user.zz")
+    assert exc.value.errno == errno.EIO
+    assert os.getxattr(mp / "ag", "user.ok") == b"[0, 1, 2, 3]"
 
 
 def test_space_listed_free_but_used(built, tmp_path):

@@ -88,10 +88,11 @@ class Attribute:
         space, dt = self.dataspace, self.datatype
         count = space.count
         nbytes = count * dt.size
+        if len(self.msg.data) < nbytes:   # first: the likelier diagnosis of a huge dataspace
+            raise FormatError(f"{self.what}: its message holds {len(self.msg.data)} bytes of value, "
+                              f"{count} elements of {dt.size} bytes need {nbytes}")
         if nbytes > MAX_ATTRIBUTE_BYTES:
-            raise FormatError(f"{self.what}: {nbytes} bytes of data")
-        if len(self.msg.data) < nbytes:
-            raise FormatError(f"{self.what}: holds {len(self.msg.data)} bytes, needs {nbytes}")
+            raise FormatError(f"{self.what}: a value of {nbytes} bytes (at most {MAX_ATTRIBUTE_BYTES} are read)")
         raw = self.msg.data[:nbytes]
         if needs_decoding(dt):
             values = decode_elements(self.owner.file, dt, raw, count, self.what)
