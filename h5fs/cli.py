@@ -356,7 +356,10 @@ def cmd_create(args: argparse.Namespace) -> int:
     try:
         os.setxattr(parent, CREATE_XATTR, json.dumps(request).encode())
     except OSError as exc:
-        raise CliError(f"cannot create {args.path}: {exc.strerror} (the mount's log says why)") from None
+        from .model.dataset import MAX_VIEW_BYTES
+        why = (f"its data would be more than the {MAX_VIEW_BYTES} bytes a file can show" if exc.errno == errno.EFBIG
+               else "the mount's log says why")
+        raise CliError(f"cannot create {args.path}: {exc.strerror} ({why})") from None
     return 0
 
 

@@ -36,7 +36,7 @@ class NotFound(H5fsError):
 
 
 class TooLarge(H5fsError):
-    """A write or resize beyond a dataset's maximum dimensions."""
+    """A write or resize beyond a dataset's maximum dimensions, a dataset larger than a file can show."""
 
     errno = errno.EFBIG
 

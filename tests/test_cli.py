@@ -58,6 +58,22 @@ def test_not_hdf5(tmp_path, content):
     assert not is_mounted(tmp_path / "mp")
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_create_refuses_more_than_a_file_can_show(mount, h5, sparse):
+    """A shape of more than 2**63-1 bytes is refused (EFBIG, saying why) and leaves no dataset:
+    the mount could not show one."""
+    mp = mount(h5, "rw")
+    proc = run_h5fs("create", mp / "big", "--shape", "1000000000000,1000000000000", "--dtype", "f4",
+                    "--chunks", "1000,1000", *(["--sparse"] if sparse else []))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == f"h5fs: cannot create {mp / 'big'}: File too large (its data would be more than " \
+                                  "the 9223372036854775807 bytes a file can show)", proc.stderr
+    assert sorted(os.listdir(mp)) == ["x", "x.npy"]
+    assert "more than a file can show" in mount.log_of(mp)
+    run_h5fs("umount", mp, check=True)
+    assert run_h5fs("check", h5).returncode == 0
+
+
 def test_mountpoint_problems(mount, h5, tmp_path):
     proc = run_h5fs("mount", h5, tmp_path / "missing")
     assert proc.returncode != 0 and "missing" in proc.stderr and "No such file" in proc.stderr
