@@ -69,7 +69,7 @@ def check(path: str, progress: Progress | None = None) -> Report:
     fd = open_regular(path)
     try:
         problems = _journal(path, superblock_reader.recorded_eoa(fd))
-        take_lock(fd, path, False)
+        take_lock(fd, False)
         size = os.fstat(fd).st_size
         try:
             sb = superblock_reader.read(fd)
