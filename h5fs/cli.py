@@ -341,6 +341,8 @@ def _dims(text: str | None, what: str, none_ok: bool = False) -> list | None:
 
 def cmd_create(args: argparse.Namespace) -> int:
     """An empty dataset made by the daemon of the mount PATH lies in (never a second writer)."""
+    if args.sparse and args.layout not in (None, "chunked"):
+        raise UsageError(f"--sparse with --layout {args.layout}: a sparse dataset is chunked (structured chunks)")
     parent, name = os.path.split(os.path.abspath(args.path))
     if not name:
         raise CliError(f"{args.path}: no dataset name")
@@ -447,7 +449,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: chunked when chunks, maxshape or filters are given, else contiguous")
     k.add_argument("--sparse", action="store_true",
                    help="a sparse dataset: structured chunks holding only the defined elements (needs --chunks "
-                        "or takes h5py's guess)")
+                        "or takes h5py's guess; no --layout but chunked)")
     k.set_defaults(func=cmd_create)
     a = sub.add_parser("attr", help="set an attribute, of any number type, through a read-write mount",
                        description="Set attribute NAME of the group or dataset at PATH (inside a read-write "

@@ -74,6 +74,22 @@ def test_create_refuses_more_than_a_file_can_show(mount, h5, sparse):
     assert run_h5fs("check", h5).returncode == 0
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "compact"])
+def test_create_sparse_refuses_another_layout(mount, h5, layout):
+    """A sparse dataset is chunked: --sparse with --layout contiguous or compact is a bad argument
+    (exit 2, saying why), not a layout silently dropped."""
+    mp = mount(h5, "rw")
+    proc = run_h5fs("create", mp / "s", "--sparse", "--shape", "100", "--dtype", "f4", "--chunks", "10",
+                    "--layout", layout)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"h5fs: --sparse with --layout {layout}: a sparse dataset is chunked " \
+                                  "(structured chunks)", proc.stderr
+    assert sorted(os.listdir(mp)) == ["x", "x.npy"]
+    run_h5fs("create", mp / "s", "--sparse", "--shape", "100", "--dtype", "f4", "--chunks", "10", "--layout",
+             "chunked", check=True)
+    assert os.getxattr(mp / "s", "user.h5fs.layout") == b"structured-chunk (sparse)"
+
+
 def test_mountpoint_problems(mount, h5, tmp_path):
     proc = run_h5fs("mount", h5, tmp_path / "missing")
     assert proc.returncode != 0 and "missing" in proc.stderr and "No such file" in proc.stderr
