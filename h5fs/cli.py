@@ -428,7 +428,7 @@ def _parser() -> argparse.ArgumentParser:
     h.set_defaults(func=cmd_install_helpers)
     c = sub.add_parser("check", help="verify FILE without mounting it",
                        description="Verify every structure of FILE; exit 0 when sound, 1 with one line per "
-                                   "problem, 2 when FILE cannot be read.")
+                                   "problem, 2 when FILE cannot be read or is no HDF5 file.")
     c.add_argument("--repair", action="store_true",
                    help="first finish the updates a crash interrupted (replay the journal), as a mount does")
     c.add_argument("file", metavar="FILE")

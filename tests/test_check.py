@@ -29,7 +29,7 @@ from conftest import H5FS, run_h5fs  # noqa: E402
 from walk import default_limit_as  # noqa: E402
 
 from h5fs.check import check  # noqa: E402
-from h5fs.errors import FormatError  # noqa: E402
+from h5fs.errors import FormatError, NotHDF5  # noqa: E402
 from h5fs.format import checksum  # noqa: E402
 from h5fs.format import free_space_manager as fsm  # noqa: E402
 from h5fs.format import superblock as sbf  # noqa: E402
@@ -608,9 +608,12 @@ def _limit_memory() -> None:
 
 
 def _outcome(path: str) -> list[str] | str:
-    """The problem lines check(path) reports, or the traceback of what escaped it."""
+    """The problem lines check(path) reports (a file without a signature: the refusal), or the
+    traceback of what escaped it."""
     try:
         return [str(p) for p in check(path).problems]
+    except NotHDF5 as e:
+        return [f"{path}: file: {e}"]
     except BaseException:  # noqa: BLE001 - what the test reports
         return traceback.format_exc()
 
@@ -673,9 +676,16 @@ def test_command_exit_codes(tmp_path):
     assert run_h5fs("check", tmp_path / "missing.h5").returncode == 2
     assert run_h5fs("check").returncode == 2
     assert run_h5fs("check", tmp_path).returncode == 2          # a directory
-    text = tmp_path / "text.h5"
+    text, empty = tmp_path / "text.h5", tmp_path / "empty.h5"
     text.write_text("not an HDF5 file\n" * 10)
-    proc = run_h5fs("check", text)
+    empty.write_bytes(b"")
+    for path in (text, empty):   # nothing to check: one line saying why
+        proc = run_h5fs("check", path)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+        assert proc.stderr == f"h5fs: {path}: not an HDF5 file (no HDF5 signature found)\n", proc.stderr
+    broken = tmp_path / "broken.h5"   # an HDF5 file whose superblock is damaged: a problem of it
+    broken.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\xff" * 200)
+    proc = run_h5fs("check", broken)
     assert proc.returncode == 1 and proc.stdout.startswith("(file): superblock: "), proc.stdout
 
 
