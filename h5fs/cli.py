@@ -84,6 +84,18 @@ def _check_paths(cfg: MountConfig) -> None:
         raise CliError("FUSE is not available: /dev/fuse is missing (modprobe fuse?)")
 
 
+def _check_log(cfg: MountConfig) -> None:
+    """A log=PATH the daemon could not open is a bad option, found before anything starts (it
+    creates the file, as the daemon would)."""
+    path = cfg.options.log
+    if path is None:
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666))
+    except OSError as exc:
+        raise UsageError(f"log={path}: cannot write the log there: {exc.strerror}") from None
+
+
 def _setup_logging(cfg: MountConfig, logs: Logs) -> None:
     opts = cfg.options
     if opts.log:
@@ -133,6 +145,7 @@ def _run_daemon(cfg: MountConfig, logs: Logs, on_ready, on_fail) -> int:
 
 def cmd_mount(args: argparse.Namespace) -> int:
     cfg = MountConfig(args)
+    _check_log(cfg)
     _check_paths(cfg)
     logs = Logs()
     if cfg.foreground:

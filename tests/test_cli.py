@@ -111,6 +111,18 @@ def test_rejected_and_unknown_options(h5, tmp_path):
     assert not is_mounted(tmp_path / "mp")
 
 
+@pytest.mark.parametrize("foreground", [False, True])
+def test_log_path_that_cannot_be_written(h5, tmp_path, foreground):
+    """log=PATH in a missing directory (or naming a directory) is a bad option: one line, exit 2,
+    nothing mounted."""
+    (tmp_path / "mp").mkdir()
+    for log, why in ((tmp_path / "missing" / "x.log", "No such file or directory"), (tmp_path, "Is a directory")):
+        proc = run_h5fs("mount", *(["-f"] if foreground else []), "-o", f"log={log}", h5, tmp_path / "mp")
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == f"h5fs: log={log}: cannot write the log there: {why}\n", proc.stderr
+        assert not is_mounted(tmp_path / "mp")
+
+
 def test_options_pass_through(mount, h5):
     mp = mount(h5, "allow_other,noatime", "fsname=myfs")
     m = find_mount(str(mp))
