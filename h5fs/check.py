@@ -1,6 +1,6 @@
 """`h5fs check FILE`: verify an HDF5 file without mounting it.
 
-`check(path)` walks the file's space map with every chunk decoded (h5fs.storage.space_map: every
+`check(path)` walks the file's space map with every chunk and attribute value decoded (h5fs.storage.space_map: every
 structure reachable from the superblock is read, its checksum verified, every B-tree and array
 index walked, each object's errors caught and recorded, each object's reference count compared
 with the hard links and shared-datatype uses that lead to it, the shared-message table's records
@@ -18,7 +18,7 @@ wrong`) and sums up the space: bytes used, bytes unused (gaps below the end of a
 libhdf5 and h5fs may both leave), bytes the free-space managers list, the file's size.
 
 `run(path)` is the command: problems on stdout, one per line (exit 1), or the one-line summary
-(exit 0); exit 2 when the file cannot be read; counters on stderr while it runs if that is a
+(exit 0); exit 2 when the file cannot be read or is no HDF5 file; counters on stderr while it runs if that is a
 terminal.
 """
 
@@ -65,12 +65,13 @@ class Report:
 
 def check(path: str, progress: Progress | None = None) -> Report:
     """Check the file at `path` (see the module docstring). OSError when it cannot be opened,
-    H5fsError (Locked) when a writer holds it."""
+    NotHDF5 when it is no HDF5 file (no signature), H5fsError (Locked) when a writer holds it."""
     fd = open_regular(path)
     try:
         problems = _journal(path, superblock_reader.recorded_eoa(fd))
-        take_lock(fd, path, False)
+        take_lock(fd, False)
         size = os.fstat(fd).st_size
+        superblock_reader.find_signature(fd)   # no HDF5 file at all: nothing to check (exit 2), no problem of one
         try:
             sb = superblock_reader.read(fd)
         except (H5fsError, *UNEXPECTED) as e:
@@ -160,7 +161,7 @@ def _page_problems(used: list[Extent], free: list[Extent], page: int) -> list[Pr
 
 
 def run(path: str, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """The `h5fs check` command: 0 sound, 1 problems (one line each), 2 unreadable."""
+    """The `h5fs check` command: 0 sound, 1 problems (one line each), 2 unreadable or not HDF5."""
     out, err = out or sys.stdout, err or sys.stderr
     line = Line.on(err)
     progress = None if line is None else (

@@ -84,6 +84,18 @@ def _check_paths(cfg: MountConfig) -> None:
         raise CliError("FUSE is not available: /dev/fuse is missing (modprobe fuse?)")
 
 
+def _check_log(cfg: MountConfig) -> None:
+    """A log=PATH the daemon could not open is a bad option, found before anything starts (it
+    creates the file, as the daemon would)."""
+    path = cfg.options.log
+    if path is None:
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666))
+    except OSError as exc:
+        raise UsageError(f"log={path}: cannot write the log there: {exc.strerror}") from None
+
+
 def _setup_logging(cfg: MountConfig, logs: Logs) -> None:
     opts = cfg.options
     if opts.log:
@@ -133,6 +145,7 @@ def _run_daemon(cfg: MountConfig, logs: Logs, on_ready, on_fail) -> int:
 
 def cmd_mount(args: argparse.Namespace) -> int:
     cfg = MountConfig(args)
+    _check_log(cfg)
     _check_paths(cfg)
     logs = Logs()
     if cfg.foreground:
@@ -341,6 +354,8 @@ def _dims(text: str | None, what: str, none_ok: bool = False) -> list | None:
 
 def cmd_create(args: argparse.Namespace) -> int:
     """An empty dataset made by the daemon of the mount PATH lies in (never a second writer)."""
+    if args.sparse and args.layout not in (None, "chunked"):
+        raise UsageError(f"--sparse with --layout {args.layout}: a sparse dataset is chunked (structured chunks)")
     parent, name = os.path.split(os.path.abspath(args.path))
     if not name:
         raise CliError(f"{args.path}: no dataset name")
@@ -356,7 +371,10 @@ def cmd_create(args: argparse.Namespace) -> int:
     try:
         os.setxattr(parent, CREATE_XATTR, json.dumps(request).encode())
     except OSError as exc:
-        raise CliError(f"cannot create {args.path}: {exc.strerror} (the mount's log says why)") from None
+        from .model.dataset import MAX_VIEW_BYTES
+        why = (f"its data would be more than the {MAX_VIEW_BYTES} bytes a file can show" if exc.errno == errno.EFBIG
+               else "the mount's log says why")
+        raise CliError(f"cannot create {args.path}: {exc.strerror} ({why})") from None
     return 0
 
 
@@ -423,7 +441,7 @@ def _parser() -> argparse.ArgumentParser:
     h.set_defaults(func=cmd_install_helpers)
     c = sub.add_parser("check", help="verify FILE without mounting it",
                        description="Verify every structure of FILE; exit 0 when sound, 1 with one line per "
-                                   "problem, 2 when FILE cannot be read.")
+                                   "problem, 2 when FILE cannot be read or is no HDF5 file.")
     c.add_argument("--repair", action="store_true",
                    help="first finish the updates a crash interrupted (replay the journal), as a mount does")
     c.add_argument("file", metavar="FILE")
@@ -444,7 +462,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: chunked when chunks, maxshape or filters are given, else contiguous")
     k.add_argument("--sparse", action="store_true",
                    help="a sparse dataset: structured chunks holding only the defined elements (needs --chunks "
-                        "or takes h5py's guess)")
+                        "or takes h5py's guess; no --layout but chunked)")
     k.set_defaults(func=cmd_create)
     a = sub.add_parser("attr", help="set an attribute, of any number type, through a read-write mount",
                        description="Set attribute NAME of the group or dataset at PATH (inside a read-write "

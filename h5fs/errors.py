@@ -17,6 +17,10 @@ class FormatError(H5fsError):
     errno = errno.EIO
 
 
+class NotHDF5(FormatError):
+    """No HDF5 signature where the format puts one: the file is no HDF5 file at all."""
+
+
 class ChecksumError(FormatError):
     """A stored Jenkins lookup3 checksum does not match the bytes it covers."""
 
@@ -36,7 +40,7 @@ class NotFound(H5fsError):
 
 
 class TooLarge(H5fsError):
-    """A write or resize beyond a dataset's maximum dimensions."""
+    """A write or resize beyond a dataset's maximum dimensions, a dataset larger than a file can show."""
 
     errno = errno.EFBIG
 

@@ -5,6 +5,7 @@ crashes or hangs it, and the command's exit codes, output and progress counters.
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import pty
@@ -28,7 +29,7 @@ from conftest import H5FS, run_h5fs  # noqa: E402
 from walk import default_limit_as  # noqa: E402
 
 from h5fs.check import check  # noqa: E402
-from h5fs.errors import FormatError  # noqa: E402
+from h5fs.errors import FormatError, NotHDF5  # noqa: E402
 from h5fs.format import checksum  # noqa: E402
 from h5fs.format import free_space_manager as fsm  # noqa: E402
 from h5fs.format import superblock as sbf  # noqa: E402
@@ -418,6 +419,32 @@ def test_structures_past_end_of_allocation(tmp_path):
     assert report.end_of_allocation == sb.eof_address - 3000
 
 
+def test_attribute_value_that_cannot_be_read(tmp_path, mount):
+    """An attribute whose dataspace claims 2**40 elements while its message holds 3: h5py cannot
+    read it, the mount answers EIO, and check names it (without allocating its claimed size);
+    its sibling attribute reads on."""
+    path = tmp_path / "attr.h5"
+    with h5py.File(path, "w", libver="earliest") as f:   # v1 object headers: no checksum to mend
+        g = f.create_group("ag")
+        g.attrs["ok"] = np.arange(4, dtype="<i4")
+        g.attrs["zz"] = np.arange(3, dtype="<i8")
+    data = bytearray(path.read_bytes())
+    dims = data.find(struct.pack("<QQ", 3, 3), unique(data, b"zz\0"))   # its dimension, then its maximum
+    data[dims:dims + 16] = struct.pack("<QQ", 2**40, 2**40)
+    path.write_bytes(bytes(data))
+    with h5py.File(path, "r") as f, pytest.raises(KeyError, match="ran off end of input buffer"):
+        f["ag"].attrs["zz"]
+    proc = run_h5fs("check", path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == ["/ag: attribute 'zz': its message holds 24 bytes of value, "
+                                        "1099511627776 elements of 8 bytes need 8796093022208"], proc.stdout
+    mp = mount(path)
+    with pytest.raises(OSError) as exc:
+        os.getxattr(mp / "ag", "user.zz")
+    assert exc.value.errno == errno.EIO
+    assert os.getxattr(mp / "ag", "user.ok") == b"[0, 1, 2, 3]"
+
+
 def test_space_listed_free_but_used(built, tmp_path):
     """A persistent free-space manager listing space a structure uses (a writer that took space
     from the gaps and forgot the manager) is a problem."""
@@ -581,9 +608,12 @@ def _limit_memory() -> None:
 
 
 def _outcome(path: str) -> list[str] | str:
-    """The problem lines check(path) reports, or the traceback of what escaped it."""
+    """The problem lines check(path) reports (a file without a signature: the refusal), or the
+    traceback of what escaped it."""
     try:
         return [str(p) for p in check(path).problems]
+    except NotHDF5 as e:
+        return [f"{path}: file: {e}"]
     except BaseException:  # noqa: BLE001 - what the test reports
         return traceback.format_exc()
 
@@ -646,9 +676,16 @@ def test_command_exit_codes(tmp_path):
     assert run_h5fs("check", tmp_path / "missing.h5").returncode == 2
     assert run_h5fs("check").returncode == 2
     assert run_h5fs("check", tmp_path).returncode == 2          # a directory
-    text = tmp_path / "text.h5"
+    text, empty = tmp_path / "text.h5", tmp_path / "empty.h5"
     text.write_text("not an HDF5 file\n" * 10)
-    proc = run_h5fs("check", text)
+    empty.write_bytes(b"")
+    for path in (text, empty):   # nothing to check: one line saying why
+        proc = run_h5fs("check", path)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+        assert proc.stderr == f"h5fs: {path}: not an HDF5 file (no HDF5 signature found)\n", proc.stderr
+    broken = tmp_path / "broken.h5"   # an HDF5 file whose superblock is damaged: a problem of it
+    broken.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\xff" * 200)
+    proc = run_h5fs("check", broken)
     assert proc.returncode == 1 and proc.stdout.startswith("(file): superblock: "), proc.stdout
 
 

@@ -58,6 +58,38 @@ def test_not_hdf5(tmp_path, content):
     assert not is_mounted(tmp_path / "mp")
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_create_refuses_more_than_a_file_can_show(mount, h5, sparse):
+    """A shape of more than 2**63-1 bytes is refused (EFBIG, saying why) and leaves no dataset:
+    the mount could not show one."""
+    mp = mount(h5, "rw")
+    proc = run_h5fs("create", mp / "big", "--shape", "1000000000000,1000000000000", "--dtype", "f4",
+                    "--chunks", "1000,1000", *(["--sparse"] if sparse else []))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == f"h5fs: cannot create {mp / 'big'}: File too large (its data would be more than " \
+                                  "the 9223372036854775807 bytes a file can show)", proc.stderr
+    assert sorted(os.listdir(mp)) == ["x", "x.npy"]
+    assert "more than a file can show" in mount.log_of(mp)
+    run_h5fs("umount", mp, check=True)
+    assert run_h5fs("check", h5).returncode == 0
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "compact"])
+def test_create_sparse_refuses_another_layout(mount, h5, layout):
+    """A sparse dataset is chunked: --sparse with --layout contiguous or compact is a bad argument
+    (exit 2, saying why), not a layout silently dropped."""
+    mp = mount(h5, "rw")
+    proc = run_h5fs("create", mp / "s", "--sparse", "--shape", "100", "--dtype", "f4", "--chunks", "10",
+                    "--layout", layout)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"h5fs: --sparse with --layout {layout}: a sparse dataset is chunked " \
+                                  "(structured chunks)", proc.stderr
+    assert sorted(os.listdir(mp)) == ["x", "x.npy"]
+    run_h5fs("create", mp / "s", "--sparse", "--shape", "100", "--dtype", "f4", "--chunks", "10", "--layout",
+             "chunked", check=True)
+    assert os.getxattr(mp / "s", "user.h5fs.layout") == b"structured-chunk (sparse)"
+
+
 def test_mountpoint_problems(mount, h5, tmp_path):
     proc = run_h5fs("mount", h5, tmp_path / "missing")
     assert proc.returncode != 0 and "missing" in proc.stderr and "No such file" in proc.stderr
@@ -77,6 +109,18 @@ def test_rejected_and_unknown_options(h5, tmp_path):
     proc = run_h5fs("mount", "-o", "no_such_option", h5, tmp_path / "mp")
     assert proc.returncode != 0 and "no_such_option" in proc.stderr
     assert not is_mounted(tmp_path / "mp")
+
+
+@pytest.mark.parametrize("foreground", [False, True])
+def test_log_path_that_cannot_be_written(h5, tmp_path, foreground):
+    """log=PATH in a missing directory (or naming a directory) is a bad option: one line, exit 2,
+    nothing mounted."""
+    (tmp_path / "mp").mkdir()
+    for log, why in ((tmp_path / "missing" / "x.log", "No such file or directory"), (tmp_path, "Is a directory")):
+        proc = run_h5fs("mount", *(["-f"] if foreground else []), "-o", f"log={log}", h5, tmp_path / "mp")
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == f"h5fs: log={log}: cannot write the log there: {why}\n", proc.stderr
+        assert not is_mounted(tmp_path / "mp")
 
 
 def test_options_pass_through(mount, h5):

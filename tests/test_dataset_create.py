@@ -12,6 +12,7 @@ allocates) and the time (a modification time message's value; a version-2 header
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import struct
 
@@ -22,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h5fs.errors import InvalidWrite
+from h5fs.errors import InvalidWrite, TooLarge
 from h5fs.format.codec import Reader, Sizes
 from h5fs.format.messages import datatype as D
 from h5fs.format.object_header import HDR_TIMES
@@ -376,6 +377,16 @@ def test_refused_sizes():
         dataset_messages("<f8", (3,), libver="v116")
     with pytest.raises(LayoutError, match="overlapping"):   # h5py moves the fields: no NumPy value fits
         dataset_messages(DTYPES["overlap"], (3,), fill=(1, 2))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "chunked", "sparse"])
+def test_refused_beyond_what_a_file_can_show(layout):
+    """More bytes of data than st_size can hold (2**63-1): the mount could never show them."""
+    chunks = None if layout == "contiguous" else (1000, 1000)
+    with pytest.raises(TooLarge, match="more than a file can show") as exc:
+        dataset_messages("<f4", (10**12, 10**12), layout=layout, chunks=chunks)
+    assert exc.value.errno == errno.EFBIG
+    dataset_messages("<f4", (2**61 - 1, 1), layout=layout, chunks=chunks and (1000, 1))   # 2**63-4 bytes fit
 
 
 def test_libhdf5_refuses_what_we_refuse(tmp_path):

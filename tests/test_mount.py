@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import make_h5
+from conftest import make_h5, run_h5fs
 from h5fs.fuse.views import attribute_xattr_name, format_value
 
 RNG = np.random.default_rng(12345)
@@ -222,6 +222,23 @@ def test_attribute_text(mount, sample):
     with pytest.raises(OSError) as e:
         os.getxattr(mp, "user.h5fs.nonexistent")
     assert e.value.errno == errno.ENODATA
+
+
+def test_array_datatype_attributes(mount, tmp_path, libver):
+    """Attributes of an array datatype read as h5py reads them (the array's dims after the
+    dataspace's), and check finds them sound."""
+    def build(f):
+        g = f.create_group("g")
+        g.attrs.create("pairs", data=np.arange(6).reshape(3, 2), dtype=np.dtype(("<i4", (2,))))
+        g.attrs.create("words", data=np.array([("a", "bc")], dtype=object), dtype=np.dtype((h5py.string_dtype(), (2,))))
+        g.attrs.create("fixed", data=np.array([b"ab", b"cd"]), dtype=np.dtype(("S2", (2,))))
+    path = make_h5(tmp_path / "arr.h5", build, libver)
+    mp = mount(path)
+    with h5py.File(path, "r") as f:
+        assert actual_xattrs(mp / "g") == expected_xattrs(f["g"])
+    assert os.getxattr(mp / "g", "user.pairs") == b"[[0, 1], [2, 3], [4, 5]]"
+    assert os.getxattr(mp / "g", "user.words") == b"a\nbc"
+    assert run_h5fs("check", path).returncode == 0
 
 
 def test_facts(mount, sample):

@@ -663,6 +663,34 @@ def test_cp_invalid_points_is_einval_and_changes_nothing(with_points, mount, tmp
     check_views(ro, "S", model, tmp_path)
 
 
+def test_writes_into_a_damaged_chunk_are_lost_naming_the_dataset(mount, tmp_path):
+    """A chunk whose selection fails its checksum: a write into it cannot land (fsync answers
+    EIO), and the log names the dataset and the chunk, also after the flush of a write into a
+    healthy chunk had the dataset's stat numbers made again."""
+    path = tmp_path / "damaged.h5"
+    make_base(path, "latest")
+    mp = mount(path, "rw")
+    create(mp, "S", (100, 100), "<f4", (10, 10))
+    pts = np.zeros(2, dtype=[("index", "<u8", (2,)), ("value", "<f4")])
+    pts["index"], pts["value"] = [[0, 0], [55, 55]], [1234.5, 2345.5]
+    np.save(tmp_path / "pts.npy", pts)
+    assert cp(tmp_path / "pts.npy", mp / "S.points.npy").returncode == 0
+    run_h5fs("umount", mp, check=True)
+    data = bytearray(path.read_bytes())
+    at = data.find(np.float32(2345.5).tobytes())   # chunk (5, 5): its selection, checksum, then values
+    data[at - 6] ^= 0xFF
+    path.write_bytes(bytes(data))
+    mp = mount(path, "rw")
+    pwrite(mp / "S", np.float32(7.5).tobytes(), (10 * 100 + 10) * 4)   # chunk (1, 1): lands
+    with pytest.raises(OSError) as exc:
+        pwrite(mp / "S", np.float32(8.5).tobytes(), (56 * 100 + 56) * 4)
+    assert exc.value.errno == errno.EIO
+    run_h5fs("umount", mp, check=True)
+    lost = [line for line in mount.log_of(mp).splitlines() if "writes lost" in line]
+    assert len(lost) == 1 and lost[0].endswith(
+        "/S: writes lost, the dataset is broken in the file: /S chunk (5, 5) section 0: section checksum mismatch"), lost
+
+
 # -- rm, mv, rm -r -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("libver", ["earliest", "latest"])

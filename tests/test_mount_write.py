@@ -131,6 +131,10 @@ def test_one_writer_holds_the_lock(mount, simple, tmp_path):
     second.mkdir()
     proc = run_h5fs("mount", path, second)
     assert proc.returncode != 0 and "in use by another process" in proc.stderr
+    assert proc.stderr.count(str(path)) == 1, proc.stderr   # the file named once
+    proc = run_h5fs("check", path)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"h5fs: {path}: the file is in use"), proc.stderr
+    assert proc.stderr.count(str(path)) == 1 and proc.stdout == "", proc.stderr
     run_h5fs("umount", mp, check=True)
     with h5py.File(path, "r"):
         pass

@@ -623,8 +623,8 @@ class EditSide:
 
     async def _refresh(self, address: int) -> None:
         """An object's stat numbers (link count, times) changed: every inode of it asks again."""
-        f = self.ops.f   # the header read in the worker too: it may not be cached
-        await self._show(address, await offload.run_sync(lambda: namespace.numbers(f.get(address, ""))))
+        ops = self.ops   # the header read in the worker too: it may not be cached
+        await self._show(address, await offload.run_sync(lambda: namespace.numbers(ops._by_address(address))))
 
     async def _show(self, address: int, numbers: Numbers) -> None:
         ops = self.ops
@@ -640,7 +640,7 @@ class EditSide:
         if address is None or not left:
             return None
         try:
-            return namespace.numbers(self.ops.f.get(address, ""))
+            return namespace.numbers(self.ops._by_address(address))
         except Exception:  # noqa: BLE001 - a header that cannot be read: nothing to show
             return None
 

@@ -178,6 +178,13 @@ class Operations(pyfuse3.Operations):
         suffix = {NPY: namespace.NPY_SUFFIX, POINTS: namespace.POINTS_SUFFIX}.get(node.kind)
         return self.f.get(node.address, node.path.removesuffix(suffix) if suffix else node.path)
 
+    def _by_address(self, address: int):
+        """The engine object at `address`, named by the path the kernel knows it by: what its
+        state caches (its data source) names it so in messages."""
+        t = self.table
+        node = t.find_object(address) or t.find_view(address) or t.find_points(address)
+        return self.f.get(address, f"<object at {address}>") if node is None else self._object(node)
+
     def _known(self, address: int) -> tuple[str, Numbers] | None:
         """The kind and stat numbers of an object the kernel holds an inode of (None: unknown or
         broken), so a listing asked again need not read its children's headers. Called from a

@@ -192,7 +192,7 @@ class WriteSide:
         nodes = [n for n in (ops.table.find_object(address), ops.table.find_view(address),
                              ops.table.find_points(address)) if n is not None]
         stale = nodes
-        if writer_ino is not None and ops.f.get(address, "").layout.layout_class == VIRTUAL:
+        if writer_ino is not None and ops._by_address(address).layout.layout_class == VIRTUAL:
             # written through to its sources: whatever the kernel holds may show them
             stale = [n for n in (ops.table.get(ino) for ino in list(self.paged)) if n is not None]
         for node in stale:
@@ -206,7 +206,7 @@ class WriteSide:
             if points is not None:
                 await ops.invalidator.attributes(points)
             return   # the same size; st_blocks and facts change at the flush
-        numbers = await offload.run_sync(namespace.numbers, ops.f.get(address, ""))
+        numbers = await offload.run_sync(namespace.numbers, ops._by_address(address))
         for npy in (False, True):
             ops.fact_tables.pop((address, npy))
         ops.blocks.forget(address)

@@ -88,16 +88,19 @@ class Attribute:
         space, dt = self.dataspace, self.datatype
         count = space.count
         nbytes = count * dt.size
+        if len(self.msg.data) < nbytes:   # first: the likelier diagnosis of a huge dataspace
+            raise FormatError(f"{self.what}: its message holds {len(self.msg.data)} bytes of value, "
+                              f"{count} elements of {dt.size} bytes need {nbytes}")
         if nbytes > MAX_ATTRIBUTE_BYTES:
-            raise FormatError(f"{self.what}: {nbytes} bytes of data")
-        if len(self.msg.data) < nbytes:
-            raise FormatError(f"{self.what}: holds {len(self.msg.data)} bytes, needs {nbytes}")
+            raise FormatError(f"{self.what}: a value of {nbytes} bytes (at most {MAX_ATTRIBUTE_BYTES} are read)")
         raw = self.msg.data[:nbytes]
         if needs_decoding(dt):
             values = decode_elements(self.owner.file, dt, raw, count, self.what)
         else:
             values = np.frombuffer(raw, npy_dtype(dt), count)
-        values = values[:0] if space.kind == S.NULL else values.reshape(space.dims if space.kind == S.SIMPLE else ())
+        # values are (count, *dims of an array datatype): those dims follow the dataspace's, as h5py reads them
+        shape = (space.dims if space.kind == S.SIMPLE else ()) + values.shape[1:]
+        values = values[:0] if space.kind == S.NULL else values.reshape(shape)
         values.flags.writeable = False
         return values
 

@@ -57,7 +57,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import InvalidWrite
+from ..errors import InvalidWrite, TooLarge
 from ..format.codec import DEFAULT_SIZES, Sizes
 from ..format.messages.dataspace import MAX_RANK, SCALAR, SIMPLE, Dataspace
 from ..format.messages.datatype import Datatype
@@ -69,6 +69,7 @@ from ..format.messages.layout import (
 from ..format.structured_chunk import SPARSE, SPARSE_FIXED
 from ..format.object_header import FLAG_CONSTANT
 from . import messages as M
+from .dataset import MAX_VIEW_BYTES
 from .dtype_encode import datatype_of, moves_fields
 from .filter_spec import Filter, parse_filters, parse_section_filters, pipeline, section_pipeline
 from .libver import at_least, canonical
@@ -137,6 +138,9 @@ def dataset_messages(dtype: np.dtype | str, shape: tuple[int, ...], *, maxshape:
     count = int(np.prod(shape, dtype=object)) if shape else 1
     value = _fill_bytes(dt, fill)
     size = datatype.size   # NumPy's itemsize, or more where h5py moves overlapping fields apart
+    if count * size > MAX_VIEW_BYTES:   # the mount could not show it (a dense or sparse view alike)
+        raise TooLarge(f"shape {shape} of {size}-byte elements: {count * size} bytes, more than a file can "
+                       f"show ({MAX_VIEW_BYTES})")
     alloc = alloc_time or {"contiguous": ALLOC_LATE, "compact": ALLOC_EARLY}.get(layout, ALLOC_INCREMENTAL)
     if layout == "sparse":
         if alloc != ALLOC_INCREMENTAL:

@@ -100,7 +100,7 @@ class H5File:
         journal, overlay = None, None
         try:
             if lock:
-                take_lock(fd, path, writable)
+                take_lock(fd, writable)
             if writable:
                 journal = Journal(journal_path(path), open_recorder())
                 try:

@@ -12,10 +12,11 @@ class Locked(H5fsError):
     pass
 
 
-def take_lock(fd: int, path: str, exclusive: bool) -> None:
+def take_lock(fd: int, exclusive: bool) -> None:
+    """Locked (its message without the path: callers name the file) when another holds it."""
     try:
         fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
     except BlockingIOError:
         how = "write" if exclusive else "read"
-        raise Locked(f"{path}: the file is in use by another process (an h5fs mount or an HDF5 writer); "
+        raise Locked(f"the file is in use by another process (an h5fs mount or an HDF5 writer); "
                      f"cannot lock it to {how}") from None

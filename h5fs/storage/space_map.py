@@ -24,8 +24,8 @@ aggregation keeps it in pages of its own.
 The walk checks what it reads (the readers verify checksums and bounds) and never stops at a
 broken structure: each failure becomes a Problem naming the object and the structure, and the
 walk goes on with the rest. With `chunks=True` every filtered chunk is also decoded (one at a
-time); chunks of variable-length data are always decoded, to find the global heap objects they
-name.
+time), and every attribute's value, as the mount reads it; chunks of variable-length data are
+always decoded, to find the global heap objects they name.
 
 The walk reads objects through the file (a model H5File, duck-typed: `header`, `get`, `root_address`,
 ...) and never imports the model: the layers stay one-way. `used_extents(file)` is what the
@@ -500,8 +500,10 @@ class _Walk:
                 with self.guard(path, f"attribute {a.name!r}"):
                     if a.msg.datatype_shared:
                         self.shared_source(DATATYPE, a.msg.datatype_raw, path)
-                    dt = a.datatype
+                    dt, before = a.datatype, len(self.map.problems)
                     self.scan(a.msg.data[:a.dataspace.count * dt.size], dt, path, f"attribute {a.name!r}")
+                    if self.decode_all and len(self.map.problems) == before:
+                        a.value   # decoded as the mount reads it (bounded): a value it cannot show is damage
 
     # -- group storage --------------------------------------------------------------------------
 

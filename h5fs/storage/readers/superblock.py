@@ -7,7 +7,7 @@ import os
 from dataclasses import replace
 from typing import Callable
 
-from ...errors import FormatError
+from ...errors import NotHDF5
 from ...format.superblock import (DRIVER_HEAD_SIZE, MAX_SEARCH, SIGNATURE, Superblock, decode,
                                   decode_driver_info, driver_info_length)
 
@@ -20,7 +20,7 @@ def find_signature(fd: int, pread: Callable[[int, int, int], bytes] = os.pread) 
         if pread(fd, len(SIGNATURE), pos) == SIGNATURE:
             return pos
         pos = 512 if pos == 0 else pos * 2
-    raise FormatError("not an HDF5 file (no HDF5 signature found)")
+    raise NotHDF5("not an HDF5 file (no HDF5 signature found)")
 
 
 def read(fd: int, pread: Callable[[int, int, int], bytes] = os.pread) -> Superblock:
