@@ -138,6 +138,24 @@ def test_removed_storage_is_reused(tmp_path, mount, layout):
     assert path.stat().st_size == size
 
 
+def test_compressed_copy_removed_in_the_same_mount_gives_the_file_back(tmp_path, mount):
+    """A gzip'd dataset copied in and removed by one mount: its chunks (of odd sizes, each
+    starting on an 8-byte boundary) and the alignment bytes between them, all this mount's,
+    are given back at unmount."""
+    path = tmp_path / "gz.h5"
+    make_file(path, "latest")
+    size = path.stat().st_size
+    np.save(tmp_path / "r.npy", np.random.default_rng(1).random(4 * 131072))   # 4 chunks of ~880 KB
+    mp = mount(path, "rw")
+    subprocess.run(["cp", str(tmp_path / "r.npy"), str(mp)], check=True)
+    os.fsync(fd := os.open(mp / "r", os.O_RDONLY))
+    os.close(fd)
+    os.unlink(mp / "r")
+    run_h5fs("umount", mp, check=True)
+    assert path.stat().st_size <= size + 4096
+    verify_file(path, h5dump=False)
+
+
 @pytest.mark.parametrize("layout", ("earliest", "latest"))
 def test_free_space_at_the_end_is_given_back(tmp_path, mount, layout):
     """Free space that ends the file is given back at unmount, as libhdf5 gives it back at

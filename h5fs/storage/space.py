@@ -308,8 +308,9 @@ class Allocator:
             if at is not None:
                 return at
         at = place(self.eoa, size)
-        if at > self.eoa:
+        if at > self.eoa:   # alignment: free, and the mount's own (`trim_end` may give it back)
             self.pools[META].add(self.eoa, at - self.eoa)
+            self.released.add(self.eoa, at)
         self.eoa = at + size
         return at
 
