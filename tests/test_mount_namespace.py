@@ -803,3 +803,38 @@ def test_cp_fortran_order_npy(tmp_path, mount):
         assert np.array_equal(found[name], arr), name
     assert np.array_equal(found["old"], new) and "uni" not in found
     assert "cannot be stored in HDF5" in log and "truncated" not in log
+
+
+def _make_and_remove(root: str, rounds: int, errors) -> None:
+    d = os.path.join(root, "x")
+    for _ in range(rounds):
+        for step in (lambda: os.mkdir(d), lambda: os.setxattr(d, "user.n", b"1"), lambda: os.rmdir(d)):
+            try:
+                step()
+            except OSError as exc:
+                errors.put(f"{d}: {exc}")
+
+
+def test_objects_made_in_space_freed_by_another_edit(tmp_path, mount):
+    """Two processes make, annotate and remove a group in two groups of one mount: a group made
+    in the space another's rmdir freed, replied to before that rmdir's news, keeps its inode
+    (no EEXIST or ESTALE from a mkdir that worked)."""
+    import multiprocessing
+    path = tmp_path / "race.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_group("g")
+        f.create_group("h")
+    mp = mount(path, "rw")
+    errors = multiprocessing.Queue()
+    workers = [multiprocessing.Process(target=_make_and_remove, args=(str(mp / g), 1000, errors)) for g in "gh"]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(300)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert not found, found[:5]
+    run_h5fs("umount", mp, check=True)
+    assert tree(path) == {"/g": ("group", 1), "/h": ("group", 1)}
+    verify_file(path, h5dump=False)

@@ -106,15 +106,17 @@ class EditSide:
         self._changed(parent, name)
         if entry is None:
             raise FUSEError(errno.EIO)
+        ops.table.gone(entry.address)   # a node there is a freed object's whose news is on its way
         return ops._hand_out(parent, entry)
 
     async def rmdir(self, parent: Node, name: bytes) -> None:
         text, entry = await self._link_of(parent, name)
         if entry.kind != DIR:
             raise FUSEError(errno.ENOTDIR)
+        before = self.ops.table.newest
         left = await self._run(self.editor.rmdir, self.ops._object(parent), text)
         self._changed(parent, name)
-        await self._forget_object(entry.address, left)
+        await self._forget_object(entry.address, left, before)
 
     async def unlink(self, parent: Node, name: bytes) -> None:
         def remove() -> tuple[namespace.Entry, int | None, Numbers | None]:   # one worker trip
@@ -124,13 +126,14 @@ class EditSide:
             left = self.editor.unlink(self.ops._object(parent), text)
             return entry, left, self._numbers_left(entry.address, left)
 
+        before = self.ops.table.newest
         entry, left, numbers = await self._run(remove)
         twins = _other_views(name, entry)
         self._changed(parent, name, twins)
         if self.ops.handles.reading(parent.ino):
             self.gone_twins.update((parent.ino, twin) for twin in twins)
         if entry.address is not None:
-            await self._forgotten(entry.address, left, numbers)
+            await self._forgotten(entry.address, left, numbers, before)
 
     def unlink_gone_twin(self, parent_ino: int, name: bytes) -> bool:
         """Whether `name` is the other view of a dataset removed while its directory was being
@@ -176,6 +179,7 @@ class EditSide:
             if array:   # mv D D.npy: D's own bytes became its array
                 await self._now_a_view(entry, new_parent, new, link)
             return   # two names of one object: rename(2) does nothing
+        before = self.ops.table.newest
         left = await self._run(self.editor.rename, self.ops._object(old_parent), text,
                                self.ops._object(new_parent), new_text)
         for parent, name in ((old_parent, old), (new_parent, new)):
@@ -191,7 +195,7 @@ class EditSide:
         if array:
             await self._now_a_view(entry, new_parent, new, link)
         if existing is not None and existing.address is not None and existing.address != entry.address:
-            await self._forget_object(existing.address, left)
+            await self._forget_object(existing.address, left, before)
 
     async def _now_a_view(self, entry: Entry, parent: Node, name: bytes, link: bytes) -> None:
         """The kernel moved T's inode (its bytes) to `name`, the `.npy` view of what T became:
@@ -292,9 +296,10 @@ class EditSide:
 
     async def _bytes_file(self, parent: Node, name: bytes, text: str) -> pyfuse3.EntryAttributes:
         """A new empty one-dimensional uint8 dataset: a file of any other name."""
-        await self._run(self.editor.create_dataset, self.ops._object(parent), text, np.uint8, (0,),
-                        maxshape=(None,), chunks=(self.chunk_bytes,), filters=self.filters)
+        address = await self._run(self.editor.create_dataset, self.ops._object(parent), text, np.uint8, (0,),
+                                  maxshape=(None,), chunks=(self.chunk_bytes,), filters=self.filters)
         self._changed(parent, name, [name + NPY_SUFFIX.encode()])
+        self.ops.table.gone(address)   # a node there is a freed object's whose news is on its way
         attrs = await self._lookup(parent, name)
         self.ops.writes.paged.add(attrs.st_ino)
         return attrs
@@ -386,6 +391,7 @@ class EditSide:
                                   header.dtype, header.shape, **storage)
         node = ops.table.get(stream.ino)
         stream.header, stream.obj = header, ops.f.get(address, namespace.join(stream.parent.path, stream.name))
+        ops.table.gone(address)   # a node there is a freed object's whose news is on its way
         if node is not None:
             ops.table.adopt(node, address)
             node.numbers = await offload.run_sync(namespace.numbers, stream.obj)
@@ -430,12 +436,13 @@ class EditSide:
                     return None
                 return self.editor.unlink(self.ops._object(stream.parent), stream.name)
 
+            before = self.ops.table.newest
             left = await self._run(unlink)
             if left is None:   # removed while open: freed at release
                 stream.obj = obj
             else:
                 self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
-                await self._forget_object(obj.address, left)
+                await self._forget_object(obj.address, left, before)
         if isinstance(stream.failed, OSError) and stream.failed.errno:   # ENOSPC: the close says so
             raise OSError(stream.failed.errno, f"{stream.what}: {stream.failed.strerror or stream.failed}")
         raise InvalidWrite(f"{stream.what}: {stream.failed}")
@@ -644,13 +651,13 @@ class EditSide:
         except Exception:  # noqa: BLE001 - a header that cannot be read: nothing to show
             return None
 
-    async def _forget_object(self, address: int, left: int | None) -> None:
+    async def _forget_object(self, address: int, left: int | None, before: int) -> None:
         """A link to the object went (`left`: the hard links it has now): its link count
-        changed, or it is gone (no worker trip)."""
+        changed, or it is gone (`before`: the table's newest node when the edit began)."""
         numbers = await offload.run_sync(self._numbers_left, address, left) if left else None
-        await self._forgotten(address, left, numbers)
+        await self._forgotten(address, left, numbers, before)
 
-    async def _forgotten(self, address: int, left: int | None, numbers: Numbers | None) -> None:
+    async def _forgotten(self, address: int, left: int | None, numbers: Numbers | None, before: int) -> None:
         """`_forget_object` with what `_numbers_left` found (in the caller's worker trip)."""
         ops = self.ops
         ops.attribute_tables.pop(address)
@@ -663,14 +670,15 @@ class EditSide:
             if node is not None and node.numbers is not None:
                 await self._show(address, replace(node.numbers, nlink=0))
         elif left == 0:   # freed: an object made in its space gets inodes of its own
-            ops.table.gone(address)
+            ops.table.gone(address, before)
 
     async def closed(self, address: int | None) -> None:
         """A handle of the object at `address` was closed: freed if its links all went and
         nothing else holds it open."""
         if address in self.editor.orphans and not self.ops.handles.holds(address):
+            before = self.ops.table.newest
             if await self._run(self.editor.free_orphan, address):
-                self.ops.table.gone(address)
+                self.ops.table.gone(address, before)
 
     def free_orphans(self) -> None:
         """At unmount (nothing is open any more): free every object whose links all went."""

@@ -24,7 +24,7 @@ class Node:
     __slots__ = ("ino", "kind", "key", "address", "path", "numbers", "target", "error", "lookups", "stale", "gone")
 
     def __init__(self, ino: int, kind: str, key: object, entry: Entry) -> None:
-        self.ino = ino
+        self.ino = ino                    # also its age: numbers only grow
         self.kind = kind
         self.key = key                    # its key in the table's index for its kind
         self.address = entry.address
@@ -114,16 +114,25 @@ class InodeTable:
         node (the kernel may still hold the old inode until it forgets it)."""
         self._links.pop((group_address, name), None)
 
-    def gone(self, address: int) -> None:
+    @property
+    def newest(self) -> int:
+        """The inode number of the node made last (`gone`'s `before`)."""
+        return self._next - 1
+
+    def gone(self, address: int, before: int | None = None) -> None:
         """The object at `address` was freed: its nodes (and those of its soft links) leave the
         index, so an object made there later gets inodes of its own, and answer ENOENT until the
-        kernel forgets them."""
+        kernel forgets them. `before`: only nodes made by then (`newest` before the edit that
+        freed it left the trio thread): an object made in the freed space since, by an edit
+        whose reply came first, keeps its nodes. A new object's creator calls it without."""
         for index in (self._objects, self._views, self._points):
-            node = index.pop(address, None)
-            if node is not None and node is not self.root:
+            node = index.get(address)
+            if node is not None and node is not self.root and (before is None or node.ino <= before):
+                del index[address]
                 node.gone = True
         for key in [k for k in self._links if k[0] == address]:
-            self._links.pop(key).gone = True
+            if before is None or self._links[key].ino <= before:
+                self._links.pop(key).gone = True
 
     def moved(self, old: str, new: str, address: int | None = None) -> list[Node]:
         """The link at path `old` is now at `new`: the nodes found through it (its object, its
