@@ -9,6 +9,7 @@ import errno
 import io
 import os
 import subprocess
+import time
 
 import h5py
 import numpy as np
@@ -838,3 +839,53 @@ def test_objects_made_in_space_freed_by_another_edit(tmp_path, mount):
     run_h5fs("umount", mp, check=True)
     assert tree(path) == {"/g": ("group", 1), "/h": ("group", 1)}
     verify_file(path, h5dump=False)
+
+
+def _edit_group(g: str, seconds: float, errors) -> None:
+    end, n = time.time() + seconds, 0
+    while time.time() < end and errors.qsize() < 5:
+        n += 1
+        made, gone = f"{g}/{'n' * (1 + n % 37)}{n % 11}", f"{g}/{'n' * (1 + (n - 5) % 37)}{(n - 5) % 11}"
+        for step in (lambda: os.mkdir(made), lambda: os.rmdir(gone)):
+            try:
+                step()
+            except (FileNotFoundError, FileExistsError):
+                pass
+            except OSError as exc:
+                errors.put(f"edit: {exc}")
+
+
+def _list_group(g: str, seconds: float, errors) -> None:
+    end = time.time() + seconds
+    while time.time() < end and errors.qsize() < 5:
+        try:
+            os.listdir(g)
+        except OSError as exc:
+            errors.put(f"ls: {exc}")
+
+
+def test_listing_an_old_style_group_while_it_is_edited(tmp_path, mount):
+    """`ls` of an old-style group while another process makes and removes groups in it: a
+    listing that meets the group's heap or nodes half-rewritten by a commit reads them again
+    once it is done, and never takes the group for broken (it answered EIO until unmount)."""
+    import multiprocessing
+    path = tmp_path / "old.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_group("g")
+    mp = mount(path, "rw")
+    errors = multiprocessing.Queue()
+    g = str(mp / "g")
+    workers = [multiprocessing.Process(target=fn, args=(g, 15.0, errors)) for fn in (_edit_group, _list_group)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    os.listdir(g)
+    os.mkdir(mp / "g" / "quiet")
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert not found, found[:5]
+    assert "cannot serve" not in mount.log_of(mp)
+    run_h5fs("umount", mp, check=True)
+    verify_file(path, h5dump=True)

@@ -165,6 +165,22 @@ class Operations(pyfuse3.Operations):
             raise FUSEError(errno.ENOTDIR)
         return node
 
+    async def _consistently(self, fn, *args):
+        """`fn(*args)` in a worker. On a read-write mount a failure is tried once more with no
+        edit being committed: a commit rewrites structures in place (an old-style group's heap
+        and nodes), and a reader meeting them half-written must not take the object for broken."""
+        try:
+            return await offload.run_sync(fn, *args)
+        except H5fsError:
+            if self.writes is None:
+                raise
+        lock = self.writes.wb.commit_lock
+
+        def quiet():
+            with lock:
+                return fn(*args)
+        return await offload.run_sync(quiet)
+
     def _mark_broken(self, node: Node, exc: BaseException) -> None:
         if isinstance(exc, H5fsError):
             node.error = exc
@@ -335,8 +351,8 @@ class Operations(pyfuse3.Operations):
             group = self._object(parent)
             try:  # a compact group, a child its header describes: no thread hop
                 entry = namespace.lookup(self.f, group, parent.path, name, header_only=True)
-            except namespace.BeyondHeader:
-                entry, blocks = await offload.run_sync(self._lookup_counted, group, parent.path, name)
+            except (namespace.BeyondHeader, H5fsError):   # an error: once more, as below
+                entry, blocks = await self._consistently(self._lookup_counted, group, parent.path, name)
                 if blocks is not None:
                     self.blocks.learn(entry.address, blocks)
         except Exception as exc:
@@ -389,8 +405,8 @@ class Operations(pyfuse3.Operations):
         entries = self.listings.get(node.address)  # nothing changes under a read-only mount
         if entries is None:
             try:
-                entries = await offload.run_sync(namespace.entries, self.f, self._object(node), node.path,
-                                                 self._known)
+                entries = await self._consistently(namespace.entries, self.f, self._object(node), node.path,
+                                                   self._known)
             except Exception as exc:
                 self._mark_broken(node, exc)
                 raise FUSEError(errno.EIO) from None
