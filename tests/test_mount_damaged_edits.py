@@ -36,6 +36,15 @@ def fill(mp, tmp_path, count: int = 4) -> None:
         os.mkdir(mp / "g" / f"sub{i}")
 
 
+def unlink_refused(mount, mp, tmp_path, name: str) -> None:
+    """The mount's walk finds the file damaged, `rm NAME` is EIO, healthy objects take edits."""
+    assert "damaged" in walked(mount, mp)
+    with pytest.raises(OSError) as ei:
+        os.unlink(mp / name)
+    assert ei.value.errno == errno.EIO
+    fill(mp, tmp_path)
+
+
 def problems(path) -> set[str]:
     return {str(p) for p in check(str(path)).problems}
 
@@ -81,10 +90,8 @@ def test_chunk_two_datasets_share(tmp_path, mount):
     assert "not written: the file is damaged there" in mount.log_of(mp)
 
 
-@pytest.mark.parametrize("libver", ("earliest", "latest"))
-def test_removed_link_count_too_low(tmp_path, mount, libver):
-    """Two links lead to /d, its header counts one: removing one link would free /d."""
-    path = tmp_path / "x.h5"
+def low_link_count(path, libver: str) -> None:
+    """/d with a second hard link /g_link, its header counting one (and a group /g)."""
     with h5py.File(path, "w", libver=libver) as f:
         f.create_dataset("d", data=np.arange(1000, dtype="f8"))
         f["g_link"] = f["d"]
@@ -108,14 +115,17 @@ def test_removed_link_count_too_low(tmp_path, mount, libver):
     else:   # version 1: the count at +4
         struct.pack_into("<I", raw, a + 4, 1)
     path.write_bytes(raw)
+
+
+@pytest.mark.parametrize("libver", ("earliest", "latest"))
+def test_removed_link_count_too_low(tmp_path, mount, libver):
+    """Two links lead to /d, its header counts one: removing one link would free /d."""
+    path = tmp_path / "x.h5"
+    low_link_count(path, libver)
     before = problems(path)
     assert any("reference count" in p for p in before)
     mp = mount(path, "rw")
-    assert "damaged" in walked(mount, mp)
-    with pytest.raises(OSError) as ei:
-        os.unlink(mp / "g_link")
-    assert ei.value.errno == errno.EIO
-    fill(mp, tmp_path)
+    unlink_refused(mount, mp, tmp_path, "g_link")
     assert np.array_equal(np.load(mp / "d.npy"), np.arange(1000.0))
     run_h5fs("umount", mp, check=True)
     with h5py.File(path, "r") as f:
@@ -126,24 +136,12 @@ def test_removed_link_count_too_low(tmp_path, mount, libver):
 def test_contiguous_data_two_datasets_share(tmp_path, mount):
     """/a's layout message points at /b's data: `rm /a` would free it."""
     path = tmp_path / "x.h5"
-    with h5py.File(path, "w", libver="earliest") as f:
-        f.create_dataset("a", data=np.arange(20000, dtype="f8"))
-        f.create_dataset("b", data=np.arange(20000, dtype="f8") * 2)
-        f.create_group("g")
-    with h5py.File(path, "r") as f:
-        a_at, b_at = f["a"].id.get_offset(), f["b"].id.get_offset()
-    raw = bytearray(path.read_bytes())
-    struct.pack_into("<Q", raw, raw.find(struct.pack("<QQ", a_at, 160000)), b_at)
-    path.write_bytes(raw)
+    _, b_data = shared_contiguous(path)
     mp = mount(path, "rw")
-    assert "damaged" in walked(mount, mp)
-    with pytest.raises(OSError) as ei:
-        os.unlink(mp / "a")
-    assert ei.value.errno == errno.EIO
-    fill(mp, tmp_path)
+    unlink_refused(mount, mp, tmp_path, "a")
     run_h5fs("umount", mp, check=True)
     with h5py.File(path, "r") as f:
-        assert np.array_equal(f["b"][()], np.arange(20000.0) * 2) and "a" in f
+        assert np.array_equal(f["b"][()], b_data) and "a" in f
 
 
 def test_free_section_over_live_data(tmp_path, mount):
@@ -299,28 +297,7 @@ def test_a_link_removed_before_the_walk(tmp_path, libver):
     from h5fs.model.tree_edit import TreeEditor
     from h5fs.model.writeback import Writeback
     path = tmp_path / "x.h5"
-    with h5py.File(path, "w", libver=libver) as f:
-        f.create_dataset("d", data=np.arange(1000, dtype="f8"))
-        f["g_link"] = f["d"]
-    with h5py.File(path, "r") as f:
-        a = h5py.h5o.get_info(f["d"].id).addr
-    raw = bytearray(path.read_bytes())
-    if raw[a:a + 4] == b"OHDR":
-        flags = raw[a + 5]
-        q = a + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
-        n = 1 << (flags & 3)
-        end = q + n + int.from_bytes(raw[q:q + n], "little")
-        m = q + n
-        while m + 4 <= end:
-            kind, size = raw[m], struct.unpack_from("<H", raw, m + 1)[0]
-            m += 4 + (2 if flags & 0x04 else 0)
-            if kind == 0x16:
-                struct.pack_into("<I", raw, m + 1, 1)
-            m += size
-        struct.pack_into("<I", raw, end, lookup3(bytes(raw[a:end])))
-    else:
-        struct.pack_into("<I", raw, a + 4, 1)
-    path.write_bytes(raw)
+    low_link_count(path, libver)
     f = H5File.open(str(path), writable=True, lock=True)
     wb = Writeback(f, 1 << 20)
     try:
