@@ -61,7 +61,7 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
         return 0
     busy = sorted(smap.extents + smap.free, key=lambda e: e.address)
     adopted = allocator.adopt(gaps(busy, end))
-    kept = allocator.trust(sorted(((e.address, e.size, e.seen, e.owner) for e in smap.extents), key=lambda u: u[0]))
+    kept = allocator.trust([(e.address, e.size, e.seen, e.owner) for e in smap.extents])
     if kept:
         log.warning("%s: %d bytes an edit freed since mount are in use by another object (the file was damaged: "
                     "h5fs check tells more): kept unused", f.path, kept)

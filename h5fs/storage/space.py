@@ -230,26 +230,26 @@ class Allocator:
 
     def trust(self, used: list[tuple[int, int, int, int | None]]) -> int:
         """The file is sound: the space held becomes reusable, except where the walk found it
-        in use (`used`: (address, size, `clock` when the walk met it, the object it belongs to),
-        sorted) by an object other than those the freeing transaction changed, or by one of
+        in use (`used`: (address, size, `clock` when the walk met it, the object it belongs to))
+        by an object other than those the freeing transaction changed, or by one of
         those once that transaction had begun: an edit made before the walk may have freed an
         extent another object shares, or an object more links lead to, and the evidence went
         with it. What the walk saw of an object before the object's own edit freed it is reused.
         Returns the bytes kept back."""
         with self._lock:
-            held, self.held = self.held or [], None
-            starts = [u[0] for u in used]
-            widest = max((u[1] for u in used), default=0)
+            held, self.held = sorted(self.held or [], key=lambda h: h[0]), None
+            starts = [h[0] for h in held]
+            busy: list[list[Extent]] = [[] for _ in held]   # per held extent: uses its free does not explain
+            for start, n, seen, owner in used if held else ():
+                k = max(0, bisect.bisect_right(starts, start) - 1)   # held extents are disjoint
+                while k < len(held) and held[k][0] < start + n:
+                    address, size, _, _, freed, owners = held[k]
+                    if address + size > start and (owner not in owners or seen >= freed):
+                        busy[k].append((start, n))
+                    k += 1
             kept = 0
-            for address, size, pool, raw, freed, owners in held:
-                busy = []   # the extents found in use over it that its free does not explain
-                j = bisect.bisect_left(starts, address + size) - 1
-                while j >= 0 and starts[j] + widest > address:
-                    start, n, seen, owner = used[j]
-                    if start + n > address and (owner not in owners or seen >= freed):
-                        busy.append((start, n))
-                    j -= 1
-                for start, n in _subtract([(address, size)], sorted(busy)):
+            for (address, size, pool, raw, _, _), over in zip(held, busy):
+                for start, n in _subtract([(address, size)], sorted(over)):
                     if pool is None:
                         self._give(start, n, raw)
                     else:
