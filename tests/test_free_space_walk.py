@@ -41,8 +41,8 @@ def _group(f, name):
 def _during_walk(monkeypatch, edit):
     real = free_space.walk
 
-    def walk(f):
-        found = real(f)
+    def walk(f, **options):
+        found = real(f, **options)
         edit()
         return found
     monkeypatch.setattr(free_space, "walk", walk)
