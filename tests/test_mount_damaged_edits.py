@@ -311,3 +311,37 @@ def test_a_link_removed_before_the_walk(tmp_path, libver):
         f.close()
     with h5py.File(path, "r") as h:
         assert np.array_equal(h["d"][()], np.arange(1000.0))
+
+
+def test_heap_free_list_over_names(tmp_path, mount):
+    """An old-style group's local heap (no checksum) lists bytes holding link names as free: the
+    first edit of the group in a mount, even one made before the walk, refuses it (a new name
+    would overwrite two others) and leaves the group as it was."""
+    path = tmp_path / "x.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        for i in range(20):
+            f.create_group(f"big/g{i:03d}")
+        f.create_group("ok")
+        address = h5py.h5o.get_info(f["big"].id).addr
+    raw = bytearray(path.read_bytes())
+    q = address + 16   # a v1 header's first message: the symbol table (0x11)
+    assert struct.unpack_from("<H", raw, q)[0] == 0x11
+    heap = struct.unpack_from("<QQ", raw, q + 8)[1]
+    size, _, segment = struct.unpack_from("<QQQ", raw, heap + 8)
+    at = raw.find(b"g010\0", segment, segment + size) - segment
+    struct.pack_into("<QQ", raw, segment + at, 1, 64)   # a free block of 64 bytes over g010..g017
+    struct.pack_into("<Q", raw, heap + 16, at)
+    path.write_bytes(raw)
+
+    def found() -> list[str]:
+        with h5py.File(path, "r") as f:
+            return [n for n in (f"g{i:03d}" for i in range(20)) if f["big"].get(n) is not None]
+    before = found()
+    mp = mount(path, "rw")
+    with pytest.raises(OSError) as ei:   # at once: the walk has not looked yet
+        os.mkdir(mp / "big" / ("n" * 40))
+    assert ei.value.errno == errno.EIO
+    os.mkdir(mp / "ok" / "sub")
+    run_h5fs("umount", mp, check=True)
+    assert found() == before
+    assert "covers a link name" in mount.log_of(mp)

@@ -24,6 +24,7 @@ Each edit reads through `txn.reader` and stages every node and the heap once; no
 
 from __future__ import annotations
 
+import bisect
 import errno
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,7 +41,7 @@ from .group_btree_write import NOOP, REMOVE, RIGHT, Blocks, GroupBTree
 from .index.btree_v1_write import btree_k
 from .local_heap_write import HeapEdit
 from .readers import symbol_table_node as snod_reader
-from .readers.btree_v1 import read_node
+from .readers.btree_v1 import iterate_leaves, read_node
 from .readers.local_heap import read as read_heap
 from .readers.object_header import read as read_header
 
@@ -183,8 +184,27 @@ def _edit(txn: Transaction, stab: SymbolTable, name: bytes, what: str,
     if stab.btree_address is None or stab.heap_address is None:
         raise FormatError(f"{what}: symbol table message without a B-tree or a heap")
     k = btree_k(txn)
-    leaves = _SymbolNodes(txn, HeapEdit.open(txn, stab.heap_address, what), 2 * k.group_leaf, name, what, link)
+    heap = HeapEdit.open(txn, stab.heap_address, what)
+    if stab.heap_address not in txn.store.sound_heaps:
+        _check_free_list(txn, stab, heap, what)
+        txn.store.sound_heaps.add(stab.heap_address)
+    leaves = _SymbolNodes(txn, heap, 2 * k.group_leaf, name, what, link)
     return GroupBTree(txn, stab.btree_address, k.group_internal, leaves, what), leaves
+
+
+def _check_free_list(txn: Transaction, stab: SymbolTable, heap: HeapEdit, what: str) -> None:
+    """The first edit of a group's heap in a mount checks that no free block of the heap (which
+    has no checksum) covers a link name: a name written there would overwrite another."""
+    if not heap.free:
+        return
+    names = sorted((e.name_offset, e.name_offset + len(heap.string(e.name_offset)) + 1)
+                   for _, node, _ in iterate_leaves(txn.reader, stab.btree_address, bt.GROUP, 0, what)
+                   for e in snod_reader.read(txn.reader, node, what))
+    starts = [a for a, _ in names]
+    for offset, size in heap.free:
+        i = bisect.bisect_left(starts, offset + size) - 1
+        if i >= 0 and names[i][1] > offset:   # names do not overlap: their ends rise with their starts
+            raise FormatError(f"{what}: local heap free block {offset}+{size} covers a link name: not edited")
 
 
 def _stage(tree: GroupBTree, leaves: _SymbolNodes) -> None:

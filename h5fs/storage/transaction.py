@@ -72,6 +72,7 @@ class Store:
         # objects a walk of the file found damaged (header address -> what is wrong): edits that
         # would build on what they hold are refused
         self.damaged: dict[int, str] = {}
+        self.sound_heaps: set[int] = set()   # group local heaps checked by a first edit (symbol_table_write)
 
     def begin(self) -> Transaction:
         return Transaction(self)
