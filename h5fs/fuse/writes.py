@@ -132,7 +132,6 @@ class WriteSide:
             off -= len(head)
         elif state.kind != RAW:
             raise FUSEError(errno.EBADF)
-        self._refuse_damaged(ds)
         room = self.wb.room(ds)
         if buf and room is not None and off + len(buf) > room > off:   # what fits is written (EFBIG when nothing does)
             taken -= off + len(buf) - room
@@ -159,20 +158,11 @@ class WriteSide:
             size -= head
         elif node.kind != RAW:
             raise FUSEError(errno.EINVAL)
-        self._refuse_damaged(ds)
         size = size or 0
         await offload.run_sync(self.wb.truncate, ds, size)
         self.last_write = time.monotonic()
         await self.changed(node.address, None, resized=True)
         self._stamped(node.address)
-
-    def _refuse_damaged(self, ds) -> None:
-        """A dataset the walk found damaged (storage another object shares...) takes no writes:
-        they would land in, or free, what the other holds."""
-        reason = self.ops.f.store.damaged.get(ds.address)
-        if reason is not None:
-            log.error("%s: not written: the file is damaged there (%s; h5fs check tells more)", ds.path, reason)
-            raise FUSEError(errno.EIO)
 
     def _stamped(self, address: int) -> None:
         """Written now (whole seconds, as HDF5 keeps times): stat shows the new modification

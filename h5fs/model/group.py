@@ -10,7 +10,7 @@ from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
 from ..storage import dense_storage
 from ..storage.readers import local_heap, symbol_table_node
-from ..storage.readers.btree_v1 import find_child, iterate_leaves
+from ..storage.readers.btree_v1 import find_child
 from . import messages as M
 from .objects import H5Object, derived
 
@@ -97,13 +97,10 @@ class Group(H5Object):
     def _symbol_table_links(self, btree_addr: int | None, heap_addr: int | None) -> list[Link]:
         what = f"{self.path}: symbol table"
         heap = local_heap.read(self.file.reader, heap_addr, what)
-        out: list[Link] = []
         if btree_addr is None:
-            return out
-        for _, snod, _ in iterate_leaves(self.file.reader, btree_addr, btree_v1.GROUP, 0, what):
-            for entry in symbol_table_node.read(self.file.reader, snod, what):
-                out.append(_entry_link(entry, heap, what))
-        return out
+            return []
+        return [_entry_link(entry, heap, what)
+                for entry in symbol_table_node.group_entries(self.file.reader, btree_addr, what)]
 
     def _dense_links(self, info) -> list[Link]:
         from ..storage.readers import btree_v2

@@ -75,7 +75,7 @@ class TreeEditor:
             self.shared = SharedMessages(txn, self.f)
             yield txn, touched
             self.shared.close()
-            _refuse_damaged(self.f.store.damaged, touched)
+            self.f.store.refuse_damaged(touched)
             self.wb.commit(txn, sorted(touched))
             self.f.superblock = self.f.store.superblock
             self.f.root_entry = self.f.superblock.root_entry
@@ -391,15 +391,6 @@ def _existing(links: GroupLinks, name: str) -> Link:
     if link is None:
         raise NamespaceError(errno.ENOENT, f"{links.what}/{name}: no such link")
     return link
-
-
-def _refuse_damaged(damaged: dict[int, str], touched: set[int]) -> None:
-    """An edit changing an object the walk found damaged builds on what it holds (a link count,
-    a heap, storage another object shares): refused, the file left as it was."""
-    for address in touched:
-        reason = damaged.get(address)
-        if reason is not None:
-            raise NamespaceError(errno.EIO, f"not changed: the file is damaged there ({reason}; h5fs check tells more)")
 
 
 def _refuse_existing(links: GroupLinks, name: str) -> None:

@@ -168,7 +168,8 @@ class Writeback:
         if (offset % isz or end % isz or not data
                 or self.nbytes + self.flushing_nbytes + len(data) > self.dirty_limit
                 or lay.layout_class not in (L.CHUNKED, L.STRUCTURED, L.CONTIGUOUS) or self._commits(ds, end)
-                or ds.header.first(M.EXTERNAL) is not None or ds.materialized is not None):
+                or ds.header.first(M.EXTERNAL) is not None or ds.materialized is not None
+                or ds.address in self.f.store.damaged):
             return False
         if not self.lock.acquire(blocking=False):
             return False
@@ -190,6 +191,7 @@ class Writeback:
     def _check_writable(self, ds: Dataset) -> None:
         if ds.materialized is not None:
             raise CannotWrite(f"{ds.path}: writing variable-length or reference data is not supported")
+        self.f.store.refuse_damaged((ds.address,))   # its storage may be another object's too
 
     def _state(self, ds: Dataset) -> Dirty:
         st = self.dirty.get(ds.address)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import CannotWrite
-from ..format import btree_v1
 from ..format.codec import Reader, Writer
 from ..format.messages import link as link_msg
 from ..format.messages import link_info as link_info_msg
@@ -25,7 +24,6 @@ from . import symbol_table_write as stab_write
 from .dense_storage import LINKS, DenseStore
 from .header_writer import HeaderEdit
 from .readers import local_heap, symbol_table_node
-from .readers.btree_v1 import iterate_leaves
 from .readers.object_header import read as read_header
 from .transaction import Transaction
 
@@ -88,7 +86,8 @@ class GroupLinks:
         if kind == "symbol table":
             stab = self.symbol_table
             heap = local_heap.read(self.txn.reader, stab.heap_address, self.what)
-            return [self._from_entry(stab, e, heap) for e in _stab_entries(self.txn.reader, stab, self.what)]
+            return [self._from_entry(stab, e, heap)
+                    for e in symbol_table_node.group_entries(self.txn.reader, stab.btree_address, self.what)]
         if kind == "compact":
             return [ln for _, ln in self._compact()]
         return self._dense_links()
@@ -249,7 +248,3 @@ class GroupLinks:
 def _decode_link(raw: bytes, sizes, what: str) -> Link:
     return link_msg.decode(Reader(raw, 0, sizes, f"{what}: link message"))
 
-
-def _stab_entries(reader, stab: stab_msg.SymbolTable, what: str) -> list:
-    return [entry for _, snod, _ in iterate_leaves(reader, stab.btree_address, btree_v1.GROUP, 0, what)
-            for entry in symbol_table_node.read(reader, snod, what)]

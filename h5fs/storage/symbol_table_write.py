@@ -41,7 +41,7 @@ from .group_btree_write import NOOP, REMOVE, RIGHT, Blocks, GroupBTree
 from .index.btree_v1_write import btree_k
 from .local_heap_write import HeapEdit
 from .readers import symbol_table_node as snod_reader
-from .readers.btree_v1 import iterate_leaves, read_node
+from .readers.btree_v1 import read_node
 from .readers.local_heap import read as read_heap
 from .readers.object_header import read as read_header
 
@@ -198,8 +198,7 @@ def _check_free_list(txn: Transaction, stab: SymbolTable, heap: HeapEdit, what: 
     if not heap.free:
         return
     names = sorted((e.name_offset, e.name_offset + len(heap.string(e.name_offset)) + 1)
-                   for _, node, _ in iterate_leaves(txn.reader, stab.btree_address, bt.GROUP, 0, what)
-                   for e in snod_reader.read(txn.reader, node, what))
+                   for e in snod_reader.group_entries(txn.reader, stab.btree_address, what))
     starts = [a for a, _ in names]
     for offset, size in heap.free:
         i = bisect.bisect_left(starts, offset + size) - 1

@@ -74,6 +74,14 @@ class Store:
         self.damaged: dict[int, str] = {}
         self.sound_heaps: set[int] = set()   # group local heaps checked by a first edit (symbol_table_write)
 
+    def refuse_damaged(self, addresses) -> None:
+        """FormatError when an edit would change an object a walk found damaged: it would build
+        on what the object holds (a link count, a heap, storage another object shares)."""
+        for address in addresses:
+            reason = self.damaged.get(address)
+            if reason is not None:
+                raise FormatError(f"not changed: the file is damaged there ({reason}; h5fs check tells more)")
+
     def begin(self) -> Transaction:
         return Transaction(self)
 

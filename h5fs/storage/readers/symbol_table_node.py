@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ...format import symbol_table_entry
+from ...format import btree_v1, symbol_table_entry
 from ...format.symbol_table_entry import SymbolTableEntry
 from ...format.symbol_table_node import HEAD, SymbolTableNode, decode, node_size, symbol_count
+from .btree_v1 import iterate_leaves
 
 
 def read(reader, address: int, what: str) -> list[SymbolTableEntry]:
@@ -15,6 +16,13 @@ def read(reader, address: int, what: str) -> list[SymbolTableEntry]:
     esize = symbol_table_entry.size(reader.sizes)
     c = reader.cursor(address + head_size, count * esize, f"{what}: symbol table node")
     return [symbol_table_entry.decode(c) for _ in range(count)]
+
+
+def group_entries(reader, btree_address: int, what: str) -> list[SymbolTableEntry]:
+    """Every entry of an old-style group, in name order: those of the nodes its B-tree's leaves
+    point at."""
+    return [entry for _, node, _ in iterate_leaves(reader, btree_address, btree_v1.GROUP, 0, what)
+            for entry in read(reader, node, what)]
 
 
 def read_node(reader, address: int, capacity: int, what: str) -> SymbolTableNode:
