@@ -2,7 +2,8 @@
 
 Space a transaction frees is not reusable at once: until the change that stopped using it is
 durable, a crash could bring the old structure back, so it waits in `pending` until `release()`
-(called after the commit's last barrier). Addresses are relative to the superblock's base, like
+(called after the commit's last barrier); on a mount, until its walk finds the file sound too
+(`hold`, `trust`). Addresses are relative to the superblock's base, like
 every address in the file; `eoa` is the end of allocated space that the superblock records.
 
 Free space lives in pools, the free-space managers libhdf5 would keep for the file (numbered as
