@@ -4,7 +4,9 @@ mount(8) runs `/sbin/mount.fuse.h5fs FILE DIR [-sfnv] [-N NS] [-o OPTIONS] [-t T
 installed as `mount.h5fs`, for `-t h5fs`); umount(8) runs `/sbin/umount.h5fs DIR [-flnrv] [-N NS]
 [-t TYPE]` for mounts whose utab line names the helper (h5fs/utab.py). Both call the CLI in this
 process. `h5fs install-helpers` writes small scripts there that run this Python with this package:
-mount(8) runs helpers with a bare PATH, where `python3` may lack numpy.
+mount(8) runs helpers with a bare PATH, where `python3` may lack numpy. Installed in a virtual
+environment (a venv, pipx), the scripts run that environment's own `bin/python`: resolving its
+symlink would run the base interpreter, which lacks the environment's packages.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ COMMAND = "/usr/local/bin/h5fs"
 
 def scripts() -> dict[str, str]:
     """Path -> script text of every helper, each running this interpreter."""
-    python = os.path.realpath(sys.executable)
+    python = os.path.abspath(sys.executable)
     out = {path: f"#!/bin/sh\nexec {python} -c 'import sys; from h5fs.mount_helper import {fn}; "
                  f"sys.exit({fn}())' \"$@\"\n" for path, fn in HELPERS.items()}
     out[COMMAND] = f"#!/bin/sh\nexec {python} -m h5fs.cli \"$@\"\n"

@@ -559,10 +559,39 @@ def test_install_helpers_writes_scripts_running_this_python(tmp_path):
                  "usr/local/bin/h5fs"):
         script = tmp_path / path
         assert os.access(script, os.X_OK), path
-        assert os.path.realpath(sys.executable) in script.read_text()
+        assert os.path.abspath(sys.executable) in script.read_text()
     version = subprocess.run([str(tmp_path / "usr/local/bin/h5fs"), "--version"], capture_output=True, text=True,
                              env={"PATH": "/usr/bin:/bin"})
     assert version.returncode == 0 and version.stdout.startswith("h5fs ")
+
+
+def test_helpers_installed_from_a_venv_run_the_venvs_python(h5, mounts, tmp_path):
+    """pip in a venv (as current Debian requires) or pipx: the helpers must run the venv's own
+    bin/python, whose pyvenv.cfg gives it the venv's packages; its resolved target is the base
+    interpreter, which lacks them ('No module named pyfuse3')."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT)],
+                             capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stderr
+    try:
+        proc = subprocess.run([str(venv / "bin" / "h5fs"), "install-helpers"], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert f"exec {python} " in Path("/sbin/mount.fuse.h5fs").read_text()
+        mp = mounts.point()
+        proc = subprocess.run(["mount", "-t", "fuse.h5fs", str(h5), str(mp), "-o", f"ro,log={tmp_path / 'log'}"],
+                              capture_output=True, text=True, timeout=60, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        assert proc.returncode == 0, proc.stderr
+        assert open(mp / "x", "rb").read() == np.arange(1000, dtype="<i4").tobytes()
+        daemon = Path(f"/proc/{pid_of(mp)}/cmdline").read_bytes().split(b"\0")[0].decode()
+        assert daemon == str(python)
+        proc = subprocess.run(["umount", str(mp)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert not is_mounted(mp)
+    finally:
+        mount_helper.install()   # the helpers of this checkout's interpreter again
 
 
 def test_h5fs_status_of_a_hung_daemon_times_out(h5, mounts, tmp_path):
