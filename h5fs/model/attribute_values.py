@@ -5,7 +5,9 @@
 bytes, keeping its datatype and shape:
 - numbers as `format_value` prints them: a scalar alone (`3`, `-0.5`, `nan`, `inf`), arrays as
   nested brackets (`[1, 2, 3]`, `[[1, 2], [3, 4]]`; spacing free), exactly the dataspace's shape
-  (a null dataspace and empty arrays read `[]`, `[[], []]`...). Integers of every size, order,
+  (a null dataspace and empty arrays read `[]`, `[[], []]`...); a one-element array also takes
+  its value alone, as h5py's `attrs.modify` does (netCDF stores every number as a one-element
+  array, which ncdump and netCDF4 show as a scalar). Integers of every size, order,
   precision and bit offset (padding bits as the datatype says), in range; IEEE floats of 2, 4, 8
   bytes and the platform's long double, either order, a finite number that overflows refused;
   complex numbers `(1+2j)`, `2j`, `(nan-infj)` (h5py's {r, i} compounds and the complex class);
@@ -14,12 +16,22 @@ bytes, keeping its datatype and shape:
 - strings: the text itself, one element per line for arrays of several (so an element of such an
   array cannot hold a newline). Fixed-length strings take at most their size in bytes (a longer
   one is refused, never truncated; a null-terminated one may fill the whole size, as the mount
-  shows such a value) and are padded as the datatype says (NULs, or spaces for space-padded).
+  shows such a value) and are padded as the datatype says (NULs, or spaces for space-padded);
+  `setfattr` first resizes the datatype to the text (`fitted_types`).
   Variable-length strings (a list of each element's bytes, for the global heap) hold no NUL.
   UTF-8 strings must be valid UTF-8; ASCII ones take any bytes, as C programs write them.
 Text that does not parse or fit raises InvalidWrite (EINVAL); datatypes whose values are not
 written from text (compounds other than complex, arrays, opaque, references, vlen sequences,
 non-IEEE floats) raise CannotWrite (ENOTSUP).
+
+`fitted_types(text, datatype, dataspace)` is the datatype and dataspace a new value is stored
+with: a fixed-length string type rebuilt at the text's length, as netCDF-4 and PyTables store
+every text attribute (exactly its length, no padding) and as they and h5py recreate one when a
+user sets it: netCDF's `setncattr`, PyTables' `attrs.X = ...`, h5py's `attrs[name] = ...`. The
+padding and character set are kept; an array of several strings takes its longest element's
+length, the others padded (what NumPy and h5py make of a list of byte strings); the empty text
+is one pad byte (HDF5 has no 0-byte strings; netCDF writes "" so); a null dataspace (PyTables'
+"") becomes scalar for a non-empty text. Other datatypes and dataspaces are kept.
 
 `store_value(txn, ...)` gives the bytes for the attribute message, variable-length strings put in
 the global heap as libhdf5's H5Awrite does (H5T__conv_vlen's element order, each element's old
@@ -35,8 +47,10 @@ or 2, name character set ASCII (h5py labels no attribute name UTF-8).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -125,7 +139,10 @@ def _tokens(text: str, dims: tuple[int, ...]) -> list[str]:
         for child in node:
             walk(child, depth + 1)
 
-    walk(_nested(text), 0)
+    node = _nested(text)
+    if isinstance(node, str) and dims and math.prod(dims) == 1:   # a one-element array's value alone
+        return [node]
+    walk(node, 0)
     return out
 
 
@@ -287,6 +304,20 @@ def _dims(space: S.Dataspace) -> tuple[int, ...]:
     return space.dims if space.kind == S.SIMPLE else (0,) if space.kind == S.NULL else ()
 
 
+def fitted_types(text: bytes, datatype: T.Datatype, dataspace: S.Dataspace) -> tuple[T.Datatype, S.Dataspace]:
+    """The datatype and dataspace the value `text` is stored with (see the module docstring)."""
+    if not isinstance(datatype, T.String):
+        return datatype, dataspace
+    if dataspace.kind == S.NULL:
+        if not text:
+            return datatype, dataspace
+        dataspace = S.Dataspace(S.SCALAR, version=dataspace.version)
+    items = _lines(text, dataspace.count)
+    if not items:
+        return datatype, dataspace
+    return replace(datatype, size=max(1, *map(len, items))), dataspace
+
+
 def parse_value(text: bytes, datatype: T.Datatype, dataspace: S.Dataspace) -> bytes | list[bytes]:
     """The stored element bytes `text` stands for (see the module docstring); for variable-length
     strings, each element's bytes (`store_value` puts them in the global heap)."""
@@ -350,6 +381,21 @@ def store_value(txn: Transaction, text: bytes, datatype: T.Datatype, dataspace: 
             _delete(txn, *previous[k])
         ids[k] = ghw.insert(txn, parsed[k])
     return _vlen_bytes([(len(b), hid) for b, hid in zip(parsed, ids)], txn.sizes)
+
+
+def revalued(txn: Transaction, msg: attr_msg.AttributeMessage, text: bytes, datatype: T.Datatype,
+             dataspace: S.Dataspace, keep_old: bool = False) -> attr_msg.AttributeMessage:
+    """`msg`, of this datatype and dataspace, holding the value `text` with the types fitted to it
+    (`fitted_types`; a changed one stored in the message itself, no longer shared); the old
+    value's global heap objects removed unless `keep_old`."""
+    dt, space = fitted_types(text, datatype, dataspace)
+    old = None if keep_old else msg.data[:dataspace.count * datatype.size]
+    msg = replace(msg, data=store_value(txn, text, dt, space, old=old))
+    if dt != datatype:
+        msg = replace(msg, datatype_raw=_encoded(T.encode, dt, txn.sizes), datatype_shared=False)
+    if space != dataspace:
+        msg = replace(msg, dataspace_raw=_encoded(S.encode, space, txn.sizes), dataspace_shared=False)
+    return msg
 
 
 def release_value(txn: Transaction, data: bytes, datatype: T.Datatype, dataspace: S.Dataspace) -> None:

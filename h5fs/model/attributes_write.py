@@ -4,7 +4,8 @@ attribute phase change (8 by default), a fractal heap indexed by v2 B-trees (den
 the attribute info message that a version 2 header gets with its first attribute.
 
 `setfattr -n user.A -v V` replaces the value of an attribute A, parsed as the mount shows it
-and keeping its datatype and shape (model/attribute_values.py), or creates A as h5py writes a
+and keeping its datatype and shape, a fixed-length string's datatype resized to the new text as
+netCDF-4, PyTables and h5py do (model/attribute_values.py), or creates A as h5py writes a
 Python str: a variable-length UTF-8 string. `h5fs attr` (`create`) makes A anew with a number,
 bool or complex dtype and the value's shape. Values in the global heap go with the value they
 belonged to.
@@ -27,7 +28,7 @@ from ..storage.header_writer import HeaderEdit, NoRoom
 from ..storage.readers.object_header import read as read_header
 from ..storage.sohm_write import SharedMessages
 from ..storage.transaction import Transaction
-from .attribute_values import create_string_attribute, new_attribute, release_value, store_value
+from .attribute_values import create_string_attribute, new_attribute, release_value, revalued
 from .libver import libver_for_superblock
 
 DATASPACE, DATATYPE, ATTRIBUTE, ATTRIBUTE_INFO = 0x01, 0x03, 0x0C, 0x15
@@ -112,12 +113,12 @@ class _Attributes:
         return False
 
     def _new_value(self, msg: attr_msg.AttributeMessage, text: bytes, keep_old: bool = False) -> bytes:
-        """The attribute message with `text` as its value (datatype and shape kept, shared ones
-        still shared: the new message's uses counted); the old value's global heap objects
-        removed unless `keep_old`."""
+        """The attribute message with `text` as its value (datatype and shape kept, a fixed-length
+        string's resized to the text; shared ones still shared: the new message's uses counted);
+        the old value's global heap objects removed unless `keep_old`. A message of a new size
+        is moved by the header or dense storage editor."""
         dt, space = self._types(msg)
-        data = store_value(self.txn, text, dt, space, old=None if keep_old else msg.data[:space.count * dt.size])
-        body = _encode(replace(msg, data=data), self.txn.sizes)
+        body = _encode(revalued(self.txn, msg, text, dt, space, keep_old), self.txn.sizes)
         self.shared.acquire_attribute(body, self.what)
         return body
 
