@@ -30,8 +30,10 @@ every text attribute (exactly its length, no padding) and as they and h5py recre
 user sets it: netCDF's `setncattr`, PyTables' `attrs.X = ...`, h5py's `attrs[name] = ...`. The
 padding and character set are kept; an array of several strings takes its longest element's
 length, the others padded (what NumPy and h5py make of a list of byte strings); the empty text
-is one pad byte (HDF5 has no 0-byte strings; netCDF writes "" so); a null dataspace (PyTables'
-"") becomes scalar for a non-empty text. Other datatypes and dataspaces are kept.
+is one pad byte (HDF5 has no 0-byte strings; netCDF and h5py write "" so), or in PyTables' files
+a null dataspace, as PyTables writes "" (its own TITLE, CLASS... would read a pad byte back as
+"\x00"); a null dataspace becomes scalar for a non-empty text. Other datatypes and dataspaces
+are kept.
 
 `store_value(txn, ...)` gives the bytes for the attribute message, variable-length strings put in
 the global heap as libhdf5's H5Awrite does (H5T__conv_vlen's element order, each element's old
@@ -304,10 +306,14 @@ def _dims(space: S.Dataspace) -> tuple[int, ...]:
     return space.dims if space.kind == S.SIMPLE else (0,) if space.kind == S.NULL else ()
 
 
-def fitted_types(text: bytes, datatype: T.Datatype, dataspace: S.Dataspace) -> tuple[T.Datatype, S.Dataspace]:
-    """The datatype and dataspace the value `text` is stored with (see the module docstring)."""
+def fitted_types(text: bytes, datatype: T.Datatype, dataspace: S.Dataspace,
+                 empty_null: bool = False) -> tuple[T.Datatype, S.Dataspace]:
+    """The datatype and dataspace the value `text` is stored with (see the module docstring);
+    `empty_null`: a scalar's empty text as a null dataspace (PyTables' "")."""
     if not isinstance(datatype, T.String):
         return datatype, dataspace
+    if empty_null and not text and dataspace.kind == S.SCALAR:
+        return datatype, S.Dataspace(S.NULL, version=2)
     if dataspace.kind == S.NULL:
         if not text:
             return datatype, dataspace
@@ -384,11 +390,11 @@ def store_value(txn: Transaction, text: bytes, datatype: T.Datatype, dataspace: 
 
 
 def revalued(txn: Transaction, msg: attr_msg.AttributeMessage, text: bytes, datatype: T.Datatype,
-             dataspace: S.Dataspace, keep_old: bool = False) -> attr_msg.AttributeMessage:
+             dataspace: S.Dataspace, keep_old: bool = False, empty_null: bool = False) -> attr_msg.AttributeMessage:
     """`msg`, of this datatype and dataspace, holding the value `text` with the types fitted to it
     (`fitted_types`; a changed one stored in the message itself, no longer shared); the old
     value's global heap objects removed unless `keep_old`."""
-    dt, space = fitted_types(text, datatype, dataspace)
+    dt, space = fitted_types(text, datatype, dataspace, empty_null)
     old = None if keep_old else msg.data[:dataspace.count * datatype.size]
     msg = replace(msg, data=store_value(txn, text, dt, space, old=old))
     if dt != datatype:

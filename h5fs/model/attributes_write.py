@@ -34,6 +34,7 @@ from .libver import libver_for_superblock
 DATASPACE, DATATYPE, ATTRIBUTE, ATTRIBUTE_INFO = 0x01, 0x03, 0x0C, 0x15
 MAX_COMPACT, MIN_DENSE = 8, 6   # libhdf5's attribute phase change when the header stores none
 MAX_MESSAGE = 65536             # H5O_MESG_MAX_SIZE: larger attributes live in dense storage only
+PYTABLES_MARK = "PYTABLES_FORMAT_VERSION"
 NO_ORDER = 0xFFFF               # H5O_MAX_CRT_ORDER_IDX: the creation order of an untracked attribute
 
 
@@ -118,9 +119,14 @@ class _Attributes:
         the old value's global heap objects removed unless `keep_old`. A message of a new size
         is moved by the header or dense storage editor."""
         dt, space = self._types(msg)
-        body = _encode(revalued(self.txn, msg, text, dt, space, keep_old), self.txn.sizes)
+        empty_null = not text and isinstance(dt, T.String) and self._pytables()
+        body = _encode(revalued(self.txn, msg, text, dt, space, keep_old, empty_null), self.txn.sizes)
         self.shared.acquire_attribute(body, self.what)
         return body
+
+    def _pytables(self) -> bool:
+        """Whether the file is PyTables' (its root group names PyTables' format version)."""
+        return any(a.name == PYTABLES_MARK for a in self.f.root.attributes())
 
     def set(self, name: str, text: bytes) -> None:
         info = self.info()

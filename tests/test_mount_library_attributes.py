@@ -1,0 +1,343 @@
+"""setfattr on attributes written by netCDF-4, PyTables and h5py behaves as those libraries do
+when a user sets the attribute: a fixed-length string (how netCDF-4 and PyTables store every text
+attribute, at exactly its length) is stored at the new text's length, its padding and character
+set kept, in the header or in dense storage; a one-element number (how netCDF stores every numeric
+attribute) takes its value alone. Each file is read back with the library that wrote it, every
+other attribute and all data unchanged; h5py then reads the whole file and `h5fs check` passes.
+Text that cannot be held stays EINVAL, the reason in the daemon's log."""
+
+from __future__ import annotations
+
+import subprocess
+
+import h5py
+import netCDF4
+import numpy as np
+import pytest
+import tables
+
+import roundtrip_support as R
+from h5fs.model import messages as M
+from h5fs.model.file import H5File
+from write_support import verify_file
+
+PADS = {"nullterm": h5py.h5t.STR_NULLTERM, "nullpad": h5py.h5t.STR_NULLPAD, "spacepad": h5py.h5t.STR_SPACEPAD}
+CSETS = {"ascii": h5py.h5t.CSET_ASCII, "utf8": h5py.h5t.CSET_UTF8}
+
+
+def setfattr(target, name: str, value: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["setfattr", "-n", f"user.{name}", "-v", value, str(target)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def set_ok(target, name: str, value: str) -> None:
+    proc = setfattr(target, name, value)
+    assert proc.returncode == 0, proc.stderr
+
+
+def snapshot(path) -> dict[str, object]:
+    """Every dataset and attribute as h5py reads them (read_everything's walk), values holding
+    object references as the names they point to: a reference read by another open of the file
+    compares unequal."""
+    with h5py.File(path, "r") as f:
+        def plain(value):
+            if isinstance(value, h5py.Reference):
+                return f[value].name
+            if isinstance(value, (np.ndarray, np.void, tuple, list)):
+                return [plain(v) for v in np.asarray(value, dtype=object).reshape(-1).tolist()] \
+                    if np.asarray(value).dtype.hasobject else np.asarray(value).tolist()
+            return value
+        out: dict[str, object] = {}
+
+        def visit(name, obj):
+            for key, value in obj.attrs.items():
+                value = np.asarray(value)
+                out[f"{name}@{key}"] = (value.dtype.descr, value.shape, plain(value)) if value.dtype.hasobject else value
+            if isinstance(obj, h5py.Dataset):
+                out[name] = obj[()]
+        visit("/", f)
+        f.visititems(visit)
+    return out
+
+
+def unchanged(before: dict, after: dict, edited: set[str]) -> None:
+    """Every dataset and attribute h5py reads is as it was, but the edited ones."""
+    assert set(after) == set(before)
+    for key, value in before.items():
+        if key in edited:
+            continue
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(after[key], value, err_msg=key)
+            assert after[key].dtype == value.dtype, key
+        else:
+            assert after[key] == value, key
+
+
+def string_type(obj, name: str) -> tuple[int, int, int, tuple | None]:
+    """(size, padding, character set, shape) of a fixed-length string attribute, as libhdf5 reads it."""
+    aid = obj.attrs.get_id(name)
+    t = aid.get_type()
+    assert isinstance(t, h5py.h5t.TypeStringID) and not t.is_variable_str(), name
+    return t.get_size(), t.get_strpad(), t.get_cset(), aid.shape
+
+
+def raw_strings(obj, name: str) -> list[bytes]:
+    """The elements' stored bytes, padding included (read with the file's own type)."""
+    aid = obj.attrs.get_id(name)
+    t = aid.get_type()
+    out = np.zeros(aid.shape, dtype=f"S{t.get_size()}")
+    aid.read(out, mtype=t)
+    return [bytes(x).ljust(t.get_size(), b"\0") for x in out.reshape(-1)]
+
+
+def is_dense(path, name: str) -> bool:
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f[name].id).addr
+    with H5File.open(str(path)) as hf:
+        info = hf.get(address, name).message(M.ATTRIBUTE_INFO)
+    return info is not None and info.heap_address is not None
+
+
+# ------------------------------------------------------------------------------------- netCDF-4
+
+def build_netcdf(path) -> None:
+    with netCDF4.Dataset(path, "w") as d:
+        d.createDimension("x", 4)
+        t = d.createVariable("t", "i2", ("x",), fill_value=-1)
+        t.units = "K"
+        t.long_name = "air temperature"
+        t.scale_factor = 0.01
+        t.add_offset = np.float32(273.15)
+        t.set_auto_maskandscale(False)
+        t[:] = [1, 2, 3, 4]
+        many = d.createVariable("many", "f8", ("x",))   # more than 8 attributes: dense storage
+        for i in range(10):
+            many.setncattr(f"note{i}", f"n{i}")
+        many.valid_max = 10.0
+        many[:] = [0.5, 1.5, 2.5, 3.5]
+        d.title = "netCDF test"
+        d.history = "made by the test"
+
+
+def test_netcdf_attributes(tmp_path, mount):
+    """netCDF4's setncattr as a user types it: units K -> degC, a shorter long_name, a scalar
+    scale_factor, a longer global title, the empty string, dense attributes; netCDF4 reads back
+    the new strings and scalars, with ncattr types it wrote."""
+    p = tmp_path / "nc.nc"
+    build_netcdf(p)
+    assert is_dense(p, "many")
+    before = snapshot(p)
+    mp = mount(p, "rw")
+    set_ok(mp / "t", "units", "degC")
+    set_ok(mp / "t", "long_name", "T")
+    set_ok(mp / "t", "scale_factor", "0.02")
+    set_ok(mp / "t", "add_offset", "-1.5")
+    set_ok(mp, "title", "a longer title of the netCDF file")
+    set_ok(mp, "history", "")
+    set_ok(mp / "many", "note3", "a much longer note three")
+    set_ok(mp / "many", "valid_max", "99")
+    mount.unmount(mp)
+    with netCDF4.Dataset(p) as d:
+        t = d["t"]
+        assert t.getncattr("units") == "degC"
+        assert t.getncattr("long_name") == "T"
+        assert t.getncattr("scale_factor") == np.float64(0.02)
+        assert np.ndim(t.getncattr("scale_factor")) == 0
+        assert t.getncattr("add_offset") == np.float32(-1.5) and t.getncattr("add_offset").dtype == np.float32
+        assert t.getncattr("_FillValue") == -1
+        assert d.getncattr("title") == "a longer title of the netCDF file"
+        assert d.getncattr("history") == ""
+        assert d["many"].getncattr("note3") == "a much longer note three"
+        assert d["many"].getncattr("note4") == "n4" and d["many"].getncattr("valid_max") == 99.0
+        assert list(t[:]) == [-1.5 + 0.02 * k for k in (1, 2, 3, 4)]   # unpacked with the new attributes
+        assert list(d["many"][:]) == [0.5, 1.5, 2.5, 3.5]
+        assert d.dimensions["x"].size == 4
+    with h5py.File(p, "r") as f:   # netCDF's own form kept: NULL-terminated ASCII, exactly the text
+        assert string_type(f["t"], "units") == (4, h5py.h5t.STR_NULLTERM, h5py.h5t.CSET_ASCII, ())
+        assert raw_strings(f["t"], "units") == [b"degC"]
+        assert string_type(f, "history") == (1, h5py.h5t.STR_NULLTERM, h5py.h5t.CSET_ASCII, ())
+        assert f["t"].attrs["scale_factor"].shape == (1,) and f["t"].attrs["scale_factor"].dtype == "<f8"
+    verify_file(p, h5dump=False)
+    after = snapshot(p)
+    unchanged(before, after, {"t@units", "t@long_name", "t@scale_factor", "t@add_offset", "/@title",
+                              "/@history", "many@note3", "many@valid_max"})
+
+
+def test_netcdf_values_that_cannot_be_held(tmp_path, mount):
+    """Text into a number and a list of the wrong length stay EINVAL, the reason logged; the
+    file is as it was."""
+    p = tmp_path / "nc.nc"
+    build_netcdf(p)
+    before = snapshot(p)
+    mp = mount(p, "rw")
+    for name, value in (("scale_factor", "degC"), ("scale_factor", "[0.1, 0.2]"), ("_FillValue", "[[1]]")):
+        proc = setfattr(mp / "t", name, value)
+        assert proc.returncode != 0 and "Invalid argument" in proc.stderr, (name, value)
+    log = mount.log_of(mp)
+    assert "'degC' is not a number" in log
+    assert "2 items where the shape (1,) needs 1" in log
+    mount.unmount(mp)
+    verify_file(p, h5dump=False)
+    unchanged(before, snapshot(p), set())
+
+
+# ------------------------------------------------------------------------------------- PyTables
+
+def build_pytables(path) -> None:
+    class Row(tables.IsDescription):
+        x = tables.Int32Col()
+        y = tables.Float64Col()
+
+    with tables.open_file(path, "w", title="file title") as h:
+        a = h.create_array("/", "arr", np.arange(6), title="an array")
+        a._v_attrs.empty = ""        # PyTables stores "" with a null dataspace
+        tab = h.create_table("/", "tab", Row, title="a table")
+        tab.append([(1, 0.5), (2, 1.5)])
+
+
+def test_pytables_titles(tmp_path, mount):
+    """TITLE longer and shorter, the root's TITLE emptied, PyTables' empty attribute set: PyTables
+    reads exactly the new text (no NUL padding), and the nodes' CLASS, VERSION and data stay."""
+    p = tmp_path / "pt.h5"
+    build_pytables(p)
+    before = snapshot(p)
+    mp = mount(p, "rw")
+    set_ok(mp / "arr", "TITLE", "new title of the array")
+    set_ok(mp / "tab", "TITLE", "new title")
+    set_ok(mp, "TITLE", "")
+    set_ok(mp / "arr", "empty", "now set")
+    mount.unmount(mp)
+    with tables.open_file(p) as h:
+        assert h.root.arr._v_attrs.TITLE == "new title of the array"
+        assert h.root.tab._v_attrs.TITLE == "new title"
+        assert h.root._v_attrs.TITLE == ""
+        assert h.root.arr._v_attrs.empty == "now set"
+        assert h.root.arr.title == "new title of the array" and h.root.tab.title == "new title"
+        assert h.root.arr._v_attrs.CLASS == "ARRAY" and h.root.tab._v_attrs.CLASS == "TABLE"
+        assert h.root.tab._v_attrs.VERSION == before["tab@VERSION"].item().decode()
+        assert list(h.root.arr[:]) == list(range(6))
+        assert h.root.tab[:].tolist() == [(1, 0.5), (2, 1.5)]
+    with h5py.File(p, "r") as f:   # PyTables' form kept: NULL-terminated UTF-8, exactly the text
+        assert string_type(f["tab"], "TITLE") == (9, h5py.h5t.STR_NULLTERM, h5py.h5t.CSET_UTF8, ())
+        assert string_type(f["arr"], "empty") == (7, h5py.h5t.STR_NULLTERM, h5py.h5t.CSET_UTF8, ())
+    verify_file(p, h5dump=False)
+    after = snapshot(p)
+    unchanged(before, after, {"arr@TITLE", "tab@TITLE", "/@TITLE", "arr@empty"})
+
+
+# ----------------------------------------------------------------------------------------- h5py
+
+def fixed_string(obj, name: str, values: list[bytes], size: int, pad: int, cset: int, shape=()) -> None:
+    """A fixed-length string attribute of this padding and character set, its bytes padded so."""
+    t = h5py.h5t.C_S1.copy()
+    t.set_size(size)
+    t.set_strpad(pad)
+    t.set_cset(cset)
+    space = h5py.h5s.create(h5py.h5s.SCALAR) if shape == () else h5py.h5s.create_simple(shape)
+    fill = b" " if pad == h5py.h5t.STR_SPACEPAD else b"\0"
+    data = np.array([v.ljust(size, fill) for v in values], dtype=f"S{size}").reshape(shape)
+    h5py.h5a.create(obj.id, name.encode(), t, space).write(data, mtype=t)
+
+
+def build_h5py(path, libver: str) -> None:
+    with h5py.File(path, "w", libver=libver) as f:
+        d = f.create_dataset("d", data=np.arange(10, dtype="i4"))
+        for pad in PADS:
+            for cset in CSETS:
+                fixed_string(d, f"{pad}_{cset}", [b"abc"], 8, PADS[pad], CSETS[cset])
+        fixed_string(d, "one", [b"only"], 4, PADS["nullterm"], CSETS["ascii"], shape=(1,))
+        fixed_string(d, "three", [b"ab", b"cde", b"f"], 3, PADS["spacepad"], CSETS["utf8"], shape=(3,))
+        d.attrs.create("n1", [7], dtype="<i4")
+        d.attrs.create("n11", [[2.5]], dtype=">f4")
+        d.attrs["vlen"] = "variable"
+        g = f.create_group("g")   # 12 attributes: dense storage in a version 2 header
+        for i in range(12):
+            fixed_string(g, f"s{i:02d}", [f"value {i}".encode()], 8, PADS["nullpad"], CSETS["utf8"])
+
+
+EDITS = {   # name -> (setfattr text, stored elements expected: the text at its own length)
+    "one": ("a longer single string", [b"a longer single string"]),
+    "three": ("longer\nx\n", [b"longer", b"x     ", b"      "]),
+    **{f"{pad}_{cset}": (f"{pad} {cset} é", [f"{pad} {cset} é".encode()]) for pad in PADS for cset in CSETS},
+}
+
+
+def test_h5py_fixed_strings_and_one_element_numbers(tmp_path, mount, libver):
+    """Each padding and character set, a 1-element and a 3-element string array, one-element
+    numbers of shape (1,) and (1, 1), dense attributes (libver latest), an empty string: the
+    datatype's size follows the text, everything else about the attribute stays."""
+    p = tmp_path / "f.h5"
+    build_h5py(p, libver)
+    assert is_dense(p, "g") == (libver == "latest")
+    with h5py.File(p, "r") as f:
+        types = {name: string_type(f["d"], name) for name in EDITS}
+        dense_type = string_type(f["g"], "s05")
+    before = snapshot(p)
+    mp = mount(p, "rw")
+    for name, (text, _) in EDITS.items():
+        set_ok(mp / "d", name, text)
+    set_ok(mp / "d", "n1", "-9")
+    set_ok(mp / "d", "n11", "[[0.75]]")
+    set_ok(mp / "d", "vlen", "a variable-length string")
+    set_ok(mp / "g", "s05", "a value longer than eight bytes")
+    set_ok(mp / "g", "s06", "")
+    set_ok(mp / "g", "s07", "short")
+    mount.unmount(mp)
+    with h5py.File(p, "r") as f:
+        d = f["d"]
+        for name, (_, stored) in EDITS.items():
+            size, pad, cset, shape = types[name]
+            assert string_type(d, name) == (len(stored[0]), pad, cset, shape), name
+            assert raw_strings(d, name) == stored, name
+        assert d.attrs["nullpad_utf8"] == "nullpad utf8 é".encode()
+        n1, n11 = d.attrs["n1"], d.attrs["n11"]
+        assert n1.dtype == "<i4" and n1.shape == (1,) and n1[0] == -9
+        assert n11.dtype == ">f4" and n11.shape == (1, 1) and n11[0, 0] == 0.75
+        assert d.attrs["vlen"] == "a variable-length string"
+        g = f["g"]
+        assert string_type(g, "s05") == (len("a value longer than eight bytes"),) + dense_type[1:]
+        assert g.attrs["s05"] == b"a value longer than eight bytes"
+        assert string_type(g, "s06") == (1,) + dense_type[1:] and g.attrs["s06"] == b""
+        assert string_type(g, "s07") == (5,) + dense_type[1:] and g.attrs["s07"] == b"short"
+    assert is_dense(p, "g") == (libver == "latest")
+    verify_file(p, h5dump=libver == "earliest")
+    after = snapshot(p)
+    unchanged(before, after, {f"d@{n}" for n in EDITS} | {"d@n1", "d@n11", "d@vlen", "g@s05", "g@s06", "g@s07"})
+
+
+def test_h5py_values_that_cannot_be_held(tmp_path, mount):
+    """A one-element number takes no text and no list of another length; a string array takes
+    its number of lines only."""
+    p = tmp_path / "f.h5"
+    build_h5py(p, "earliest")
+    before = snapshot(p)
+    mp = mount(p, "rw")
+    for name, value in (("n1", "seven"), ("n1", "[1, 2]"), ("n11", "[0.5, 1]"), ("three", "a\nb")):
+        proc = setfattr(mp / "d", name, value)
+        assert proc.returncode != 0 and "Invalid argument" in proc.stderr, (name, value)
+    assert "2 lines for 3 string elements" in mount.log_of(mp)
+    mount.unmount(mp)
+    verify_file(p, h5dump=True)
+    unchanged(before, snapshot(p), set())
+
+
+def test_shared_string_datatype(tmp_path, mount):
+    """A fixed-length string whose datatype the file's shared-message table holds: the resized
+    one is stored in the attribute, the table's use counted down (libhdf5 then deletes every
+    attribute, which fails on a use miscounted)."""
+    p = tmp_path / "sohm.h5"
+    with R.new_file(p, "latest", (8, 8), R.sohm_fcpl(50, 40)) as f:
+        for i in range(3):
+            d = f.create_dataset(f"d{i}", data=np.arange(5))
+            fixed_string(d, "units", [b"metres"], 6, PADS["nullterm"], CSETS["ascii"])
+    mp = mount(p, "rw")
+    set_ok(mp / "d1", "units", "kilometres")
+    mount.unmount(mp)
+    verify_file(p, h5dump=False)
+    with h5py.File(p, "r+") as f:
+        assert string_type(f["d1"], "units") == (10, h5py.h5t.STR_NULLTERM, h5py.h5t.CSET_ASCII, ())
+        assert f["d1"].attrs["units"] == b"kilometres"
+        assert f["d0"].attrs["units"] == b"metres" and f["d2"].attrs["units"] == b"metres"
+        for i in range(3):
+            del f[f"d{i}"].attrs["units"]
+    verify_file(p, h5dump=False)
