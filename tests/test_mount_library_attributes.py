@@ -62,7 +62,7 @@ def snapshot(path) -> dict[str, object]:
 
 def unchanged(before: dict, after: dict, edited: set[str]) -> None:
     """Every dataset and attribute h5py reads is as it was, but the edited ones."""
-    assert set(after) == set(before)
+    assert set(after) - edited == set(before) - edited
     for key, value in before.items():
         if key in edited:
             continue
@@ -179,6 +179,97 @@ def test_netcdf_values_that_cannot_be_held(tmp_path, mount):
     mount.unmount(mp)
     verify_file(p, h5dump=False)
     unchanged(before, snapshot(p), set())
+
+
+def test_netcdf_refuses_what_netcdf_refuses(tmp_path, mount):
+    """netCDF-C refuses a variable's _FillValue once the variable exists (NC_ELATEFILL) and its
+    own reserved attributes (NC_ENAMEINUSE): EINVAL with the reason logged. Removing a variable's
+    _FillValue, and a global _FillValue, netCDF-C allows (the twin edits by the netCDF library on
+    a copy say so)."""
+    import ctypes
+    import glob
+    import os
+    import shutil
+    p = tmp_path / "nc.nc"
+    build_netcdf(p)
+    twin = tmp_path / "twin.nc"
+    shutil.copy(p, twin)
+    libnc = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(netCDF4.__file__), "..", "netcdf4.libs",
+                                               "libnetcdf*"))[0])
+    ncid, varid = ctypes.c_int(), ctypes.c_int()
+    assert libnc.nc_open(str(twin).encode(), 1, ctypes.byref(ncid)) == 0
+    assert libnc.nc_inq_varid(ncid, b"t", ctypes.byref(varid)) == 0
+    assert libnc.nc_put_att(ncid, varid, b"_FillValue", 3, 1, ctypes.byref(ctypes.c_short(-5))) == -122
+    assert libnc.nc_put_att_text(ncid, varid, b"_Netcdf4Coordinates", 1, b"x") == -42
+    assert libnc.nc_put_att_text(ncid, -1, b"_FillValue", 2, b"ok") == 0
+    assert libnc.nc_del_att(ncid, varid, b"_FillValue") == 0
+    assert libnc.nc_close(ncid) == 0
+
+    before = snapshot(p)
+    mp = mount(p, "rw")
+    for target, name, value in ((mp / "t", "_FillValue", "-5"), (mp / "t", "_Netcdf4Coordinates", "[1]"),
+                                (mp / "x", "CLASS", "DIMENSION_SCALE"), (mp / "x", "NAME", "x"),
+                                (mp, "_NCProperties", "version=2")):
+        proc = setfattr(target, name, value)
+        assert proc.returncode != 0 and "Invalid argument" in proc.stderr, name
+    proc = subprocess.run(["setfattr", "-x", "user._Netcdf4Dimid", str(mp / "x")], capture_output=True, text=True)
+    assert proc.returncode != 0 and "Invalid argument" in proc.stderr
+    log = mount.log_of(mp)
+    assert "NC_ELATEFILL" in log and "'_Netcdf4Dimid' is netCDF-4's own" in log
+    set_ok(mp, "_FillValue", "ok")
+    subprocess.run(["setfattr", "-x", "user._FillValue", str(mp / "t")], check=True, timeout=60)
+    mount.unmount(mp)
+    verify_file(p, h5dump=False)
+    after = snapshot(p)
+    unchanged(before, after, {"t@_FillValue", "/@_FillValue"})
+    with netCDF4.Dataset(p) as d, netCDF4.Dataset(twin) as t:
+        assert d.getncattr("_FillValue") == t.getncattr("_FillValue") == b"ok"   # netCDF4 gives this one as bytes
+        assert "_FillValue" not in d["t"].ncattrs() and "_FillValue" not in t["t"].ncattrs()
+        assert d["t"].ncattrs() == t["t"].ncattrs()
+
+
+def test_new_text_attributes_as_the_library_writes_them(tmp_path, mount):
+    """A new text attribute in a netCDF-4 file is NC_CHAR (fixed-length ASCII), in a PyTables file
+    a fixed-length UTF-8 string ("" a null dataspace), as setncattr and PyTables' attrs write
+    them on a twin file; in an h5py file a variable-length UTF-8 string, as h5py writes a str."""
+    import shutil
+    nc, pt, hp = tmp_path / "nc.nc", tmp_path / "pt.h5", tmp_path / "f.h5"
+    build_netcdf(nc)
+    build_pytables(pt)
+    build_h5py(hp, "earliest")
+    twins = {}
+    for path in (nc, pt, hp):
+        twins[path] = tmp_path / f"twin-{path.name}"
+        shutil.copy(path, twins[path])
+    with netCDF4.Dataset(twins[nc], "a") as d:
+        d["t"].comment = "new comment"
+        d.institution = ""
+    with tables.open_file(twins[pt], "a") as h:
+        h.root.arr._v_attrs.comment = "new comment é"
+        h.root.tab._v_attrs.note = ""
+    with h5py.File(twins[hp], "a") as f:
+        f["d"].attrs["comment"] = "new comment"
+    edits = {nc: [("t", "comment", "new comment"), ("/", "institution", "")],
+             pt: [("arr", "comment", "new comment é"), ("tab", "note", "")],
+             hp: [("d", "comment", "new comment")]}
+    for path, todo in edits.items():
+        mp = mount(path, "rw")
+        for obj, name, value in todo:
+            set_ok(mp / obj.strip("/"), name, value)
+        mount.unmount(mp)
+        verify_file(path, h5dump=False)
+        with h5py.File(path, "r") as f, h5py.File(twins[path], "r") as t:
+            for obj, name, value in todo:
+                mine, theirs = f[obj].attrs.get_id(name), t[obj].attrs.get_id(name)
+                assert mine.get_type() == theirs.get_type(), (path.name, name)
+                assert mine.get_space().get_simple_extent_type() == theirs.get_space().get_simple_extent_type()
+                assert mine.shape == theirs.shape
+                if mine.shape is not None:
+                    assert f[obj].attrs[name] == t[obj].attrs[name]
+    with netCDF4.Dataset(nc) as d:
+        assert d["t"].getncattr("comment") == "new comment" and d.getncattr("institution") == ""
+    with tables.open_file(pt) as h:
+        assert h.root.arr._v_attrs.comment == "new comment é" and h.root.tab._v_attrs.note == ""
 
 
 # ------------------------------------------------------------------------------------- PyTables

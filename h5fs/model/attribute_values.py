@@ -41,7 +41,8 @@ object removed first when not empty: H5T__vlen_disk_write/H5T__vlen_disk_delete)
 `release_value` removes the heap objects of a value (libhdf5 leaves them when it deletes an
 attribute; removing them is allowed and gives the space back).
 
-`new_string_attribute` is the message h5py writes for `attrs[name] = "text"`: a scalar
+`new_fixed_string_attribute` is the message netCDF-4 and PyTables write for a new text
+attribute. `new_string_attribute` is the message h5py writes for `attrs[name] = "text"`: a scalar
 variable-length UTF-8 string, null-terminated padding (the heap object holds the bytes without a
 NUL), attribute message version 1 (format bound earliest) or 3 (later bounds), dataspace message 1
 or 2, name character set ASCII (h5py labels no attribute name UTF-8).
@@ -447,6 +448,21 @@ def new_string_attribute(name: str, text: bytes, heap_id: gh.HeapID, sizes: Size
     return attr_msg.AttributeMessage(name, _encoded(T.encode, string_datatype(sizes), sizes),
                                      _encoded(S.encode, space, sizes), _vlen_bytes([(len(text), heap_id)], sizes),
                                      version=3 if later else 1)
+
+
+def new_fixed_string_attribute(name: str, text: bytes, charset: int, sizes: Sizes, libver: str = "earliest",
+                               empty_null: bool = False) -> attr_msg.AttributeMessage:
+    """The attribute message netCDF-4 (`charset` ASCII) and PyTables (UTF-8) write for a text
+    attribute: a scalar null-terminated fixed-length string of exactly the text's bytes, "" as one
+    NUL, or with `empty_null` as PyTables writes it: a null dataspace."""
+    _check_string_attribute(name, b"")
+    _checked([text], charset, False, "a string attribute")
+    later = at_least(libver, "v108")
+    datatype = T.String(1, max(1, len(text)), T.NULLTERM, charset)
+    kind = S.NULL if empty_null and not text else S.SCALAR
+    space = S.Dataspace(kind, version=2 if later or kind == S.NULL else 1)
+    return attr_msg.AttributeMessage(name, _encoded(T.encode, datatype, sizes), _encoded(S.encode, space, sizes),
+                                     _fixed_strings(text, datatype, space.count), version=3 if later else 1)
 
 
 def value_shape(text: bytes) -> tuple[int, ...]:
