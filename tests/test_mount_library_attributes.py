@@ -8,6 +8,7 @@ Text that cannot be held stays EINVAL, the reason in the daemon's log."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import h5py
@@ -136,6 +137,8 @@ def test_netcdf_attributes(tmp_path, mount):
     set_ok(mp, "history", "")
     set_ok(mp / "many", "note3", "a much longer note three")
     set_ok(mp / "many", "valid_max", "99")
+    assert os.getxattr(mp / "t", "user.units") == b"degC"   # the mount shows the new values at once
+    assert os.getxattr(mp / "many", "user.note3") == b"a much longer note three"
     mount.unmount(mp)
     with netCDF4.Dataset(p) as d:
         t = d["t"]
@@ -188,7 +191,6 @@ def test_netcdf_refuses_what_netcdf_refuses(tmp_path, mount):
     a copy say so)."""
     import ctypes
     import glob
-    import os
     import shutil
     p = tmp_path / "nc.nc"
     build_netcdf(p)
@@ -373,6 +375,8 @@ def test_h5py_fixed_strings_and_one_element_numbers(tmp_path, mount, libver):
     set_ok(mp / "g", "s05", "a value longer than eight bytes")
     set_ok(mp / "g", "s06", "")
     set_ok(mp / "g", "s07", "short")
+    assert os.getxattr(mp / "d", "user.one") == b"a longer single string"   # the mount shows the new values at once
+    assert os.getxattr(mp / "g", "user.s05") == b"a value longer than eight bytes"
     mount.unmount(mp)
     with h5py.File(p, "r") as f:
         d = f["d"]
@@ -412,23 +416,42 @@ def test_h5py_values_that_cannot_be_held(tmp_path, mount):
     unchanged(before, snapshot(p), set())
 
 
-def test_shared_string_datatype(tmp_path, mount):
-    """A fixed-length string whose datatype the file's shared-message table holds: the resized
-    one is stored in the attribute, the table's use counted down (libhdf5 then deletes every
-    attribute, which fails on a use miscounted)."""
+def types_only_fcpl():
+    """One shared-message index of datatypes and dataspaces: attribute messages stay in headers."""
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    R.c_call("H5Pset_shared_mesg_nindexes", fcpl.id, 1)
+    R.c_call("H5Pset_shared_mesg_index", fcpl.id, 0, 1 << M.DATATYPE | 1 << M.DATASPACE, 1)
+    return fcpl
+
+
+@pytest.mark.parametrize("shared", ["attributes", "datatypes"])
+def test_shared_string_datatype(tmp_path, mount, shared):
+    """Fixed-length strings whose datatype the file's shared-message table holds (in shared
+    attribute messages, or in the header's own): the resized one is stored in the attribute, the
+    table's uses counted down (libhdf5 then deletes every attribute, which fails on a use
+    miscounted)."""
     p = tmp_path / "sohm.h5"
-    with R.new_file(p, "latest", (8, 8), R.sohm_fcpl(50, 40)) as f:
-        for i in range(3):
+    fcpl = R.sohm_fcpl(50, 40) if shared == "attributes" else types_only_fcpl()
+    with R.new_file(p, "latest", (8, 8), fcpl) as f:
+        for i in range(4):
             d = f.create_dataset(f"d{i}", data=np.arange(5))
-            fixed_string(d, "units", [b"metres"], 6, PADS["nullterm"], CSETS["ascii"])
+            fixed_string(d, "units", [b"metres" if i < 3 else b"litres"], 6, PADS["nullterm"], CSETS["ascii"])
+    with h5py.File(p, "r") as f:
+        addresses = [h5py.h5o.get_info(f[f"d{i}"].id).addr for i in range(4)]
+    with H5File.open(str(p)) as hf:
+        for i, a in enumerate(addresses):
+            obj = hf.get(a, f"d{i}")
+            assert obj.attributes()[0].msg.datatype_shared
+            assert [raw.shared for raw in obj.header.find(M.ATTRIBUTE)] == [shared == "attributes"]
     mp = mount(p, "rw")
     set_ok(mp / "d1", "units", "kilometres")
+    set_ok(mp / "d3", "units", "millilitres")
     mount.unmount(mp)
     verify_file(p, h5dump=False)
     with h5py.File(p, "r+") as f:
         assert string_type(f["d1"], "units") == (10, h5py.h5t.STR_NULLTERM, h5py.h5t.CSET_ASCII, ())
-        assert f["d1"].attrs["units"] == b"kilometres"
+        assert f["d1"].attrs["units"] == b"kilometres" and f["d3"].attrs["units"] == b"millilitres"
         assert f["d0"].attrs["units"] == b"metres" and f["d2"].attrs["units"] == b"metres"
-        for i in range(3):
+        for i in range(4):
             del f[f"d{i}"].attrs["units"]
     verify_file(p, h5dump=False)
