@@ -6,10 +6,10 @@ the attribute info message that a version 2 header gets with its first attribute
 `setfattr -n user.A -v V` replaces the value of an attribute A, parsed as the mount shows it
 and keeping its datatype and shape, a fixed-length string's datatype resized to the new text as
 netCDF-4, PyTables and h5py do (model/attribute_values.py), or creates A as h5py writes a
-Python str: a variable-length UTF-8 string (in netCDF-4 and PyTables files, as they write one). `h5fs attr` (`create`) makes A anew with a number,
-bool or complex dtype and the value's shape. Values in the global heap go with the value they
-belonged to. Edits the library that wrote the file refuses are refused
-(model/library_conventions.py).
+Python str: a variable-length UTF-8 string (in netCDF-4 and PyTables files, their fixed-length
+one). `h5fs attr` (`create`) makes A anew with a number, bool or complex dtype and the value's
+shape. Values in the global heap go with the value they belonged to. Edits the library that
+wrote the file refuses are refused (model/library_conventions.py).
 """
 
 from __future__ import annotations

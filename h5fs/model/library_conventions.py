@@ -37,7 +37,6 @@ NETCDF_RESERVED = frozenset({"CLASS", "NAME", "DIMENSION_LIST", "REFERENCE_LIST"
                              "_Format"})
 
 
-
 @dataclass(frozen=True)
 class TextForm:
     """How a library stores a text attribute: its character set, and "" as a null dataspace."""
