@@ -455,3 +455,38 @@ def test_shared_string_datatype(tmp_path, mount, shared):
         for i in range(4):
             del f[f"d{i}"].attrs["units"]
     verify_file(p, h5dump=False)
+
+
+@pytest.mark.parametrize("track", [False, True])
+def test_dense_strings_resized_many_times(tmp_path, track):
+    """The engine alone: dense fixed-length strings (creation order tracked and indexed, or not)
+    set again and again to texts of random lengths, each edit its own transaction: h5py reads
+    every value, in the same order, and `h5fs check` passes."""
+    from h5fs.model.tree_edit import TreeEditor
+    from h5fs.model.writeback import Writeback
+    p = tmp_path / "dense.h5"
+    with h5py.File(p, "w", libver="latest") as f:
+        g = f.create_group("g", track_order=track)
+        for i in range(20):
+            fixed_string(g, f"s{i:02d}", [b"x" * (i + 1)], i + 1, PADS["nullterm"], CSETS["utf8"])
+    with h5py.File(p, "r") as f:
+        address, order = h5py.h5o.get_info(f["g"].id).addr, list(f["g"].attrs)
+    assert is_dense(p, "g")
+    rng = np.random.default_rng(7)
+    expected = {f"s{i:02d}": b"x" * (i + 1) for i in range(20)}
+    hf = H5File.open(str(p), writable=True, lock=True)
+    wb = Writeback(hf, 16 << 20)
+    try:
+        editor = TreeEditor(hf, wb)
+        for k in range(120):
+            name = f"s{rng.integers(20):02d}"
+            expected[name] = bytes(rng.integers(97, 123, int(rng.integers(0, 300)), dtype=np.uint8))
+            editor.set_attribute(hf.get(address, "/g"), name, expected[name])
+    finally:
+        wb.close()
+        hf.close()
+    verify_file(p, h5dump=False)
+    with h5py.File(p, "r") as f:
+        assert list(f["g"].attrs) == order
+        assert {name: f["g"].attrs[name] for name in order} == expected
+        assert all(string_type(f["g"], name)[0] == max(1, len(expected[name])) for name in order)
