@@ -58,6 +58,9 @@ def snapshot(path) -> dict[str, object]:
 
         def visit(name, obj):
             for key, value in obj.attrs.items():
+                if isinstance(value, h5py.Empty):   # a null dataspace
+                    out[f"{name}@{key}"] = ("empty", value.dtype)
+                    continue
                 value = np.asarray(value)
                 out[f"{name}@{key}"] = (value.dtype.descr, value.shape, plain(value)) if value.dtype.hasobject else value
             if isinstance(obj, h5py.Dataset):
