@@ -5,7 +5,9 @@
 bytes, keeping its datatype and shape:
 - numbers as `format_value` prints them: a scalar alone (`3`, `-0.5`, `nan`, `inf`), arrays as
   nested brackets (`[1, 2, 3]`, `[[1, 2], [3, 4]]`; spacing free), exactly the dataspace's shape
-  (a null dataspace and empty arrays read `[]`, `[[], []]`...). Integers of every size, order,
+  (a null dataspace and empty arrays read `[]`, `[[], []]`...); a one-element array also takes
+  its value alone, as h5py's `attrs.modify` does (netCDF stores every number as a one-element
+  array, which ncdump and netCDF4 show as a scalar). Integers of every size, order,
   precision and bit offset (padding bits as the datatype says), in range; IEEE floats of 2, 4, 8
   bytes and the platform's long double, either order, a finite number that overflows refused;
   complex numbers `(1+2j)`, `2j`, `(nan-infj)` (h5py's {r, i} compounds and the complex class);
@@ -14,12 +16,24 @@ bytes, keeping its datatype and shape:
 - strings: the text itself, one element per line for arrays of several (so an element of such an
   array cannot hold a newline). Fixed-length strings take at most their size in bytes (a longer
   one is refused, never truncated; a null-terminated one may fill the whole size, as the mount
-  shows such a value) and are padded as the datatype says (NULs, or spaces for space-padded).
+  shows such a value) and are padded as the datatype says (NULs, or spaces for space-padded);
+  `setfattr` first resizes the datatype to the text (`fitted_types`).
   Variable-length strings (a list of each element's bytes, for the global heap) hold no NUL.
   UTF-8 strings must be valid UTF-8; ASCII ones take any bytes, as C programs write them.
 Text that does not parse or fit raises InvalidWrite (EINVAL); datatypes whose values are not
 written from text (compounds other than complex, arrays, opaque, references, vlen sequences,
 non-IEEE floats) raise CannotWrite (ENOTSUP).
+
+`fitted_types(text, datatype, dataspace)` is the datatype and dataspace a new value is stored
+with: a fixed-length string type rebuilt at the text's length, as netCDF-4 and PyTables store
+every text attribute (exactly its length, no padding) and as they and h5py recreate one when a
+user sets it: netCDF's `setncattr`, PyTables' `attrs.X = ...`, h5py's `attrs[name] = ...`. The
+padding and character set are kept; an array of several strings takes its longest element's
+length, the others padded (what NumPy and h5py make of a list of byte strings); the empty text
+is one pad byte (HDF5 has no 0-byte strings; netCDF and h5py write "" so), or in PyTables' files
+a null dataspace, as PyTables writes "" (its own TITLE, CLASS... would read a pad byte back as
+"\x00"); a null dataspace becomes scalar for a non-empty text. Other datatypes and dataspaces
+are kept.
 
 `store_value(txn, ...)` gives the bytes for the attribute message, variable-length strings put in
 the global heap as libhdf5's H5Awrite does (H5T__conv_vlen's element order, each element's old
@@ -27,7 +41,8 @@ object removed first when not empty: H5T__vlen_disk_write/H5T__vlen_disk_delete)
 `release_value` removes the heap objects of a value (libhdf5 leaves them when it deletes an
 attribute; removing them is allowed and gives the space back).
 
-`new_string_attribute` is the message h5py writes for `attrs[name] = "text"`: a scalar
+`new_fixed_string_attribute` is the message netCDF-4 and PyTables write for a new text
+attribute. `new_string_attribute` is the message h5py writes for `attrs[name] = "text"`: a scalar
 variable-length UTF-8 string, null-terminated padding (the heap object holds the bytes without a
 NUL), attribute message version 1 (format bound earliest) or 3 (later bounds), dataspace message 1
 or 2, name character set ASCII (h5py labels no attribute name UTF-8).
@@ -35,8 +50,10 @@ or 2, name character set ASCII (h5py labels no attribute name UTF-8).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -125,7 +142,10 @@ def _tokens(text: str, dims: tuple[int, ...]) -> list[str]:
         for child in node:
             walk(child, depth + 1)
 
-    walk(_nested(text), 0)
+    node = _nested(text)
+    if isinstance(node, str) and dims and math.prod(dims) == 1:   # a one-element array's value alone
+        return [node]
+    walk(node, 0)
     return out
 
 
@@ -287,6 +307,24 @@ def _dims(space: S.Dataspace) -> tuple[int, ...]:
     return space.dims if space.kind == S.SIMPLE else (0,) if space.kind == S.NULL else ()
 
 
+def fitted_types(text: bytes, datatype: T.Datatype, dataspace: S.Dataspace,
+                 empty_null: bool = False) -> tuple[T.Datatype, S.Dataspace]:
+    """The datatype and dataspace the value `text` is stored with (see the module docstring);
+    `empty_null`: a scalar's empty text as a null dataspace (PyTables' "")."""
+    if not isinstance(datatype, T.String):
+        return datatype, dataspace
+    if empty_null and not text and dataspace.kind == S.SCALAR:
+        return datatype, S.Dataspace(S.NULL, version=2)
+    if dataspace.kind == S.NULL:
+        if not text:
+            return datatype, dataspace
+        dataspace = S.Dataspace(S.SCALAR, version=dataspace.version)
+    items = _lines(text, dataspace.count)
+    if not items:
+        return datatype, dataspace
+    return replace(datatype, size=max(1, *map(len, items))), dataspace
+
+
 def parse_value(text: bytes, datatype: T.Datatype, dataspace: S.Dataspace) -> bytes | list[bytes]:
     """The stored element bytes `text` stands for (see the module docstring); for variable-length
     strings, each element's bytes (`store_value` puts them in the global heap)."""
@@ -352,6 +390,21 @@ def store_value(txn: Transaction, text: bytes, datatype: T.Datatype, dataspace: 
     return _vlen_bytes([(len(b), hid) for b, hid in zip(parsed, ids)], txn.sizes)
 
 
+def revalued(txn: Transaction, msg: attr_msg.AttributeMessage, text: bytes, datatype: T.Datatype,
+             dataspace: S.Dataspace, keep_old: bool = False, empty_null: bool = False) -> attr_msg.AttributeMessage:
+    """`msg`, of this datatype and dataspace, holding the value `text` with the types fitted to it
+    (`fitted_types`; a changed one stored in the message itself, no longer shared); the old
+    value's global heap objects removed unless `keep_old`."""
+    dt, space = fitted_types(text, datatype, dataspace, empty_null)
+    old = None if keep_old else msg.data[:dataspace.count * datatype.size]
+    msg = replace(msg, data=store_value(txn, text, dt, space, old=old))
+    if dt != datatype:
+        msg = replace(msg, datatype_raw=_encoded(T.encode, dt, txn.sizes), datatype_shared=False)
+    if space != dataspace:
+        msg = replace(msg, dataspace_raw=_encoded(S.encode, space, txn.sizes), dataspace_shared=False)
+    return msg
+
+
 def release_value(txn: Transaction, data: bytes, datatype: T.Datatype, dataspace: S.Dataspace) -> None:
     """Remove the global heap objects of a variable-length value (each once; other datatypes
     hold none this removes)."""
@@ -395,6 +448,21 @@ def new_string_attribute(name: str, text: bytes, heap_id: gh.HeapID, sizes: Size
     return attr_msg.AttributeMessage(name, _encoded(T.encode, string_datatype(sizes), sizes),
                                      _encoded(S.encode, space, sizes), _vlen_bytes([(len(text), heap_id)], sizes),
                                      version=3 if later else 1)
+
+
+def new_fixed_string_attribute(name: str, text: bytes, charset: int, sizes: Sizes, libver: str = "earliest",
+                               empty_null: bool = False) -> attr_msg.AttributeMessage:
+    """The attribute message netCDF-4 (`charset` ASCII) and PyTables (UTF-8) write for a text
+    attribute: a scalar null-terminated fixed-length string of exactly the text's bytes, "" as one
+    NUL, or with `empty_null` as PyTables writes it: a null dataspace."""
+    _check_string_attribute(name, b"")
+    _checked([text], charset, False, "a string attribute")
+    later = at_least(libver, "v108")
+    datatype = T.String(1, max(1, len(text)), T.NULLTERM, charset)
+    kind = S.NULL if empty_null and not text else S.SCALAR
+    space = S.Dataspace(kind, version=2 if later or kind == S.NULL else 1)
+    return attr_msg.AttributeMessage(name, _encoded(T.encode, datatype, sizes), _encoded(S.encode, space, sizes),
+                                     _fixed_strings(text, datatype, space.count), version=3 if later else 1)
 
 
 def value_shape(text: bytes) -> tuple[int, ...]:

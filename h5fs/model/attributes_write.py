@@ -4,10 +4,12 @@ attribute phase change (8 by default), a fractal heap indexed by v2 B-trees (den
 the attribute info message that a version 2 header gets with its first attribute.
 
 `setfattr -n user.A -v V` replaces the value of an attribute A, parsed as the mount shows it
-and keeping its datatype and shape (model/attribute_values.py), or creates A as h5py writes a
-Python str: a variable-length UTF-8 string. `h5fs attr` (`create`) makes A anew with a number,
-bool or complex dtype and the value's shape. Values in the global heap go with the value they
-belonged to.
+and keeping its datatype and shape, a fixed-length string's datatype resized to the new text as
+netCDF-4, PyTables and h5py do (model/attribute_values.py), or creates A as h5py writes a
+Python str: a variable-length UTF-8 string (in netCDF-4 and PyTables files, their fixed-length
+one). `h5fs attr` (`create`) makes A anew with a number, bool or complex dtype and the value's
+shape. Values in the global heap go with the value they belonged to. Edits the library that
+wrote the file refuses are refused (model/library_conventions.py).
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from ..storage.header_writer import HeaderEdit, NoRoom
 from ..storage.readers.object_header import read as read_header
 from ..storage.sohm_write import SharedMessages
 from ..storage.transaction import Transaction
-from .attribute_values import create_string_attribute, new_attribute, release_value, store_value
+from .attribute_values import (create_string_attribute, new_attribute, new_fixed_string_attribute,
+                               release_value, revalued)
 from .libver import libver_for_superblock
+from .library_conventions import check_attribute_edit, text_form
 
 DATASPACE, DATATYPE, ATTRIBUTE, ATTRIBUTE_INFO = 0x01, 0x03, 0x0C, 0x15
 MAX_COMPACT, MIN_DENSE = 8, 6   # libhdf5's attribute phase change when the header stores none
@@ -112,12 +116,14 @@ class _Attributes:
         return False
 
     def _new_value(self, msg: attr_msg.AttributeMessage, text: bytes, keep_old: bool = False) -> bytes:
-        """The attribute message with `text` as its value (datatype and shape kept, shared ones
-        still shared: the new message's uses counted); the old value's global heap objects
-        removed unless `keep_old`."""
+        """The attribute message with `text` as its value (datatype and shape kept, a fixed-length
+        string's resized to the text; shared ones still shared: the new message's uses counted);
+        the old value's global heap objects removed unless `keep_old`. A message of a new size
+        is moved by the header or dense storage editor."""
         dt, space = self._types(msg)
-        data = store_value(self.txn, text, dt, space, old=None if keep_old else msg.data[:space.count * dt.size])
-        body = _encode(replace(msg, data=data), self.txn.sizes)
+        form = text_form(self.f) if not text and isinstance(dt, T.String) else None
+        empty_null = form is not None and form.empty_null
+        body = _encode(revalued(self.txn, msg, text, dt, space, keep_old, empty_null), self.txn.sizes)
         self.shared.acquire_attribute(body, self.what)
         return body
 
@@ -142,7 +148,12 @@ class _Attributes:
                                   flags=raw.flags & ~(oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
                 return
         libver = libver_for_superblock(self.f.superblock.version)
-        self._add(name, create_string_attribute(self.txn, name, text, libver), info, store)
+        form = text_form(self.f)
+        if form is None:
+            msg = create_string_attribute(self.txn, name, text, libver)
+        else:
+            msg = new_fixed_string_attribute(name, text, form.charset, self.txn.sizes, libver, form.empty_null)
+        self._add(name, msg, info, store)
 
     def create(self, name: str, msg: attr_msg.AttributeMessage) -> None:
         """Attribute `name` made `msg` (a new datatype and shape: any attribute of that name goes
@@ -278,13 +289,16 @@ def _encode(msg: attr_msg.AttributeMessage, sizes) -> bytes:
 
 def create_attribute(txn: Transaction, f, obj, name: str, dtype, text: bytes, shared: SharedMessages) -> None:
     """Attribute `name` of `obj` made anew with `dtype` and the value (and shape) `text` says."""
+    check_attribute_edit(f, obj, name)
     libver = libver_for_superblock(f.superblock.version)
     _Attributes(txn, f, obj, shared).create(name, new_attribute(name, dtype, text, txn.sizes, libver))
 
 
 def set_attribute(txn: Transaction, f, obj, name: str, text: bytes, shared: SharedMessages) -> None:
+    check_attribute_edit(f, obj, name)
     _Attributes(txn, f, obj, shared).set(name, text)
 
 
 def remove_attribute(txn: Transaction, f, obj, name: str, shared: SharedMessages) -> None:
+    check_attribute_edit(f, obj, name, removing=True)
     _Attributes(txn, f, obj, shared).remove(name)

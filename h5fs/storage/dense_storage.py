@@ -236,20 +236,25 @@ class DenseStore:
         return message
 
     def replace(self, name: bytes, message: bytes) -> None:
-        """New bytes for the entry `name` (in place when the size is kept, as H5A__dense_write)."""
+        """New bytes for the entry `name`: in place when the size is kept (as H5A__dense_write),
+        else a new heap object, the indexes repointed to it, and only then the old object removed
+        (the index edits read the old record's name from it)."""
         rec = self.find(name)
         if rec is None:
             raise FileNotFoundError(f"{self.what}: no {self.kind.label} named {name!r}")
-        if is_shared(rec) and self.shared_get is not None:
-            heap_id = self._heap().insert(message)   # the table's copy stays the table's
-        else:
-            heap_id = self._heap().replace(unshared(rec, self.kind, self.what).heap_id, message)
-            if heap_id == rec.heap_id:
+        old = None
+        if not (is_shared(rec) and self.shared_get is not None):   # else the table's copy stays the table's
+            old = unshared(rec, self.kind, self.what).heap_id
+            if len(self._message(rec)) == len(message):
+                self._heap().replace(old, message)
                 return
+        heap_id = self._heap().insert(message)
         order = self._order(rec)
         self._edit(self.name_index, [(NameKey(rec.hash, name), self.kind.name_record(heap_id, rec.hash, order))])
         if self.corder_index is not None:
             self._edit(self.corder_index, [(order, self.kind.corder_record(heap_id, order))])
+        if old is not None:
+            self._heap().remove(old)
 
     def _order(self, rec) -> int:
         """The creation order of a name record: attribute records carry it; a link's is in its
