@@ -29,6 +29,7 @@ from ..model import namespace
 from ..model.dataset_create import NPY_CHUNK_BYTES, npy_storage
 from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, RAW, SYMLINK, Entry, Numbers
 from ..model.npy_header import PREAMBLE, NpyHeaderError, header_end, parse_npy_header
+from ..model.replace_like import keeps_storage
 from ..model.tree_edit import NamespaceError, TreeEditor
 from . import offload, views
 from .handles import NpyStream, OpenFile
@@ -220,7 +221,7 @@ class EditSide:
         whole valid `.npy`."""
         ops = self.ops
         ds = ops.f.get(entry.address, namespace.join(parent.path, text))
-        stream = NpyStream(ops.table.intern(parent, entry).ino, None, "", bytearray(), replaces=ds)
+        stream = NpyStream(ops.table.intern(parent, entry).ino, None, "", bytearray(), replaces=ds, keeps=False)
         wb = ops.writes.wb
         try:
             size = ds.raw_size
@@ -371,11 +372,8 @@ class EditSide:
             stream.fortran = fortran_body.FortranBody(header.dtype, header.shape)
         chunks, maxshape = npy_storage(header.shape, header.dtype.itemsize, self.chunk_bytes)
         storage = dict(maxshape=maxshape, chunks=chunks, filters=self.filters if chunks is not None else ())
-        if stream.replaces is not None and stream.replaces.sparse:
-            storage = _sparse_like(stream.replaces, header) or storage
         if stream.replaces is not None:
-            address = await self._run(self.editor.create_unlinked_dataset, stream.replaces, header.dtype,
-                                      header.shape, **storage)
+            address, stream.keeps = await self._run(self._unlinked, stream.replaces, header, storage, stream.keeps)
             stream.header, stream.obj = header, self.ops.f.get(address, f"{stream.replaces.path} (new data)")
         else:
             await self._make_linked(stream, header, storage)
@@ -384,6 +382,16 @@ class EditSide:
         for a, b in stream.held:   # the array bytes that came with or before the header
             if b > hl:
                 await self._body(stream, max(a, hl) - hl, bytes(held[max(a, hl):b]))
+
+    def _unlinked(self, ds, header, storage: dict, keep: bool) -> tuple[int, bool]:
+        """In a worker: the dataset that receives an array replacing D's (`ds`) data, and
+        whether it is stored as D is: when `keep` and the array fits D (model/replace_like.py),
+        else it is stored as a sparse D's sections or as any copied-in array."""
+        if keep and keeps_storage(ds, header.dtype, header.shape):
+            return self.editor.create_unlinked_like(ds, header.shape), True
+        if ds.sparse:
+            storage = _sparse_like(ds, header) or storage
+        return self.editor.create_unlinked_dataset(ds, header.dtype, header.shape, **storage), False
 
     async def _make_linked(self, stream: NpyStream, header, storage: dict) -> None:
         ops = self.ops
@@ -500,7 +508,7 @@ class EditSide:
         what it holds of D (pages, size: the inode stays, as after O_TRUNC on any file)."""
         ops, ds = self.ops, stream.replaces
         try:
-            await self._run(self.editor.replace_data, ds, stream.obj.address)
+            await self._run(self.editor.replace_data, ds, stream.obj.address, stream.keeps)
         except Exception as exc:
             stream.failed = exc
             raise
