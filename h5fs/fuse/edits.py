@@ -173,6 +173,11 @@ class EditSide:
                 raise FUSEError(errno.EISDIR)
             if entry.kind == DIR and existing.kind != DIR:
                 raise FUSEError(errno.ENOTDIR)
+        if array and existing is not None and existing.kind == RAW and existing.address not in (None, entry.address):
+            target = self.ops.f.get(existing.address, namespace.join(new_parent.path, new_text))
+            if await self._run(self._fits, old_parent, text, entry, target):
+                await self._into(old_parent, old, text, entry, target, new_parent, new, link)
+                return
         if array:
             await self._to_array(old_parent, text, entry)
         if existing is not None and existing.address is not None and existing.address == entry.address \
@@ -209,19 +214,55 @@ class EditSide:
             await self.ops.invalidator.data(node)
         self._changed(parent, name, [link])
 
+    def _fits(self, parent: Node, text: str, entry: Entry, target) -> bool:
+        """In a worker: whether the `.npy` whose bytes file T holds has a header, and an array
+        that replaces dataset `target`'s data keeping its storage (model/replace_like.py)."""
+        ds, wb = self.ops.f.get(entry.address, namespace.join(parent.path, text)), self.ops.writes.wb
+        try:
+            end = header_end(bytes(wb.read(ds, 0, PREAMBLE)))
+            header = None if end is None else parse_npy_header(bytes(wb.read(ds, 0, end)))
+        except (NpyHeaderError, H5fsError):   # not an array: the rename makes it say why
+            return False
+        return header is not None and keeps_storage(target, header.dtype, header.shape)
+
+    async def _into(self, parent: Node, name: bytes, text: str, entry: Entry, target, new_parent: Node,
+                    new: bytes, link: bytes) -> None:
+        """`mv T D.npy` where T's bytes are an array that fits dataset D: they become D's data
+        as `cp T D.npy` would make them (`_to_array`), D's storage, attributes and address
+        kept, and T goes. The kernel moved T's inode to `new`: it is D's `.npy` view from now
+        on (`_now_a_view`)."""
+        await self._to_array(parent, text, entry, into=target)
+        before = self.ops.table.newest
+        node = self.ops.table.find_object(entry.address)
+        if node is not None:   # D's view from now on, so no longer T's to forget
+            self.ops.table.becomes_view(node, target.address, target.path)
+
+        def remove() -> tuple[int | None, Numbers | None]:   # one worker trip, as `unlink`
+            left = self.editor.unlink(self.ops._object(parent), text)
+            return left, self._numbers_left(entry.address, left)
+
+        left, numbers = await self._run(remove)
+        self._changed(parent, name, _other_views(name, entry))
+        await self._forgotten(entry.address, left, numbers, before)
+        if node is not None:
+            await self.ops.invalidator.data(node)
+        await self._refresh(target.address)
+        self._changed(new_parent, new, [link])
+
     def _holds_bytes(self, parent: Node, text: str, entry: Entry) -> bool:
         """Whether the dataset is a file of bytes (one-dimensional uint8), in a worker thread."""
         ds = self.ops.f.get(entry.address, namespace.join(parent.path, text))
         return not ds.sparse and ds.npy_dtype == np.uint8 and len(ds.npy_shape) == 1
 
-    async def _to_array(self, parent: Node, text: str, entry: Entry) -> None:
+    async def _to_array(self, parent: Node, text: str, entry: Entry, into=None) -> None:
         """The bytes of file T become its data, the array they hold as a `.npy`, stored as a
         copied-in `.npy` is (`replace_stream`): one transaction at the end, T's attributes kept
-        (rsync sets them on its temporary file). EINVAL, T unchanged, when they are not one
-        whole valid `.npy`."""
+        (rsync sets them on its temporary file). Or, `into` a dataset D, D's data, stored as D
+        is. EINVAL, T (D) unchanged, when they are not one whole valid `.npy`."""
         ops = self.ops
         ds = ops.f.get(entry.address, namespace.join(parent.path, text))
-        stream = NpyStream(ops.table.intern(parent, entry).ino, None, "", bytearray(), replaces=ds, keeps=False)
+        stream = NpyStream(ops.table.intern(parent, entry).ino, None, "", bytearray(), replaces=into or ds,
+                           keeps=into is not None)
         wb = ops.writes.wb
         try:
             size = ds.raw_size
