@@ -20,8 +20,11 @@ import numpy as np
 import pytest
 import xarray
 
+import roundtrip_support as R
 from conftest import LIBVERS, run_h5fs
 from crash_support import kill_daemon
+from test_mount_sohm import build as build_sohm
+from test_mount_sohm import records, remove_everything_with_libhdf5
 from write_support import verify_file
 
 C = np.arange(100.0).reshape(10, 10)
@@ -201,6 +204,29 @@ def test_netcdf_coordinate_stays_a_fixed_dimension(tmp_path, mount):
     with xarray.open_dataset(path) as x:
         assert x.sizes == {"time": 5, "lat": 5}
         assert np.array_equal(x["lat"].values, lat2) and np.array_equal(x["temp"].values, temp2)
+
+
+def test_shared_messages_counted_as_kept(tmp_path, mount):
+    """A dataset whose dataspace, datatype, fill value and filters are all shared through the
+    file's shared-message table: the datatype, fill value and filters stay shared as they are,
+    the dataspace of the new extent is D's own (one use of the shared one fewer). libhdf5 then
+    removes everything down to no use at all: every count was right."""
+    path = tmp_path / "sohm.h5"
+    build_sohm(path, R.shared_messages_fcpl())
+    before = records(path)
+    with h5py.File(path, "r") as f:
+        kept = storage(f["d3"])
+    src = tmp_path / "src"
+    src.mkdir()
+    mp = mount(path, "rw")
+    put("cp", np.arange(60.0) * 4, mp / "d3.npy", src)
+    run_h5fs("umount", mp, check=True)
+    verify_file(path, h5dump=False)
+    assert records(path) != before
+    with h5py.File(path, "r") as f:
+        assert storage(f["d3"]) == kept and np.array_equal(f["d3"][()], np.arange(60.0) * 4)
+    remove_everything_with_libhdf5(path)
+    assert all(count == 0 for count, _ in records(path))
 
 
 def test_kill_mid_copy_leaves_the_old_data_and_storage(tmp_path, mount):
