@@ -174,8 +174,9 @@ class EditSide:
             if entry.kind == DIR and existing.kind != DIR:
                 raise FUSEError(errno.ENOTDIR)
         if array and existing is not None and existing.kind == RAW and existing.address not in (None, entry.address):
-            target = self.ops.f.get(existing.address, namespace.join(new_parent.path, new_text))
-            if await self._run(self._fits, old_parent, text, entry, target):
+            target = await self._run(self._fits, old_parent, text, entry, existing.address,
+                                     namespace.join(new_parent.path, new_text))
+            if target is not None:   # an array that fits dataset x: x's data, as `cp T x.npy` makes it
                 await self._into(old_parent, old, text, entry, target, new_parent, new, link)
                 return
         if array:
@@ -214,16 +215,19 @@ class EditSide:
             await self.ops.invalidator.data(node)
         self._changed(parent, name, [link])
 
-    def _fits(self, parent: Node, text: str, entry: Entry, target) -> bool:
-        """In a worker: whether the `.npy` whose bytes file T holds has a header, and an array
-        that replaces dataset `target`'s data keeping its storage (model/replace_like.py)."""
+    def _fits(self, parent: Node, text: str, entry: Entry, address: int, path: str):
+        """In a worker: the dataset at `address` (`path`) when the `.npy` file T's bytes hold
+        has a header, and an array that replaces that dataset's data keeping its storage
+        (model/replace_like.py); else None."""
         ds, wb = self.ops.f.get(entry.address, namespace.join(parent.path, text)), self.ops.writes.wb
         try:
             end = header_end(bytes(wb.read(ds, 0, PREAMBLE)))
             header = None if end is None else parse_npy_header(bytes(wb.read(ds, 0, end)))
-        except (NpyHeaderError, H5fsError):   # not an array: the rename makes it say why
-            return False
-        return header is not None and keeps_storage(target, header.dtype, header.shape)
+            target = self.ops.f.get(address, path)
+            fits = header is not None and keeps_storage(target, header.dtype, header.shape)
+        except (NpyHeaderError, H5fsError):   # not an array, or no dataset: the rename says why
+            return None
+        return target if fits else None
 
     async def _into(self, parent: Node, name: bytes, text: str, entry: Entry, target, new_parent: Node,
                     new: bytes, link: bytes) -> None:
