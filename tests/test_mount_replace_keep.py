@@ -42,6 +42,7 @@ KEPT = {
     "implicit": (dict(data=C, chunks=(4, 5), alloc="early"), C[:8] + 0.5),
     "k": (dict(data=np.arange(10, dtype="<i4")), np.arange(10, dtype="<i4") * 5),            # contiguous
     "m": (dict(data=np.arange(10, dtype="<i4"), layout="compact"), np.arange(10, dtype="<i4") - 3),
+    "typed": (dict(data=np.arange(6.0), chunks=(2,), maxshape=(None,), committed=True), np.arange(9.0) / 2),
 }
 
 
@@ -55,6 +56,9 @@ def make(path, libver: str) -> None:
                 dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)   # libhdf5's implicit index (v110 on)
             if options.pop("layout", None):
                 dcpl.set_layout(h5py.h5d.COMPACT)
+            if options.pop("committed", None):   # its datatype a committed one (a shared message)
+                f["t"] = np.dtype("<f8")
+                options["dtype"] = f["t"]
             f.create_dataset(name, dcpl=dcpl, **options)
         c = f["g/c"]
         c.attrs["units"] = "m"
@@ -129,6 +133,7 @@ def test_a_fitting_array_keeps_the_dataset_storage(tmp_path, mount, libver, meth
         for name, (_, new) in KEPT.items():
             assert f[name].shape == new.shape and np.array_equal(f[name][()], new), name
         assert f["g/c_link"] == f["g/c"] and h5py.h5o.get_info(f["g/c"].id).rc == 2
+        assert f["typed"].id.get_type().committed() and h5py.h5o.get_info(f["t"].id).rc == 2
     with h5py.File(path, "r+") as f:   # grown further by libhdf5: the dataset's own fill value
         f["g/c"].resize((17, 10))
         assert (f["g/c"][15:] == -1.0).all() and np.array_equal(f["g/c"][:15], KEPT["g/c"][1])
