@@ -236,16 +236,16 @@ class EditSide:
         kept, and T goes. The kernel moved T's inode to `new`: it is D's `.npy` view from now
         on (`_now_a_view`)."""
         await self._to_array(parent, text, entry, into=target)
-        before = self.ops.table.newest
-        node = self.ops.table.find_object(entry.address)
-        if node is not None:   # D's view from now on, so no longer T's to forget
-            self.ops.table.becomes_view(node, target.address, target.path)
 
         def remove() -> tuple[int | None, Numbers | None]:   # one worker trip, as `unlink`
             left = self.editor.unlink(self.ops._object(parent), text)
             return left, self._numbers_left(entry.address, left)
 
+        before = self.ops.table.newest
         left, numbers = await self._run(remove)
+        node = self.ops.table.find_object(entry.address)
+        if node is not None:   # D's view from now on, so no longer T's to forget
+            self.ops.table.becomes_view(node, target.address, target.path)
         self._changed(parent, name, _other_views(name, entry))
         await self._forgotten(entry.address, left, numbers, before)
         if node is not None:
