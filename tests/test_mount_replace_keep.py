@@ -22,7 +22,8 @@ import xarray
 
 import roundtrip_support as R
 from conftest import LIBVERS, run_h5fs
-from crash_support import kill_daemon
+from crash_support import kill_daemon, replayed_prefixes
+from h5fs.check import check
 from test_mount_sohm import build as build_sohm
 from test_mount_sohm import records, remove_everything_with_libhdf5
 from write_support import verify_file
@@ -262,3 +263,38 @@ def test_kill_mid_copy_leaves_the_old_data_and_storage(tmp_path, mount):
     verify_file(path, h5dump=False)
     with h5py.File(path, "r") as f:
         assert storage(f["big"]) == before and np.array_equal(f["big"][()], old)
+
+
+def test_power_loss_at_every_barrier_of_a_kept_replacement(tmp_path, mount, monkeypatch):
+    """The daemon's writes during a kept-storage replacement, rebuilt from every prefix that
+    ends at an fsync (alone and with later writes in random order), then opened as the next
+    mount does: D holds the old array or the new one, whole, its storage as it was."""
+    original = tmp_path / "original.h5"
+    old = np.arange(300_000, dtype="<f8").reshape(500, 600)
+    new = old[:450] * -3
+    with h5py.File(original, "w", libver="latest") as f:
+        f.create_dataset("big", data=old, chunks=(50, 600), maxshape=(None, 600), compression="gzip",
+                         fillvalue=-2.0)
+    with h5py.File(original, "r") as f:
+        before = storage(f["big"])
+    path = tmp_path / "live.h5"
+    path.write_bytes(original.read_bytes())
+    src = tmp_path / "src"
+    src.mkdir()
+    recording = tmp_path / "writes.rec"
+    monkeypatch.setenv("H5FS_RECORD", str(recording))
+    mp = mount(path, "rw", "writeback_mb=1")   # chunks of the new array land before it is whole
+    put("cp", new, mp / "big.npy", src)
+    run_h5fs("umount", mp, check=True)
+    monkeypatch.delenv("H5FS_RECORD")
+    out = str(tmp_path / "replayed.h5")
+    seen = set()
+    for _ in replayed_prefixes(str(original), str(recording), out, seed=3):
+        with h5py.File(out, "r") as f:
+            data = f["big"][()]
+            assert storage(f["big"]) == before
+        assert np.array_equal(data, old) or np.array_equal(data, new)
+        seen.add(data.shape)
+        report = check(out)
+        assert report.sound, report.problems
+    assert seen == {old.shape, new.shape}   # prefixes before the publishing commit, and after
