@@ -59,19 +59,16 @@ def messages_like(ds: Dataset, shape: tuple[int, ...], sizes) -> list[tuple[int,
     out = []
     for raw in ds.header.messages:
         if raw.type == M.DATASPACE:
-            body = M.encode(M.DATASPACE, replace(ds.dataspace, dims=tuple(shape)), sizes)
+            space = M.encode(M.DATASPACE, replace(ds.dataspace, dims=tuple(shape)), sizes)
+            out.append((raw.type, space, raw.flags & ~FLAG_SHARED))
         elif raw.type == M.LAYOUT:
-            body = M.encode(M.LAYOUT, _empty(ds, shape), sizes)
+            out.append((raw.type, M.encode(M.LAYOUT, _empty(ds), sizes), raw.flags & ~FLAG_SHARED))
         elif raw.type in (M.DATATYPE, M.FILL_OLD, M.FILL, M.FILTERS):
             out.append((raw.type, raw.data, raw.flags))
-            continue
-        else:
-            continue
-        out.append((raw.type, body, raw.flags & ~FLAG_SHARED))
     return out
 
 
-def _empty(ds: Dataset, shape: tuple[int, ...]) -> L.DataLayout:
+def _empty(ds: Dataset) -> L.DataLayout:
     """`ds`'s layout with no storage: an undefined index or data address (allocated by the
     first write), compact data of fill values."""
     lay = ds.layout
