@@ -29,6 +29,7 @@ from ..model import namespace
 from ..model.dataset_create import NPY_CHUNK_BYTES, npy_storage
 from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, RAW, SYMLINK, Entry, Numbers
 from ..model.npy_header import PREAMBLE, NpyHeaderError, header_end, parse_npy_header
+from ..model.replace_like import keeps_storage
 from ..model.tree_edit import NamespaceError, TreeEditor
 from . import offload, views
 from .handles import NpyStream, OpenFile
@@ -172,6 +173,12 @@ class EditSide:
                 raise FUSEError(errno.EISDIR)
             if entry.kind == DIR and existing.kind != DIR:
                 raise FUSEError(errno.ENOTDIR)
+        if array and existing is not None and existing.kind == RAW and existing.address not in (None, entry.address):
+            target = await self._run(self._fits, old_parent, text, entry, existing.address,
+                                     namespace.join(new_parent.path, new_text))
+            if target is not None:   # an array that fits dataset x: x's data, as `cp T x.npy` makes it
+                await self._into(old_parent, old, text, entry, target, new_parent, new, link)
+                return
         if array:
             await self._to_array(old_parent, text, entry)
         if existing is not None and existing.address is not None and existing.address == entry.address \
@@ -208,19 +215,58 @@ class EditSide:
             await self.ops.invalidator.data(node)
         self._changed(parent, name, [link])
 
+    def _fits(self, parent: Node, text: str, entry: Entry, address: int, path: str):
+        """In a worker: the dataset at `address` (`path`) when the `.npy` file T's bytes hold
+        has a header, and an array that replaces that dataset's data keeping its storage
+        (model/replace_like.py); else None."""
+        ds, wb = self.ops.f.get(entry.address, namespace.join(parent.path, text)), self.ops.writes.wb
+        try:
+            end = header_end(bytes(wb.read(ds, 0, PREAMBLE)))
+            header = None if end is None else parse_npy_header(bytes(wb.read(ds, 0, end)))
+            target = self.ops.f.get(address, path)
+            fits = header is not None and keeps_storage(target, header.dtype, header.shape)
+        except (NpyHeaderError, H5fsError):   # not an array, or no dataset: the rename says why
+            return None
+        return target if fits else None
+
+    async def _into(self, parent: Node, name: bytes, text: str, entry: Entry, target, new_parent: Node,
+                    new: bytes, link: bytes) -> None:
+        """`mv T D.npy` where T's bytes are an array that fits dataset D: they become D's data
+        as `cp T D.npy` would make them (`_to_array`), D's storage, attributes and address
+        kept, and T goes. The kernel moved T's inode to `new`: it is D's `.npy` view from now
+        on (`_now_a_view`)."""
+        await self._to_array(parent, text, entry, into=target)
+
+        def remove() -> tuple[int | None, Numbers | None]:   # one worker trip, as `unlink`
+            left = self.editor.unlink(self.ops._object(parent), text)
+            return left, self._numbers_left(entry.address, left)
+
+        before = self.ops.table.newest
+        left, numbers = await self._run(remove)
+        node = self.ops.table.find_object(entry.address)
+        if node is not None:   # D's view from now on, so no longer T's to forget
+            self.ops.table.becomes_view(node, target.address, target.path)
+        self._changed(parent, name, _other_views(name, entry))
+        await self._forgotten(entry.address, left, numbers, before)
+        if node is not None:
+            await self.ops.invalidator.data(node)
+        await self._refresh(target.address)
+        self._changed(new_parent, new, [link])
+
     def _holds_bytes(self, parent: Node, text: str, entry: Entry) -> bool:
         """Whether the dataset is a file of bytes (one-dimensional uint8), in a worker thread."""
         ds = self.ops.f.get(entry.address, namespace.join(parent.path, text))
         return not ds.sparse and ds.npy_dtype == np.uint8 and len(ds.npy_shape) == 1
 
-    async def _to_array(self, parent: Node, text: str, entry: Entry) -> None:
+    async def _to_array(self, parent: Node, text: str, entry: Entry, into=None) -> None:
         """The bytes of file T become its data, the array they hold as a `.npy`, stored as a
         copied-in `.npy` is (`replace_stream`): one transaction at the end, T's attributes kept
-        (rsync sets them on its temporary file). EINVAL, T unchanged, when they are not one
-        whole valid `.npy`."""
+        (rsync sets them on its temporary file). Or, `into` a dataset D, D's data, stored as D
+        is. EINVAL, T (D) unchanged, when they are not one whole valid `.npy`."""
         ops = self.ops
         ds = ops.f.get(entry.address, namespace.join(parent.path, text))
-        stream = NpyStream(ops.table.intern(parent, entry).ino, None, "", bytearray(), replaces=ds)
+        stream = NpyStream(ops.table.intern(parent, entry).ino, None, "", bytearray(), replaces=into or ds,
+                           keeps=into is not None)
         wb = ops.writes.wb
         try:
             size = ds.raw_size
@@ -371,11 +417,8 @@ class EditSide:
             stream.fortran = fortran_body.FortranBody(header.dtype, header.shape)
         chunks, maxshape = npy_storage(header.shape, header.dtype.itemsize, self.chunk_bytes)
         storage = dict(maxshape=maxshape, chunks=chunks, filters=self.filters if chunks is not None else ())
-        if stream.replaces is not None and stream.replaces.sparse:
-            storage = _sparse_like(stream.replaces, header) or storage
         if stream.replaces is not None:
-            address = await self._run(self.editor.create_unlinked_dataset, stream.replaces, header.dtype,
-                                      header.shape, **storage)
+            address, stream.keeps = await self._run(self._unlinked, stream.replaces, header, storage, stream.keeps)
             stream.header, stream.obj = header, self.ops.f.get(address, f"{stream.replaces.path} (new data)")
         else:
             await self._make_linked(stream, header, storage)
@@ -384,6 +427,16 @@ class EditSide:
         for a, b in stream.held:   # the array bytes that came with or before the header
             if b > hl:
                 await self._body(stream, max(a, hl) - hl, bytes(held[max(a, hl):b]))
+
+    def _unlinked(self, ds, header, storage: dict, keep: bool) -> tuple[int, bool]:
+        """In a worker: the dataset that receives an array replacing D's (`ds`) data, and
+        whether it is stored as D is: when `keep` and the array fits D (model/replace_like.py),
+        else it is stored as a sparse D's sections or as any copied-in array."""
+        if keep and keeps_storage(ds, header.dtype, header.shape):
+            return self.editor.create_unlinked_like(ds, header.shape), True
+        if ds.sparse:
+            storage = _sparse_like(ds, header) or storage
+        return self.editor.create_unlinked_dataset(ds, header.dtype, header.shape, **storage), False
 
     async def _make_linked(self, stream: NpyStream, header, storage: dict) -> None:
         ops = self.ops
@@ -500,7 +553,7 @@ class EditSide:
         what it holds of D (pages, size: the inode stays, as after O_TRUNC on any file)."""
         ops, ds = self.ops, stream.replaces
         try:
-            await self._run(self.editor.replace_data, ds, stream.obj.address)
+            await self._run(self.editor.replace_data, ds, stream.obj.address, stream.keeps)
         except Exception as exc:
             stream.failed = exc
             raise

@@ -48,6 +48,9 @@ class NpyStream:
     obj: object = None        # the dataset, once made
     failed: BaseException | None = None   # why the file cannot become a dataset
     replaces: object = None   # the dataset D whose data it replaces
+    # ... keeping D's storage when the array fits it (model/replace_like.py); a file's bytes
+    # becoming its own array (`mv T x.npy`) are stored as a new array, never as the bytes were
+    keeps: bool = True
     lock: trio.Lock = field(default_factory=trio.Lock)
     held: Spans = field(default_factory=Spans)   # which bytes of `head` were written
     body: Spans = field(default_factory=Spans)   # which bytes of the array data were written

@@ -40,6 +40,7 @@ from . import messages as M
 from .dataset_create import NewDataset, dataset_messages
 from .libver import libver_for_superblock
 from .objects import H5Object
+from .replace_like import STORAGE_MESSAGES, messages_like
 
 
 MTIME_OLD, MTIME, ATTRIBUTE_INFO = 0x0E, 0x12, 0x15
@@ -148,6 +149,16 @@ class TreeEditor:
             touched.add(address)
         return address
 
+    def create_unlinked_like(self, ds: H5Object, shape: tuple[int, ...]) -> int:
+        """As `create_unlinked_dataset`, with `ds`'s own data messages but extent `shape` and
+        no storage (model/replace_like.py): `replace_data(..., keep_storage=True)` gives `ds`
+        its data keeping its storage."""
+        with self._edit() as (txn, touched):
+            address = create_header(txn, txn.sizes, ds.header.version, messages_like(ds, shape, txn.sizes),
+                                    min_size=DATASET_HEADER_HINT)
+            touched.add(address)
+        return address
+
     def drop_unlinked(self, address: int, path: str) -> None:
         """Free a dataset `create_unlinked_dataset` made, its data not wanted."""
         with self._edit() as (txn, touched):
@@ -155,25 +166,27 @@ class TreeEditor:
             self.wb.discard(address)
             free_object(txn, self.f, address, path)
 
-    def replace_data(self, ds: H5Object, source: int) -> None:
+    def replace_data(self, ds: H5Object, source: int, keep_storage: bool = False) -> None:
         """Give dataset `ds` the data of the unlinked dataset at `source` in one transaction (the
         writes into `source` in the file first): `ds`'s data messages (dataspace, datatype, fill
-        value, filters, layout, external files) become `source`'s, and its old storage and
+        value, filters, layout, external files) become `source`'s, only its dataspace and layout
+        when `keep_storage` (`source` made by `create_unlinked_like`), and its old storage and
         `source`'s header are freed. Its address stays, and with it its hard links, attributes
         and other messages."""
+        types = STORAGE_MESSAGES if keep_storage else DATA_MESSAGES
         self.wb.flush()
         with self._edit() as (txn, touched):
             touched.update((ds.address, source))
             free_storage(txn, self.f, ds.address, ds.path)
             edit = HeaderEdit(txn, read_header(txn.reader, ds.address, ds.path))
-            while (raw := _data_message(edit.header)) is not None:
+            while (raw := _data_message(edit.header, types)) is not None:
                 if raw.shared:
                     self._unshare(txn, touched, raw, ds.path)
                 self.shared.release(raw, ds.address, ds.path)
                 edit.remove(raw)
             new = read_header(txn.reader, source, f"{ds.path} (its new data)")
             for raw in new.messages:
-                if raw.type in DATA_MESSAGES:
+                if raw.type in types:
                     edit.add(raw.type, raw.data, raw.flags)
             for block in new.blocks:
                 txn.free(block.address, block.length)
@@ -376,8 +389,8 @@ def _dataset_header(txn: Transaction, new: NewDataset, version: int) -> int:
                          min_size=DATASET_HEADER_HINT)
 
 
-def _data_message(header) -> RawMessage | None:
-    return next((m for m in header.messages if m.type in DATA_MESSAGES), None)
+def _data_message(header, types: frozenset[int]) -> RawMessage | None:
+    return next((m for m in header.messages if m.type in types), None)
 
 
 def _encoded(encode, value, sizes) -> bytes:
