@@ -1,0 +1,209 @@
+"""Files written by the libraries that put their own conventions on top of HDF5 (pandas
+`to_hdf` fixed and table, PyTables, AnnData `.h5ad`, a NeXus-style h5py file, xarray
+`to_netcdf` through netCDF4), mounted and edited with real tools as a user of each library
+would, then read back by the same library: the edits are there, everything else is as the
+library read it before, h5py reads the whole file and `h5fs check` passes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import run_h5fs
+from write_support import verify_file
+
+anndata = pytest.importorskip("anndata")
+tables = pytest.importorskip("tables")
+xr = pytest.importorskip("xarray")
+pytest.importorskip("netCDF4")
+sparse = pytest.importorskip("scipy.sparse")
+
+
+def sh(*args) -> str:
+    """Run a real tool on paths in the mount; fail with its stderr."""
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"{' '.join(map(str, args))}: {done.stderr}"
+    return done.stdout
+
+
+def dd(data: bytes, target: Path, offset: int, tmp_path: Path) -> None:
+    """`dd conv=notrunc` of `data` into `target` at byte `offset`."""
+    piece = tmp_path / "piece"
+    piece.write_bytes(data)
+    sh("dd", f"if={piece}", f"of={target}", "bs=1", f"seek={offset}", "conv=notrunc", "status=none")
+
+
+def cp_npy(array: np.ndarray, target: Path, tmp_path: Path) -> None:
+    """`cp x.npy DIR/NAME.npy`: a new dataset."""
+    src = tmp_path / target.name
+    np.save(src, array)
+    sh("cp", src, target)
+
+
+# --- the files, each made by its library with deterministic data --------------------------
+
+def frame() -> pd.DataFrame:
+    n = 40
+    index = pd.date_range("2024-01-01", periods=n, freq="h", name="when")
+    return pd.DataFrame({"a": np.arange(n, dtype="i8"), "b": np.linspace(0, 1, n),
+                         "s": [f"name{i % 7}" for i in range(n)], "c": np.arange(n, dtype="f4") * 2},
+                        index=index)
+
+
+def make_pandas_fixed(path: Path) -> None:
+    frame().to_hdf(path, key="df", format="fixed")
+    frame()[["a", "b"]].to_hdf(path, key="other", format="fixed")
+
+
+def make_pandas_table(path: Path) -> None:
+    frame().to_hdf(path, key="t", format="table", data_columns=["a", "s"])
+    frame()[["b"]].to_hdf(path, key="spare", format="table")
+
+
+class Row(tables.IsDescription):
+    ident = tables.Int32Col(pos=0)
+    name = tables.StringCol(8, pos=1)
+    value = tables.Float64Col(pos=2)
+    pos = tables.Float32Col(shape=(2,), pos=3)
+
+
+def make_pytables(path: Path) -> None:
+    with tables.open_file(path, "w", title="root title") as f:
+        grp = f.create_group("/", "grp", title="A group")
+        tab = f.create_table(grp, "tab", Row, title="rows")
+        row = tab.row
+        for i in range(20):
+            row["ident"], row["name"], row["value"], row["pos"] = i, f"n{i}".encode(), i * 1.5, (i, -i)
+            row.append()
+        tab.flush()
+        ea = f.create_earray("/", "ea", tables.Float64Atom(), shape=(0, 3), title="extendable")
+        ea.append(np.arange(30, dtype="f8").reshape(10, 3))
+        f.create_carray("/", "ca", obj=(np.arange(64 * 32) % 1000).reshape(64, 32).astype("i2"),
+                        filters=tables.Filters(complevel=5, complib="zlib", shuffle=True), chunkshape=(16, 16))
+        f.create_array("/", "spare", np.arange(5), title="unrelated")
+        f.create_array(grp, "small", np.array([1.0, 2.0, 3.0]))
+
+
+def adata(x_sparse: bool):
+    rng = np.random.default_rng(0)
+    x = (rng.random((12, 6)) * (rng.random((12, 6)) > 0.6)).astype("f4")
+    obs = pd.DataFrame({"cell_type": pd.Categorical([("B", "T", "NK")[i % 3] for i in range(12)]),
+                        "n": np.arange(12)}, index=[f"c{i}" for i in range(12)])
+    var = pd.DataFrame({"gene": [f"g{i}" for i in range(6)], "hv": [i % 2 == 0 for i in range(6)]},
+                       index=[f"g{i}" for i in range(6)])
+    a = anndata.AnnData(X=sparse.csr_matrix(x) if x_sparse else x, obs=obs, var=var)
+    a.uns["note"] = "hello"
+    a.uns["params"] = {"k": 5, "alpha": 0.5}
+    a.layers["counts"] = x * 10
+    a.obsm["X_pca"] = np.arange(24, dtype="f8").reshape(12, 2)
+    return a
+
+
+def make_anndata(path: Path) -> None:
+    adata(False).write_h5ad(path)
+
+
+def make_anndata_csr(path: Path) -> None:
+    adata(True).write_h5ad(path)
+
+
+def make_nexus(path: Path) -> None:
+    with h5py.File(path, "w") as f:
+        f.attrs["NX_class"] = "NXroot"
+        f.attrs["default"] = "entry"
+        entry = f.create_group("entry")
+        entry.attrs["NX_class"] = "NXentry"
+        entry.attrs["default"] = "data"
+        entry["title"] = "run 1"
+        instrument = entry.create_group("instrument")
+        instrument.attrs["NX_class"] = "NXinstrument"
+        det = instrument.create_group("detector")
+        det.attrs["NX_class"] = "NXdetector"
+        data = det.create_dataset("data", data=np.arange(200, dtype="<i4").reshape(10, 20), chunks=(5, 20),
+                                  compression="gzip")
+        data.attrs["units"] = "counts"
+        data.attrs["target"] = "/entry/instrument/detector/data"
+        det["x"] = np.linspace(0, 1, 20)
+        det["x"].attrs["units"] = "mm"
+        nxdata = entry.create_group("data")
+        nxdata.attrs["NX_class"] = "NXdata"
+        nxdata.attrs["signal"] = "data"
+        nxdata.attrs["axes"] = [".", "x"]
+        nxdata["data"] = data                                          # a hard link, as NeXus links
+        nxdata["x"] = h5py.SoftLink("/entry/instrument/detector/x")
+        entry["sample"] = h5py.SoftLink("/entry/instrument")
+        entry.create_dataset("spare", data=np.zeros(3))
+
+
+def make_netcdf(path: Path) -> None:
+    time = pd.date_range("2024-01-01", periods=6, freq="D")
+    ds = xr.Dataset(
+        {"temp": (("time", "x"), np.arange(24, dtype="f4").reshape(6, 4), {"units": "K", "long_name": "temperature"}),
+         "flag": ((), np.int32(7)), "spare": (("x",), np.ones(4))},
+        coords={"time": time, "x": ("x", np.array([0.5, 1.5, 2.5, 3.5]), {"units": "m"})},
+        attrs={"title": "test", "version": 3})
+    ds.to_netcdf(path, engine="netcdf4", unlimited_dims=["time"],
+                 encoding={"temp": {"zlib": True, "complevel": 4, "chunksizes": (2, 4)}})
+
+
+MAKERS = {"pandas-fixed": make_pandas_fixed, "pandas-table": make_pandas_table, "pytables": make_pytables,
+          "anndata": make_anndata, "anndata-csr": make_anndata_csr, "nexus": make_nexus, "netcdf": make_netcdf}
+
+
+def made(kind: str, tmp_path: Path) -> Path:
+    path = tmp_path / f"{kind}.h5"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # pandas' PerformanceWarning for pickled object columns
+        MAKERS[kind](path)
+    return path
+
+
+# --- read-only: every view and attribute of every file ------------------------------------
+
+def h5py_value(obj: h5py.Dataset) -> np.ndarray:
+    """What the mount's D.npy should hold, from h5py: variable-length strings as text, and a
+    variable-length sequence as its {length, values} records."""
+    if obj.dtype.kind == "O" and h5py.check_string_dtype(obj.dtype):
+        return np.asarray(obj.asstr()[()], dtype=object)
+    return np.asarray(obj[()])
+
+
+def same_as_h5py(got: np.ndarray, obj: h5py.Dataset) -> bool:
+    want = h5py_value(obj)
+    if want.dtype.kind == "O" and h5py.check_string_dtype(obj.dtype):
+        return got.shape == want.shape and all(str(g) == w for g, w in zip(got.ravel(), want.ravel()))
+    if want.dtype.kind == "O":   # pandas' pickled object blocks: variable-length bytes
+        return got.shape == want.shape and all(
+            g["values"][:g["length"]].tobytes() == np.asarray(w).tobytes() for g, w in zip(got.ravel(), want.ravel()))
+    return got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", list(MAKERS))
+def test_every_view_and_attribute_reads(mount, tmp_path, kind):
+    path = made(kind, tmp_path)
+    mp = mount(path)
+    with h5py.File(path, "r") as f:
+        objects = [("", f)]
+        f.visititems(lambda name, obj: objects.append((name, obj)) and None)
+        assert len(objects) > 3
+        for name, obj in objects:
+            node = mp / name if name else mp
+            assert sorted(os.listxattr(node)) == sorted(f"user.{k}" for k in obj.attrs), name
+            for key in obj.attrs:
+                text = os.getxattr(node, f"user.{key}").decode()
+                value = obj.attrs[key]
+                if isinstance(value, str):
+                    assert text == value, (name, key)
+                elif isinstance(value, bytes):
+                    assert text == value.decode(), (name, key)
+            if isinstance(obj, h5py.Dataset):
+                assert same_as_h5py(np.load(f"{node}.npy"), obj), name
+    listing = subprocess.run(["getfattr", "-R", "-d", "-m", "-", str(mp)], capture_output=True, text=True)
+    assert listing.returncode == 0, listing.stderr
