@@ -24,6 +24,7 @@ tables = pytest.importorskip("tables")
 xr = pytest.importorskip("xarray")
 pytest.importorskip("netCDF4")
 sparse = pytest.importorskip("scipy.sparse")
+pytest.importorskip("hdf5plugin")   # h5py reads PyTables' Blosc and Blosc2 chunks through it
 
 
 def sh(*args) -> str:
@@ -74,6 +75,9 @@ class Row(tables.IsDescription):
     pos = tables.Float32Col(shape=(2,), pos=3)
 
 
+CARRAYS = {"ca": "zlib", "cb": "blosc:lz4", "cz": "blosc2:zstd"}   # compressed CArrays: name -> complib
+
+
 def make_pytables(path: Path) -> None:
     with tables.open_file(path, "w", title="root title") as f:
         grp = f.create_group("/", "grp", title="A group")
@@ -85,8 +89,9 @@ def make_pytables(path: Path) -> None:
         tab.flush()
         ea = f.create_earray("/", "ea", tables.Float64Atom(), shape=(0, 3), title="extendable")
         ea.append(np.arange(30, dtype="f8").reshape(10, 3))
-        f.create_carray("/", "ca", obj=(np.arange(64 * 32) % 1000).reshape(64, 32).astype("i2"),
-                        filters=tables.Filters(complevel=5, complib="zlib", shuffle=True), chunkshape=(16, 16))
+        for name, complib in CARRAYS.items():
+            f.create_carray("/", name, obj=(np.arange(64 * 32) % 1000).reshape(64, 32).astype("i2"),
+                            filters=tables.Filters(complevel=5, complib=complib, shuffle=True), chunkshape=(16, 16))
         f.create_array("/", "spare", np.arange(5), title="unrelated")
         f.create_array(grp, "small", np.array([1.0, 2.0, 3.0]))
 
@@ -207,3 +212,139 @@ def test_every_view_and_attribute_reads(mount, tmp_path, kind):
                 assert same_as_h5py(np.load(f"{node}.npy"), obj), name
     listing = subprocess.run(["getfattr", "-R", "-d", "-m", "-", str(mp)], capture_output=True, text=True)
     assert listing.returncode == 0, listing.stderr
+
+
+# --- edits through the mount, read back by the library that wrote the file ---------------
+
+def read_back(path: Path) -> None:
+    """After the unmount: h5py reads the whole file and `h5fs check` passes."""
+    verify_file(path, h5dump=False)
+
+
+def block_of(group: Path, column: str) -> str:
+    """The pandas fixed-format block holding `column`, found as a user would: from blockN_items."""
+    n = 0
+    while (group / f"block{n}_items.npy").exists():
+        if column.encode() in np.load(group / f"block{n}_items.npy").tolist():
+            return f"block{n}_values"
+        n += 1
+    raise AssertionError(f"no block holds {column}")
+
+
+def test_pandas_fixed_edits(mount, tmp_path):
+    path = made("pandas-fixed", tmp_path)
+    want = frame()
+    mp = mount(path, "rw")
+    df = mp / "df"
+    assert {"axis0", "axis1", "block0_values", "block0_items.npy"} <= set(os.listdir(df))
+    values = np.lib.format.open_memmap(df / f"{block_of(df, 'b')}.npy", mode="r+")   # shape (rows, 1)
+    values[3, 0] = 99.5
+    values.flush()
+    del values
+    want.loc[want.index[3], "b"] = 99.5
+    # the datetime index is int64 nanoseconds: move row 0 back one hour
+    stamp = np.array([want.index[0].value - 3_600_000_000_000], "<i8")
+    dd(stamp.tobytes(), df / "axis1", 0, tmp_path)
+    want.index = want.index.insert(0, pd.Timestamp(int(stamp[0]))).delete(1)
+    want.index.name = "when"
+    sh("rm", "-r", mp / "other")
+    sh("mv", df, mp / "renamed")
+    sh("mkdir", mp / "extra")
+    cp_npy(np.arange(6, dtype="<i4"), mp / "extra" / "numbers.npy", tmp_path)
+    sh("setfattr", "-n", "user.note", "-v", "edited through h5fs", mp / "renamed")
+    run_h5fs("umount", mp, check=True)
+
+    read_back(path)
+    with pd.HDFStore(path, "r") as store:
+        assert store.keys() == ["/renamed"]
+        got = store["renamed"]
+        assert store.get_storer("renamed").attrs.note == "edited through h5fs"
+    pd.testing.assert_frame_equal(got, want, check_freq=False)   # pandas keeps the stored freq
+    with h5py.File(path, "r") as f:
+        assert f["extra/numbers"][()].tolist() == list(range(6))
+
+
+def test_pandas_table_edits(mount, tmp_path):
+    path = made("pandas-table", tmp_path)
+    want = frame()
+    mp = mount(path, "rw")
+    # column b is values_block_0 of the table (not indexed: its values may change)
+    rows = np.lib.format.open_memmap(mp / "t" / "table.npy", mode="r+")
+    assert rows.dtype.names == ("index", "values_block_0", "values_block_1", "a", "s")
+    rows["values_block_0"][5, 0] = -2.25
+    rows.flush()
+    del rows
+    want.loc[want.index[5], "b"] = -2.25
+    sh("rm", "-r", mp / "spare")
+    sh("mkdir", mp / "extra")
+    sh("setfattr", "-n", "user.note", "-v", "checked", mp / "t" / "table")
+    run_h5fs("umount", mp, check=True)
+
+    read_back(path)
+    with pd.HDFStore(path, "r") as store:
+        assert store.keys() == ["/t"]
+        pd.testing.assert_frame_equal(store["t"], want)
+        # queries on the data columns use PyTables' indexes, which the edit left valid
+        pd.testing.assert_frame_equal(store.select("t", where="a > 30"), want[want.a > 30], check_freq=False)
+        pd.testing.assert_frame_equal(store.select("t", where="s == 'name3'"), want[want.s == "name3"], check_freq=False)
+        assert store.get_storer("t").table.attrs.note == "checked"
+
+
+def test_pytables_edits(mount, tmp_path):
+    path = made("pytables", tmp_path)
+    with tables.open_file(path, "r") as f:
+        rows = f.root.grp.tab.read()
+        ea = f.root.ea.read()
+        carrays = {name: f.root[name].read() for name in CARRAYS}
+        small = f.root.grp.small.read()
+    mp = mount(path, "rw")
+    assert os.getxattr(mp / "grp", "user.TITLE") == b"A group"
+    assert os.getxattr(mp / "grp" / "tab", "user.CLASS") == b"TABLE"
+    # a field of one row, through a mapping of the table's .npy view
+    view = np.lib.format.open_memmap(mp / "grp" / "tab.npy", mode="r+")
+    assert view.dtype == rows.dtype
+    view["value"][3] = -1.0
+    view["name"][4] = b"edited"
+    view.flush()
+    del view
+    rows["value"][3] = -1.0
+    rows["name"][4] = b"edited"
+    # two rows appended to the table and to the EArray: `cat >>` onto their raw views
+    more = np.zeros(2, rows.dtype)
+    more["ident"], more["name"], more["value"], more["pos"] = [20, 21], [b"x", b"y"], [30.0, 31.5], [[1, 2], [3, 4]]
+    (tmp_path / "rows.bin").write_bytes(more.tobytes())
+    sh("sh", "-c", f"cat {tmp_path / 'rows.bin'} >> {mp / 'grp' / 'tab'}")
+    rows = np.concatenate([rows, more])
+    extra = np.arange(100, 106, dtype="<f8").reshape(2, 3)
+    (tmp_path / "ea.bin").write_bytes(extra.tobytes())
+    sh("sh", "-c", f"cat {tmp_path / 'ea.bin'} >> {mp / 'ea'}")
+    ea = np.concatenate([ea, extra])
+    # one row of each compressed CArray (zlib, Blosc, Blosc2 chunks), with dd
+    for name, values in carrays.items():
+        dd(np.full(32, -5, "<i2").tobytes(), mp / name, 40 * 32 * 2, tmp_path)
+        values[40] = -5
+    sh("rm", mp / "spare")
+    sh("mv", mp / "grp" / "small", mp / "grp" / "renamed")
+    sh("mv", mp / "grp", mp / "moved")
+    sh("mkdir", mp / "newgrp")
+    cp_npy(np.arange(12, dtype="<f4").reshape(3, 4), mp / "newgrp" / "arr.npy", tmp_path)
+    sh("setfattr", "-n", "user.note", "-v", "edited", mp / "moved")
+    run_h5fs("umount", mp, check=True)
+
+    read_back(path)
+    with tables.open_file(path, "r") as f:
+        assert f.title == "root title"
+        assert sorted(f.root._v_children) == sorted([*CARRAYS, "ea", "moved", "newgrp"])
+        grp = f.root.moved
+        assert grp._v_title == "A group" and grp._v_attrs.note == "edited"
+        tab = grp.tab
+        assert isinstance(tab, tables.Table) and tab.nrows == 22 and tab.title == "rows"
+        assert np.array_equal(tab.read(), rows)
+        assert tab.read_where("ident == 21")["value"].tolist() == [31.5]
+        assert np.array_equal(grp.renamed.read(), small)
+        assert isinstance(f.root.ea, tables.EArray) and f.root.ea.nrows == 12
+        assert np.array_equal(f.root.ea.read(), ea)
+        for name, values in carrays.items():
+            assert f.root[name].filters.complib == CARRAYS[name] and f.root[name].filters.shuffle
+            assert np.array_equal(f.root[name].read(), values), name
+        assert np.array_equal(f.root.newgrp.arr.read(), np.arange(12, dtype="<f4").reshape(3, 4))
