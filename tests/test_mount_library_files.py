@@ -348,3 +348,187 @@ def test_pytables_edits(mount, tmp_path):
             assert f.root[name].filters.complib == CARRAYS[name] and f.root[name].filters.shuffle
             assert np.array_equal(f.root[name].read(), values), name
         assert np.array_equal(f.root.newgrp.arr.read(), np.arange(12, dtype="<f4").reshape(3, 4))
+
+
+def assert_same_adata(got, want) -> None:
+    """Every part of an AnnData object equal (X dense or sparse)."""
+    gx, wx = got.X, want.X
+    assert sparse.issparse(gx) == sparse.issparse(wx)
+    if sparse.issparse(wx):
+        assert gx.format == wx.format
+        gx, wx = gx.toarray(), wx.toarray()
+    assert np.array_equal(gx, wx)
+    pd.testing.assert_frame_equal(got.obs, want.obs)
+    pd.testing.assert_frame_equal(got.var, want.var)
+    assert sorted(got.layers) == sorted(want.layers)
+    for key in want.layers:
+        assert np.array_equal(got.layers[key], want.layers[key]), key
+    assert sorted(got.obsm) == sorted(want.obsm)
+    for key in want.obsm:
+        assert np.array_equal(got.obsm[key], want.obsm[key]), key
+    assert got.uns.keys() == want.uns.keys()
+    assert got.uns["note"] == want.uns["note"] and got.uns["params"] == want.uns["params"]
+
+
+@pytest.mark.parametrize("x_sparse", [False, True], ids=["dense", "csr"])
+def test_anndata_edits(mount, tmp_path, x_sparse):
+    path = made("anndata-csr" if x_sparse else "anndata", tmp_path)
+    want = anndata.read_h5ad(path)
+    mp = mount(path, "rw")
+    assert os.getxattr(mp, "user.encoding-type") == b"anndata"
+    if x_sparse:
+        assert os.getxattr(mp / "X", "user.encoding-type") == b"csr_matrix"
+        # a stored value of the CSR matrix, through X/data.npy
+        data = np.lib.format.open_memmap(mp / "X" / "data.npy", mode="r+")
+        data[2] = 42.0
+        data.flush()
+        del data
+        want.X.data[2] = 42.0
+    else:
+        x = np.lib.format.open_memmap(mp / "X.npy", mode="r+")
+        x[2, 3] = 42.0
+        x.flush()
+        del x
+        want.X[2, 3] = 42.0
+    # a categorical column's codes: cell 4 becomes category 0 (dd into the int8 codes)
+    codes = mp / "obs" / "cell_type" / "codes"
+    assert np.load(f"{codes}.npy").dtype == np.int8
+    dd(b"\x00", codes, 4, tmp_path)
+    want.obs.loc["c4", "cell_type"] = want.obs["cell_type"].cat.categories[0]
+    sh("rm", mp / "layers" / "counts")
+    del want.layers["counts"]
+    sh("mv", mp / "obsm" / "X_pca", mp / "obsm" / "X_umap")
+    want.obsm["X_umap"] = want.obsm.pop("X_pca")
+    # a new obsm entry and a new uns group, tagged as anndata tags its elements
+    new = np.arange(36, dtype="<f8").reshape(12, 3)
+    cp_npy(new, mp / "obsm" / "X_new.npy", tmp_path)
+    sh("setfattr", "-n", "user.encoding-type", "-v", "array", mp / "obsm" / "X_new")
+    sh("setfattr", "-n", "user.encoding-version", "-v", "0.2.0", mp / "obsm" / "X_new")
+    want.obsm["X_new"] = new
+    sh("mkdir", mp / "uns" / "extra")
+    sh("setfattr", "-n", "user.encoding-type", "-v", "dict", mp / "uns" / "extra")
+    sh("setfattr", "-n", "user.encoding-version", "-v", "0.1.0", mp / "uns" / "extra")
+    cp_npy(np.array([1.5, 2.5]), mp / "uns" / "extra" / "v.npy", tmp_path)
+    run_h5fs("umount", mp, check=True)
+
+    read_back(path)
+    got = anndata.read_h5ad(path)
+    assert np.array_equal(got.uns["extra"]["v"], [1.5, 2.5])
+    del got.uns["extra"]
+    assert_same_adata(got, want)
+
+
+def nexus_tree(path: Path) -> dict[str, object]:
+    """Every link of the file (soft link targets, hard links by object address), every value
+    and every attribute, as h5py reads them."""
+    out: dict[str, object] = {}
+    with h5py.File(path, "r") as f:
+        def visit(group: h5py.Group, prefix: str) -> None:
+            out[f"{prefix}/@"] = {k: np.asarray(v).tolist() for k, v in group.attrs.items()}
+            for name in group:
+                link = group.get(name, getlink=True)
+                p = f"{prefix}/{name}"
+                if isinstance(link, h5py.SoftLink):
+                    out[p] = ("soft", link.path)
+                    continue
+                obj = group[name]
+                out[f"{p}#addr"] = h5py.h5o.get_info(obj.id).addr
+                if isinstance(obj, h5py.Group):
+                    visit(obj, p)
+                else:
+                    out[p] = np.asarray(obj[()]).tolist()
+                    out[f"{p}/@"] = {k: np.asarray(v).tolist() for k, v in obj.attrs.items()}
+        visit(f, "")
+    return out
+
+
+def test_nexus_edits(mount, tmp_path):
+    path = made("nexus", tmp_path)
+    want = nexus_tree(path)
+    mp = mount(path, "rw")
+    entry = mp / "entry"
+    assert os.getxattr(entry, "user.NX_class") == b"NXentry"
+    # the NXdata group's `data` is the detector's dataset: one inode, two names
+    linked, original = os.stat(entry / "data" / "data"), os.stat(entry / "instrument" / "detector" / "data")
+    assert linked.st_ino == original.st_ino and linked.st_nlink == 2
+    # absolute HDF5 targets, shown as paths inside the mount
+    assert (entry / "data" / "x").resolve() == (entry / "instrument" / "detector" / "x").resolve()
+    assert (entry / "sample").resolve() == (entry / "instrument").resolve()
+    assert not os.readlink(entry / "sample").startswith("/")
+    assert np.array_equal(np.load(entry / "data" / "x.npy"), np.linspace(0, 1, 20))   # through the symlink
+    # a write through one name is seen through the other
+    data = np.lib.format.open_memmap(entry / "data" / "data.npy", mode="r+")
+    data[7, 3:6] = [-1, -2, -3]
+    data.flush()
+    del data
+    assert np.load(entry / "instrument" / "detector" / "data.npy")[7, 3:6].tolist() == [-1, -2, -3]
+    values = np.array(want["/entry/instrument/detector/data"])
+    values[7, 3:6] = [-1, -2, -3]
+    want["/entry/instrument/detector/data"] = want["/entry/data/data"] = values.tolist()
+    # a new NXprocess group holding a new dataset, and the unrelated dataset removed
+    sh("mkdir", entry / "process")
+    sh("setfattr", "-n", "user.NX_class", "-v", "NXprocess", entry / "process")
+    cp_npy(np.arange(4, dtype="<i8"), entry / "process" / "steps.npy", tmp_path)
+    sh("rm", entry / "spare")
+    del want["/entry/spare"], want["/entry/spare/@"], want["/entry/spare#addr"]
+    # the title renamed, and a second soft link made with ln -s
+    sh("mv", entry / "title", entry / "run_title")
+    want["/entry/run_title"] = want.pop("/entry/title")
+    want["/entry/run_title/@"] = want.pop("/entry/title/@")
+    want["/entry/run_title#addr"] = want.pop("/entry/title#addr")
+    sh("ln", "-s", "instrument/detector/data", entry / "raw")
+    run_h5fs("umount", mp, check=True)
+
+    read_back(path)
+    got = nexus_tree(path)
+    assert got.pop("/entry/process/@") == {"NX_class": "NXprocess"}
+    assert got.pop("/entry/process/steps") == [0, 1, 2, 3]
+    assert got.pop("/entry/process/steps/@") == {}
+    assert got.pop("/entry/raw") == ("soft", "instrument/detector/data")
+    for key in [k for k in got if k.startswith("/entry/process") and k.endswith("#addr")]:
+        del got[key]
+    assert got == want
+    with h5py.File(path, "r") as f:
+        assert f["/entry/raw"][7, 4] == -2 and f["/entry/data/x"].attrs["units"] == "mm"
+
+
+def test_netcdf_edits(mount, tmp_path):
+    path = made("netcdf", tmp_path)
+    with xr.open_dataset(path, engine="netcdf4") as ds:
+        want = ds.load()
+    mp = mount(path, "rw")
+    assert os.getxattr(mp / "x", "user.CLASS") == b"DIMENSION_SCALE"
+    assert os.getxattr(mp / "temp", "user.units") == b"K"
+    temp = np.lib.format.open_memmap(mp / "temp.npy", mode="r+")   # zlib chunks of (2, 4)
+    temp[4, 1] = -40.0
+    temp.flush()
+    del temp
+    want["temp"][4, 1] = -40.0
+    dd(np.array([9.5], "<f8").tobytes(), mp / "x", 3 * 8, tmp_path)   # a coordinate value
+    want = want.assign_coords(x=[0.5, 1.5, 2.5, 9.5])
+    want["x"].attrs["units"] = "m"
+    # a new time step on the unlimited dimension: both variables along it grow by one row
+    assert os.getxattr(mp / "time", "user.h5fs.maxshape") == b"(unlimited,)"
+    sh("truncate", "-s", str(7 * 8), mp / "time")
+    dd(np.array([6], "<i8").tobytes(), mp / "time", 6 * 8, tmp_path)   # "days since 2024-01-01"
+    sh("truncate", "-s", str(7 * 4 * 4), mp / "temp")
+    dd(np.arange(100, 104, dtype="<f4").tobytes(), mp / "temp", 6 * 16, tmp_path)
+    step = want.isel(time=[-1]).copy(deep=True)
+    step["time"] = [np.datetime64("2024-01-07", "ns")]
+    step["temp"][0] = np.arange(100, 104, dtype="f4")
+    want = xr.concat([want, step], dim="time", data_vars="minimal")
+    sh("rm", mp / "flag")                                   # a scalar variable: no dimension scales
+    want = want.drop_vars("flag")
+    sh("mv", mp / "spare", mp / "ones")
+    want = want.rename({"spare": "ones"})
+    sh("setfattr", "-n", "user.comment", "-v", "edited through h5fs", mp / "temp")
+    want["temp"].attrs["comment"] = "edited through h5fs"
+    sh("mkdir", mp / "extra")
+    cp_npy(np.arange(5, dtype="<i4"), mp / "extra" / "n.npy", tmp_path)
+    run_h5fs("umount", mp, check=True)
+
+    read_back(path)
+    with xr.open_dataset(path, engine="netcdf4") as got:
+        xr.testing.assert_identical(got.load(), want)
+    with xr.open_dataset(path, engine="netcdf4", group="extra") as extra:
+        assert extra["n"].values.tolist() == [0, 1, 2, 3, 4]
