@@ -22,7 +22,7 @@ from write_support import verify_file
 anndata = pytest.importorskip("anndata")
 tables = pytest.importorskip("tables")
 xr = pytest.importorskip("xarray")
-pytest.importorskip("netCDF4")
+netCDF4 = pytest.importorskip("netCDF4")
 sparse = pytest.importorskip("scipy.sparse")
 pytest.importorskip("hdf5plugin")   # h5py reads PyTables' Blosc and Blosc2 chunks through it
 
@@ -262,6 +262,12 @@ def test_pandas_fixed_edits(mount, tmp_path):
     pd.testing.assert_frame_equal(got, want, check_freq=False)   # pandas keeps the stored freq
     with h5py.File(path, "r") as f:
         assert f["extra/numbers"][()].tolist() == list(range(6))
+    # pandas writes into the edited file again: a new key, and the renamed one replaced
+    got.to_hdf(path, key="again", format="fixed")
+    want.iloc[:5].to_hdf(path, key="renamed", format="fixed")
+    pd.testing.assert_frame_equal(pd.read_hdf(path, "again"), want, check_freq=False)
+    pd.testing.assert_frame_equal(pd.read_hdf(path, "renamed"), want.iloc[:5], check_freq=False)
+    read_back(path)
 
 
 def test_pandas_table_edits(mount, tmp_path):
@@ -288,6 +294,15 @@ def test_pandas_table_edits(mount, tmp_path):
         pd.testing.assert_frame_equal(store.select("t", where="a > 30"), want[want.a > 30], check_freq=False)
         pd.testing.assert_frame_equal(store.select("t", where="s == 'name3'"), want[want.s == "name3"], check_freq=False)
         assert store.get_storer("t").table.attrs.note == "checked"
+    # pandas appends to the edited table, updating its indexes
+    more = frame().iloc[:3]
+    more.index = more.index + pd.Timedelta(days=10)
+    more["a"] += 100
+    more.to_hdf(path, key="t", format="table", append=True, data_columns=["a", "s"])
+    want = pd.concat([want, more])
+    pd.testing.assert_frame_equal(pd.read_hdf(path, "t"), want, check_freq=False)
+    pd.testing.assert_frame_equal(pd.read_hdf(path, "t", where="a > 100"), more[more.a > 100], check_freq=False)
+    read_back(path)
 
 
 def test_pytables_edits(mount, tmp_path):
@@ -348,6 +363,19 @@ def test_pytables_edits(mount, tmp_path):
             assert f.root[name].filters.complib == CARRAYS[name] and f.root[name].filters.shuffle
             assert np.array_equal(f.root[name].read(), values), name
         assert np.array_equal(f.root.newgrp.arr.read(), np.arange(12, dtype="<f4").reshape(3, 4))
+    # PyTables appends to what the mount extended, and writes into the edited chunks
+    with tables.open_file(path, "a") as f:
+        f.root.moved.tab.append(more)
+        f.root.ea.append(extra)
+        f.root.ca[41] = 7
+        f.root.moved._v_attrs.later = "yes"
+    with tables.open_file(path, "r") as f:
+        assert np.array_equal(f.root.moved.tab.read(), np.concatenate([rows, more]))
+        assert np.array_equal(f.root.ea.read(), np.concatenate([ea, extra]))
+        carrays["ca"][41] = 7
+        assert np.array_equal(f.root.ca.read(), carrays["ca"])
+        assert f.root.moved._v_attrs.later == "yes" and f.root.moved._v_attrs.note == "edited"
+    read_back(path)
 
 
 def assert_same_adata(got, want) -> None:
@@ -492,6 +520,15 @@ def test_nexus_edits(mount, tmp_path):
     assert got == want
     with h5py.File(path, "r") as f:
         assert f["/entry/raw"][7, 4] == -2 and f["/entry/data/x"].attrs["units"] == "mm"
+    # h5py (NeXus writers use it) writes into the edited file again
+    with h5py.File(path, "r+") as f:
+        f["/entry/data/data"][0, 0] = 1000
+        f["/entry/process"].attrs["date"] = "today"
+        f["/entry/process/more"] = np.ones(2)
+        f["/entry/data/again"] = f["/entry/process/steps"]
+    with h5py.File(path, "r") as f:
+        assert f["/entry/instrument/detector/data"][0, 0] == 1000 and f["/entry/data/again"][3] == 3
+    read_back(path)
 
 
 def test_netcdf_edits(mount, tmp_path):
@@ -534,3 +571,14 @@ def test_netcdf_edits(mount, tmp_path):
         xr.testing.assert_identical(got.load(), want)
     with xr.open_dataset(path, engine="netcdf4", group="extra") as extra:
         assert extra["n"].values.tolist() == [0, 1, 2, 3, 4]
+    # netCDF-4 lists attributes in creation order: the new one last
+    with netCDF4.Dataset(path, "a") as nc:
+        assert nc["temp"].ncattrs() == ["_FillValue", "units", "long_name", "comment"]
+        # and netCDF4 writes into the edited file again: one more time step, an attribute
+        nc["time"][7] = 7
+        nc["temp"][7] = np.arange(4)
+        nc.setncattr("history", "appended")
+    with xr.open_dataset(path, engine="netcdf4") as got:
+        assert got.sizes["time"] == 8 and got["temp"][7].values.tolist() == [0, 1, 2, 3]
+        assert got.attrs["history"] == "appended" and got["temp"][4, 1] == -40
+    read_back(path)
