@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import warnings
+from functools import partial
 from pathlib import Path
 
 import h5py
@@ -119,8 +120,8 @@ def make_anndata_csr(path: Path) -> None:
     adata(True).write_h5ad(path)
 
 
-def make_nexus(path: Path) -> None:
-    with h5py.File(path, "w") as f:
+def make_nexus(path: Path, libver: str = "earliest") -> None:
+    with h5py.File(path, "w", libver=libver) as f:
         f.attrs["NX_class"] = "NXroot"
         f.attrs["default"] = "entry"
         entry = f.create_group("entry")
@@ -159,7 +160,8 @@ def make_netcdf(path: Path) -> None:
 
 
 MAKERS = {"pandas-fixed": make_pandas_fixed, "pandas-table": make_pandas_table, "pytables": make_pytables,
-          "anndata": make_anndata, "anndata-csr": make_anndata_csr, "nexus": make_nexus, "netcdf": make_netcdf}
+          "anndata": make_anndata, "anndata-csr": make_anndata_csr, 
+          "nexus": make_nexus, "nexus-latest": partial(make_nexus, libver="latest"), "netcdf": make_netcdf}
 
 
 def made(kind: str, tmp_path: Path) -> Path:
@@ -330,10 +332,11 @@ def test_pytables_edits(mount, tmp_path):
     (tmp_path / "rows.bin").write_bytes(more.tobytes())
     sh("sh", "-c", f"cat {tmp_path / 'rows.bin'} >> {mp / 'grp' / 'tab'}")
     rows = np.concatenate([rows, more])
+    sh("truncate", "-s", str(8 * 3 * 8), mp / "ea")   # the EArray shrunk to 8 rows, then 2 appended
     extra = np.arange(100, 106, dtype="<f8").reshape(2, 3)
     (tmp_path / "ea.bin").write_bytes(extra.tobytes())
     sh("sh", "-c", f"cat {tmp_path / 'ea.bin'} >> {mp / 'ea'}")
-    ea = np.concatenate([ea, extra])
+    ea = np.concatenate([ea[:8], extra])
     # one row of each compressed CArray (zlib, Blosc, Blosc2 chunks), with dd
     for name, values in carrays.items():
         dd(np.full(32, -5, "<i2").tobytes(), mp / name, 40 * 32 * 2, tmp_path)
@@ -357,7 +360,7 @@ def test_pytables_edits(mount, tmp_path):
         assert np.array_equal(tab.read(), rows)
         assert tab.read_where("ident == 21")["value"].tolist() == [31.5]
         assert np.array_equal(grp.renamed.read(), small)
-        assert isinstance(f.root.ea, tables.EArray) and f.root.ea.nrows == 12
+        assert isinstance(f.root.ea, tables.EArray) and f.root.ea.nrows == 10
         assert np.array_equal(f.root.ea.read(), ea)
         for name, values in carrays.items():
             assert f.root[name].filters.complib == CARRAYS[name] and f.root[name].filters.shuffle
@@ -425,6 +428,11 @@ def test_anndata_edits(mount, tmp_path, x_sparse):
     want.obs.loc["c4", "cell_type"] = want.obs["cell_type"].cat.categories[0]
     sh("rm", mp / "layers" / "counts")
     del want.layers["counts"]
+    # an obs column renamed: its dataset moved, and the dataframe's column-order attribute rewritten
+    assert os.getxattr(mp / "obs", "user.column-order") == b"cell_type\nn"
+    sh("mv", mp / "obs" / "n", mp / "obs" / "count")
+    sh("setfattr", "-n", "user.column-order", "-v", "cell_type\ncount", mp / "obs")
+    want.obs = want.obs.rename(columns={"n": "count"})
     sh("mv", mp / "obsm" / "X_pca", mp / "obsm" / "X_umap")
     want.obsm["X_umap"] = want.obsm.pop("X_pca")
     # a new obsm entry and a new uns group, tagged as anndata tags its elements
@@ -472,8 +480,9 @@ def nexus_tree(path: Path) -> dict[str, object]:
     return out
 
 
-def test_nexus_edits(mount, tmp_path):
-    path = made("nexus", tmp_path)
+@pytest.mark.parametrize("kind", ["nexus", "nexus-latest"])
+def test_nexus_edits(mount, tmp_path, kind):
+    path = made(kind, tmp_path)
     want = nexus_tree(path)
     mp = mount(path, "rw")
     entry = mp / "entry"
@@ -574,11 +583,16 @@ def test_netcdf_edits(mount, tmp_path):
     # netCDF-4 lists attributes in creation order: the new one last
     with netCDF4.Dataset(path, "a") as nc:
         assert nc["temp"].ncattrs() == ["_FillValue", "units", "long_name", "comment"]
-        # and netCDF4 writes into the edited file again: one more time step, an attribute
+        # and netCDF4 writes into the edited file again: one more time step, an attribute, a
+        # variable in the group made by mkdir
         nc["time"][7] = 7
         nc["temp"][7] = np.arange(4)
         nc.setncattr("history", "appended")
+        nc["extra"].createDimension("k", 2)
+        nc["extra"].createVariable("w", "f4", ("k",))[:] = [1, 2]
     with xr.open_dataset(path, engine="netcdf4") as got:
         assert got.sizes["time"] == 8 and got["temp"][7].values.tolist() == [0, 1, 2, 3]
         assert got.attrs["history"] == "appended" and got["temp"][4, 1] == -40
+    with xr.open_dataset(path, engine="netcdf4", group="extra") as extra:
+        assert extra["w"].values.tolist() == [1, 2] and extra["n"].values.tolist() == [0, 1, 2, 3, 4]
     read_back(path)
