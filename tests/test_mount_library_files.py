@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import run_h5fs
+from conftest import run_h5fs, wait_until
 from write_support import verify_file
 
 anndata = pytest.importorskip("anndata")
@@ -494,7 +494,11 @@ def test_nexus_edits(mount, tmp_path, kind):
     assert (entry / "data" / "x").resolve() == (entry / "instrument" / "detector" / "x").resolve()
     assert (entry / "sample").resolve() == (entry / "instrument").resolve()
     assert not os.readlink(entry / "sample").startswith("/")
-    assert np.array_equal(np.fromfile(entry / "data" / "x"), np.linspace(0, 1, 20))   # through the symlink
+    # the soft-linked axis reads as a hard-linked one would, through `x.npy`: a symlink too
+    assert os.readlink(entry / "data" / "x.npy") == os.readlink(entry / "data" / "x") + ".npy"
+    assert np.array_equal(np.load(entry / "data" / "x.npy"), np.linspace(0, 1, 20))
+    assert sorted(os.listdir(entry / "data")) == ["data", "data.npy", "x", "x.npy"]
+    assert "sample.npy" not in os.listdir(entry)   # a soft link to a group has no .npy
     # a write through one name is seen through the other
     data = np.lib.format.open_memmap(entry / "data" / "data.npy", mode="r+")
     data[7, 3:6] = [-1, -2, -3]
@@ -596,3 +600,34 @@ def test_netcdf_edits(mount, tmp_path):
     with xr.open_dataset(path, engine="netcdf4", group="extra") as extra:
         assert extra["w"].values.tolist() == [1, 2] and extra["n"].values.tolist() == [0, 1, 2, 3, 4]
     read_back(path)
+
+
+@pytest.mark.parametrize("kind", ["nexus", "nexus-latest"])
+def test_soft_link_npy_views(mount, tmp_path, kind):
+    """A soft link to a dataset has a `.npy` symlink beside it, to the target's `.npy` view:
+    made, renamed and removed with the link."""
+    path = made(kind, tmp_path)
+    mp = mount(path, "rw")
+    nxdata = mp / "entry" / "data"
+    data = np.arange(200, dtype="<i4").reshape(10, 20)
+    assert not (nxdata / "raw.npy").exists()   # a negative entry the kernel caches
+    sh("ln", "-s", "../instrument/detector/data", nxdata / "raw")
+    # the kernel is told to drop its negative entry as the ln returns: asynchronously
+    assert wait_until(lambda: os.path.lexists(nxdata / "raw.npy"), timeout=5)
+    assert os.readlink(nxdata / "raw.npy") == os.readlink(nxdata / "raw") + ".npy"
+    assert np.array_equal(np.load(nxdata / "raw.npy"), data)
+    sh("ln", "-s", "../instrument", nxdata / "inst")   # a group: no .npy
+    assert sorted(os.listdir(nxdata)) == ["data", "data.npy", "inst", "raw", "raw.npy", "x", "x.npy"]
+    sh("mv", nxdata / "raw.npy", nxdata / "linked.npy")   # renames the soft link
+    assert not os.path.lexists(nxdata / "raw") and not os.path.lexists(nxdata / "raw.npy")
+    assert np.array_equal(np.load(nxdata / "linked.npy"), data)
+    sh("rm", nxdata / "x.npy")                             # removes the soft link x
+    assert not os.path.lexists(nxdata / "x")
+    sh("rm", "-r", nxdata)
+    assert sorted(os.listdir(mp / "entry")) == ["instrument", "sample", "spare", "spare.npy", "title", "title.npy"]
+    run_h5fs("umount", mp, check=True)
+
+    read_back(path)
+    with h5py.File(path, "r") as f:
+        assert "data" not in f["entry"] and np.array_equal(f["entry/instrument/detector/data"][()], data)
+        assert f["entry"].get("sample", getlink=True).path == "/entry/instrument"

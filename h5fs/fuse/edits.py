@@ -153,8 +153,8 @@ class EditSide:
             raise FUSEError(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not for HDF5 links
         text, entry = await self._link_of(old_parent, old)
         link = new
-        suffix = {NPY: NPY_SUFFIX, POINTS: POINTS_SUFFIX}.get(entry.kind, "").encode()
-        if suffix:   # mv D.npy E.npy renames the dataset
+        suffix = entry.suffix.encode()
+        if suffix:   # mv D.npy E.npy renames the dataset (or the soft link D)
             if not new.endswith(suffix) or new == suffix:
                 raise FUSEError(errno.EINVAL)
             link = new[:-len(suffix)]
@@ -256,7 +256,7 @@ class EditSide:
             await self._run(self.editor.external_link, self.ops._object(parent), text, *where)
         else:
             await self._run(self.editor.soft_link, self.ops._object(parent), text, where)
-        self._changed(parent, name)
+        self._changed(parent, name, [name + NPY_SUFFIX.encode()])   # a soft link to a dataset: its .npy too
         return await self._lookup(parent, name)
 
     # -- new files ---------------------------------------------------------------------------
@@ -737,15 +737,15 @@ def _array_name(name: bytes) -> bool:
 
 
 def _base(name: bytes, entry: namespace.Entry) -> bytes:
-    """The link name behind a view's file name (`D` for `D.npy` and `D.points.npy`)."""
-    suffix = {NPY: NPY_SUFFIX, POINTS: POINTS_SUFFIX}.get(entry.kind)
-    return name[:-len(suffix)] if suffix else name
+    """The link name behind a view's file name (`D` for `D.npy` and `D.points.npy`, soft link
+    `L` for the symlink `L.npy`)."""
+    return name[:-len(entry.suffix)] if entry.suffix else name
 
 
 def _other_views(name: bytes, entry: namespace.Entry) -> list[bytes]:
     """The names of a dataset's other views (`D.npy` for `D`, `D` for `D.npy`, and a sparse
-    dataset's `D.points.npy`)."""
-    if entry.kind not in (RAW, NPY, POINTS):
+    dataset's `D.points.npy`); a soft link's and its `.npy` symlink's, each other's."""
+    if entry.kind not in (RAW, NPY, POINTS, SYMLINK):
         return []
     base = _base(name, entry)
     views = [base, base + NPY_SUFFIX.encode()]
