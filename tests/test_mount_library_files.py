@@ -617,7 +617,10 @@ def test_soft_link_npy_views(mount, tmp_path, kind):
     assert os.readlink(nxdata / "raw.npy") == os.readlink(nxdata / "raw") + ".npy"
     assert np.array_equal(np.load(nxdata / "raw.npy"), data)
     sh("ln", "-s", "../instrument", nxdata / "inst")   # a group: no .npy
-    assert sorted(os.listdir(nxdata)) == ["data", "data.npy", "inst", "raw", "raw.npy", "x", "x.npy"]
+    sh("ln", "-s", "x", nxdata / "chained")            # a soft link to a soft link to a dataset
+    assert sorted(os.listdir(nxdata)) == ["chained", "chained.npy", "data", "data.npy", "inst", "raw", "raw.npy",
+                                          "x", "x.npy"]
+    assert np.array_equal(np.load(nxdata / "chained.npy"), np.linspace(0, 1, 20))
     sh("mv", nxdata / "raw.npy", nxdata / "linked.npy")   # renames the soft link
     assert not os.path.lexists(nxdata / "raw") and not os.path.lexists(nxdata / "raw.npy")
     assert np.array_equal(np.load(nxdata / "linked.npy"), data)

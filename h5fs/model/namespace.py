@@ -205,17 +205,44 @@ def soft_npy_entry(file: H5File, dir_path: str, link: Link, symlink: Entry) -> E
     """The symlink `NAME.npy` beside soft link `symlink`, to its target's `.npy` view, when the
     target is a dataset (None: it is not, or cannot be found; the symlink itself still shows)."""
     name = symlink.name + NPY_SUFFIX.encode()
-    target = link.target or ""
-    if len(name) > NAME_MAX or not target:
+    if len(name) > NAME_MAX:
         return None
     try:
-        obj = file.resolve(target if target.startswith("/") else join(dir_path, target))
-    except Exception:  # noqa: BLE001 - a target that cannot be found or read has no view to show
+        obj = _soft_target(file, dir_path, link.target or "", SOFT_LINK_NESTING)
+    except Exception:  # noqa: BLE001 - a target that cannot be read has no view to show
         return None
-    if obj.kind != "dataset":
+    if obj is None or obj.kind != "dataset":
         return None
     return replace(symlink, name=name, path=symlink.path + NPY_SUFFIX, target=symlink.target + NPY_SUFFIX.encode(),
                    suffix=NPY_SUFFIX)
+
+
+SOFT_LINK_NESTING = 16   # libhdf5's default limit of soft links followed in one traversal
+
+
+def _soft_target(file: H5File, dir_path: str, target: str, budget: int) -> H5Object | None:
+    """The object soft link `target` (found in the group at `dir_path`) names, following soft
+    links on the way as libhdf5 does (None: missing, external, or more than `budget` soft links)."""
+    path = target if target.startswith("/") else join(dir_path, target)
+    obj, walked = file.root, "/"
+    for part in [p for p in path.split("/") if p]:
+        if obj.kind != "group":
+            return None
+        link = obj.link(part)
+        if link is None:
+            return None
+        if link.kind == "soft":
+            if budget <= 0:
+                return None
+            obj = _soft_target(file, walked, link.target or "", budget - 1)
+            if obj is None:
+                return None
+        elif link.kind == "hard" and link.address is not None:
+            obj = file.get(link.address, join(walked, part))
+        else:
+            return None
+        walked = join(walked, part)
+    return obj
 
 
 def _entry(file: H5File, dir_path: str, link: Link, header_only: bool = False,
