@@ -621,6 +621,13 @@ def test_soft_link_npy_views(mount, tmp_path, kind):
     assert sorted(os.listdir(nxdata)) == ["chained", "chained.npy", "data", "data.npy", "inst", "raw", "raw.npy",
                                           "x", "x.npy"]
     assert np.array_equal(np.load(nxdata / "chained.npy"), np.linspace(0, 1, 20))
+    # the target removed elsewhere, then made again: the listing follows
+    detector = mp / "entry" / "instrument" / "detector"
+    sh("mv", detector / "x", detector / "x_old")
+    assert "x.npy" not in os.listdir(nxdata) and os.path.islink(nxdata / "x")
+    sh("cp", detector / "x_old.npy", detector / "x.npy")
+    assert "x.npy" in os.listdir(nxdata)
+    sh("rm", detector / "x_old")
     sh("mv", nxdata / "raw.npy", nxdata / "linked.npy")   # renames the soft link
     assert not os.path.lexists(nxdata / "raw") and not os.path.lexists(nxdata / "raw.npy")
     assert np.array_equal(np.load(nxdata / "linked.npy"), data)

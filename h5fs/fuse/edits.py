@@ -621,6 +621,9 @@ class EditSide:
         """`name` in `parent` changed through the kernel (which updates its own dentry): the
         listing goes, and the kernel forgets the dataset's other views `twins` it may hold."""
         self.ops.listings.pop(parent.address)
+        for address in self.ops.soft_listings:   # a soft link's target may have come or gone
+            self.ops.listings.pop(address)
+        self.ops.soft_listings.clear()
         self.ops.table.drop_link(parent.address, name)
         for twin in twins:
             self.ops.invalidator.entry(parent, twin)
