@@ -235,7 +235,7 @@ def block_of(group: Path, column: str) -> str:
 
 def test_pandas_fixed_edits(mount, tmp_path):
     path = made("pandas-fixed", tmp_path)
-    want = frame()
+    want = pd.read_hdf(path, "df")
     mp = mount(path, "rw")
     df = mp / "df"
     assert {"axis0", "axis1", "block0_values", "block0_items.npy"} <= set(os.listdir(df))
@@ -247,8 +247,9 @@ def test_pandas_fixed_edits(mount, tmp_path):
     # the datetime index is int64 nanoseconds: move row 0 back one hour
     stamp = np.array([want.index[0].value - 3_600_000_000_000], "<i8")
     dd(stamp.tobytes(), df / "axis1", 0, tmp_path)
-    want.index = want.index.insert(0, pd.Timestamp(int(stamp[0]))).delete(1)
-    want.index.name = "when"
+    index = want.index.to_numpy().copy()
+    index[0] -= np.timedelta64(1, "h")
+    want.index = pd.DatetimeIndex(index, name="when")
     sh("rm", "-r", mp / "other")
     sh("mv", df, mp / "renamed")
     sh("mkdir", mp / "extra")
@@ -274,7 +275,7 @@ def test_pandas_fixed_edits(mount, tmp_path):
 
 def test_pandas_table_edits(mount, tmp_path):
     path = made("pandas-table", tmp_path)
-    want = frame()
+    want = pd.read_hdf(path, "t")
     mp = mount(path, "rw")
     # column b is values_block_0 of the table (not indexed: its values may change)
     rows = np.lib.format.open_memmap(mp / "t" / "table.npy", mode="r+")
@@ -291,7 +292,7 @@ def test_pandas_table_edits(mount, tmp_path):
     read_back(path)
     with pd.HDFStore(path, "r") as store:
         assert store.keys() == ["/t"]
-        pd.testing.assert_frame_equal(store["t"], want)
+        pd.testing.assert_frame_equal(store["t"], want, check_freq=False)
         # queries on the data columns use PyTables' indexes, which the edit left valid
         pd.testing.assert_frame_equal(store.select("t", where="a > 30"), want[want.a > 30], check_freq=False)
         pd.testing.assert_frame_equal(store.select("t", where="s == 'name3'"), want[want.s == "name3"], check_freq=False)
