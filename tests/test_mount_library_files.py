@@ -297,7 +297,8 @@ def test_pandas_table_edits(mount, tmp_path):
         pd.testing.assert_frame_equal(store["t"], want, check_freq=False)
         # queries on the data columns use PyTables' indexes, which the edit left valid
         pd.testing.assert_frame_equal(store.select("t", where="a > 30"), want[want.a > 30], check_freq=False)
-        pd.testing.assert_frame_equal(store.select("t", where="s == 'name3'"), want[want.s == "name3"], check_freq=False)
+        pd.testing.assert_frame_equal(store.select("t", where="s == 'name3'"), want[want.s == "name3"],
+                                      check_freq=False)
         assert store.get_storer("t").table.attrs.note == "checked"
     # pandas appends to the edited table, updating its indexes
     more = frame().iloc[:3]
