@@ -269,7 +269,8 @@ class EditSide:
         if text.endswith(NPY_SUFFIX) and text != NPY_SUFFIX:
             if await self._entry(parent, name[:-len(NPY_SUFFIX)]) is not None:
                 raise FUSEError(errno.EEXIST)
-            entry = Entry(name, NPY, namespace.join(parent.path, text), None, Numbers(1, None))
+            entry = Entry(name, NPY, namespace.join(parent.path, text), None, Numbers(1, None),
+                          suffix=NPY_SUFFIX)
             node = ops.table.intern(parent, entry)
             node.lookups += 1
             stream = NpyStream(node.ino, parent, text[:-len(NPY_SUFFIX)], bytearray())
