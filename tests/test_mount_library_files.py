@@ -647,3 +647,29 @@ def test_soft_link_npy_views(mount, tmp_path, kind):
     with h5py.File(path, "r") as f:
         assert "data" not in f["entry"] and np.array_equal(f["entry/instrument/detector/data"][()], data)
         assert f["entry"].get("sample", getlink=True).path == "/entry/instrument"
+
+
+@pytest.mark.parametrize("kind", ["nexus", "nexus-latest"])
+def test_soft_links_follow_their_group_to_another_depth(mount, tmp_path, kind):
+    """An NXdata group moved deeper: its soft links (absolute HDF5 targets, shown relative to
+    their directory) still point at the detector's datasets, the kernel's inodes of them too."""
+    path = made(kind, tmp_path)
+    mp = mount(path, "rw")
+    entry = mp / "entry"
+    x = np.linspace(0, 1, 20)
+    assert np.array_equal(np.load(entry / "data" / "x.npy"), x)   # the kernel now holds their inodes
+    assert os.readlink(entry / "data" / "x") == "../../entry/instrument/detector/x"
+    sh("mkdir", entry / "plots")
+    sh("mv", entry / "data", entry / "plots" / "first")
+    moved = entry / "plots" / "first"
+    assert os.readlink(moved / "x") == "../../../entry/instrument/detector/x"
+    assert os.readlink(moved / "x.npy") == "../../../entry/instrument/detector/x.npy"
+    assert np.array_equal(np.fromfile(moved / "x"), x) and np.array_equal(np.load(moved / "x.npy"), x)
+    sh("mv", entry / "plots", mp / "plots")   # and up again
+    assert np.array_equal(np.load(mp / "plots" / "first" / "x.npy"), x)
+    run_h5fs("umount", mp, check=True)
+
+    read_back(path)
+    with h5py.File(path, "r") as f:
+        assert f["plots/first"].get("x", getlink=True).path == "/entry/instrument/detector/x"
+        assert np.array_equal(f["plots/first/x"][()], x)

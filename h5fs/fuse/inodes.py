@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import pyfuse3
 
-from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, SYMLINK, Entry, Numbers
+from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, SYMLINK, Entry, Numbers, soft_link_text
 
 
 class Node:
-    __slots__ = ("ino", "kind", "key", "address", "path", "numbers", "target", "error", "lookups", "stale", "gone")
+    __slots__ = ("ino", "kind", "key", "address", "path", "numbers", "target", "soft", "error", "lookups", "stale",
+                 "gone")
 
     def __init__(self, ino: int, kind: str, key: object, entry: Entry) -> None:
         self.ino = ino                    # also its age: numbers only grow
@@ -31,6 +32,8 @@ class Node:
         self.path = entry.path            # the path it was first found by (logs, symlink depth)
         self.numbers = entry.numbers
         self.target = entry.target        # symlink text
+        # a soft link's HDF5 target and view suffix: its text follows the link's directory's depth
+        self.soft = None if entry.soft_target is None else (entry.soft_target, entry.suffix)
         self.error = entry.error          # set: the object answers EIO
         self.lookups = 0                  # how many times the kernel was handed this inode
         self.stale = False                # the kernel holds an estimate: tell it when the truth is known
@@ -145,6 +148,8 @@ class InodeTable:
             rest = node.path[len(old):] if node.path.startswith(old) else None
             if rest is not None and (rest in ("", NPY_SUFFIX, POINTS_SUFFIX) or rest.startswith("/")):
                 node.path = new + rest
+                if node.soft is not None:
+                    node.target = soft_link_text(node.path.rsplit("/", 1)[0] or "/", *node.soft)
                 out.append(node)
         return out
 

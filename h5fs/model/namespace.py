@@ -98,6 +98,7 @@ class Entry:
     target: bytes | None = None       # symlink text
     error: BaseException | None = None  # why it is broken (the .npy view: why it cannot be served)
     suffix: str = ""                  # a view's suffix after its link's name (`D.npy`: ".npy")
+    soft_target: str | None = None    # a soft link's HDF5 target (`soft_link_text` makes its text)
 
 
 class BeyondHeader(Exception):
@@ -213,8 +214,8 @@ def soft_npy_entry(file: H5File, dir_path: str, link: Link, symlink: Entry) -> E
         return None
     if obj is None or obj.kind != "dataset":
         return None
-    return replace(symlink, name=name, path=symlink.path + NPY_SUFFIX, target=symlink.target + NPY_SUFFIX.encode(),
-                   suffix=NPY_SUFFIX)
+    return replace(symlink, name=name, path=symlink.path + NPY_SUFFIX,
+                   target=soft_link_text(dir_path, link.target or "", NPY_SUFFIX), suffix=NPY_SUFFIX)
 
 
 SOFT_LINK_NESTING = 16   # libhdf5's default limit of soft links followed in one traversal
@@ -268,13 +269,19 @@ def _entry(file: H5File, dir_path: str, link: Link, header_only: bool = False,
         except Exception as exc:  # a broken object must not hide the rest of its group
             return Entry(name, BROKEN, path, link.address, error=exc)
     if link.kind == "soft":
-        target = soft_link_target(dir_path, link.target or "")
-    elif link.kind == "external":
+        return Entry(name, SYMLINK, path, target=soft_link_text(dir_path, link.target or ""),
+                     soft_target=link.target or "")
+    if link.kind == "external":
         target = f"{link.filename or ''}:{link.target or ''}"
-    else:
-        log.warning("%s: link of unknown kind %r skipped", path, link.kind)
-        return None
-    return Entry(name, SYMLINK, path, target=target.encode("utf-8", "surrogateescape"))
+        return Entry(name, SYMLINK, path, target=target.encode("utf-8", "surrogateescape"))
+    log.warning("%s: link of unknown kind %r skipped", path, link.kind)
+    return None
+
+
+def soft_link_text(dir_path: str, target: str, suffix: str = "") -> bytes:
+    """The symlink text of a soft link to `target` in the group at `dir_path` (its `.npy`
+    symlink's with `suffix`): it changes when the group moves to another depth."""
+    return (soft_link_target(dir_path, target) + suffix).encode("utf-8", "surrogateescape")
 
 
 def soft_link_target(dir_path: str, target: str) -> str:
