@@ -667,9 +667,17 @@ def test_soft_links_follow_their_group_to_another_depth(mount, tmp_path, kind):
     assert np.array_equal(np.fromfile(moved / "x"), x) and np.array_equal(np.load(moved / "x.npy"), x)
     sh("mv", entry / "plots", mp / "plots")   # and up again
     assert np.array_equal(np.load(mp / "plots" / "first" / "x.npy"), x)
+    # the links themselves moved: to the root, then (by their .npy name) two groups down
+    sh("mv", mp / "plots" / "first" / "x", mp / "x_root")
+    assert os.readlink(mp / "x_root") == "entry/instrument/detector/x"
+    assert np.array_equal(np.fromfile(mp / "x_root"), x)
+    sh("mv", mp / "x_root.npy", entry / "instrument" / "x_deep.npy")
+    assert os.readlink(entry / "instrument" / "x_deep.npy") == "../../entry/instrument/detector/x.npy"
+    assert np.array_equal(np.load(entry / "instrument" / "x_deep.npy"), x)
     run_h5fs("umount", mp, check=True)
 
     read_back(path)
     with h5py.File(path, "r") as f:
-        assert f["plots/first"].get("x", getlink=True).path == "/entry/instrument/detector/x"
-        assert np.array_equal(f["plots/first/x"][()], x)
+        assert "x" not in f["plots/first"] and "x_root" not in f
+        assert f["entry/instrument"].get("x_deep", getlink=True).path == "/entry/instrument/detector/x"
+        assert np.array_equal(f["entry/instrument/x_deep"][()], x)

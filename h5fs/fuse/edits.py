@@ -182,8 +182,11 @@ class EditSide:
         before = self.ops.table.newest
         left = await self._run(self.editor.rename, self.ops._object(old_parent), text,
                                self.ops._object(new_parent), new_text)
+        link_node = self.ops.table.find_link(old_parent.address, old) if entry.kind == SYMLINK else None
         for parent, name in ((old_parent, old), (new_parent, new)):
             self._changed(parent, name, _other_views(name, entry))
+        if link_node is not None:   # the kernel keeps the inode under its new name
+            self.ops.table.link_moved(link_node, namespace.join(new_parent.path, link_name(new)))
         # the moved object and all below it are known by their new paths (symlink targets,
         # `user.h5fs.path`, messages); a soft link's next lookup makes it a node anew
         if entry.address is not None:

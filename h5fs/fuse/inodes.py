@@ -147,11 +147,19 @@ class InodeTable:
         for node in nodes:
             rest = node.path[len(old):] if node.path.startswith(old) else None
             if rest is not None and (rest in ("", NPY_SUFFIX, POINTS_SUFFIX) or rest.startswith("/")):
-                node.path = new + rest
-                if node.soft is not None:
-                    node.target = soft_link_text(node.path.rsplit("/", 1)[0] or "/", *node.soft)
+                self.link_moved(node, new + rest)
                 out.append(node)
         return out
+
+    def find_link(self, group_address: int, name: bytes) -> Node | None:
+        return self._links.get((group_address, name))
+
+    def link_moved(self, node: Node, path: str) -> None:
+        """`node` is found at `path` now; a soft link's text follows the depth of its new
+        directory (an absolute HDF5 target is shown relative to it)."""
+        node.path = path
+        if node.soft is not None:
+            node.target = soft_link_text(path.rsplit("/", 1)[0] or "/", *node.soft)
 
     def drop_unknown(self, node: Node) -> None:
         """Release a node interned but never handed out (its reply failed)."""
