@@ -95,6 +95,8 @@ def expected_names(group: h5py.Group) -> list[str]:
         link = group.get(name, getlink=True)
         if isinstance(link, h5py.HardLink) and isinstance(group[name], h5py.Dataset):
             names.append(name + ".npy")
+        elif isinstance(link, h5py.SoftLink) and isinstance(group.get(name), h5py.Dataset):
+            names.append(name + ".npy")   # a symlink to the target's .npy view
     return names
 
 
@@ -284,8 +286,12 @@ def test_soft_links_resolve(mount, sample):
         assert open(mp / "soft_abs", "rb").read() == f["data/chunked_gzip"][()].tobytes()
         assert open(mp / "data/other/deeper/soft_up", "rb").read() == f["ints"][()].tobytes()
         assert open(mp / "data/soft_rel", "rb").read() == f["data/unlimited"][()].tobytes()
+        # a soft link to a dataset has a .npy symlink to the target's .npy view
+        assert os.readlink(mp / "data/other/deeper/soft_up.npy") == "../../../ints.npy"
+        np.testing.assert_array_equal(np.load(mp / "data/soft_rel.npy"), f["data/unlimited"][()])
     assert sorted(os.listdir(mp / "soft_group")) == ["er"]
     assert not os.path.exists(mp / "dangling") and os.path.islink(mp / "dangling")
+    assert not os.path.lexists(mp / "dangling.npy") and not os.path.lexists(mp / "soft_group.npy")
     assert os.readlink(mp / "ext") == "other.h5:/some/where"
 
 

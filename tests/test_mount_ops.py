@@ -67,6 +67,8 @@ def test_lookup_getattr_read(ops):
     assert fuse_errno(ops.getattr, 10**9, None) == errno.ESTALE
     link = run(ops.lookup, pyfuse3.ROOT_INODE, b"link", None)
     assert run(ops.readlink, link.st_ino, None) == b"g/b"
+    npy_link = run(ops.lookup, pyfuse3.ROOT_INODE, b"link.npy", None)   # its target is a dataset
+    assert run(ops.readlink, npy_link.st_ino, None) == b"g/b.npy"
 
 
 def listing(ops, ino: int) -> dict[bytes, int]:
@@ -160,7 +162,7 @@ def test_npy_view_failure_keeps_raw_view(ops, monkeypatch):
         raise Unsupported("no .npy form for this type")
 
     monkeypatch.setattr(Dataset, "npy_dtype", property(refuse))
-    assert list(listing(ops, pyfuse3.ROOT_INODE)) == [b"a", b"a.npy", b"g", b"link"]
+    assert list(listing(ops, pyfuse3.ROOT_INODE)) == [b"a", b"a.npy", b"g", b"link", b"link.npy"]
     a = run(ops.lookup, pyfuse3.ROOT_INODE, b"a", None)
     assert run(ops.read, run(ops.open, a.st_ino, 0, None).fh, 0, 4) == np.int32(0).tobytes()
     assert fuse_errno(ops.lookup, pyfuse3.ROOT_INODE, b"a.npy", None) == errno.EIO

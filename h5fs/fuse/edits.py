@@ -154,8 +154,8 @@ class EditSide:
             raise FUSEError(errno.EINVAL)   # RENAME_EXCHANGE, RENAME_WHITEOUT: not for HDF5 links
         text, entry = await self._link_of(old_parent, old)
         link = new
-        suffix = {NPY: NPY_SUFFIX, POINTS: POINTS_SUFFIX}.get(entry.kind, "").encode()
-        if suffix:   # mv D.npy E.npy renames the dataset
+        suffix = entry.suffix.encode()
+        if suffix:   # mv D.npy E.npy renames the dataset (or the soft link D)
             if not new.endswith(suffix) or new == suffix:
                 raise FUSEError(errno.EINVAL)
             link = new[:-len(suffix)]
@@ -189,8 +189,11 @@ class EditSide:
         before = self.ops.table.newest
         left = await self._run(self.editor.rename, self.ops._object(old_parent), text,
                                self.ops._object(new_parent), new_text)
+        link_node = self.ops.table.find_link(old_parent.address, old) if entry.kind == SYMLINK else None
         for parent, name in ((old_parent, old), (new_parent, new)):
             self._changed(parent, name, _other_views(name, entry))
+        if link_node is not None:   # the kernel keeps the inode under its new name
+            self.ops.table.link_moved(link_node, namespace.join(new_parent.path, link_name(new)))
         # the moved object and all below it are known by their new paths (symlink targets,
         # `user.h5fs.path`, messages); a soft link's next lookup makes it a node anew
         if entry.address is not None:
@@ -302,7 +305,7 @@ class EditSide:
             await self._run(self.editor.external_link, self.ops._object(parent), text, *where)
         else:
             await self._run(self.editor.soft_link, self.ops._object(parent), text, where)
-        self._changed(parent, name)
+        self._changed(parent, name, [name + NPY_SUFFIX.encode()])   # a soft link to a dataset: its .npy too
         return await self._lookup(parent, name)
 
     # -- new files ---------------------------------------------------------------------------
@@ -315,7 +318,8 @@ class EditSide:
         if text.endswith(NPY_SUFFIX) and text != NPY_SUFFIX:
             if await self._entry(parent, name[:-len(NPY_SUFFIX)]) is not None:
                 raise FUSEError(errno.EEXIST)
-            entry = Entry(name, NPY, namespace.join(parent.path, text), None, Numbers(1, None))
+            entry = Entry(name, NPY, namespace.join(parent.path, text), None, Numbers(1, None),
+                          suffix=NPY_SUFFIX)
             node = ops.table.intern(parent, entry)
             node.lookups += 1
             stream = NpyStream(node.ino, parent, text[:-len(NPY_SUFFIX)], bytearray())
@@ -674,6 +678,9 @@ class EditSide:
         """`name` in `parent` changed through the kernel (which updates its own dentry): the
         listing goes, and the kernel forgets the dataset's other views `twins` it may hold."""
         self.ops.listings.pop(parent.address)
+        for address in self.ops.soft_listings:   # a soft link's target may have come or gone
+            self.ops.listings.pop(address)
+        self.ops.soft_listings.clear()
         self.ops.table.drop_link(parent.address, name)
         for twin in twins:
             self.ops.invalidator.entry(parent, twin)
@@ -790,15 +797,15 @@ def _array_name(name: bytes) -> bool:
 
 
 def _base(name: bytes, entry: namespace.Entry) -> bytes:
-    """The link name behind a view's file name (`D` for `D.npy` and `D.points.npy`)."""
-    suffix = {NPY: NPY_SUFFIX, POINTS: POINTS_SUFFIX}.get(entry.kind)
-    return name[:-len(suffix)] if suffix else name
+    """The link name behind a view's file name (`D` for `D.npy` and `D.points.npy`, soft link
+    `L` for the symlink `L.npy`)."""
+    return name[:-len(entry.suffix)] if entry.suffix else name
 
 
 def _other_views(name: bytes, entry: namespace.Entry) -> list[bytes]:
     """The names of a dataset's other views (`D.npy` for `D`, `D` for `D.npy`, and a sparse
-    dataset's `D.points.npy`)."""
-    if entry.kind not in (RAW, NPY, POINTS):
+    dataset's `D.points.npy`); a soft link's and its `.npy` symlink's, each other's."""
+    if entry.kind not in (RAW, NPY, POINTS, SYMLINK):
         return []
     base = _base(name, entry)
     views = [base, base + NPY_SUFFIX.encode()]

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import pyfuse3
 
-from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, SYMLINK, Entry, Numbers
+from ..model.namespace import DIR, NPY, NPY_SUFFIX, POINTS, POINTS_SUFFIX, SYMLINK, Entry, Numbers, soft_link_text
 
 
 class Node:
-    __slots__ = ("ino", "kind", "key", "address", "path", "numbers", "target", "error", "lookups", "stale", "gone")
+    __slots__ = ("ino", "kind", "key", "address", "path", "numbers", "target", "soft", "error", "lookups", "stale",
+                 "gone")
 
     def __init__(self, ino: int, kind: str, key: object, entry: Entry) -> None:
         self.ino = ino                    # also its age: numbers only grow
@@ -31,6 +32,8 @@ class Node:
         self.path = entry.path            # the path it was first found by (logs, symlink depth)
         self.numbers = entry.numbers
         self.target = entry.target        # symlink text
+        # a soft link's HDF5 target and view suffix: its text follows the link's directory's depth
+        self.soft = None if entry.soft_target is None else (entry.soft_target, entry.suffix)
         self.error = entry.error          # set: the object answers EIO
         self.lookups = 0                  # how many times the kernel was handed this inode
         self.stale = False                # the kernel holds an estimate: tell it when the truth is known
@@ -147,9 +150,19 @@ class InodeTable:
         for node in nodes:
             rest = node.path[len(old):] if node.path.startswith(old) else None
             if rest is not None and (rest in ("", NPY_SUFFIX, POINTS_SUFFIX) or rest.startswith("/")):
-                node.path = new + rest
+                self.link_moved(node, new + rest)
                 out.append(node)
         return out
+
+    def find_link(self, group_address: int, name: bytes) -> Node | None:
+        return self._links.get((group_address, name))
+
+    def link_moved(self, node: Node, path: str) -> None:
+        """`node` is found at `path` now; a soft link's text follows the depth of its new
+        directory (an absolute HDF5 target is shown relative to it)."""
+        node.path = path
+        if node.soft is not None:
+            node.target = soft_link_text(path.rsplit("/", 1)[0] or "/", *node.soft)
 
     def drop_unknown(self, node: Node) -> None:
         """Release a node interned but never handed out (its reply failed)."""

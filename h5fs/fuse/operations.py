@@ -111,6 +111,9 @@ class Operations(pyfuse3.Operations):
         self.fact_tables: Lru[tuple[int, bool], dict[str, str]] = Lru(FACT_TABLES)
         self.xattr_values: Lru[tuple[int, str], bytes] = Lru(XATTR_VALUES)
         self.listings: Lru[int, list[Entry]] = Lru(LISTED_ENTRIES, len)
+        # groups whose kept listing shows soft links: whether each has a `.npy` symlink depends on
+        # objects elsewhere, so any edit drops these listings (edits.py)
+        self.soft_listings: set[int] = set()
 
     def start(self, nursery) -> None:
         """Background work (prefetch, st_blocks counts) runs in the daemon's nursery."""
@@ -411,6 +414,8 @@ class Operations(pyfuse3.Operations):
                 self._mark_broken(node, exc)
                 raise FUSEError(errno.EIO) from None
             self.listings.put(node.address, entries)
+            if any(entry.kind == SYMLINK for entry in entries):
+                self.soft_listings.add(node.address)
         return self.handles.open_dir(OpenDir(node.ino, entries, node.address))
 
     @boundary

@@ -14,7 +14,9 @@ What a group shows (`entries`, in the group's link order; `lookup` answers one n
   a sparse dataset also its defined elements `D.points.npy` (POINTS), after the `.npy` view;
 - a soft link: a symlink (SYMLINK); an absolute HDF5 target becomes a path inside the mount,
   relative to the link's directory (`/x/y` from the group `/a/b` -> `../../x/y`), a relative
-  one stays; an external link: a symlink `FILE:OBJECT` (it goes nowhere real);
+  one stays; when its target is a dataset, also a symlink `NAME.npy` to the target's `.npy`
+  view right after it (NeXus links a plot's axes so: `np.load("data/x.npy")` must work as for
+  a hard link); an external link: a symlink `FILE:OBJECT` (it goes nowhere real);
 - a hard link whose object cannot be read: listed by its name (BROKEN, answers EIO);
 - names that cannot be file names (empty, `.`, `..`, `/` or NUL inside, over 255 bytes), links of
   unknown kinds and duplicate names (after the first) are skipped, each with a log line.
@@ -95,6 +97,8 @@ class Entry:
     numbers: Numbers | None = None    # None for symlinks and broken entries
     target: bytes | None = None       # symlink text
     error: BaseException | None = None  # why it is broken (the .npy view: why it cannot be served)
+    suffix: str = ""                  # a view's suffix after its link's name (`D.npy`: ".npy")
+    soft_target: str | None = None    # a soft link's HDF5 target (`soft_link_text` makes its text)
 
 
 class BeyondHeader(Exception):
@@ -128,6 +132,11 @@ def entries(file: H5File, group: Group, dir_path: str, known: Known | None = Non
             continue
         seen.add(entry.name)
         out.append(entry)
+        if link.kind == "soft" and link.name + NPY_SUFFIX not in taken:
+            twin = soft_npy_entry(file, dir_path, link, entry)
+            if twin is not None and twin.name not in seen:
+                seen.add(twin.name)
+                out.append(twin)
         if entry.kind == RAW:
             for view, suffix in ((npy_entry, NPY_SUFFIX), (points_entry, POINTS_SUFFIX)):
                 if suffix == POINTS_SUFFIX and not entry.numbers.sparse:
@@ -154,6 +163,11 @@ def lookup(file: H5File, group: Group, dir_path: str, name: bytes, header_only: 
         if not text.endswith(suffix):
             continue
         link = group.link(text[:-len(suffix)])
+        if link is not None and link.kind == "soft" and suffix == NPY_SUFFIX:
+            if header_only:   # its target is looked up
+                raise BeyondHeader
+            entry = _entry(file, dir_path, link)
+            return None if entry is None else soft_npy_entry(file, dir_path, link, entry)
         if link is not None and link.kind == "hard":
             entry = _entry(file, dir_path, link, header_only)
             if entry is not None and entry.kind == RAW and (view is npy_entry or entry.numbers.sparse):
@@ -179,12 +193,57 @@ def links_from_header(group: Group) -> bool:
 def npy_entry(raw: Entry) -> Entry:
     """The `.npy` view beside the raw view `raw`."""
     return replace(raw, name=raw.name + NPY_SUFFIX.encode(), kind=NPY, path=raw.path + NPY_SUFFIX,
-                   error=raw.numbers.npy_error)
+                   error=raw.numbers.npy_error, suffix=NPY_SUFFIX)
 
 
 def points_entry(raw: Entry) -> Entry:
     """The `.points.npy` view beside the raw view of a sparse dataset."""
-    return replace(raw, name=raw.name + POINTS_SUFFIX.encode(), kind=POINTS, path=raw.path + POINTS_SUFFIX)
+    return replace(raw, name=raw.name + POINTS_SUFFIX.encode(), kind=POINTS, path=raw.path + POINTS_SUFFIX,
+                   suffix=POINTS_SUFFIX)
+
+
+def soft_npy_entry(file: H5File, dir_path: str, link: Link, symlink: Entry) -> Entry | None:
+    """The symlink `NAME.npy` beside soft link `symlink`, to its target's `.npy` view, when the
+    target is a dataset (None: it is not, or cannot be found; the symlink itself still shows)."""
+    name = symlink.name + NPY_SUFFIX.encode()
+    if len(name) > NAME_MAX:
+        return None
+    try:
+        obj = _soft_target(file, dir_path, link.target or "", SOFT_LINK_NESTING)
+    except Exception:  # noqa: BLE001 - a target that cannot be read has no view to show
+        return None
+    if obj is None or obj.kind != "dataset":
+        return None
+    return replace(symlink, name=name, path=symlink.path + NPY_SUFFIX,
+                   target=soft_link_text(dir_path, link.target or "", NPY_SUFFIX), suffix=NPY_SUFFIX)
+
+
+SOFT_LINK_NESTING = 16   # libhdf5's default limit of soft links followed in one traversal
+
+
+def _soft_target(file: H5File, dir_path: str, target: str, budget: int) -> H5Object | None:
+    """The object soft link `target` (found in the group at `dir_path`) names, following soft
+    links on the way as libhdf5 does (None: missing, external, or more than `budget` soft links)."""
+    path = target if target.startswith("/") else join(dir_path, target)
+    obj, walked = file.root, "/"
+    for part in [p for p in path.split("/") if p]:
+        if obj.kind != "group":
+            return None
+        link = obj.link(part)
+        if link is None:
+            return None
+        if link.kind == "soft":
+            if budget <= 0:
+                return None
+            obj = _soft_target(file, walked, link.target or "", budget - 1)
+            if obj is None:
+                return None
+        elif link.kind == "hard" and link.address is not None:
+            obj = file.get(link.address, join(walked, part))
+        else:
+            return None
+        walked = join(walked, part)
+    return obj
 
 
 def _entry(file: H5File, dir_path: str, link: Link, header_only: bool = False,
@@ -210,13 +269,19 @@ def _entry(file: H5File, dir_path: str, link: Link, header_only: bool = False,
         except Exception as exc:  # a broken object must not hide the rest of its group
             return Entry(name, BROKEN, path, link.address, error=exc)
     if link.kind == "soft":
-        target = soft_link_target(dir_path, link.target or "")
-    elif link.kind == "external":
+        return Entry(name, SYMLINK, path, target=soft_link_text(dir_path, link.target or ""),
+                     soft_target=link.target or "")
+    if link.kind == "external":
         target = f"{link.filename or ''}:{link.target or ''}"
-    else:
-        log.warning("%s: link of unknown kind %r skipped", path, link.kind)
-        return None
-    return Entry(name, SYMLINK, path, target=target.encode("utf-8", "surrogateescape"))
+        return Entry(name, SYMLINK, path, target=target.encode("utf-8", "surrogateescape"))
+    log.warning("%s: link of unknown kind %r skipped", path, link.kind)
+    return None
+
+
+def soft_link_text(dir_path: str, target: str, suffix: str = "") -> bytes:
+    """The symlink text of a soft link to `target` in the group at `dir_path` (its `.npy`
+    symlink's with `suffix`): it changes when the group moves to another depth."""
+    return (soft_link_target(dir_path, target) + suffix).encode("utf-8", "surrogateescape")
 
 
 def soft_link_target(dir_path: str, target: str) -> str:
