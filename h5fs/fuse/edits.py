@@ -44,11 +44,17 @@ COPY_BLOCK = 1 << 20   # a file of bytes renamed to x.npy is read this much at a
 MAX_EARLY = 64 << 20   # how far into a .npy bytes are held while its header is incomplete (writeback_cache)
 
 
-def link_name(name: bytes) -> str:
-    """The HDF5 link name for a file name a user gives (UTF-8, no NUL; the kernel already
-    refuses '/', empty names and names over NAME_MAX)."""
+def check_length(name: bytes) -> None:
+    """ENAMETOOLONG for a name over NAME_MAX, whatever asks for it: the kernel passes names up
+    to 1024 bytes (FUSE_NAME_MAX), and POSIX wants ENAMETOOLONG rather than ENOENT for them."""
     if len(name) > namespace.NAME_MAX:
         raise FUSEError(errno.ENAMETOOLONG)
+
+
+def link_name(name: bytes) -> str:
+    """The HDF5 link name for a file name a user gives (UTF-8, no NUL; the kernel already
+    refuses '/' and empty names)."""
+    check_length(name)
     if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
         raise FUSEError(errno.EINVAL)
     try:
@@ -77,6 +83,7 @@ class EditSide:
     def _link_now(self, parent: Node, name: bytes) -> tuple[str, namespace.Entry]:
         """`_link_of` in a worker thread."""
         ops = self.ops
+        check_length(name)
         entry = namespace.lookup(ops.f, ops._object(parent), parent.path, name)
         if entry is None:
             raise FUSEError(errno.ENOENT)

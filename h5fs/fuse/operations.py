@@ -55,7 +55,7 @@ from .lru import Lru
 from .points_stream import PointsStream
 from .points_stream import finish as points_finish
 from .prefetch import Prefetcher
-from .edits import DEFAULT_FILTERS, EditSide
+from .edits import DEFAULT_FILTERS, EditSide, check_length
 from .writes import FLUSH_DELAY, WriteSide
 
 log = logging.getLogger("h5fs.fuse")
@@ -347,6 +347,7 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def lookup(self, parent_inode: int, name: bytes, ctx=None) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
+        check_length(name)   # a longer link name is not listed either (namespace.entries)
         try:
             group = self._object(parent)
             try:  # a compact group, a child its header describes: no thread hop
