@@ -199,6 +199,9 @@ class EditSide:
             for node in moved:
                 for npy in (False, True):
                     self.ops.fact_tables.pop((node.address, npy))
+            node = self.ops.table.find_object(entry.address)
+            if node is not None and node.numbers is not None and node.numbers.ctime_ns is not None:
+                await self._refresh(entry.address)   # its change time (TreeEditor.rename)
         if array:
             await self._now_a_view(entry, new_parent, new, link)
         if existing is not None and existing.address is not None and existing.address != entry.address:
@@ -631,6 +634,17 @@ class EditSide:
         self.ops.table.drop_link(parent.address, name)
         for twin in twins:
             self.ops.invalidator.entry(parent, twin)
+        if parent.numbers is not None and parent.numbers.mtime_ns is not None:
+            self._times_set(parent)
+
+    def _times_set(self, node: Node) -> None:
+        """The edit set the times of a group that keeps them (TreeEditor): stat shows them at
+        once (the kernel asks again: it drops a directory's attributes when an entry changes).
+        Its header is read inline, as a lookup in it reads it."""
+        try:
+            node.numbers = namespace.numbers(self.ops._object(node))
+        except H5fsError as exc:
+            self.ops._mark_broken(node, exc)
 
     async def _lookup(self, parent: Node, name: bytes):
         return await self.ops.lookup(parent.ino, name)

@@ -229,6 +229,9 @@ class Operations(pyfuse3.Operations):
         n = node.numbers
         a.st_nlink = n.nlink
         a.st_mtime_ns = a.st_atime_ns = self.mtime_ns if n.mtime_ns is None else n.mtime_ns
+        # the header's change time, else the .h5 file's; never before the modification time
+        # (a data write shows its time at once, the header takes both with the data)
+        a.st_ctime_ns = max(self.ctime_ns if n.ctime_ns is None else n.ctime_ns, a.st_mtime_ns)
         if node.kind == DIR:
             a.st_mode = stat.S_IFDIR | self.dir_mode
             return a
