@@ -110,10 +110,11 @@ class EditSide:
             return namespace.object_entry(ops.f, parent.path, text, address)
 
         entry = await self._run(make)
-        self._changed(parent, name)
+        if entry is not None:
+            ops.table.gone(entry.address)   # a node there is a freed object's whose news is on its way
+        await self._changed(parent, name)
         if entry is None:
             raise FUSEError(errno.EIO)
-        ops.table.gone(entry.address)   # a node there is a freed object's whose news is on its way
         return ops._hand_out(parent, entry)
 
     async def rmdir(self, parent: Node, name: bytes) -> None:
@@ -122,7 +123,7 @@ class EditSide:
             raise FUSEError(errno.ENOTDIR)
         before = self.ops.table.newest
         left = await self._run(self.editor.rmdir, self.ops._object(parent), text)
-        self._changed(parent, name)
+        await self._changed(parent, name)
         await self._forget_object(entry.address, left, before)
 
     async def unlink(self, parent: Node, name: bytes) -> None:
@@ -136,7 +137,7 @@ class EditSide:
         before = self.ops.table.newest
         entry, left, numbers = await self._run(remove)
         twins = _other_views(name, entry)
-        self._changed(parent, name, twins)
+        await self._changed(parent, name, twins)
         if self.ops.handles.reading(parent.ino):
             self.gone_twins.update((parent.ino, twin) for twin in twins)
         if entry.address is not None:
@@ -189,8 +190,6 @@ class EditSide:
         before = self.ops.table.newest
         left = await self._run(self.editor.rename, self.ops._object(old_parent), text,
                                self.ops._object(new_parent), new_text)
-        for parent, name in ((old_parent, old), (new_parent, new)):
-            self._changed(parent, name, _other_views(name, entry))
         # the moved object and all below it are known by their new paths (symlink targets,
         # `user.h5fs.path`, messages); a soft link's next lookup makes it a node anew
         if entry.address is not None:
@@ -199,9 +198,11 @@ class EditSide:
             for node in moved:
                 for npy in (False, True):
                     self.ops.fact_tables.pop((node.address, npy))
-            node = self.ops.table.find_object(entry.address)
-            if node is not None and node.numbers is not None and node.numbers.ctime_ns is not None:
-                await self._refresh(entry.address)   # its change time (TreeEditor.rename)
+        for parent, name in ((old_parent, old), (new_parent, new)):
+            await self._changed(parent, name, _other_views(name, entry))
+        node = None if entry.address is None else self.ops.table.find_object(entry.address)
+        if node is not None and node.numbers is not None and node.numbers.ctime_ns is not None:
+            await self._refresh(entry.address)   # its change time (TreeEditor.rename)
         if array:
             await self._now_a_view(entry, new_parent, new, link)
         if existing is not None and existing.address is not None and existing.address != entry.address:
@@ -216,7 +217,7 @@ class EditSide:
         if node is not None:
             self.ops.table.becomes_view(node)
             await self.ops.invalidator.data(node)
-        self._changed(parent, name, [link])
+        await self._changed(parent, name, [link])
 
     def _holds_bytes(self, parent: Node, text: str, entry: Entry) -> bool:
         """Whether the dataset is a file of bytes (one-dimensional uint8), in a worker thread."""
@@ -255,7 +256,7 @@ class EditSide:
                 raise FUSEError(errno.EEXIST)
         text = await self._free_name(new_parent, link)
         await self._run(self.editor.hard_link, node.address, self.ops._object(new_parent), text)
-        self._changed(new_parent, new, [link] if link != new else [])
+        await self._changed(new_parent, new, [link] if link != new else [])
         await self._refresh(node.address)
         return await self._lookup(new_parent, new)
 
@@ -266,7 +267,7 @@ class EditSide:
             await self._run(self.editor.external_link, self.ops._object(parent), text, *where)
         else:
             await self._run(self.editor.soft_link, self.ops._object(parent), text, where)
-        self._changed(parent, name)
+        await self._changed(parent, name)
         return await self._lookup(parent, name)
 
     # -- new files ---------------------------------------------------------------------------
@@ -308,8 +309,8 @@ class EditSide:
         """A new empty one-dimensional uint8 dataset: a file of any other name."""
         address = await self._run(self.editor.create_dataset, self.ops._object(parent), text, np.uint8, (0,),
                                   maxshape=(None,), chunks=(self.chunk_bytes,), filters=self.filters)
-        self._changed(parent, name, [name + NPY_SUFFIX.encode()])
         self.ops.table.gone(address)   # a node there is a freed object's whose news is on its way
+        await self._changed(parent, name, [name + NPY_SUFFIX.encode()])
         attrs = await self._lookup(parent, name)
         self.ops.writes.paged.add(attrs.st_ino)
         return attrs
@@ -405,7 +406,7 @@ class EditSide:
         if node is not None:
             ops.table.adopt(node, address)
             node.numbers = await offload.run_sync(namespace.numbers, stream.obj)
-        self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
+        await self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
 
     async def _body(self, stream: NpyStream, start: int, data: bytes) -> None:
         if start + len(data) > stream.header.data_nbytes:
@@ -451,7 +452,7 @@ class EditSide:
             if left is None:   # removed while open: freed at release
                 stream.obj = obj
             else:
-                self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
+                await self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
                 await self._forget_object(obj.address, left, before)
         if isinstance(stream.failed, OSError) and stream.failed.errno:   # ENOSPC: the close says so
             raise OSError(stream.failed.errno, f"{stream.what}: {stream.failed.strerror or stream.failed}")
@@ -547,7 +548,7 @@ class EditSide:
             filters = ()
         await self._run(self.editor.create_dataset, self.ops._object(parent), text, dtype, shape, maxshape=maxshape,
                         chunks=chunks, filters=filters, layout=r.get("layout"), fill=r.get("fill"))
-        self._changed(parent, raw, [raw + NPY_SUFFIX.encode()])
+        await self._changed(parent, raw, [raw + NPY_SUFFIX.encode()])
         self.ops.invalidator.entry(parent, raw)
 
     def link_target(self, parent: Node, target: bytes) -> tuple[str, object]:
@@ -627,24 +628,21 @@ class EditSide:
     async def _run(self, fn, *args, **kwargs):
         return await offload.run_sync(functools.partial(fn, *args, **kwargs))
 
-    def _changed(self, parent: Node, name: bytes, twins: list[bytes] = ()) -> None:
+    async def _changed(self, parent: Node, name: bytes, twins: list[bytes] = ()) -> None:
         """`name` in `parent` changed through the kernel (which updates its own dentry): the
-        listing goes, and the kernel forgets the dataset's other views `twins` it may hold."""
+        listing goes, the kernel forgets the dataset's other views `twins` it may hold, and
+        the group's times are read again where it keeps them."""
         self.ops.listings.pop(parent.address)
         self.ops.table.drop_link(parent.address, name)
         for twin in twins:
             self.ops.invalidator.entry(parent, twin)
         if parent.numbers is not None and parent.numbers.mtime_ns is not None:
-            self._times_set(parent)
-
-    def _times_set(self, node: Node) -> None:
-        """The edit set the times of a group that keeps them (TreeEditor): stat shows them at
-        once (the kernel asks again: it drops a directory's attributes when an entry changes).
-        Its header is read inline, as a lookup in it reads it."""
-        try:
-            node.numbers = namespace.numbers(self.ops._object(node))
-        except H5fsError as exc:
-            self.ops._mark_broken(node, exc)
+            # the edit set them (TreeEditor): stat shows them at once (the kernel asks again: it
+            # drops a directory's attributes when an entry changes)
+            try:
+                parent.numbers = await self.ops._consistently(namespace.numbers, self.ops._object(parent))
+            except H5fsError as exc:
+                self.ops._mark_broken(parent, exc)
 
     async def _lookup(self, parent: Node, name: bytes):
         return await self.ops.lookup(parent.ino, name)
