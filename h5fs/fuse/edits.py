@@ -45,11 +45,17 @@ COPY_BLOCK = 1 << 20   # a file of bytes renamed to x.npy is read this much at a
 MAX_EARLY = 64 << 20   # how far into a .npy bytes are held while its header is incomplete (writeback_cache)
 
 
-def link_name(name: bytes) -> str:
-    """The HDF5 link name for a file name a user gives (UTF-8, no NUL; the kernel already
-    refuses '/', empty names and names over NAME_MAX)."""
+def check_length(name: bytes) -> None:
+    """ENAMETOOLONG for a name over NAME_MAX, whatever asks for it: the kernel passes names up
+    to 1024 bytes (FUSE_NAME_MAX), and POSIX wants ENAMETOOLONG rather than ENOENT for them."""
     if len(name) > namespace.NAME_MAX:
         raise FUSEError(errno.ENAMETOOLONG)
+
+
+def link_name(name: bytes) -> str:
+    """The HDF5 link name for a file name a user gives (UTF-8, no NUL; the kernel already
+    refuses '/' and empty names)."""
+    check_length(name)
     if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
         raise FUSEError(errno.EINVAL)
     try:
@@ -78,6 +84,7 @@ class EditSide:
     def _link_now(self, parent: Node, name: bytes) -> tuple[str, namespace.Entry]:
         """`_link_of` in a worker thread."""
         ops = self.ops
+        check_length(name)
         entry = namespace.lookup(ops.f, ops._object(parent), parent.path, name)
         if entry is None:
             raise FUSEError(errno.ENOENT)
@@ -104,10 +111,11 @@ class EditSide:
             return namespace.object_entry(ops.f, parent.path, text, address)
 
         entry = await self._run(make)
-        self._changed(parent, name)
+        if entry is not None:
+            ops.table.gone(entry.address)   # a node there is a freed object's whose news is on its way
+        await self._changed(parent, name)
         if entry is None:
             raise FUSEError(errno.EIO)
-        ops.table.gone(entry.address)   # a node there is a freed object's whose news is on its way
         return ops._hand_out(parent, entry)
 
     async def rmdir(self, parent: Node, name: bytes) -> None:
@@ -116,7 +124,7 @@ class EditSide:
             raise FUSEError(errno.ENOTDIR)
         before = self.ops.table.newest
         left = await self._run(self.editor.rmdir, self.ops._object(parent), text)
-        self._changed(parent, name)
+        await self._changed(parent, name)
         await self._forget_object(entry.address, left, before)
 
     async def unlink(self, parent: Node, name: bytes) -> None:
@@ -130,7 +138,7 @@ class EditSide:
         before = self.ops.table.newest
         entry, left, numbers = await self._run(remove)
         twins = _other_views(name, entry)
-        self._changed(parent, name, twins)
+        await self._changed(parent, name, twins)
         if self.ops.handles.reading(parent.ino):
             self.gone_twins.update((parent.ino, twin) for twin in twins)
         if entry.address is not None:
@@ -190,10 +198,6 @@ class EditSide:
         left = await self._run(self.editor.rename, self.ops._object(old_parent), text,
                                self.ops._object(new_parent), new_text)
         link_node = self.ops.table.find_link(old_parent.address, old) if entry.kind == SYMLINK else None
-        for parent, name in ((old_parent, old), (new_parent, new)):
-            self._changed(parent, name, _other_views(name, entry))
-        if link_node is not None:   # the kernel keeps the inode under its new name
-            self.ops.table.link_moved(link_node, namespace.join(new_parent.path, link_name(new)))
         # the moved object and all below it are known by their new paths (symlink targets,
         # `user.h5fs.path`, messages); a soft link's next lookup makes it a node anew
         if entry.address is not None:
@@ -202,6 +206,13 @@ class EditSide:
             for node in moved:
                 for npy in (False, True):
                     self.ops.fact_tables.pop((node.address, npy))
+        if link_node is not None:   # the kernel keeps the inode under its new name
+            self.ops.table.link_moved(link_node, namespace.join(new_parent.path, link_name(new)))
+        for parent, name in ((old_parent, old), (new_parent, new)):
+            await self._changed(parent, name, _other_views(name, entry))
+        node = None if entry.address is None else self.ops.table.find_object(entry.address)
+        if node is not None and node.numbers is not None and node.numbers.ctime_ns is not None:
+            await self._refresh(entry.address)   # its change time (TreeEditor.rename)
         if array:
             await self._now_a_view(entry, new_parent, new, link)
         if existing is not None and existing.address is not None and existing.address != entry.address:
@@ -216,7 +227,7 @@ class EditSide:
         if node is not None:
             self.ops.table.becomes_view(node)
             await self.ops.invalidator.data(node)
-        self._changed(parent, name, [link])
+        await self._changed(parent, name, [link])
 
     def _fits(self, parent: Node, text: str, entry: Entry, address: int, path: str):
         """In a worker: the dataset at `address` (`path`) when the `.npy` file T's bytes hold
@@ -249,12 +260,12 @@ class EditSide:
         node = self.ops.table.find_object(entry.address)
         if node is not None:   # D's view from now on, so no longer T's to forget
             self.ops.table.becomes_view(node, target.address, target.path)
-        self._changed(parent, name, _other_views(name, entry))
+        await self._changed(parent, name, _other_views(name, entry))
         await self._forgotten(entry.address, left, numbers, before)
         if node is not None:
             await self.ops.invalidator.data(node)
         await self._refresh(target.address)
-        self._changed(new_parent, new, [link])
+        await self._changed(new_parent, new, [link])
 
     def _holds_bytes(self, parent: Node, text: str, entry: Entry) -> bool:
         """Whether the dataset is a file of bytes (one-dimensional uint8), in a worker thread."""
@@ -294,7 +305,7 @@ class EditSide:
                 raise FUSEError(errno.EEXIST)
         text = await self._free_name(new_parent, link)
         await self._run(self.editor.hard_link, node.address, self.ops._object(new_parent), text)
-        self._changed(new_parent, new, [link] if link != new else [])
+        await self._changed(new_parent, new, [link] if link != new else [])
         await self._refresh(node.address)
         return await self._lookup(new_parent, new)
 
@@ -305,7 +316,7 @@ class EditSide:
             await self._run(self.editor.external_link, self.ops._object(parent), text, *where)
         else:
             await self._run(self.editor.soft_link, self.ops._object(parent), text, where)
-        self._changed(parent, name, [name + NPY_SUFFIX.encode()])   # a soft link to a dataset: its .npy too
+        await self._changed(parent, name, [name + NPY_SUFFIX.encode()])   # a soft link to a dataset: its .npy too
         return await self._lookup(parent, name)
 
     # -- new files ---------------------------------------------------------------------------
@@ -348,8 +359,8 @@ class EditSide:
         """A new empty one-dimensional uint8 dataset: a file of any other name."""
         address = await self._run(self.editor.create_dataset, self.ops._object(parent), text, np.uint8, (0,),
                                   maxshape=(None,), chunks=(self.chunk_bytes,), filters=self.filters)
-        self._changed(parent, name, [name + NPY_SUFFIX.encode()])
         self.ops.table.gone(address)   # a node there is a freed object's whose news is on its way
+        await self._changed(parent, name, [name + NPY_SUFFIX.encode()])
         attrs = await self._lookup(parent, name)
         self.ops.writes.paged.add(attrs.st_ino)
         return attrs
@@ -452,7 +463,7 @@ class EditSide:
         if node is not None:
             ops.table.adopt(node, address)
             node.numbers = await offload.run_sync(namespace.numbers, stream.obj)
-        self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
+        await self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
 
     async def _body(self, stream: NpyStream, start: int, data: bytes) -> None:
         if start + len(data) > stream.header.data_nbytes:
@@ -498,7 +509,7 @@ class EditSide:
             if left is None:   # removed while open: freed at release
                 stream.obj = obj
             else:
-                self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
+                await self._changed(stream.parent, stream.name.encode() + NPY_SUFFIX.encode(), [stream.name.encode()])
                 await self._forget_object(obj.address, left, before)
         if isinstance(stream.failed, OSError) and stream.failed.errno:   # ENOSPC: the close says so
             raise OSError(stream.failed.errno, f"{stream.what}: {stream.failed.strerror or stream.failed}")
@@ -594,7 +605,7 @@ class EditSide:
             filters = ()
         await self._run(self.editor.create_dataset, self.ops._object(parent), text, dtype, shape, maxshape=maxshape,
                         chunks=chunks, filters=filters, layout=r.get("layout"), fill=r.get("fill"))
-        self._changed(parent, raw, [raw + NPY_SUFFIX.encode()])
+        await self._changed(parent, raw, [raw + NPY_SUFFIX.encode()])
         self.ops.invalidator.entry(parent, raw)
 
     def link_target(self, parent: Node, target: bytes) -> tuple[str, object]:
@@ -674,9 +685,10 @@ class EditSide:
     async def _run(self, fn, *args, **kwargs):
         return await offload.run_sync(functools.partial(fn, *args, **kwargs))
 
-    def _changed(self, parent: Node, name: bytes, twins: list[bytes] = ()) -> None:
+    async def _changed(self, parent: Node, name: bytes, twins: list[bytes] = ()) -> None:
         """`name` in `parent` changed through the kernel (which updates its own dentry): the
-        listing goes, and the kernel forgets the dataset's other views `twins` it may hold."""
+        listing goes, the kernel forgets the dataset's other views `twins` it may hold, and
+        the group's times are read again where it keeps them."""
         self.ops.listings.pop(parent.address)
         for address in self.ops.soft_listings:   # a soft link's target may have come or gone
             self.ops.listings.pop(address)
@@ -684,6 +696,13 @@ class EditSide:
         self.ops.table.drop_link(parent.address, name)
         for twin in twins:
             self.ops.invalidator.entry(parent, twin)
+        if parent.numbers is not None and parent.numbers.mtime_ns is not None:
+            # the edit set them (TreeEditor): stat shows them at once (the kernel asks again: it
+            # drops a directory's attributes when an entry changes)
+            try:
+                parent.numbers = await self.ops._consistently(namespace.numbers, self.ops._object(parent))
+            except H5fsError as exc:
+                self.ops._mark_broken(parent, exc)
 
     async def _lookup(self, parent: Node, name: bytes):
         return await self.ops.lookup(parent.ino, name)

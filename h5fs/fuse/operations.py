@@ -55,7 +55,7 @@ from .lru import Lru
 from .points_stream import PointsStream
 from .points_stream import finish as points_finish
 from .prefetch import Prefetcher
-from .edits import DEFAULT_FILTERS, EditSide
+from .edits import DEFAULT_FILTERS, EditSide, check_length
 from .writes import FLUSH_DELAY, WriteSide
 
 log = logging.getLogger("h5fs.fuse")
@@ -232,6 +232,9 @@ class Operations(pyfuse3.Operations):
         n = node.numbers
         a.st_nlink = n.nlink
         a.st_mtime_ns = a.st_atime_ns = self.mtime_ns if n.mtime_ns is None else n.mtime_ns
+        # the header's change time, else the .h5 file's; never before the modification time
+        # (a data write shows its time at once, the header takes both with the data)
+        a.st_ctime_ns = max(self.ctime_ns if n.ctime_ns is None else n.ctime_ns, a.st_mtime_ns)
         if node.kind == DIR:
             a.st_mode = stat.S_IFDIR | self.dir_mode
             return a
@@ -350,6 +353,7 @@ class Operations(pyfuse3.Operations):
     @boundary
     async def lookup(self, parent_inode: int, name: bytes, ctx=None) -> pyfuse3.EntryAttributes:
         parent = self._dir(parent_inode)
+        check_length(name)   # a longer link name is not listed either (namespace.entries)
         try:
             group = self._object(parent)
             try:  # a compact group, a child its header describes: no thread hop

@@ -85,6 +85,7 @@ class Numbers:
     npy_size: int = 0
     npy_error: BaseException | None = None  # the raw view works, the .npy view cannot be served
     sparse: bool = False              # a sparse dataset: it has a `.points.npy` view
+    ctime_ns: int | None = None       # None: the object records no change time
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,19 +305,20 @@ def numbers(obj: H5Object) -> Numbers:
 
 
 def _numbers(obj: H5Object) -> Numbers:
-    mtime = obj.mtime
+    mtime, ctime = obj.mtime, obj.ctime
     nlink, mtime_ns = max(1, int(obj.nlink)), None if mtime is None else int(mtime * 1e9)
+    ctime_ns = None if ctime is None else int(ctime * 1e9)
     if obj.kind == "datatype":
-        return Numbers(nlink, mtime_ns, size=len(datatype_text(obj)))
+        return Numbers(nlink, mtime_ns, size=len(datatype_text(obj)), ctime_ns=ctime_ns)
     if obj.kind != "dataset":
-        return Numbers(nlink, mtime_ns)
+        return Numbers(nlink, mtime_ns, ctime_ns=ctime_ns)
     npy_size, npy_error = 0, None
     try:
         npy_size = npy_header_size(obj.npy_dtype, obj.npy_shape) + int(obj.npy_body_size)
     except Exception as exc:  # noqa: BLE001 - only the .npy view is lost
         npy_error = exc
     blocks = None if _walks_index(obj) else _blocks(obj.storage_size)
-    return Numbers(nlink, mtime_ns, int(obj.raw_size), blocks, npy_size, npy_error, obj.sparse)
+    return Numbers(nlink, mtime_ns, int(obj.raw_size), blocks, npy_size, npy_error, obj.sparse, ctime_ns)
 
 
 def storage_blocks(ds) -> int:

@@ -286,6 +286,13 @@ class H5Object:
 
     @property
     @guarded
+    def ctime(self) -> float | None:
+        """The change time a version 2 header keeps among its times (no message holds one)."""
+        times = self.header.times
+        return float(times[2]) if times else None
+
+    @property
+    @guarded
     def comment(self) -> str | None:
         return self.message(M.COMMENT)
 

@@ -7,6 +7,11 @@ Reference counts follow the hard links (libhdf5's H5O_link): a new hard link add
 object's count, a removed one takes one away, and an object left with none is freed with all its
 storage (storage/object_delete.py), its writes not yet in the file forgotten. A group is removed
 only when empty; a group never moves into its own subtree.
+
+Times are kept as a file system keeps them, where an object's header has room for them
+(version 2 times, or a modification time message; none is added): an edit of a group's links
+sets its modification and change times, a hard link added or removed (and a rename) the change
+time of its object. New objects keep times when their group's header does.
 """
 
 from __future__ import annotations
@@ -82,8 +87,12 @@ class TreeEditor:
             self.f.root_entry = self.f.superblock.root_entry
 
     def _links(self, txn: Transaction, group: H5Object, touched: set[int]) -> GroupLinks:
+        """The links of `group`, which the edit changes: its times say so."""
         touched.add(group.address)
-        return GroupLinks(txn, group.address, group.path)
+        links = GroupLinks(txn, group.address, group.path)
+        now = _now()
+        _set_times(links.edit, txn.sizes, mtime=now, ctime=now)
+        return links
 
     # -- groups ------------------------------------------------------------------------------
     def mkdir(self, parent: H5Object, name: str) -> int:
@@ -124,8 +133,8 @@ class TreeEditor:
     def create_dataset(self, parent: H5Object, name: str, dtype, shape: tuple[int, ...], **storage) -> int:
         """A new dataset `name` in `parent`, described as libhdf5 would write it for this file's
         format (model/dataset_create.py; `storage`: its keyword arguments); nothing allocated
-        until data is written."""
-        new = self._describe(dtype, shape, storage)
+        until data is written. It keeps times when `parent`'s header does, as a new group does."""
+        new = self._describe(dtype, shape, {"track_times": bool(parent.header.flags & oh.HDR_TIMES), **storage})
         with self._edit() as (txn, touched):
             links = self._links(txn, parent, touched)
             _refuse_existing(links, name)
@@ -232,6 +241,7 @@ class TreeEditor:
             links.insert(Link(name, link_msg.HARD, address=address))
             edit = HeaderEdit(txn, read_header(txn.reader, address, f"{parent.path}/{name}"))
             edit.refcount = edit.refcount + 1
+            _set_times(edit, txn.sizes, ctime=_now())
             touched.add(address)
 
     def soft_link(self, parent: H5Object, name: str, target: str) -> None:
@@ -269,7 +279,17 @@ class TreeEditor:
                     left = self._unref(txn, touched, old.address, f"{dst.path}/{new}")
             target.insert(Link(new, link.link_type, address=link.address, target=link.target,
                                filename=link.filename))
+            if link.link_type == link_msg.HARD and (old is None or old.address != link.address):
+                self._renamed(txn, touched, link.address, f"{dst.path}/{new}")
         return left
+
+    def _renamed(self, txn: Transaction, touched: set[int], address: int, path: str) -> None:
+        """The change time of a renamed object, where its header keeps one (as file systems
+        set a renamed inode's ctime); others are not rewritten."""
+        header = read_header(txn.reader, address, path)
+        if header.times is not None:
+            touched.add(address)
+            _set_times(HeaderEdit(txn, header), txn.sizes, ctime=_now())
 
     def _inside(self, txn: Transaction, moved: int, group: int) -> bool:
         """Whether `group` lies in the subtree of `moved` (or is it)."""
@@ -294,6 +314,7 @@ class TreeEditor:
         touched.add(address)
         if count > 0:
             edit.refcount = count
+            _set_times(edit, txn.sizes, ctime=_now())
             return count
         if self.in_use(address):   # its header keeps counting the link that went
             self.orphans[address] = path
@@ -340,12 +361,14 @@ class TreeEditor:
             remove_attribute(txn, self.f, obj, name, self.shared)
 
     def touch(self, obj: H5Object, mtime_ns: int | None = None) -> None:
-        """The object's modification time (`_set_mtime`); an object keeping none gets a message
-        when its header is new-style (version 2)."""
-        seconds = (time.time_ns() if mtime_ns is None else mtime_ns) // 1_000_000_000
+        """The object's modification time (`_set_times`; its change time: now); an object
+        keeping none gets a message when its header is new-style (version 2)."""
+        now = _now()
+        seconds = now if mtime_ns is None else mtime_ns // 1_000_000_000
         with self._edit() as (txn, touched):
             touched.add(obj.address)
-            _set_mtime(HeaderEdit(txn, read_header(txn.reader, obj.address, obj.path)), seconds, txn.sizes, add=True)
+            edit = HeaderEdit(txn, read_header(txn.reader, obj.address, obj.path))
+            _set_times(edit, txn.sizes, mtime=seconds, ctime=now, add=True)
 
     def stamp(self) -> None:
         """The times of the data writes the writeback recorded (Writeback.stamps) into the
@@ -360,26 +383,34 @@ class TreeEditor:
                     header = read_header(txn.reader, address, f"object at {address}")
                 except H5fsError:   # unreadable: its readers say why
                     continue
-                if _set_mtime(HeaderEdit(txn, header), seconds, txn.sizes, add=False):
+                if _set_times(HeaderEdit(txn, header), txn.sizes, mtime=seconds, ctime=seconds):
                     touched.add(address)
 
 
-def _set_mtime(edit: HeaderEdit, seconds: int, sizes, add: bool) -> bool:
-    """Set the header's modification time: in a version 2 header's times, or in its
-    modification time message; one with neither gets a message when `add` says so and it is
+def _now() -> int:
+    return time.time_ns() // 1_000_000_000
+
+
+def _set_times(edit: HeaderEdit, sizes, *, mtime: int | None = None, ctime: int | None = None,
+               add: bool = False) -> bool:
+    """Set the header's modification time `mtime` and change time `ctime` (None: kept as
+    they are): a version 2 header keeps both among its times, others the modification time
+    alone in a message. One with neither gets a message when `add` says so and it is
     new-style (an old-style header libhdf5 wrote without times keeps none). Whether it
     changed."""
     if edit.times is not None:
-        access, _, change, birth = edit.times
-        edit.times = (access, seconds, change, birth)
+        access, old_mtime, old_ctime, birth = edit.times
+        edit.times = (access, old_mtime if mtime is None else mtime, old_ctime if ctime is None else ctime, birth)
         return True
+    if mtime is None:
+        return False
     for mtype, encode in ((MTIME, modification_time.encode_new), (MTIME_OLD, modification_time.encode_old)):
         raw = edit.header.first(mtype)
         if raw is not None:
-            edit.replace(raw, _encoded(encode, seconds, sizes))
+            edit.replace(raw, _encoded(encode, mtime, sizes))
             return True
     if add and edit.header.version > 1:
-        edit.add(MTIME, _encoded(modification_time.encode_new, seconds, sizes))
+        edit.add(MTIME, _encoded(modification_time.encode_new, mtime, sizes))
         return True
     return False
 
