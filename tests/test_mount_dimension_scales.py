@@ -155,12 +155,18 @@ def test_rm_r_group_holding_a_scale(tmp_path, mount, libver):
 
 
 def netcdf_view(path) -> dict[str, tuple]:
+    """name -> (dimensions, their lengths, values) of every variable, as netCDF4 reads them."""
     import netCDF4
     with netCDF4.Dataset(path) as nc:
-        return {name: (v.dimensions, v[:].tolist()) for name, v in nc.variables.items()}
+        return {name: (v.dimensions, tuple(len(nc.dimensions[d]) for d in v.dimensions), v[:].tolist())
+                for name, v in nc.variables.items()}
 
 
 def test_netcdf_rm_coordinate_and_variable(tmp_path, mount):
+    """A netCDF-4 variable that loses a coordinate variable loses its scales and
+    _Netcdf4Coordinates: netCDF-C then gives it an existing dimension of the same length, else a
+    phony one (it refuses a variable naming a dimension gone, or mixing dimensions with and
+    without scales)."""
     import xarray as xr
     path = tmp_path / "nc.nc"
     make_netcdf(path)
@@ -169,17 +175,29 @@ def test_netcdf_rm_coordinate_and_variable(tmp_path, mount):
     unmount_and_verify(mount, mp, path)
     view = netcdf_view(path)
     assert set(view) == {"time", "temp", "rain"}
-    assert view["temp"][1] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
-    assert view["temp"][0][0] == "time" and view["rain"][0] == ("time",)
+    dims, lengths, values = view["temp"]
+    assert values == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    assert dims[0] == "time" and dims[1] != "lat" and lengths == (3, 2)
+    assert view["rain"][:2] == (("time",), (3,))
     with xr.open_dataset(path, engine="netcdf4") as ds:
         assert ds["temp"].values.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
-        assert ds["temp"].dims[0] == "time"
-    assert attached(path, "time") == [("/rain", 0), ("/temp", 0)]
+        assert ds["temp"].dims == dims
+    with h5py.File(path, "r") as f:
+        assert "DIMENSION_LIST" not in f["temp"].attrs and "_Netcdf4Coordinates" not in f["temp"].attrs
+    assert attached(path, "time") == [("/rain", 0)]
 
     mp = mount(path, "rw")
     os.unlink(mp / "rain")   # a data variable: time's REFERENCE_LIST loses it
     unmount_and_verify(mount, mp, path)
-    assert attached(path, "time") == [("/temp", 0)]
-    assert netcdf_view(path)["temp"][0][0] == "time"
+    assert attached(path, "time") == []
+    assert set(netcdf_view(path)) == {"time", "temp"}
     with xr.open_dataset(path, engine="netcdf4") as ds:
         assert set(ds.variables) == {"time", "temp"} and ds["time"].values.tolist() == [0.0, 1.0, 2.0]
+
+    mp = mount(path, "rw")
+    os.unlink(mp / "time")
+    unmount_and_verify(mount, mp, path)
+    view = netcdf_view(path)
+    assert set(view) == {"temp"} and view["temp"][1] == (3, 2)
+    with xr.open_dataset(path, engine="netcdf4") as ds:
+        assert ds["temp"].shape == (3, 2)

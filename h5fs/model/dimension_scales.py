@@ -35,6 +35,8 @@ from .attributes_write import Attributes
 log = logging.getLogger("h5fs")
 
 DIMENSION_LIST, REFERENCE_LIST = "DIMENSION_LIST", "REFERENCE_LIST"
+NETCDF_COORDINATES = "_Netcdf4Coordinates"
+Plan = tuple[Callable[[], None], set[int]]   # an edit to make, the scales to detach the object from then
 
 
 @dataclass(frozen=True)
@@ -53,28 +55,34 @@ def detach(txn: Transaction, f, address: int, path: str, shared: SharedMessages)
         log.warning("%s: removed, but its dimension scale attachments could not be read: %s", path, e)
         return set()
     edited = set()
-    for dataset in sorted(datasets):
-        if dataset != address and _edit(txn, f, dataset, path, shared, _leave_dimension_list, address):
+    for dataset in sorted(datasets - {address}):
+        others = _edit(txn, f, dataset, path, shared, _leave_dimension_list, address)
+        if others is not None:
             edited.add(dataset)
-    for scale in sorted(scales):
-        if scale != address and _edit(txn, f, scale, path, shared, _leave_reference_list, address):
+            for scale in sorted(others - {dataset}):   # a netCDF variable leaves all its scales
+                if _edit(txn, f, scale, path, shared, _leave_reference_list, dataset) is not None:
+                    edited.add(scale)
+    for scale in sorted(scales - {address}):
+        if _edit(txn, f, scale, path, shared, _leave_reference_list, address) is not None:
             edited.add(scale)
     return edited
 
 
-def _edit(txn, f, target: int, path: str, shared, plan, address: int) -> bool:
+def _edit(txn, f, target: int, path: str, shared, plan, address: int) -> set[int] | None:
     """Edit the attributes of the object at `target` as `plan` says (it reads, and returns the
-    edit to make or None); whether they changed. A target that cannot be read is logged and
-    left alone; an edit that fails fails the removal."""
+    edit to make and the other scales to detach `target` from, or None); None when nothing
+    changed. A target that cannot be read is logged and left alone; an edit that fails fails
+    the removal."""
     try:
-        edit = plan(txn, Attributes(txn, f, _Object(target, f"object at {target}"), shared), address)
+        planned = plan(txn, Attributes(txn, f, _Object(target, f"object at {target}"), shared), address)
     except H5fsError as e:
         log.warning("%s: removed, but the object at %d it is attached to was left as it is: %s", path, target, e)
-        return False
-    if edit is None:
-        return False
+        return None
+    if planned is None:
+        return None
+    edit, others = planned
     edit()
-    return True
+    return others
 
 
 # -- what the freed object names ---------------------------------------------------------------------
@@ -105,9 +113,13 @@ def _scales(attrs: Attributes) -> set[int]:
 
 # -- the edits ----------------------------------------------------------------------------------------
 
-def _leave_dimension_list(txn: Transaction, attrs: Attributes, scale: int) -> Callable[[], None] | None:
+def _leave_dimension_list(txn: Transaction, attrs: Attributes, scale: int) -> Plan | None:
     """H5DSdetach_scale on a dataset: `scale` leaves every dimension's list; the attribute goes
-    when no dimension keeps a scale."""
+    when no dimension keeps a scale. A netCDF-4 variable (`_Netcdf4Coordinates` lists its
+    dimension IDs) leaves all its scales and loses that list too: netCDF-C cannot open a
+    variable that names a dimension which no longer exists, nor one with a dimension without a
+    scale among dimensions with one, but gives a variable without scales dimensions of its own
+    (an existing dimension of the same length, else a phony one)."""
     found = attrs.get(DIMENSION_LIST)
     if found is None or not _is_reference_list(found[1]):
         return None
@@ -115,8 +127,13 @@ def _leave_dimension_list(txn: Transaction, attrs: Attributes, scale: int) -> Ca
     elements = _sequences(txn, msg.data, space.count)
     if not any(scale in refs for refs, _ in elements):
         return None
+    if attrs.get(NETCDF_COORDINATES) is not None:
+        def forget() -> None:
+            attrs.remove(DIMENSION_LIST)
+            attrs.remove(NETCDF_COORDINATES)
+        return forget, {r for refs, _ in elements for r in refs} - {scale}
     if all(set(refs) <= {scale} for refs, _ in elements):
-        return lambda: attrs.remove(DIMENSION_LIST)   # with every sequence's heap object
+        return (lambda: attrs.remove(DIMENSION_LIST)), set()   # with every sequence's heap object
 
     def edit() -> None:
         sizes, w = txn.sizes, Writer(txn.sizes)
@@ -132,10 +149,10 @@ def _leave_dimension_list(txn: Transaction, attrs: Attributes, scale: int) -> Ca
             data = b"".join(r.to_bytes(sizes.offset, "little") for r in keep)
             gh.encode_heap_id(w, ghw.insert(txn, data) if keep else gh.HeapID(0, 0))
         attrs.put(DIMENSION_LIST, replace(msg, data=w.getvalue()))
-    return edit
+    return edit, set()
 
 
-def _leave_reference_list(txn: Transaction, attrs: Attributes, dataset: int) -> Callable[[], None] | None:
+def _leave_reference_list(txn: Transaction, attrs: Attributes, dataset: int) -> Plan | None:
     """H5DSdetach_scale on a scale: the entries naming `dataset` go; the attribute goes when
     none is left."""
     found = attrs.get(REFERENCE_LIST)
@@ -151,11 +168,11 @@ def _leave_reference_list(txn: Transaction, attrs: Attributes, dataset: int) -> 
     if len(keep) == len(entries):
         return None
     if not keep:
-        return lambda: attrs.remove(REFERENCE_LIST)
+        return (lambda: attrs.remove(REFERENCE_LIST)), set()
     w = Writer(sizes)
     S.encode(w, replace(space, dims=(len(keep),), maxdims=(len(keep),)))
     new = replace(msg, data=b"".join(keep), dataspace_raw=w.getvalue(), dataspace_shared=False)
-    return lambda: attrs.put(REFERENCE_LIST, new)
+    return (lambda: attrs.put(REFERENCE_LIST, new)), set()
 
 
 # -- values -------------------------------------------------------------------------------------------
