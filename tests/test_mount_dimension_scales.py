@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import run_h5fs
+from conftest import run_h5fs, wait_until
 from write_support import verify_file
 
 LIBVERS = ("earliest", "latest")
@@ -201,3 +201,116 @@ def test_netcdf_rm_coordinate_and_variable(tmp_path, mount):
     assert set(view) == {"temp"} and view["temp"][1] == (3, 2)
     with xr.open_dataset(path, engine="netcdf4") as ds:
         assert ds["temp"].shape == (3, 2)
+
+
+# -- references to removed objects ---------------------------------------------------------------
+
+def make_references(path, libver: str) -> None:
+    """a, referenced from an attribute of the root group, a dataset of references and a region
+    reference; a's header at a multiple of 8, where h5fs can place a new header (libhdf5 packs
+    headers: a dataset before it, its compound member name of the length that puts it there)."""
+    for pad in range(200, 208):
+        _make_references(path, libver, pad)
+        with h5py.File(path, "r") as f:
+            if h5py.h5o.get_info(f["a"].id).addr % 8 == 0:
+                return
+    raise AssertionError("no padding puts a's header at a multiple of 8")
+
+
+def _make_references(path, libver: str, pad: int) -> None:
+    with h5py.File(path, "w", libver=libver) as f:
+        f.create_dataset("pad", shape=(1,), dtype=np.dtype([("p" * pad, "u1")]))
+        f["a"] = np.arange(4.0)
+        f["b"] = np.arange(3.0)
+        f["keep"] = np.zeros(3)
+        f.attrs["r"] = f["a"].ref
+        f.create_dataset("refs", data=[f["a"].ref, f["keep"].ref], dtype=h5py.ref_dtype)
+        f.create_dataset("region", data=[f["a"].regionref[1:3]], dtype=h5py.regionref_dtype)
+
+
+def walked(mount, mp) -> None:
+    """The mount's walk for free space is done: space freed from now on is reused at once."""
+    assert wait_until(lambda: "unused space found" in mount.log_of(mp), timeout=60), mount.log_of(mp)
+
+
+def fill_with_objects(mp, tag: str, n: int = 40) -> None:
+    """New groups and datasets through the mount, as many as it takes to reuse freed space."""
+    arr = np.arange(4.0)
+    src = mp.parent / f"src-{tag}.npy"
+    np.save(src, arr)
+    for k in range(n):
+        shutil.copy(src, mp / f"d{tag}{k}.npy")
+        os.mkdir(mp / f"g{tag}{k}")
+    src.unlink()
+
+
+def resolves(path) -> list[str]:
+    """What the root attribute's and the dataset's references to the removed `a` resolve to
+    (names of objects, or 'fails')."""
+    out = []
+    with h5py.File(path, "r") as f:
+        for ref in (f.attrs["r"], f["refs"][0], f["region"][0]):
+            try:
+                out.append(f[ref].name or "anonymous")
+            except Exception:   # noqa: BLE001 - libhdf5's error for a reference to nothing
+                out.append("fails")
+    return out
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_reference_to_removed_object_never_resolves(tmp_path, mount, libver):
+    path = tmp_path / f"stale-{libver}.h5"
+    make_references(path, libver)
+    mp = mount(path, "rw")
+    walked(mount, mp)
+    os.unlink(mp / "a")
+    fill_with_objects(mp, "x")
+    mount.unmount(mp)
+    assert resolves(path) == ["fails"] * 3
+    with h5py.File(path, "r") as f:
+        assert f[f["refs"][1]].name == "/keep"
+    verify_file(path, h5dump=libver == "earliest")
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_reference_left_by_libhdf5_never_resolves_to_a_new_object(tmp_path, mount, libver):
+    """An object libhdf5 deleted leaves its header as it was (the references resolve to an
+    object no link leads to); the mount's walk finds the references and keeps a new header
+    from taking the address."""
+    path = tmp_path / f"libhdf5-{libver}.h5"
+    make_references(path, libver)
+    with h5py.File(path, "r+") as f:
+        del f["a"]
+    assert resolves(path) == ["anonymous"] * 3
+    mp = mount(path, "rw")
+    walked(mount, mp)
+    fill_with_objects(mp, "x")
+    mount.unmount(mp)
+    assert resolves(path) == ["fails"] * 3   # the old header's remains, overwritten past its first bytes
+    verify_file(path, h5dump=libver == "earliest")
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_check_warns_of_dangling_references(tmp_path, libver):
+    """libhdf5 (h5py's `del`) leaves the references to a deleted object: each holder is named."""
+    path = tmp_path / f"dangling-{libver}.h5"
+    make_references(path, libver)
+    with h5py.File(path, "r+") as f:
+        f["x"] = np.arange(3.0)
+        f["x"].make_scale("x")
+        f["b"].dims[0].attach_scale(f["x"])
+        f.create_dataset("chunked", data=[f["a"].ref] * 4, dtype=h5py.ref_dtype, chunks=(2,))
+        a, x = (h5py.h5o.get_info(f[name].id).addr for name in ("a", "x"))   # header addresses
+        del f["a"], f["x"]
+    proc = run_h5fs("check", path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warnings = sorted(line for line in proc.stdout.splitlines() if line.startswith("warning: "))
+    names = lambda addr: f"names the object at {addr}, which does not exist"   # noqa: E731
+    assert warnings == sorted([
+        f"warning: /: attribute 'r': {names(a)} (a dangling reference)",
+        f"warning: /b: attribute 'DIMENSION_LIST': {names(x)} (a dangling reference)",
+        f"warning: /chunked: data: {names(a)} (a dangling reference)",
+        f"warning: /refs: data: {names(a)} (a dangling reference)",
+        f"warning: /region: data: region reference: {names(a)} (a dangling reference)",
+    ])
+    assert "4 dangling references" not in proc.stdout and "5 dangling references" in proc.stdout

@@ -159,6 +159,7 @@ class Allocator:
         self._lock = threading.Lock()
         self._touched: list[Extent] | None = None   # extents allocated or freed since `watch`
         self.released = Spans()   # what this mount's transactions freed (`trim_end`)
+        self.graves: list[Extent] = []   # first bytes of freed object headers, never reused this mount (`bury`)
         self._undo: list[tuple[FreeList, bool, int, int]] = []   # the pools' changes since `snapshot`
         self._generation = 0      # snapshots taken: only the last one can be restored
         # space kept out of reuse until the file is known sound (`hold`): (address, size, pool it
@@ -278,7 +279,7 @@ class Allocator:
         with self._lock:
             held = [e for pool in self.pools.values() for e in pool.extents()]
             held += [h[:2] for h in self.held or ()]
-            busy = sorted(self._touched + held + self.pending)
+            busy = sorted(self._touched + held + self.pending + self.graves)
             self._touched = None
             adopted = 0
             for start, size in _subtract(gaps, busy):
@@ -344,6 +345,12 @@ class Allocator:
                 self._pending_raw.append(raw)
                 if self._touched is not None:
                     self._touched.append((address, size))
+
+    def bury(self, address: int, size: int) -> None:
+        """Bytes no longer used that stay out of reuse until unmount, even when a walk of the
+        file finds them unused (storage/object_delete.py: a freed header's first bytes)."""
+        with self._lock:
+            self.graves.append((address, size))
 
     def release(self, owners: frozenset[int] = frozenset()) -> None:
         """Make pending frees reusable (the change that dropped them is durable; `owners`: the
