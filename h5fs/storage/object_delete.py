@@ -6,8 +6,9 @@ by another's). The extents come from the space map's walk of that one object: li
 and shared messages are not followed, global heap collections (shared with other objects) are
 left as they are, as libhdf5 leaves them.
 
-The first bytes of a freed header stay unused for the rest of the mount, zeroed (`free_object`):
-a reference to the object that something still holds then resolves to nothing.
+The first bytes of a freed header that existed before the mount stay unused for the rest of
+the mount, zeroed (`free_object`): a reference to the object that something still holds then
+resolves to nothing.
 
 Objects a walk cannot read whole keep their space: a broken pointer could name another object's
 bytes, and leaking is safe where freeing is not. What the object used of the file's shared message
@@ -54,14 +55,17 @@ def shared_headers(header, sizes) -> list[int]:
 
 
 def free_object(txn: Transaction, f, address: int, path: str) -> bool:
-    """Free the storage of the object at `address` (the file `f` as committed), except the
-    first GRAVE bytes of its header, zeroed: no block allocated later can start there, so a
-    reference to the object left somewhere fails to resolve (no header version, no signature)
-    instead of naming the old header, or a new object that took its place. The next mount's
-    walk reclaims them unless a reference still names the address (model/free_space.py). False
-    when the object could not be walked whole and was left in place (logged)."""
+    """Free the storage of the object at `address` (the file `f` as committed), except, for
+    an object older than the mount, the first GRAVE bytes of its header, zeroed: no block
+    allocated later can start there, so a reference to the object left somewhere fails to
+    resolve (no header version, no signature) instead of naming the old header, or a new
+    object that took its place. The next mount's walk reclaims them unless a reference still
+    names the address (model/free_space.py). False when the object could not be walked whole
+    and was left in place (logged)."""
     walk = _ObjectWalk(f, False, None)
     walk.object(address, path)
+    if address in txn.store.created:   # no reference can name it: all its space is reused
+        return _free(txn, walk, path, "removed")
     if not _free(txn, walk, path, "removed", grave=address):
         return False
     txn.write_in_place(address, bytes(GRAVE))

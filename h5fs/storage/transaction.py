@@ -73,6 +73,9 @@ class Store:
         # would build on what they hold are refused
         self.damaged: dict[int, str] = {}
         self.sound_heaps: set[int] = set()   # group local heaps checked by a first edit (symbol_table_write)
+        # object headers made by this mount: nothing in the file can hold a reference to them
+        # (h5fs writes none, and no other writer opens the file), so freeing one leaves none dangling
+        self.created: set[int] = set()
 
     def refuse_damaged(self, addresses) -> None:
         """FormatError when an edit would change an object a walk found damaged: it would build
