@@ -314,3 +314,20 @@ def test_check_warns_of_dangling_references(tmp_path, libver):
         f"warning: /region: data: region reference: {names(a)} (a dangling reference)",
     ])
     assert "4 dangling references" not in proc.stdout and "5 dangling references" in proc.stdout
+
+
+@pytest.mark.parametrize("libver", LIBVERS)
+def test_object_made_and_removed_in_one_mount_leaves_nothing(tmp_path, mount, libver):
+    """Nothing can reference an object the mount made: its whole header is freed, and the next
+    new object takes its place."""
+    path = tmp_path / f"new-{libver}.h5"
+    make_scales(path, libver)
+    np.save(tmp_path / "n.npy", np.arange(1000.0))
+    mp = mount(path, "rw")
+    walked(mount, mp)
+    shutil.copy(tmp_path / "n.npy", mp / "n.npy")
+    first = os.getxattr(mp / "n", "user.h5fs.address")
+    os.unlink(mp / "n")
+    shutil.copy(tmp_path / "n.npy", mp / "m.npy")
+    assert os.getxattr(mp / "m", "user.h5fs.address") == first
+    unmount_and_verify(mount, mp, path, libver)
