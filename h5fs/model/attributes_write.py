@@ -145,15 +145,16 @@ class Attributes:
         body = _encode(msg, self.txn.sizes)
         key = name.encode("utf-8", "surrogateescape")
         store = self._store(self.info())
+        # the new message's uses first: the old one's last use of a shared datatype or
+        # dataspace would take it out of the table
+        self.shared.acquire_attribute(body, self.what)
         if store is not None:
             self._let_go(store.find(key), store.lookup(key))
-            self.shared.acquire_attribute(body, self.what)
             store.replace(key, body)
             store.close()
             return
         raw, _ = self.compact(name)
         self._let_go_message(raw)
-        self.shared.acquire_attribute(body, self.what)
         self.edit.replace(raw, body, flags=raw.flags & ~(oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
 
     def set(self, name: str, text: bytes) -> None:
