@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 
 import h5py
 import numpy as np
@@ -414,3 +413,22 @@ def test_power_loss_during_scale_removals(tmp_path, mount, libver, monkeypatch):
         assert report.sound and not report.warnings, (report.problems, report.warnings)
     rebuild(str(original), str(recording), out, len(read_recording(str(recording))), [])
     assert attachments(out) == states[-1]
+
+
+def test_check_warns_of_dangling_revised_references(tmp_path):
+    """Revised references (H5R_OBJECT2 held inline, region and attribute references in the
+    global heap), written with libhdf5's C API, to objects h5py then deletes."""
+    from test_datatype import _write_revised_refs
+    path = tmp_path / "revised.h5"
+    _write_revised_refs(str(path))
+    assert run_h5fs("check", path).stdout.count("warning: ") == 0
+    with h5py.File(path, "r+") as f:
+        x, g = (h5py.h5o.get_info(f[name].id).addr for name in ("x", "g"))
+        del f["x"], f["g"]
+    proc = run_h5fs("check", path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warnings = sorted(line for line in proc.stdout.splitlines() if line.startswith("warning: "))
+    assert warnings == sorted([
+        f"warning: /refs: data: names the object at {g}, which does not exist (a dangling reference)",
+        f"warning: /refs: data: reference: names the object at {x}, which does not exist (a dangling reference)",
+    ])

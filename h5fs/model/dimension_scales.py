@@ -10,6 +10,7 @@ attachments what H5DSdetach_scale does: a freed scale leaves the DIMENSION_LIST 
 its REFERENCE_LIST names (the attribute deleted when no dimension keeps a scale), a freed
 dataset leaves the REFERENCE_LIST of every scale its DIMENSION_LIST names (deleted when empty;
 CLASS and NAME stay: the scale is still a scale). The freed object's own attributes go with it.
+A netCDF-4 variable losing a scale leaves all of them (`_leave_dimension_list` says why).
 
 Only old-style object references (H5R_OBJECT1, what H5DS writes) are edited. An attachment
 that cannot be followed (a reference that dangles already, an attribute of another shape) is
@@ -31,6 +32,7 @@ from ..storage import global_heap_write as ghw
 from ..storage.sohm_write import SharedMessages
 from ..storage.transaction import Transaction
 from .attributes_write import Attributes
+from .objects import UNEXPECTED
 
 log = logging.getLogger("h5fs")
 
@@ -51,7 +53,7 @@ def detach(txn: Transaction, f, address: int, path: str, shared: SharedMessages)
     try:
         own = Attributes(txn, f, _Object(address, path), shared)
         datasets, scales = _attached_datasets(own), _scales(own)
-    except H5fsError as e:
+    except (H5fsError, *UNEXPECTED) as e:
         log.warning("%s: removed, but its dimension scale attachments could not be read: %s", path, e)
         return set()
     edited = set()
@@ -75,7 +77,7 @@ def _edit(txn, f, target: int, path: str, shared, plan, address: int) -> set[int
     the removal."""
     try:
         planned = plan(txn, Attributes(txn, f, _Object(target, f"object at {target}"), shared), address)
-    except H5fsError as e:
+    except (H5fsError, *UNEXPECTED) as e:   # a reference that dangles already, or names garbage
         log.warning("%s: removed, but the object at %d it is attached to was left as it is: %s", path, target, e)
         return None
     if planned is None:
