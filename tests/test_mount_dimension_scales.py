@@ -100,6 +100,10 @@ def test_rm_scale_detaches_it(tmp_path, mount, libver):
         assert h5py.h5ds.is_scale(f["y"].id)
     assert attached(path, "y") == [("/d", 1)]
     verify_file(path, h5dump=libver == "earliest")
+    view = netcdf_view(path)   # netCDF-C gives a dimension without a scale a phony one
+    assert view["d"][0][0] not in ("x", "y") and view["d"][0][1] == "y" and view["d"][1] == (3, 4)
+    assert view["e"][0] == view["d"][0][:1]
+    opens_in_xarray(path, {"d": view["d"][0], "e": view["e"][0]})
 
     mp = mount(path, "rw")   # the last scale of d goes: its DIMENSION_LIST with it
     os.unlink(mp / "y.npy")
@@ -108,6 +112,7 @@ def test_rm_scale_detaches_it(tmp_path, mount, libver):
         assert {"d", "e"} <= set(f) and not {"x", "y"} & set(f)
         assert "DIMENSION_LIST" not in f["d"].attrs
         assert [len(dim) for dim in f["d"].dims] == [0, 0]
+    assert netcdf_view(path)["d"][1] == (3, 4)
 
 
 @pytest.mark.parametrize("libver", LAYOUTS)
@@ -125,6 +130,8 @@ def test_rm_dataset_leaves_scale_reference_list(tmp_path, mount, libver):
         assert f["y"].attrs["CLASS"] == b"DIMENSION_SCALE"
     assert scale_names(path, "e") == [["/x"]]
     verify_file(path, h5dump=libver == "earliest")
+    assert netcdf_view(path)["e"][0] == ("x",)
+    opens_in_xarray(path, {"e": ("x",)})
 
 
 @pytest.mark.parametrize("libver", LAYOUTS)
@@ -192,6 +199,13 @@ def netcdf_view(path) -> dict[str, tuple]:
     with netCDF4.Dataset(path) as nc:
         return {name: (v.dimensions, tuple(len(nc.dimensions[d]) for d in v.dimensions), v[:].tolist())
                 for name, v in nc.variables.items()}
+
+
+def opens_in_xarray(path, dims: dict[str, tuple]) -> None:
+    """xarray (netCDF4 engine) opens the file and gives these variables these dimensions."""
+    import xarray as xr
+    with xr.open_dataset(path, engine="netcdf4") as ds:
+        assert {name: ds[name].dims for name in dims} == dims
 
 
 def test_netcdf_rm_coordinate_and_variable(tmp_path, mount):
