@@ -19,7 +19,7 @@ import logging
 from contextlib import nullcontext
 
 from ..storage.object_delete import GRAVE
-from ..storage.space_map import FILE, Extent, gaps, space_problems, walk
+from ..storage.space_map import gaps, space_problems, walk
 
 log = logging.getLogger("h5fs")
 
@@ -64,10 +64,10 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
                     len(f.store.damaged))
         return 0
     # where a dangling reference points stays unused: a new header there would be what it names
-    graves = [Extent(a, GRAVE, FILE, "dangling reference target") for a in sorted(smap.dangling)]
-    busy = sorted(smap.extents + smap.free + graves, key=lambda e: e.address)
+    allocator.keep([(address, GRAVE) for address in sorted(smap.dangling)])
+    busy = sorted(smap.extents + smap.free, key=lambda e: e.address)
     adopted = allocator.adopt(gaps(busy, end))
-    kept = allocator.trust([(e.address, e.size, e.seen, e.owner) for e in smap.extents + graves])
+    kept = allocator.trust([(e.address, e.size, e.seen, e.owner) for e in smap.extents])
     if kept:
         log.warning("%s: %d bytes an edit freed since mount are in use by another object (the file was damaged: "
                     "h5fs check tells more): kept unused", f.path, kept)

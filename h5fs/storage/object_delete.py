@@ -59,17 +59,19 @@ def free_object(txn: Transaction, f, address: int, path: str) -> bool:
     an object older than the mount, the first GRAVE bytes of its header, zeroed: no block
     allocated later can start there, so a reference to the object left somewhere fails to
     resolve (no header version, no signature) instead of naming the old header, or a new
-    object that took its place. The next mount's walk reclaims them unless a reference still
-    names the address (model/free_space.py). False when the object could not be walked whole
-    and was left in place (logged)."""
+    object that took its place. Zeroed at once in a file the mount's walk found sound; before
+    its verdict, by the first transaction after it, unless the walk found the header still in
+    use (a link count too low freed it: the space allocator's `bury`). The next mount's walk
+    reclaims them unless a reference still names the address (model/free_space.py). False
+    when the object could not be walked whole and was left in place (logged)."""
     walk = _ObjectWalk(f, False, None)
     walk.object(address, path)
     if address in txn.store.created:   # no reference can name it: all its space is reused
         return _free(txn, walk, path, "removed")
     if not _free(txn, walk, path, "removed", grave=address):
         return False
-    txn.write_in_place(address, bytes(GRAVE))
-    txn.store.allocator.bury(address, GRAVE)
+    if txn.store.allocator.bury(address, GRAVE, txn.owners):
+        txn.write_in_place(address, bytes(GRAVE))
     return True
 
 

@@ -124,6 +124,11 @@ class Store:
         """A transaction for the block to stage and commit; aborted when the block raises
         before the commit (chunk data already written to fresh space is then given back)."""
         txn = Transaction(self)
+        graves = list(self.allocator.to_zero)   # freed headers' first bytes the walk let go
+        for address, size in graves:
+            txn.write_in_place(address, bytes(size))
+        if graves:
+            txn.on_commit(lambda: self.allocator.zeroed(graves))
         try:
             yield txn
         except BaseException:
