@@ -106,11 +106,14 @@ class Store:
             return 0
         with self.transaction() as txn:
             end = self.allocator.trim_end(self.superblock.eof_address - self.superblock.base_address)
-            if end is None:
+            if end is None and txn.empty:
                 return 0
-            txn.set_superblock(replace(self.superblock, eof_address=end + self.superblock.base_address))
-            txn.commit()
+            if end is not None:
+                txn.set_superblock(replace(self.superblock, eof_address=end + self.superblock.base_address))
+            txn.commit()   # with the freed headers' bytes left to zero (`transaction`)
         self.settle()
+        if end is None:
+            return 0
         size, new = os.fstat(self.reader.fd).st_size, self.reader.base + end
         if size <= new:
             return 0
