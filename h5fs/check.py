@@ -17,8 +17,9 @@ was committed, which is a problem too. The Report lists the problems (`/path: st
 wrong`) and sums up the space: bytes used, bytes unused (gaps below the end of allocation, which
 libhdf5 and h5fs may both leave), bytes the free-space managers list, the file's size.
 
-`run(path)` is the command: problems on stdout, one per line (exit 1), or the one-line summary
-(exit 0); exit 2 when the file cannot be read or is no HDF5 file; counters on stderr while it runs if that is a
+`run(path)` is the command: a warning line for each reference that names no object (what libhdf5
+leaves when it deletes an object that references name: the file is sound, exit 0 still), then
+problems on stdout, one per line (exit 1), or the one-line summary (exit 0); exit 2 when the file cannot be read or is no HDF5 file; counters on stderr while it runs if that is a
 terminal.
 """
 
@@ -51,6 +52,7 @@ class Report:
     listed_free: int = 0         # bytes the free-space managers list as free
     objects: int = 0
     chunks: int = 0
+    warnings: tuple[Problem, ...] = ()   # references that name no object (h5fs.storage.space_map)
 
     @property
     def sound(self) -> bool:
@@ -58,6 +60,8 @@ class Report:
 
     def summary(self) -> str:
         state = "sound" if self.sound else _count(len(self.problems), "problem")
+        if self.warnings:
+            state += f" ({_count(len(self.warnings), 'dangling reference')})"
         return (f"{self.path}: {state}: {_count(self.objects, 'object')}, "
                 f"{_count(self.chunks, 'chunk')}; {self.used} bytes used, {self.unused} unused ({self.listed_free} listed free) "
                 f"of {self.end_of_allocation} allocated; file {self.file_size} bytes")
@@ -91,7 +95,7 @@ def check(path: str, progress: Progress | None = None) -> Report:
     if info is not None and info.version == 1 and info.strategy == V1_PAGE:
         problems += _page_problems(used, smap.free, info.page_size)
     return Report(path, tuple(dict.fromkeys(problems)), eof, eoa, eoa - unused, unused,
-                  sum(e.size for e in smap.free), smap.objects, smap.chunks)
+                  sum(e.size for e in smap.free), smap.objects, smap.chunks, tuple(smap.warnings))
 
 
 def _journal(path: str, eoa: int | None) -> list[Problem]:
@@ -174,6 +178,8 @@ def run(path: str, out: TextIO | None = None, err: TextIO | None = None) -> int:
     finally:
         if line is not None:
             line.done()
+    for w in report.warnings:
+        _line(out, f"warning: {w}")
     if report.sound:
         _line(out, report.summary())
         return 0

@@ -40,7 +40,7 @@ MAX_MESSAGE = 65536             # H5O_MESG_MAX_SIZE: larger attributes live in d
 NO_ORDER = 0xFFFF               # H5O_MAX_CRT_ORDER_IDX: the creation order of an untracked attribute
 
 
-class _Attributes:
+class Attributes:
     """The attributes of one object, edited in one transaction. An attribute message in the
     header may be a reference into the file's shared message table (or tracked there): replacing
     or removing it counts that use down (`shared`), and its value, the shared message's, is left
@@ -126,6 +126,42 @@ class _Attributes:
         body = _encode(revalued(self.txn, msg, text, dt, space, keep_old, empty_null), self.txn.sizes)
         self.shared.acquire_attribute(body, self.what)
         return body
+
+    def get(self, name: str) -> tuple[attr_msg.AttributeMessage, T.Datatype, S.Dataspace, bool] | None:
+        """The attribute `name` (compact or dense): its message, datatype, dataspace, and whether
+        the shared message table tracks it (its value's global heap objects are then the shared
+        copy's too); None when the object has none of that name."""
+        store = self._store(self.info())
+        if store is not None:
+            key = name.encode("utf-8", "surrogateescape")
+            rec = store.find(key)
+            if rec is None:
+                return None
+            msg, shared = self._decode(store.lookup(key)), is_shared(rec)
+        else:
+            found = self.compact(name)
+            if found is None:
+                return None
+            msg, shared = found[1], bool(found[0].flags & (oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
+        return (msg, *self._types(msg), shared)
+
+    def put(self, name: str, msg: attr_msg.AttributeMessage) -> None:
+        """Replace the existing attribute `name` by `msg` (stored unshared; the old value's
+        global heap objects are the caller's to release)."""
+        body = _encode(msg, self.txn.sizes)
+        key = name.encode("utf-8", "surrogateescape")
+        store = self._store(self.info())
+        # the new message's uses first: the old one's last use of a shared datatype or
+        # dataspace would take it out of the table
+        self.shared.acquire_attribute(body, self.what)
+        if store is not None:
+            self._let_go(store.find(key), store.lookup(key))
+            store.replace(key, body)
+            store.close()
+            return
+        raw, _ = self.compact(name)
+        self._let_go_message(raw)
+        self.edit.replace(raw, body, flags=raw.flags & ~(oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
 
     def set(self, name: str, text: bytes) -> None:
         info = self.info()
@@ -291,14 +327,14 @@ def create_attribute(txn: Transaction, f, obj, name: str, dtype, text: bytes, sh
     """Attribute `name` of `obj` made anew with `dtype` and the value (and shape) `text` says."""
     check_attribute_edit(f, obj, name)
     libver = libver_for_superblock(f.superblock.version)
-    _Attributes(txn, f, obj, shared).create(name, new_attribute(name, dtype, text, txn.sizes, libver))
+    Attributes(txn, f, obj, shared).create(name, new_attribute(name, dtype, text, txn.sizes, libver))
 
 
 def set_attribute(txn: Transaction, f, obj, name: str, text: bytes, shared: SharedMessages) -> None:
     check_attribute_edit(f, obj, name)
-    _Attributes(txn, f, obj, shared).set(name, text)
+    Attributes(txn, f, obj, shared).set(name, text)
 
 
 def remove_attribute(txn: Transaction, f, obj, name: str, shared: SharedMessages) -> None:
     check_attribute_edit(f, obj, name, removing=True)
-    _Attributes(txn, f, obj, shared).remove(name)
+    Attributes(txn, f, obj, shared).remove(name)

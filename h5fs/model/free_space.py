@@ -7,7 +7,10 @@ would look unused). The sections the file's persistent free-space managers list 
 again: the allocator holds them already (h5fs.storage.persistent_space), or, where h5fs honours
 the managers only, they stay theirs. In a file persisting its free space what is adopted joins its
 managers' lists at the next commit; under paged aggregation only whole free pages are adopted
-(the kind of a part of a page is unknown).
+(the kind of a part of a page is unknown). The first bytes at an address a reference names
+where no object is (a dangling reference: h5fs check warns of it) are not reused either, so that
+no new object answers the reference (storage/object_delete.py keeps those of the headers it frees
+during the mount).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 
+from ..storage.object_delete import GRAVE
 from ..storage.space_map import gaps, space_problems, walk
 
 log = logging.getLogger("h5fs")
@@ -59,6 +63,8 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
                     f" (and {len(problems) - 1} more)" if len(problems) > 1 else "", allocator.held_bytes(),
                     len(f.store.damaged))
         return 0
+    # where a dangling reference points stays unused: a new header there would be what it names
+    allocator.keep([(address, GRAVE) for address in sorted(smap.dangling)])
     busy = sorted(smap.extents + smap.free, key=lambda e: e.address)
     adopted = allocator.adopt(gaps(busy, end))
     kept = allocator.trust([(e.address, e.size, e.seen, e.owner) for e in smap.extents])

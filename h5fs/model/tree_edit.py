@@ -5,7 +5,8 @@ caches of every object it touched are dropped.
 
 Reference counts follow the hard links (libhdf5's H5O_link): a new hard link adds one to its
 object's count, a removed one takes one away, and an object left with none is freed with all its
-storage (storage/object_delete.py), its writes not yet in the file forgotten. A group is removed
+storage (storage/object_delete.py), its writes not yet in the file forgotten, after it left
+the dimension scales and datasets it was attached to (model/dimension_scales.py). A group is removed
 only when empty; a group never moves into its own subtree.
 
 Times are kept as a file system keeps them, where an object's header has room for them
@@ -43,6 +44,7 @@ from ..storage.readers.object_header import read as read_header
 from ..storage.transaction import Transaction
 from . import messages as M
 from .dataset_create import NewDataset, dataset_messages
+from .dimension_scales import detach as detach_scales
 from .libver import libver_for_superblock
 from .objects import H5Object
 from .replace_like import STORAGE_MESSAGES, messages_like
@@ -326,6 +328,7 @@ class TreeEditor:
         info = _attribute_info(edit.header, txn.sizes, path)
         if info is not None and info.heap_address is not None:
             self.shared.release_dense_attributes(info.heap_address, info.name_index_address, path)
+        touched.update(detach_scales(txn, self.f, address, path, self.shared))
         self.wb.discard(address)
         free_object(txn, self.f, address, path)
         return 0

@@ -61,4 +61,5 @@ def create_header(txn: Transaction, sizes: Sizes, version: int, messages: list[t
     for mtype, body, mflags in messages:
         lay.alloc(mtype, body, mflags, 0)
     txn.write_new(address, oh.encode_block(lay.header(), 0))
+    txn.store.created.add(address)
     return address

@@ -6,6 +6,10 @@ by another's). The extents come from the space map's walk of that one object: li
 and shared messages are not followed, global heap collections (shared with other objects) are
 left as they are, as libhdf5 leaves them.
 
+The first bytes of a freed header that existed before the mount stay unused for the rest of
+the mount, zeroed (`free_object`): a reference to the object that something still holds then
+resolves to nothing.
+
 Objects a walk cannot read whole keep their space: a broken pointer could name another object's
 bytes, and leaking is safe where freeing is not. What the object used of the file's shared message
 table is counted down by the caller (storage/sohm_write.py).
@@ -21,6 +25,8 @@ from .space_map import _Walk
 from .transaction import Transaction
 
 log = logging.getLogger("h5fs")
+
+GRAVE = 8   # bytes of a freed object header kept unused and zeroed (module docstring)
 
 
 class _ObjectWalk(_Walk):
@@ -49,11 +55,24 @@ def shared_headers(header, sizes) -> list[int]:
 
 
 def free_object(txn: Transaction, f, address: int, path: str) -> bool:
-    """Free the storage of the object at `address` (the file `f` as committed); False when the
-    object could not be walked whole and was left in place (logged)."""
+    """Free the storage of the object at `address` (the file `f` as committed), except, for
+    an object older than the mount, the first GRAVE bytes of its header, zeroed: no block
+    allocated later can start there, so a reference to the object left somewhere fails to
+    resolve (no header version, no signature) instead of naming the old header, or a new
+    object that took its place. Zeroed at once in a file the mount's walk found sound; before
+    its verdict, by the first transaction after it, unless the walk found the header still in
+    use (a link count too low freed it: the space allocator's `bury`). The next mount's walk
+    reclaims them unless a reference still names the address (model/free_space.py). False
+    when the object could not be walked whole and was left in place (logged)."""
     walk = _ObjectWalk(f, False, None)
     walk.object(address, path)
-    return _free(txn, walk, path, "removed")
+    if address in txn.store.created:   # no reference can name it: all its space is reused
+        return _free(txn, walk, path, "removed")
+    if not _free(txn, walk, path, "removed", grave=address):
+        return False
+    if txn.store.allocator.bury(address, GRAVE, txn.owners):
+        txn.write_in_place(address, bytes(GRAVE))
+    return True
 
 
 def free_storage(txn: Transaction, f, address: int, path: str) -> bool:
@@ -64,11 +83,15 @@ def free_storage(txn: Transaction, f, address: int, path: str) -> bool:
     return _free(txn, walk, path, "data replaced")
 
 
-def _free(txn: Transaction, walk: _ObjectWalk, path: str, done: str) -> bool:
+def _free(txn: Transaction, walk: _ObjectWalk, path: str, done: str, grave: int | None = None) -> bool:
+    """Free what the walk found, but the first GRAVE bytes at `grave`."""
     if walk.map.problems:
         log.warning("%s: %s, but its storage is kept (it cannot be read whole: %s)", path, done,
                     walk.map.problems[0])
         return False
     for ext in walk.map.extents:
-        txn.free(ext.address, ext.size, raw=ext.raw)
+        if ext.address == grave:
+            txn.free(ext.address + GRAVE, ext.size - GRAVE, raw=ext.raw)
+        else:
+            txn.free(ext.address, ext.size, raw=ext.raw)
     return True

@@ -159,6 +159,11 @@ class Allocator:
         self._lock = threading.Lock()
         self._touched: list[Extent] | None = None   # extents allocated or freed since `watch`
         self.released = Spans()   # what this mount's transactions freed (`trim_end`)
+        self.graves: list[Extent] = []   # never reused this mount: freed headers' first bytes (`bury`, `keep`)
+        # graves freed before the walk's verdict: (address, size, `clock` of the freeing
+        # transaction, the objects it changed); and those `trust` found unused, to be zeroed
+        self.unverified: list[tuple[int, int, int, set[int]]] = []
+        self.to_zero: list[Extent] = []
         self._undo: list[tuple[FreeList, bool, int, int]] = []   # the pools' changes since `snapshot`
         self._generation = 0      # snapshots taken: only the last one can be restored
         # space kept out of reuse until the file is known sound (`hold`): (address, size, pool it
@@ -239,6 +244,11 @@ class Allocator:
         Returns the bytes kept back."""
         with self._lock:
             held, self.held = sorted(self.held or [], key=lambda h: h[0]), None
+            for address, size, freed, owners in self.unverified:
+                if not any(start < address + size and address < start + n and (owner not in owners or seen >= freed)
+                           for start, n, seen, owner in used):
+                    self.to_zero.append((address, size))
+            self.unverified = []
             starts = [h[0] for h in held]
             busy: list[list[Extent]] = [[] for _ in held]   # per held extent: uses its free does not explain
             for start, n, seen, owner in used if held else ():
@@ -248,15 +258,16 @@ class Allocator:
                     if address + size > start and (owner not in owners or seen >= freed):
                         busy[k].append((start, n))
                     k += 1
-            kept = 0
+            kept, graves = 0, sorted(self.graves)
             for (address, size, pool, raw, _, _), over in zip(held, busy):
-                for start, n in _subtract([(address, size)], sorted(over)):
-                    if pool is None:
-                        self._give(start, n, raw)
-                    else:
-                        self.pools[pool].add(start, n)
-                    size -= n
-                kept += size
+                for part, left in _subtract([(address, size)], graves):   # graves stay unused
+                    for start, n in _subtract([(part, left)], sorted(over)):
+                        if pool is None:
+                            self._give(start, n, raw)
+                        else:
+                            self.pools[pool].add(start, n)
+                        left -= n
+                    kept += left
             return kept
 
     def held_bytes(self) -> int:
@@ -278,7 +289,7 @@ class Allocator:
         with self._lock:
             held = [e for pool in self.pools.values() for e in pool.extents()]
             held += [h[:2] for h in self.held or ()]
-            busy = sorted(self._touched + held + self.pending)
+            busy = sorted(self._touched + held + self.pending + self.graves)
             self._touched = None
             adopted = 0
             for start, size in _subtract(gaps, busy):
@@ -344,6 +355,31 @@ class Allocator:
                 self._pending_raw.append(raw)
                 if self._touched is not None:
                     self._touched.append((address, size))
+
+    def bury(self, address: int, size: int, owners: set[int]) -> bool:
+        """Bytes no longer used that stay out of reuse until unmount, even when a walk of the
+        file finds them unused (storage/object_delete.py: a freed header's first bytes, to be
+        zeroed); `owners`: the objects the freeing transaction changes. Whether they may be
+        zeroed now: only in a file known sound; before, `trust` decides, as for held space,
+        whether an object still uses them (a link count too low freed a linked header), and
+        lists them in `to_zero` if none does."""
+        with self._lock:
+            self.graves.append((address, size))
+            if self.held is None:
+                return True
+            self.unverified.append((address, size, self.clock, owners))
+            return False
+
+    def keep(self, extents: list[Extent]) -> None:
+        """Bytes that stay unused until unmount, whatever a walk says (a dangling reference
+        names them: a new header there would answer it)."""
+        with self._lock:
+            self.graves += extents
+
+    def zeroed(self, graves: list[Extent]) -> None:
+        """These graves of `to_zero` were zeroed (a transaction committed the zeros)."""
+        with self._lock:
+            self.to_zero = [g for g in self.to_zero if g not in graves]
 
     def release(self, owners: frozenset[int] = frozenset()) -> None:
         """Make pending frees reusable (the change that dropped them is durable; `owners`: the

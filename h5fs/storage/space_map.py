@@ -8,7 +8,10 @@ v1 B-tree and symbol table nodes; dense links and attributes: fractal heap block
 the heap's free-space manager, v2 B-tree headers and nodes), dataset storage (contiguous data,
 every chunk index's blocks and every chunk; an implicit index is the allocation of all the chunks
 of the maximum extent), the global heap collections that variable-length data, references,
-fill values and virtual dataset mappings name. Compact data and messages live inside headers,
+fill values and virtual dataset mappings name. Every object reference met (old and revised,
+object, region and attribute references, DIMENSION_LIST's) must name an object the walk met:
+one that names none is a warning (`SpaceMap.warnings`), not a problem: libhdf5 leaves such
+references behind whenever it deletes an object. Compact data and messages live inside headers,
 external data files outside the file. Every size is the block's size on disk as libhdf5
 allocates it (a v1 B-tree node has room for 2K entries, a shared-message list for its cutoff,
 a paged array data block holds all its pages).
@@ -130,6 +133,10 @@ class SpaceMap:
     free: list[Extent] = field(default_factory=list)      # sections of the file's free-space managers
     file_space: file_space_info.FileSpaceInfo | None = None   # the File Space Info message
     problems: list[Problem] = field(default_factory=list)
+    # references that name no object the walk met (libhdf5 leaves them when it deletes an
+    # object): a warning each, naming the holder; `dangling`, the addresses they name
+    warnings: list[Problem] = field(default_factory=list)
+    dangling: set[int] = field(default_factory=set)
     objects: int = 0
     chunks: int = 0
 
@@ -220,15 +227,21 @@ def read_chunk(reader, rec: ChunkRecord, filters, nbytes: int, itemsize: int, wh
 # -- global heap IDs inside element bytes --------------------------------------------------------
 
 VLEN, REF_REGION1, REF_REVISED = "vlen", "region reference", "reference"
+OBJECT = "object reference"                # an old-style object reference: an address, no heap ID
+REF_EXTERNAL = "reference to another file"   # a revised reference whose heap object names another file
+REVISED_INLINE = 3   # a revised object reference in this file: type, flags, token size, then the token
 
 
 def heap_id_fields(dt, at: int = 0) -> list[tuple[int, str, object]]:
     """(offset in the element, kind, vlen base type) of every global heap ID an element of `dt`
-    holds: vlen data (a 4-byte length, then the ID), old region references (the ID), revised
-    references (a 2-byte header, a 4-byte size, then the ID, unless inline)."""
+    holds, and of every old-style object reference (kind OBJECT: an address): vlen data (a
+    4-byte length, then the ID), old region references (the ID), revised references (a 2-byte
+    header, a 4-byte size, then the ID, unless inline)."""
     if isinstance(dt, dtm.VarLen):
         return [(at + 4, VLEN, dt.base)]
     if isinstance(dt, dtm.Reference):
+        if dt.ref_type == dtm.REF_OBJECT1:
+            return [(at, OBJECT, None)]
         if dt.ref_type == dtm.REF_REGION1:
             return [(at, REF_REGION1, None)]
         return [(at, REF_REVISED, None)] if dt.ref_type in (dtm.REF_OBJECT2, dtm.REF_REGION2, dtm.REF_ATTR) else []
@@ -243,29 +256,70 @@ def heap_id_fields(dt, at: int = 0) -> list[tuple[int, str, object]]:
     return []
 
 
+def _rows(raw: bytes, size: int) -> np.ndarray:
+    count = len(raw) // size
+    return np.frombuffer(raw, np.uint8, count * size).reshape(count, size)
+
+
+def _inline_object(arr: np.ndarray, off: int) -> np.ndarray:
+    """Which revised references at `off` are object references to this file (held inline)."""
+    return (arr[:, off] == dtm.REF_OBJECT2) & (arr[:, off + 1] & 1 == 0)
+
+
 def heap_ids(raw: bytes, size: int, fields, offset_size: int) -> Iterator[tuple[int, int, str, object]]:
     """(collection address, object index, kind, vlen base) of every non-empty heap ID in `raw`
-    (whole elements of `size` bytes), each pair once."""
-    count = len(raw) // size
-    if not count:
+    (whole elements of `size` bytes), each pair once; a revised reference to another file is of
+    kind REF_EXTERNAL."""
+    arr = _rows(raw, size)
+    if not len(arr):
         return
-    arr = np.frombuffer(raw, np.uint8, count * size).reshape(count, size)
     undefined = (1 << 8 * offset_size) - 1
     seen: set[tuple[int, int]] = set()
     for off, kind, base in fields:
+        if kind == OBJECT:
+            continue
         if kind == REF_REVISED:   # inline object references to this file name no heap object
-            rtype, flags = arr[:, off], arr[:, off + 1]
-            keep = (rtype != 0) & ~((rtype == dtm.REF_OBJECT2) & (flags & 1 == 0))
+            external = arr[:, off + 1] & 1 == 1
+            keep = (arr[:, off] != 0) & ~_inline_object(arr, off)
+            parts = [(keep & ~external, REF_REVISED), (keep & external, REF_EXTERNAL)]
             off += 6
         elif kind == VLEN:
-            keep = _uint(arr, off - 4, 4) != 0
+            parts = [(_uint(arr, off - 4, 4) != 0, kind)]
         else:
-            keep = np.ones(count, bool)
-        addr, index = _uint(arr, off, offset_size)[keep], _uint(arr, off + offset_size, 4)[keep]
-        for pair in zip(addr.tolist(), index.tolist()):
-            if pair[0] not in (0, undefined) and pair not in seen:
-                seen.add(pair)
-                yield pair[0], pair[1], kind, base
+            parts = [(np.ones(len(arr), bool), kind)]
+        for keep, named in parts:
+            addr, index = _uint(arr, off, offset_size)[keep], _uint(arr, off + offset_size, 4)[keep]
+            for pair in zip(addr.tolist(), index.tolist()):
+                if pair[0] not in (0, undefined) and pair not in seen:
+                    seen.add(pair)
+                    yield pair[0], pair[1], named, base
+
+
+def object_addresses(raw: bytes, size: int, fields, offset_size: int) -> set[int]:
+    """The object addresses the object references held in `raw` name: old-style ones (kind
+    OBJECT) and revised ones to this file (held inline); null references left out."""
+    arr = _rows(raw, size)
+    out: set[int] = set()
+    for off, kind, _ in fields if len(arr) else ():
+        if kind == OBJECT:
+            out.update(_uint(arr, off, offset_size).tolist())
+        elif kind == REF_REVISED:
+            inline = arr[_inline_object(arr, off) & (arr[:, off + 2] >= offset_size)]
+            out.update(_uint(inline, off + REVISED_INLINE, offset_size).tolist())
+    out.discard(0)
+    out.discard((1 << 8 * offset_size) - 1)
+    return out
+
+
+def heap_reference(data: bytes, kind: str, offset_size: int) -> int | None:
+    """The object a reference's global heap object names: an old region reference's begins with
+    the address, a revised reference's with the token's size and the token (whose first bytes
+    are the address); None for other kinds and tokens too short."""
+    if kind == REF_REGION1 and len(data) >= offset_size:
+        return int.from_bytes(data[:offset_size], "little")
+    if kind == REF_REVISED and len(data) > offset_size and data[0] >= offset_size:
+        return int.from_bytes(data[1:1 + offset_size], "little")
+    return None
 
 
 def _uint(arr: np.ndarray, off: int, width: int) -> np.ndarray:
@@ -297,6 +351,7 @@ class _Walk:
         self.shared_uses: SharedUses | None = None   # what objects use of a shared-message table
         self.current: int | None = None              # the header address of the object being walked
         self.heap_uses: dict[tuple[int, int], tuple[int | None, str, str]] = {}   # global heap object -> first use
+        self.named: dict[int, dict[tuple[str, str], None]] = {}   # object address -> (holder, where) of references to it
 
     def run(self) -> SpaceMap:
         self.superblock()
@@ -307,8 +362,9 @@ class _Walk:
             self.map.objects += 1
             self.tick()
         self.current = None
-        if not self.map.problems:   # with links unread the counts would be incomplete
+        if not self.map.problems:   # with links unread the counts (and the objects met) would be incomplete
             self.reference_counts()
+            self.find_dangling()
             if self.shared_uses is not None:
                 with self.guard("shared message table", "shared message index"):
                     self.shared_uses.verify(self.problem)
@@ -323,6 +379,17 @@ class _Walk:
                 self.current = address
                 self.problem(path, "reference count", f"the header counts {count}, {found} lead to the object")
         self.current = None
+
+    def find_dangling(self) -> None:
+        """The object references that name no object header the links and shared messages
+        lead to."""
+        for address, holders in sorted(self.named.items()):
+            if ("header", address) in self.seen:
+                continue
+            self.map.dangling.add(address)
+            for path, where in holders:
+                self.map.warnings.append(Problem(path, where, f"names the object at {address}, which does not exist "
+                                                              "(a dangling reference)"))
 
     def tick(self) -> None:
         if self.progress is not None:
@@ -833,12 +900,20 @@ class _Walk:
     # -- the global heap --------------------------------------------------------------------------
 
     def scan(self, raw: bytes, dt, path: str, where: str, fields=None, depth: int = 0) -> None:
-        """Follow the global heap IDs in `raw` (elements of `dt`) to their collections."""
+        """Follow the global heap IDs in `raw` (elements of `dt`) to their collections, and
+        record the objects its references name."""
         fields = heap_id_fields(dt) if fields is None else fields
         if not fields or not raw:
             return
+        # a reference's holder: the attribute, or the dataset's data (not each chunk)
+        holder = where if where.startswith(("attribute ", "fill value")) else "data"
+        for target in object_addresses(raw, dt.size, fields, self.sizes.offset):
+            self.named.setdefault(target, {})[(path, holder)] = None
         for addr, index, kind, base in heap_ids(raw, dt.size, fields, self.sizes.offset):
             data = self.heap_object(path, f"{where}: {kind}", addr, index)
+            target = None if data is None else heap_reference(data, kind, self.sizes.offset)
+            if target not in (None, 0, self.sizes.undefined):
+                self.named.setdefault(target, {})[(path, f"{holder}: {kind}")] = None
             if data is not None and base is not None and depth < MAX_NESTING:
                 self.scan(data, base, path, where, None, depth + 1)
 

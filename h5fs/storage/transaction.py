@@ -73,6 +73,9 @@ class Store:
         # would build on what they hold are refused
         self.damaged: dict[int, str] = {}
         self.sound_heaps: set[int] = set()   # group local heaps checked by a first edit (symbol_table_write)
+        # object headers made by this mount: nothing in the file can hold a reference to them
+        # (h5fs writes none, and no other writer opens the file), so freeing one leaves none dangling
+        self.created: set[int] = set()
 
     def refuse_damaged(self, addresses) -> None:
         """FormatError when an edit would change an object a walk found damaged: it would build
@@ -103,11 +106,14 @@ class Store:
             return 0
         with self.transaction() as txn:
             end = self.allocator.trim_end(self.superblock.eof_address - self.superblock.base_address)
-            if end is None:
+            if end is None and txn.empty:
                 return 0
-            txn.set_superblock(replace(self.superblock, eof_address=end + self.superblock.base_address))
-            txn.commit()
+            if end is not None:
+                txn.set_superblock(replace(self.superblock, eof_address=end + self.superblock.base_address))
+            txn.commit()   # with the freed headers' bytes left to zero (`transaction`)
         self.settle()
+        if end is None:
+            return 0
         size, new = os.fstat(self.reader.fd).st_size, self.reader.base + end
         if size <= new:
             return 0
@@ -121,6 +127,11 @@ class Store:
         """A transaction for the block to stage and commit; aborted when the block raises
         before the commit (chunk data already written to fresh space is then given back)."""
         txn = Transaction(self)
+        graves = list(self.allocator.to_zero)   # freed headers' first bytes the walk let go
+        for address, size in graves:
+            txn.write_in_place(address, bytes(size))
+        if graves:
+            txn.on_commit(lambda: self.allocator.zeroed(graves))
         try:
             yield txn
         except BaseException:
