@@ -11,6 +11,12 @@ from pathlib import Path
 
 import pytest
 
+# h5py's libhdf5 and its plugins load before any test module imports netCDF4 (which bundles its
+# own libhdf5): imported the other way round, h5py's plugin filters fail ("error during user
+# callback") for the rest of the run
+import h5py  # noqa: F401,E402
+import hdf5plugin  # noqa: F401,E402
+
 H5FS = [sys.executable, "-m", "h5fs.cli"]
 LIBVERS = ("earliest", "latest")
 
