@@ -12,6 +12,7 @@ symlink would run the base interpreter, which lacks the environment's packages.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 from . import cli
@@ -92,7 +93,7 @@ COMMAND = "/usr/local/bin/h5fs"
 
 def scripts() -> dict[str, str]:
     """Path -> script text of every helper, each running this interpreter."""
-    python = os.path.abspath(sys.executable)
+    python = shlex.quote(os.path.abspath(sys.executable))
     out = {path: f"#!/bin/sh\nexec {python} -c 'import sys; from h5fs.mount_helper import {fn}; "
                  f"sys.exit({fn}())' \"$@\"\n" for path, fn in HELPERS.items()}
     out[COMMAND] = f"#!/bin/sh\nexec {python} -m h5fs.cli \"$@\"\n"

@@ -569,7 +569,7 @@ def test_helpers_installed_from_a_venv_run_the_venvs_python(h5, mounts, tmp_path
     """pip in a venv (as current Debian requires) or pipx: the helpers must run the venv's own
     bin/python, whose pyvenv.cfg gives it the venv's packages; its resolved target is the base
     interpreter, which lacks them ('No module named pyfuse3')."""
-    venv = tmp_path / "venv"
+    venv = tmp_path / "a venv"   # a space in the path: the scripts quote it
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT)],
@@ -579,7 +579,7 @@ def test_helpers_installed_from_a_venv_run_the_venvs_python(h5, mounts, tmp_path
         proc = subprocess.run([str(venv / "bin" / "h5fs"), "install-helpers"], capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 0, proc.stderr
-        assert f"exec {python} " in Path("/sbin/mount.fuse.h5fs").read_text()
+        assert f"exec {shlex.quote(str(python))} " in Path("/sbin/mount.fuse.h5fs").read_text()
         mp = mounts.point()
         proc = subprocess.run(["mount", "-t", "fuse.h5fs", str(h5), str(mp), "-o", f"ro,log={tmp_path / 'log'}"],
                               capture_output=True, text=True, timeout=60, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})

@@ -171,3 +171,25 @@ def test_typed_attributes_over_shared_ones(sohm_file, mount):
         assert f["d2"].attrs["units"] == "metres per second squared"
     remove_everything_with_libhdf5(sohm_file)
     assert all(count == 0 for count, _ in records(sohm_file))
+
+
+def test_setfattr_on_the_last_use_of_a_shared_datatype(tmp_path, mount):
+    """An attribute holding the last use of a shared datatype (in the header and in dense
+    storage) gets a new value: the new message's uses are counted before the old one's go, or
+    the table drops the record the new message still names (EIO)."""
+    path = tmp_path / "last.h5"
+    with R.new_file(path, "latest", (8, 8), R.shared_messages_fcpl()) as f:
+        f.create_group("g").attrs["x"] = np.uint16(3)   # the file's only uint16
+        h = f.create_group("h")
+        for i in range(12):   # dense: a00 the only uint32
+            h.attrs[f"a{i:02d}"] = np.uint32(9) if i == 0 else np.int32(i)
+    mp = mount(path, "rw")
+    os.setxattr(mp / "g", "user.x", b"5")
+    os.setxattr(mp / "h", "user.a00", b"7")
+    mount.unmount(mp)
+    with h5py.File(path, "r") as f:
+        assert f["g"].attrs["x"] == 5 and f["g"].attrs["x"].dtype == np.uint16
+        assert f["h"].attrs["a00"] == 7 and f["h"].attrs["a00"].dtype == np.uint32
+    verify_file(path, h5dump=False)
+    remove_everything_with_libhdf5(path)
+    assert all(count == 0 for count, _ in records(path))

@@ -117,15 +117,13 @@ class Attributes:
 
     def _new_value(self, msg: attr_msg.AttributeMessage, text: bytes, keep_old: bool = False) -> bytes:
         """The attribute message with `text` as its value (datatype and shape kept, a fixed-length
-        string's resized to the text; shared ones still shared: the new message's uses counted);
-        the old value's global heap objects removed unless `keep_old`. A message of a new size
-        is moved by the header or dense storage editor."""
+        string's resized to the text; shared ones still shared); the old value's global heap
+        objects removed unless `keep_old`. A message of a new size is moved by the header or
+        dense storage editor."""
         dt, space = self._types(msg)
         form = text_form(self.f) if not text and isinstance(dt, T.String) else None
         empty_null = form is not None and form.empty_null
-        body = _encode(revalued(self.txn, msg, text, dt, space, keep_old, empty_null), self.txn.sizes)
-        self.shared.acquire_attribute(body, self.what)
-        return body
+        return _encode(revalued(self.txn, msg, text, dt, space, keep_old, empty_null), self.txn.sizes)
 
     def get(self, name: str) -> tuple[attr_msg.AttributeMessage, T.Datatype, S.Dataspace, bool] | None:
         """The attribute `name` (compact or dense): its message, datatype, dataspace, and whether
@@ -148,41 +146,42 @@ class Attributes:
     def put(self, name: str, msg: attr_msg.AttributeMessage) -> None:
         """Replace the existing attribute `name` by `msg` (stored unshared; the old value's
         global heap objects are the caller's to release)."""
-        body = _encode(msg, self.txn.sizes)
+        if not self._replace(name, lambda old, tracked: _encode(msg, self.txn.sizes)):
+            raise NotFound(f"{self.what}: no attribute {name!r}")
+
+    def _replace(self, name: str, new_body) -> bool:
+        """Replace the attribute `name` (compact or dense) by the message `new_body(old message,
+        whether the shared message table tracks it)` encodes, stored unshared; False when there
+        is none. The new message's uses of the table are counted before the old one's go: the
+        old one's last use of a shared datatype or dataspace would take it out of the table."""
         key = name.encode("utf-8", "surrogateescape")
         store = self._store(self.info())
-        # the new message's uses first: the old one's last use of a shared datatype or
-        # dataspace would take it out of the table
-        self.shared.acquire_attribute(body, self.what)
-        if store is not None:
-            self._let_go(store.find(key), store.lookup(key))
-            store.replace(key, body)
-            store.close()
-            return
-        raw, _ = self.compact(name)
-        self._let_go_message(raw)
-        self.edit.replace(raw, body, flags=raw.flags & ~(oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
-
-    def set(self, name: str, text: bytes) -> None:
-        info = self.info()
-        store = self._store(info)
-        key = name.encode("utf-8", "surrogateescape")
         if store is not None:
             rec = store.find(key)
-            if rec is not None:
-                raw = store.lookup(key)
-                was_shared = self._let_go(rec, raw)
-                store.replace(key, self._new_value(self._decode(raw), text, keep_old=was_shared))
-                store.close()
-                return
-        else:
-            found = self.compact(name)
-            if found is not None:
-                raw, msg = found
-                was_shared = self._let_go_message(raw)
-                self.edit.replace(raw, self._new_value(msg, text, keep_old=was_shared),
-                                  flags=raw.flags & ~(oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
-                return
+            if rec is None:
+                return False
+            raw = store.lookup(key)
+            body = new_body(self._decode(raw), is_shared(rec))
+            self.shared.acquire_attribute(body, self.what)
+            self._let_go(rec, raw)
+            store.replace(key, body)
+            store.close()
+            return True
+        found = self.compact(name)
+        if found is None:
+            return False
+        raw, msg = found
+        body = new_body(msg, bool(raw.flags & (oh.FLAG_SHARED | oh.FLAG_SHAREABLE)))
+        self.shared.acquire_attribute(body, self.what)
+        self._let_go_message(raw)
+        self.edit.replace(raw, body, flags=raw.flags & ~(oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
+        return True
+
+    def set(self, name: str, text: bytes) -> None:
+        if self._replace(name, lambda msg, tracked: self._new_value(msg, text, keep_old=tracked)):
+            return
+        info = self.info()
+        store = self._store(info)
         libver = libver_for_superblock(self.f.superblock.version)
         form = text_form(self.f)
         if form is None:
