@@ -26,6 +26,7 @@ RETRY_DELAYS = (0.0, 0.01, 0.1, 1.0)
 class Invalidator:
     def __init__(self) -> None:
         self.count = 0  # invalidations the kernel accepted (a root fact)
+        self.nursery: trio.Nursery | None = None  # the daemon's (daemon._main)
 
     async def attributes(self, node: Node) -> None:
         """Make the kernel ask for `node`'s attributes again. Attributes only: no page is
@@ -42,6 +43,14 @@ class Invalidator:
         may be locked by a read that waits for this very daemon."""
         if node.lookups > 0:
             await trio.to_thread.run_sync(self._send, pyfuse3.invalidate_inode, node.ino, False)
+
+    def data_later(self, node: Node) -> None:
+        """`data` for the inode a request is answering for, sent without waiting: the kernel may
+        hold that inode's pages until the answer (a folio under writeback while a truncate holds
+        its writes back, with `-o writeback_cache`; a page locked by the write), so waiting here
+        would never end."""
+        if self.nursery is not None:
+            self.nursery.start_soon(self.data, node)
 
     def entry(self, parent: Node, name: bytes) -> None:
         """Make the kernel look `name` up in `parent` again. Queued to pyfuse3's own thread: done

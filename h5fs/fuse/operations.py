@@ -115,7 +115,7 @@ class Operations(pyfuse3.Operations):
     def start(self, nursery) -> None:
         """Background work (prefetch, st_blocks counts) runs in the daemon's nursery."""
         self.prefetcher.nursery = nursery
-        self.blocks.nursery = self.point_sizes.nursery = nursery
+        self.blocks.nursery = self.point_sizes.nursery = self.invalidator.nursery = nursery
         if self.writes is not None:
             self.writes.start(nursery)
 

@@ -161,7 +161,8 @@ class WriteSide:
         size = size or 0
         await offload.run_sync(self.wb.truncate, ds, size)
         self.last_write = time.monotonic()
-        await self.changed(node.address, None, resized=True)
+        # the kernel drops the truncated inode's own pages when its size changes
+        await self.changed(node.address, node.ino, resized=True)
         self._stamped(node.address)
 
     def _stamped(self, address: int) -> None:
@@ -176,8 +177,10 @@ class WriteSide:
     # -- telling what changed ---------------------------------------------------------------
     async def changed(self, address: int, writer_ino: int | None, resized: bool = False) -> None:
         """A dataset's bytes (and maybe its size) changed: refresh the stat numbers of its two
-        views, drop the pages the kernel holds of the view not written (the kernel updated the
-        written one's itself), and after a resize the open handles' sizes and `.npy` headers."""
+        views, drop the pages the kernel holds of the view not written or truncated (`writer_ino`:
+        the kernel updated that one's itself), and after a resize the open handles' sizes and
+        `.npy` headers. The writer's own pages are dropped only after the answer (a new `.npy`
+        header): the kernel may hold them until then."""
         ops = self.ops
         nodes = [n for n in (ops.table.find_object(address), ops.table.find_view(address),
                              ops.table.find_points(address)) if n is not None]
@@ -189,7 +192,10 @@ class WriteSide:
             # the writer's own pages are as it wrote them, but a `.npy` view's header says a new shape
             if (node.ino != writer_ino or resized and node.kind == NPY) and node.ino in self.paged:
                 self.paged.discard(node.ino)
-                await ops.invalidator.data(node)
+                if node.ino == writer_ino:
+                    ops.invalidator.data_later(node)
+                else:
+                    await ops.invalidator.data(node)
         ops.point_sizes.forget(address)   # a `.points.npy` size is counted again when asked
         if not resized and writer_ino is not None:
             points = ops.table.find_points(address)
