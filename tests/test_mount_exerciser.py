@@ -114,3 +114,30 @@ def test_kill_during_the_exerciser_leaves_a_readable_file(mount, tmp_path):
     mp = mount(path, "rw")   # replays the journal the kill left
     mount.unmount(mp)
     verify_file(path, h5dump=False)
+
+
+@pytest.mark.parametrize("option", ["default", "writeback_cache"])
+def test_appends_to_the_npy_view_show_at_once(mount, tmp_path, option):
+    """Each append to D.npy grows D and rewrites the header: np.load sees the new shape right
+    after, and the write never waits for the kernel to drop the pages it holds for that write
+    (it once hung the mount)."""
+    path = tmp_path / "x.h5"
+    data = make(path)
+    mp = mount(path, "rw", *OPTIONS[option])
+    want = [data]
+
+    class Appends(Exerciser):
+        def run(self, count: int) -> None:
+            os.close(self.fd)
+            for i in range(count):
+                self.done.append(f"append {i}")
+                with open(self.path, "r+b") as fh:
+                    fh.seek(0, os.SEEK_END)
+                    fh.write(np.full(1024, i, "<f4").tobytes())
+                want.append(np.full(1024, i, "<f4"))
+                assert np.array_equal(np.load(self.path), np.concatenate(want)), self._where("np.load")
+
+    run_watched(Appends(str(mp / "D.npy"), bytearray(), 0), 30, os.stat(mp).st_dev, 60.0)
+    mount.unmount(mp)
+    found = verify_file(path, h5dump=False)
+    assert np.array_equal(found["D"], np.concatenate(want))

@@ -27,6 +27,7 @@ class Invalidator:
     def __init__(self) -> None:
         self.count = 0  # invalidations the kernel accepted (a root fact)
         self.nursery: trio.Nursery | None = None  # the daemon's (daemon._main)
+        self.pending: set[int] = set()   # inodes whose pages are being dropped after an answer
 
     async def attributes(self, node: Node) -> None:
         """Make the kernel ask for `node`'s attributes again. Attributes only: no page is
@@ -48,9 +49,17 @@ class Invalidator:
         """`data` for the inode a request is answering for, sent without waiting: the kernel may
         hold that inode's pages until the answer (a folio under writeback while a truncate holds
         its writes back, with `-o writeback_cache`; a page locked by the write), so waiting here
-        would never end."""
-        if self.nursery is not None:
-            self.nursery.start_soon(self.data, node)
+        would never end. Until it is done, `pending` names the inode (an open then drops the
+        pages itself)."""
+        if self.nursery is not None and node.ino not in self.pending:
+            self.pending.add(node.ino)
+            self.nursery.start_soon(self._data_later, node)
+
+    async def _data_later(self, node: Node) -> None:
+        try:
+            await self.data(node)
+        finally:
+            self.pending.discard(node.ino)
 
     def entry(self, parent: Node, name: bytes) -> None:
         """Make the kernel look `name` up in `parent` again. Queued to pyfuse3's own thread: done
