@@ -19,7 +19,7 @@ from crash_support import kill_daemon
 from exerciser_support import Exerciser, run_watched
 from write_support import verify_file
 
-OPS = int(os.environ.get("H5FS_EXERCISER_OPS", "150"))
+OPS = int(os.environ.get("H5FS_EXERCISER_OPS", "250"))
 HANG = 60.0 + OPS * 0.5   # s for a whole run before the mount counts as hung
 OPTIONS = {"default": (), "writeback_cache": ("writeback_cache",), "compression=none": ("compression=none",)}
 N = 20_000   # float32 elements of D at first
