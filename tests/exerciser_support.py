@@ -8,10 +8,12 @@ from __future__ import annotations
 import mmap
 import os
 import random
-import threading
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from typing import Callable
 
-from conftest import abort_connection
+from conftest import abort_connection, abort_path
 
 OPS = ("read", "write", "truncate", "mapread", "mapwrite", "reopen")
 WEIGHTS = (6, 6, 2, 3, 3, 1)
@@ -138,23 +140,81 @@ class Exerciser:
         return f"{what} after op {len(self.done)} (seed {self.seed}); last ops: {self.done[-8:]}"
 
 
-def run_watched(exerciser: Exerciser, count: int, device: int, limit: float) -> None:
-    """`exerciser.run(count)` in a thread; if it has not returned after `limit` s the mount hung:
-    its connection is aborted (the stuck system call fails) and the test fails."""
-    errors: list[BaseException] = []
+def run_watched(work: Callable[[], None], device: int, limit: float, trail: Callable[[], list[str]] = list) -> None:
+    """`work()`, watched by another process: if it has not returned after `limit` s the mount
+    hung, and the watcher aborts its connection (the stuck system calls fail), so the test fails
+    instead of hanging. A process, not a thread: a thread stuck in a page fault of a mapped file
+    can hold the interpreter's lock."""
+    abort = abort_path(device)
+    watcher = subprocess.Popen(["sh", "-c", f"sleep {limit} && echo 1 > {abort}"])
+    try:
+        work()
+    except OSError as exc:
+        if watcher.poll() is None:
+            raise
+        raise AssertionError(f"the mount hung: no answer within {limit} s; last ops: {trail()[-8:]}") from exc
+    finally:
+        watcher.kill()
+        watcher.wait()
+    assert watcher.returncode != 0, f"the mount hung: no answer within {limit} s; last ops: {trail()[-8:]}"
 
-    def work() -> None:
+
+def both_views(mp: str, n: int, rounds: int) -> None:
+    """D mapped and written in its first half while D.npy is mapped and written in its second
+    half, and read (what `expected_both_views` says they hold after)."""
+    import numpy as np
+    from concurrent.futures import ThreadPoolExecutor
+    half, block = n // 2, 1000
+
+    def raw() -> None:
+        m = np.memmap(f"{mp}/D", dtype="<f4", mode="r+")
+        for i in range(rounds):
+            start = i * 617 % (half - block)
+            m[start:start + block] = i
+            m.flush()
+        del m
+
+    def npy() -> None:
+        fd = os.open(f"{mp}/D.npy", os.O_RDWR)
         try:
-            exerciser.run(count)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
-            errors.append(exc)
+            for i in range(rounds):
+                a = np.lib.format.open_memmap(f"{mp}/D.npy", mode="r+")
+                start = half + i * 911 % (half - block)
+                a[start:start + block] = -i
+                a.flush()
+                del a
+                os.pread(fd, 65536, i * 7919 % (n * 4))
+        finally:
+            os.close(fd)
 
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    thread.join(limit)
-    if thread.is_alive():
+    with ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(raw), pool.submit(npy)]:
+            done.result()
+
+
+def expected_both_views(data, rounds: int) -> None:
+    half, block = len(data) // 2, 1000
+    for i in range(rounds):
+        start = i * 617 % (half - block)
+        data[start:start + block] = i
+        start = half + i * 911 % (half - block)
+        data[start:start + block] = -i
+
+
+def run_child(args: list[str], device: int, limit: float) -> None:
+    """This module's `args[0](*args[1:])` in a child process (a mapped access to an aborted
+    mount is a SIGBUS: it ends the child, not the test run); if it has not returned after `limit`
+    s the mount hung: its connection is aborted and the test fails."""
+    child = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = child.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
         abort_connection(device)
-        thread.join(30)
-        raise AssertionError(f"the mount hung: no answer within {limit} s; last ops: {exerciser.done[-8:]}")
-    if errors:
-        raise errors[0]
+        child.kill()
+        child.communicate()
+        raise AssertionError(f"the mount hung: {args[0]} got no answer within {limit} s") from None
+    assert child.returncode == 0, f"{args[0]} failed ({child.returncode}):\n{out[-3000:]}"
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](sys.argv[2], *map(int, sys.argv[3:]))
