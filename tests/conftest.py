@@ -67,12 +67,18 @@ def _mount_device(mp) -> int | None:
     return os.makedev(int(major), int(minor))
 
 
-def abort_connection(device: int) -> None:
-    """Abort a FUSE connection through fusectl, as an administrator does: every request waiting on
-    it fails at once, so a hung daemon cannot leave `sync` or a later test blocked."""
+def abort_path(device: int) -> str:
+    """The fusectl file that aborts the connection of `device` (fusectl mounted if it was not)."""
     path = f"/sys/fs/fuse/connections/{os.minor(device)}/abort"
     if not os.path.exists(path):
         subprocess.run(["mount", "-t", "fusectl", "none", "/sys/fs/fuse/connections"], capture_output=True)
+    return path
+
+
+def abort_connection(device: int) -> None:
+    """Abort a FUSE connection through fusectl, as an administrator does: every request waiting on
+    it fails at once, so a hung daemon cannot leave `sync` or a later test blocked."""
+    path = abort_path(device)
     try:
         with open(path, "w") as fh:
             fh.write("1")

@@ -26,6 +26,9 @@ RETRY_DELAYS = (0.0, 0.01, 0.1, 1.0)
 class Invalidator:
     def __init__(self) -> None:
         self.count = 0  # invalidations the kernel accepted (a root fact)
+        self.nursery: trio.Nursery | None = None  # the daemon's (daemon._main)
+        self.pending: set[int] = set()   # inodes whose pages are being dropped after an answer
+        self.again: set[int] = set()     # ... and changed again meanwhile
 
     async def attributes(self, node: Node) -> None:
         """Make the kernel ask for `node`'s attributes again. Attributes only: no page is
@@ -42,6 +45,29 @@ class Invalidator:
         may be locked by a read that waits for this very daemon."""
         if node.lookups > 0:
             await trio.to_thread.run_sync(self._send, pyfuse3.invalidate_inode, node.ino, False)
+
+    def data_later(self, node: Node) -> None:
+        """`data` sent without waiting, for an inode whose pages the kernel may hold until a
+        request being answered is answered (a folio under writeback while a truncate holds its
+        writes back, with `-o writeback_cache`; a page locked by a write): waiting for it there
+        would never end. Until it is done, `pending` names the inode (an open then drops the
+        pages itself)."""
+        if self.nursery is None:
+            return
+        if node.ino in self.pending:   # news while pages are being dropped: drop them once more
+            self.again.add(node.ino)
+            return
+        self.pending.add(node.ino)
+        self.nursery.start_soon(self._data_later, node)
+
+    async def _data_later(self, node: Node) -> None:
+        try:
+            await self.data(node)
+            while node.ino in self.again:
+                self.again.discard(node.ino)
+                await self.data(node)
+        finally:
+            self.pending.discard(node.ino)
 
     def entry(self, parent: Node, name: bytes) -> None:
         """Make the kernel look `name` up in `parent` again. Queued to pyfuse3's own thread: done

@@ -118,7 +118,7 @@ class Operations(pyfuse3.Operations):
     def start(self, nursery) -> None:
         """Background work (prefetch, st_blocks counts) runs in the daemon's nursery."""
         self.prefetcher.nursery = nursery
-        self.blocks.nursery = self.point_sizes.nursery = nursery
+        self.blocks.nursery = self.point_sizes.nursery = self.invalidator.nursery = nursery
         if self.writes is not None:
             self.writes.start(nursery)
 
@@ -508,6 +508,9 @@ class Operations(pyfuse3.Operations):
         keep = self.writes is None or not (node.kind in (RAW, NPY) and obj.layout.layout_class == VIRTUAL)
         if self.writes is not None and keep:
             self.writes.paged.add(inode)
+        # pages still being dropped after a write changed them (a new `.npy` header): the kernel
+        # drops them itself at this open, before anything reads them
+        keep = keep and inode not in self.invalidator.pending
         return pyfuse3.FileInfo(fh=self.handles.open_file(state), keep_cache=keep)
 
     async def _open_points(self, node: Node, writing: int) -> pyfuse3.FileInfo:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import errno
 import logging
 import time
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import replace
 
 import trio
@@ -48,6 +50,9 @@ class WriteSide:
         # written since their pages were last dropped
         self.paged: set[int] = set()
         self.touched: set[int] = set()  # datasets written since the last flush here
+        # inodes with a write or truncate being answered: the kernel may hold their pages (locked,
+        # under writeback, its writes held back) until the answer
+        self.serving: Counter[int] = Counter()
         writeback.f.store.allocator.hold()   # freed space waits for the walk to find the file sound
 
     def start(self, nursery) -> None:
@@ -112,8 +117,22 @@ class WriteSide:
         self.wb.close()
 
     # -- requests -----------------------------------------------------------------------------
+    @contextmanager
+    def _serving(self, ino: int):
+        self.serving[ino] += 1
+        try:
+            yield
+        finally:
+            self.serving[ino] -= 1
+            if not self.serving[ino]:
+                del self.serving[ino]
+
     async def write(self, state: OpenFile, off: int, buf: bytes) -> int:
         """Write `buf` at `off` of an open view; returns the bytes taken (all of them)."""
+        with self._serving(state.ino):
+            return await self._write(state, off, buf)
+
+    async def _write(self, state: OpenFile, off: int, buf: bytes) -> int:
         if isinstance(state, NpyStream):
             self.last_write = time.monotonic()
             return await self.ops.edits.stream_write(state, off, buf)
@@ -149,6 +168,10 @@ class WriteSide:
 
     async def truncate(self, node, size: int | None) -> None:
         """Resize a view to `size` bytes (None: no data left, as O_TRUNC asks)."""
+        with self._serving(node.ino):
+            await self._truncate(node, size)
+
+    async def _truncate(self, node, size: int | None) -> None:
         ds = self.ops.f.get(node.address, node.path)
         if node.kind == NPY:
             head = len(namespace.npy_header(ds.npy_dtype, ds.npy_shape))
@@ -161,7 +184,8 @@ class WriteSide:
         size = size or 0
         await offload.run_sync(self.wb.truncate, ds, size)
         self.last_write = time.monotonic()
-        await self.changed(node.address, None, resized=True)
+        # the kernel drops the truncated inode's own pages when its size changes
+        await self.changed(node.address, node.ino, resized=True)
         self._stamped(node.address)
 
     def _stamped(self, address: int) -> None:
@@ -176,8 +200,12 @@ class WriteSide:
     # -- telling what changed ---------------------------------------------------------------
     async def changed(self, address: int, writer_ino: int | None, resized: bool = False) -> None:
         """A dataset's bytes (and maybe its size) changed: refresh the stat numbers of its two
-        views, drop the pages the kernel holds of the view not written (the kernel updated the
-        written one's itself), and after a resize the open handles' sizes and `.npy` headers."""
+        views, drop the pages the kernel holds of the view not written or truncated (`writer_ino`:
+        the kernel updated that one's itself), and after a resize the open handles' sizes and
+        `.npy` headers. The pages of a view being written or truncated (the writer's own after a
+        new `.npy` header; the other view's while a write to it is answered too) are dropped
+        without waiting: the kernel may hold them until that answer, and two writes, one to each
+        view, each waiting for the other's pages would never end."""
         ops = self.ops
         nodes = [n for n in (ops.table.find_object(address), ops.table.find_view(address),
                              ops.table.find_points(address)) if n is not None]
@@ -189,7 +217,10 @@ class WriteSide:
             # the writer's own pages are as it wrote them, but a `.npy` view's header says a new shape
             if (node.ino != writer_ino or resized and node.kind == NPY) and node.ino in self.paged:
                 self.paged.discard(node.ino)
-                await ops.invalidator.data(node)
+                if node.ino == writer_ino or node.ino in self.serving:
+                    ops.invalidator.data_later(node)
+                else:
+                    await ops.invalidator.data(node)
         ops.point_sizes.forget(address)   # a `.points.npy` size is counted again when asked
         if not resized and writer_ino is not None:
             points = ops.table.find_points(address)
