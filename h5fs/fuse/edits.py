@@ -128,21 +128,30 @@ class EditSide:
         await self._forget_object(entry.address, left, before)
 
     async def unlink(self, parent: Node, name: bytes) -> None:
-        def remove() -> tuple[namespace.Entry, int | None, Numbers | None]:   # one worker trip
+        reading = self.ops.handles.reading(parent.ino)
+
+        def remove() -> tuple[namespace.Entry, int | None, Numbers | None, list[bytes]]:   # one worker trip
             text, entry = self._link_now(parent, name)
             if entry.kind == DIR:
                 raise FUSEError(errno.EISDIR)
+            shown = [t for t in _other_views(name, entry) if reading and self._shows(parent, t)]
             left = self.editor.unlink(self.ops._object(parent), text)
-            return entry, left, self._numbers_left(entry.address, left)
+            # the views that went with it: not a link of that name hiding one, nor a view that never was
+            gone = [t for t in shown if not self._shows(parent, t)]
+            return entry, left, self._numbers_left(entry.address, left), gone
 
         before = self.ops.table.newest
-        entry, left, numbers = await self._run(remove)
-        twins = _other_views(name, entry)
-        await self._changed(parent, name, twins)
+        entry, left, numbers, gone = await self._run(remove)
+        await self._changed(parent, name, _other_views(name, entry))
         if self.ops.handles.reading(parent.ino):
-            self.gone_twins.update((parent.ino, twin) for twin in twins)
+            self.gone_twins.update((parent.ino, twin) for twin in gone)
         if entry.address is not None:
             await self._forgotten(entry.address, left, numbers, before)
+
+    def _shows(self, parent: Node, name: bytes) -> bool:
+        """In a worker: whether `name` is an entry of `parent`."""
+        ops = self.ops
+        return namespace.lookup(ops.f, ops._object(parent), parent.path, name) is not None
 
     def unlink_gone_twin(self, parent_ino: int, name: bytes) -> bool:
         """Whether `name` is the other view of a dataset removed while its directory was being
@@ -199,7 +208,7 @@ class EditSide:
                                self.ops._object(new_parent), new_text)
         link_node = self.ops.table.find_link(old_parent.address, old) if entry.kind == SYMLINK else None
         # the moved object and all below it are known by their new paths (symlink targets,
-        # `user.h5fs.path`, messages); a soft link's next lookup makes it a node anew
+        # `user.h5fs.path`, messages); a soft link's inode by its new name and text
         if entry.address is not None:
             moved = self.ops.table.moved(namespace.join(old_parent.path, text), namespace.join(new_parent.path, new_text),
                                          None if entry.kind == DIR else entry.address)
@@ -210,6 +219,8 @@ class EditSide:
             self.ops.table.link_moved(link_node, namespace.join(new_parent.path, link_name(new)))
         for parent, name in ((old_parent, old), (new_parent, new)):
             await self._changed(parent, name, _other_views(name, entry))
+        if link_node is not None:   # after `_changed`, which drops what the names had
+            self.ops.table.link_renamed(link_node, new_parent.address, new)
         node = None if entry.address is None else self.ops.table.find_object(entry.address)
         if node is not None and node.numbers is not None and node.numbers.ctime_ns is not None:
             await self._refresh(entry.address)   # its change time (TreeEditor.rename)
@@ -694,7 +705,8 @@ class EditSide:
             self.ops.listings.pop(address)
         self.ops.soft_listings.clear()
         self.ops.table.drop_link(parent.address, name)
-        for twin in twins:
+        for twin in twins:   # a soft link's `.npy` symlink goes with it
+            self.ops.table.drop_link(parent.address, twin)
             self.ops.invalidator.entry(parent, twin)
         if parent.numbers is not None and parent.numbers.mtime_ns is not None:
             # the edit set them (TreeEditor): stat shows them at once (the kernel asks again: it
@@ -823,8 +835,9 @@ def _base(name: bytes, entry: namespace.Entry) -> bytes:
 
 def _other_views(name: bytes, entry: namespace.Entry) -> list[bytes]:
     """The names of a dataset's other views (`D.npy` for `D`, `D` for `D.npy`, and a sparse
-    dataset's `D.points.npy`); a soft link's and its `.npy` symlink's, each other's."""
-    if entry.kind not in (RAW, NPY, POINTS, SYMLINK):
+    dataset's `D.points.npy`); a soft link's and its `.npy` symlink's, each other's (an external
+    link has none)."""
+    if entry.kind not in (RAW, NPY, POINTS, SYMLINK) or (entry.kind == SYMLINK and entry.soft_target is None):
         return []
     base = _base(name, entry)
     views = [base, base + NPY_SUFFIX.encode()]

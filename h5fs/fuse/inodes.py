@@ -157,6 +157,15 @@ class InodeTable:
     def find_link(self, group_address: int, name: bytes) -> Node | None:
         return self._links.get((group_address, name))
 
+    def link_renamed(self, node: Node, group_address: int, name: bytes) -> None:
+        """The kernel keeps the soft link inode `node` under its new name `name` in the group at
+        `group_address`: found there from now on (a node the name had stands for nothing now)."""
+        if self._links.get(node.key) is node:
+            del self._links[node.key]
+        self.drop_link(group_address, name)
+        node.key = (group_address, name)
+        self._links[node.key] = node
+
     def link_moved(self, node: Node, path: str) -> None:
         """`node` is found at `path` now; a soft link's text follows the depth of its new
         directory (an absolute HDF5 target is shown relative to it)."""
