@@ -713,7 +713,7 @@ class EditSide:
             # drops a directory's attributes when an entry changes)
             try:
                 parent.numbers = await self.ops._consistently(namespace.numbers, self.ops._object(parent))
-            except H5fsError as exc:
+            except Exception as exc:  # noqa: BLE001 - the edit is committed: logged, the old numbers kept, no EIO
                 self.ops._mark_broken(parent, exc)
 
     async def _lookup(self, parent: Node, name: bytes):
