@@ -236,7 +236,9 @@ class EditSide:
         name `link` (a dataset it replaced, or T itself) is looked up again."""
         node = self.ops.table.find_object(entry.address)
         if node is not None:
-            self.ops.table.becomes_view(node)
+            old = self.ops.table.becomes_view(node)
+            if old is not None:   # the view file the rename replaced
+                old.gone = True
             await self.ops.invalidator.data(node)
         await self._changed(parent, name, [link])
 
@@ -258,24 +260,25 @@ class EditSide:
                     new: bytes, link: bytes) -> None:
         """`mv T D.npy` where T's bytes are an array that fits dataset D: they become D's data
         as `cp T D.npy` would make them (`_to_array`), D's storage, attributes and address
-        kept, and T goes. The kernel moved T's inode to `new`: it is D's `.npy` view from now
-        on (`_now_a_view`)."""
-        await self._to_array(parent, text, entry, into=target)
-
-        def remove() -> tuple[int | None, Numbers | None]:   # one worker trip, as `unlink`
-            left = self.editor.unlink(self.ops._object(parent), text)
-            return left, self._numbers_left(entry.address, left)
-
+        kept, and T goes in the same transaction. The kernel moved T's inode to `new`: it is
+        D's `.npy` view from now on (`_now_a_view`); the view's inode D had stays D's view for
+        whoever holds it open."""
         before = self.ops.table.newest
-        left, numbers = await self._run(remove)
+        left = await self._to_array(parent, text, entry, into=target)
+        numbers = await offload.run_sync(self._numbers_left, entry.address, left) if left else None
         node = self.ops.table.find_object(entry.address)
+        held = None
         if node is not None:   # D's view from now on, so no longer T's to forget
-            self.ops.table.becomes_view(node, target.address, target.path)
+            held = self.ops.table.becomes_view(node, target.address, target.path)
         await self._changed(parent, name, _other_views(name, entry))
         await self._forgotten(entry.address, left, numbers, before)
         if node is not None:
             await self.ops.invalidator.data(node)
         await self._refresh(target.address)
+        if held is not None and node is not None:
+            held.numbers = node.numbers
+            await self.ops.invalidator.attributes(held)
+            await self.ops.invalidator.data(held)
         await self._changed(new_parent, new, [link])
 
     def _holds_bytes(self, parent: Node, text: str, entry: Entry) -> bool:
@@ -283,15 +286,16 @@ class EditSide:
         ds = self.ops.f.get(entry.address, namespace.join(parent.path, text))
         return not ds.sparse and ds.npy_dtype == np.uint8 and len(ds.npy_shape) == 1
 
-    async def _to_array(self, parent: Node, text: str, entry: Entry, into=None) -> None:
+    async def _to_array(self, parent: Node, text: str, entry: Entry, into=None) -> int | None:
         """The bytes of file T become its data, the array they hold as a `.npy`, stored as a
         copied-in `.npy` is (`replace_stream`): one transaction at the end, T's attributes kept
         (rsync sets them on its temporary file). Or, `into` a dataset D, D's data, stored as D
-        is. EINVAL, T (D) unchanged, when they are not one whole valid `.npy`."""
+        is, T's link removed in the same transaction (returns the hard links left to T). EINVAL,
+        T (D) unchanged, when they are not one whole valid `.npy`."""
         ops = self.ops
         ds = ops.f.get(entry.address, namespace.join(parent.path, text))
         stream = NpyStream(ops.table.intern(parent, entry).ino, None, "", bytearray(), replaces=into or ds,
-                           keeps=into is not None)
+                           keeps=into is not None, moves=None if into is None else (ops._object(parent), text))
         wb = ops.writes.wb
         try:
             size = ds.raw_size
@@ -303,6 +307,7 @@ class EditSide:
             await self._replacement_closed(stream)
         finally:
             await self.stream_release(stream)
+        return stream.left
 
     async def link(self, node: Node, new_parent: Node, new: bytes):
         if node.kind not in (RAW, NPY, DIR) or node.address is None:
@@ -579,7 +584,7 @@ class EditSide:
         what it holds of D (pages, size: the inode stays, as after O_TRUNC on any file)."""
         ops, ds = self.ops, stream.replaces
         try:
-            await self._run(self.editor.replace_data, ds, stream.obj.address, stream.keeps)
+            stream.left = await self._run(self.editor.replace_data, ds, stream.obj.address, stream.keeps, stream.moves)
         except Exception as exc:
             stream.failed = exc
             raise
