@@ -584,7 +584,8 @@ class EditSide:
         what it holds of D (pages, size: the inode stays, as after O_TRUNC on any file)."""
         ops, ds = self.ops, stream.replaces
         try:
-            stream.left = await self._run(self.editor.replace_data, ds, stream.obj.address, stream.keeps, stream.moves)
+            stream.left = await self._run(self.editor.replace_data, ds, stream.obj.address, stream.keeps,
+                                          stream.moves)
         except Exception as exc:
             stream.failed = exc
             raise
