@@ -708,6 +708,60 @@ def test_bytes_renamed_to_a_npy_name(tmp_path, mount, layout):
         assert f["g/self"].dtype == np.dtype(">i2") and np.array_equal(f["g/self"][()], np.arange(10))
 
 
+def test_rm_during_a_listing_removes_a_file_named_like_a_links_view(tmp_path, mount):
+    """While a listing is open (as in `rm -r`), removing a link whose `L.npy` symlink is not
+    shown (an external link, a soft link to a group, a soft link whose view a real `L.npy`
+    hides) leaves a real `L.npy` to remove: its unlink removes it, not just says so."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        g = f.create_group("g")
+        g["E"] = h5py.ExternalLink("other.h5", "/x")
+        g["E.npy"] = np.arange(3)
+        g.create_group("sub")
+        g["S"] = h5py.SoftLink("/g/sub")
+        g["S.npy"] = np.arange(4)
+        g["d"] = np.arange(5)
+        g["H"] = h5py.SoftLink("/g/d")
+        g["H.npy"] = np.arange(6)
+        g["K"] = h5py.SoftLink("/g/d")   # its K.npy is shown, and goes with it
+    mp = mount(path, "rw")
+    with os.scandir(mp / "g") as listing:
+        next(listing)   # open until closed, as `rm -r`'s
+        assert {"E", "E.npy", "S", "S.npy", "H", "H.npy", "K", "K.npy"} <= set(os.listdir(mp / "g"))
+        for name in ("E", "E.npy", "S", "S.npy", "H", "H.npy", "K", "K.npy"):
+            os.unlink(mp / "g" / name)
+        left = set(os.listdir(mp / "g"))
+    assert left == {"sub", "d", "d.npy"}
+    mount.unmount(mp)
+    verify_file(path, h5dump=False)
+    assert sorted(tree(path)) == ["/g", "/g/d", "/g/sub"]
+
+
+@pytest.mark.parametrize("layout", ("earliest", "latest"))
+def test_a_soft_link_moved_twice_shows_its_target(tmp_path, mount, layout):
+    """A soft link to an absolute HDF5 path is shown relative to its directory: moved from one
+    depth to another and again, the inode the kernel keeps says where it points from there."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver=layout) as f:
+        f.create_dataset("d", data=np.arange(3, dtype="<i4"))
+        f.create_group("a")
+        f.create_group("b/c")
+        f["a/L"] = h5py.SoftLink("/d")
+    mp = mount(path, "rw")
+    assert os.readlink(mp / "a" / "L") == "../d"
+    os.rename(mp / "a" / "L", mp / "b" / "c" / "L")
+    assert os.readlink(mp / "b" / "c" / "L") == "../../d"
+    os.rename(mp / "b" / "c" / "L", mp / "L")
+    assert os.readlink(mp / "L") == "d"
+    assert (mp / "L").read_bytes() == np.arange(3, dtype="<i4").tobytes()
+    os.rename(mp / "L", mp / "a" / "L")
+    assert os.readlink(mp / "a" / "L") == "../d"
+    mount.unmount(mp)
+    verify_file(path, h5dump=layout == "earliest")
+    with h5py.File(path, "r") as f:
+        assert f["a"].get("L", getlink=True).path == "/d"
+
+
 @pytest.mark.parametrize("layout", ("earliest", "latest"))
 def test_symlinks_and_paths_after_a_directory_moves(tmp_path, mount, layout):
     """A relative symlink target stays relative in HDF5 (it follows its group when that moves);

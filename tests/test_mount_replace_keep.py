@@ -298,3 +298,63 @@ def test_power_loss_at_every_barrier_of_a_kept_replacement(tmp_path, mount, monk
         report = check(out)
         assert report.sound, report.problems
     assert seen == {old.shape, new.shape}   # prefixes before the publishing commit, and after
+
+
+def test_a_descriptor_of_the_view_an_atomic_save_replaced_keeps_reading(tmp_path, mount):
+    """`mv T D.npy` keeping D's storage: a descriptor opened on D.npy before the rename still
+    reads and stats (D's view, the old data or the new, whole), as POSIX keeps a replaced file's
+    descriptors working; a new open reads the new array."""
+    path = tmp_path / "f.h5"
+    old = np.arange(1000, dtype="<i4")
+    new = old * 3 - 7
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_dataset("d", data=old, chunks=(100,), maxshape=(None,), compression="gzip")
+    mp = mount(path, "rw")
+    fd = os.open(mp / "d.npy", os.O_RDONLY)
+    try:
+        put("replace", new, mp / "d.npy", None)
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, 1 << 20, 0)
+    finally:
+        os.close(fd)
+    assert data in (npy_bytes(old), npy_bytes(new)) and size == len(data)
+    assert np.array_equal(np.load(mp / "d.npy"), new)
+    assert sorted(os.listdir(mp)) == ["d", "d.npy"]
+    run_h5fs("umount", mp, check=True)
+    verify_file(path, h5dump=False)
+    with h5py.File(path, "r") as f:
+        assert list(f) == ["d"] and np.array_equal(f["d"][()], new)
+
+
+def test_power_loss_during_an_atomic_save_that_keeps_the_storage(tmp_path, mount, monkeypatch):
+    """`np.save` to a temporary file T, then `os.replace(T, D.npy)` keeping D's storage: rebuilt
+    from every prefix of the daemon's writes that ends at an fsync, the file has D's old data
+    (T there or not) or D's new data without T: the rename is one transaction, as rename(2) is
+    atomic."""
+    original = tmp_path / "original.h5"
+    old = np.arange(20_000, dtype="<f8").reshape(200, 100)
+    new = old[:150] * -3
+    with h5py.File(original, "w", libver="latest") as f:
+        f.create_dataset("big", data=old, chunks=(50, 100), maxshape=(None, 100), compression="gzip")
+    path = tmp_path / "live.h5"
+    path.write_bytes(original.read_bytes())
+    recording = tmp_path / "writes.rec"
+    monkeypatch.setenv("H5FS_RECORD", str(recording))
+    mp = mount(path, "rw")
+    put("replace", new, mp / "big.npy", None)
+    run_h5fs("umount", mp, check=True)
+    monkeypatch.delenv("H5FS_RECORD")
+    with h5py.File(path, "r") as f:
+        assert list(f) == ["big"] and np.array_equal(f["big"][()], new)
+    out = str(tmp_path / "replayed.h5")
+    seen = set()
+    for _ in replayed_prefixes(str(original), str(recording), out, seed=5):
+        with h5py.File(out, "r") as f:
+            data, names = f["big"][()], set(f)
+        replaced = np.array_equal(data, new)
+        assert replaced or np.array_equal(data, old)
+        assert not (replaced and ".big.npy.tmp" in names), "D's new data and T both there"
+        seen.add((replaced, ".big.npy.tmp" in names))
+        report = check(out)
+        assert report.sound, report.problems
+    assert (True, False) in seen and (False, True) in seen

@@ -128,21 +128,30 @@ class EditSide:
         await self._forget_object(entry.address, left, before)
 
     async def unlink(self, parent: Node, name: bytes) -> None:
-        def remove() -> tuple[namespace.Entry, int | None, Numbers | None]:   # one worker trip
+        reading = self.ops.handles.reading(parent.ino)
+
+        def remove() -> tuple[namespace.Entry, int | None, Numbers | None, list[bytes]]:   # one worker trip
             text, entry = self._link_now(parent, name)
             if entry.kind == DIR:
                 raise FUSEError(errno.EISDIR)
+            shown = [t for t in _other_views(name, entry) if reading and self._shows(parent, t)]
             left = self.editor.unlink(self.ops._object(parent), text)
-            return entry, left, self._numbers_left(entry.address, left)
+            # the views that went with it: not a link of that name hiding one, nor a view that never was
+            gone = [t for t in shown if not self._shows(parent, t)]
+            return entry, left, self._numbers_left(entry.address, left), gone
 
         before = self.ops.table.newest
-        entry, left, numbers = await self._run(remove)
-        twins = _other_views(name, entry)
-        await self._changed(parent, name, twins)
+        entry, left, numbers, gone = await self._run(remove)
+        await self._changed(parent, name, _other_views(name, entry))
         if self.ops.handles.reading(parent.ino):
-            self.gone_twins.update((parent.ino, twin) for twin in twins)
+            self.gone_twins.update((parent.ino, twin) for twin in gone)
         if entry.address is not None:
             await self._forgotten(entry.address, left, numbers, before)
+
+    def _shows(self, parent: Node, name: bytes) -> bool:
+        """In a worker: whether `name` is an entry of `parent`."""
+        ops = self.ops
+        return namespace.lookup(ops.f, ops._object(parent), parent.path, name) is not None
 
     def unlink_gone_twin(self, parent_ino: int, name: bytes) -> bool:
         """Whether `name` is the other view of a dataset removed while its directory was being
@@ -199,7 +208,7 @@ class EditSide:
                                self.ops._object(new_parent), new_text)
         link_node = self.ops.table.find_link(old_parent.address, old) if entry.kind == SYMLINK else None
         # the moved object and all below it are known by their new paths (symlink targets,
-        # `user.h5fs.path`, messages); a soft link's next lookup makes it a node anew
+        # `user.h5fs.path`, messages); a soft link's inode by its new name and text
         if entry.address is not None:
             moved = self.ops.table.moved(namespace.join(old_parent.path, text), namespace.join(new_parent.path, new_text),
                                          None if entry.kind == DIR else entry.address)
@@ -210,6 +219,8 @@ class EditSide:
             self.ops.table.link_moved(link_node, namespace.join(new_parent.path, link_name(new)))
         for parent, name in ((old_parent, old), (new_parent, new)):
             await self._changed(parent, name, _other_views(name, entry))
+        if link_node is not None:   # after `_changed`, which drops what the names had
+            self.ops.table.link_renamed(link_node, new_parent.address, new)
         node = None if entry.address is None else self.ops.table.find_object(entry.address)
         if node is not None and node.numbers is not None and node.numbers.ctime_ns is not None:
             await self._refresh(entry.address)   # its change time (TreeEditor.rename)
@@ -225,7 +236,9 @@ class EditSide:
         name `link` (a dataset it replaced, or T itself) is looked up again."""
         node = self.ops.table.find_object(entry.address)
         if node is not None:
-            self.ops.table.becomes_view(node)
+            old = self.ops.table.becomes_view(node)
+            if old is not None:   # the view file the rename replaced
+                old.gone = True
             await self.ops.invalidator.data(node)
         await self._changed(parent, name, [link])
 
@@ -247,24 +260,25 @@ class EditSide:
                     new: bytes, link: bytes) -> None:
         """`mv T D.npy` where T's bytes are an array that fits dataset D: they become D's data
         as `cp T D.npy` would make them (`_to_array`), D's storage, attributes and address
-        kept, and T goes. The kernel moved T's inode to `new`: it is D's `.npy` view from now
-        on (`_now_a_view`)."""
-        await self._to_array(parent, text, entry, into=target)
-
-        def remove() -> tuple[int | None, Numbers | None]:   # one worker trip, as `unlink`
-            left = self.editor.unlink(self.ops._object(parent), text)
-            return left, self._numbers_left(entry.address, left)
-
+        kept, and T goes in the same transaction. The kernel moved T's inode to `new`: it is
+        D's `.npy` view from now on (`_now_a_view`); the view's inode D had stays D's view for
+        whoever holds it open."""
         before = self.ops.table.newest
-        left, numbers = await self._run(remove)
+        left = await self._to_array(parent, text, entry, into=target)
+        numbers = await offload.run_sync(self._numbers_left, entry.address, left) if left else None
         node = self.ops.table.find_object(entry.address)
+        held = None
         if node is not None:   # D's view from now on, so no longer T's to forget
-            self.ops.table.becomes_view(node, target.address, target.path)
+            held = self.ops.table.becomes_view(node, target.address, target.path)
         await self._changed(parent, name, _other_views(name, entry))
         await self._forgotten(entry.address, left, numbers, before)
         if node is not None:
             await self.ops.invalidator.data(node)
         await self._refresh(target.address)
+        if held is not None and node is not None:
+            held.numbers = node.numbers
+            await self.ops.invalidator.attributes(held)
+            await self.ops.invalidator.data(held)
         await self._changed(new_parent, new, [link])
 
     def _holds_bytes(self, parent: Node, text: str, entry: Entry) -> bool:
@@ -272,15 +286,16 @@ class EditSide:
         ds = self.ops.f.get(entry.address, namespace.join(parent.path, text))
         return not ds.sparse and ds.npy_dtype == np.uint8 and len(ds.npy_shape) == 1
 
-    async def _to_array(self, parent: Node, text: str, entry: Entry, into=None) -> None:
+    async def _to_array(self, parent: Node, text: str, entry: Entry, into=None) -> int | None:
         """The bytes of file T become its data, the array they hold as a `.npy`, stored as a
         copied-in `.npy` is (`replace_stream`): one transaction at the end, T's attributes kept
         (rsync sets them on its temporary file). Or, `into` a dataset D, D's data, stored as D
-        is. EINVAL, T (D) unchanged, when they are not one whole valid `.npy`."""
+        is, T's link removed in the same transaction (returns the hard links left to T). EINVAL,
+        T (D) unchanged, when they are not one whole valid `.npy`."""
         ops = self.ops
         ds = ops.f.get(entry.address, namespace.join(parent.path, text))
         stream = NpyStream(ops.table.intern(parent, entry).ino, None, "", bytearray(), replaces=into or ds,
-                           keeps=into is not None)
+                           keeps=into is not None, moves=None if into is None else (ops._object(parent), text))
         wb = ops.writes.wb
         try:
             size = ds.raw_size
@@ -292,6 +307,7 @@ class EditSide:
             await self._replacement_closed(stream)
         finally:
             await self.stream_release(stream)
+        return stream.left
 
     async def link(self, node: Node, new_parent: Node, new: bytes):
         if node.kind not in (RAW, NPY, DIR) or node.address is None:
@@ -568,7 +584,8 @@ class EditSide:
         what it holds of D (pages, size: the inode stays, as after O_TRUNC on any file)."""
         ops, ds = self.ops, stream.replaces
         try:
-            await self._run(self.editor.replace_data, ds, stream.obj.address, stream.keeps)
+            stream.left = await self._run(self.editor.replace_data, ds, stream.obj.address, stream.keeps,
+                                          stream.moves)
         except Exception as exc:
             stream.failed = exc
             raise
@@ -694,14 +711,15 @@ class EditSide:
             self.ops.listings.pop(address)
         self.ops.soft_listings.clear()
         self.ops.table.drop_link(parent.address, name)
-        for twin in twins:
+        for twin in twins:   # a soft link's `.npy` symlink goes with it
+            self.ops.table.drop_link(parent.address, twin)
             self.ops.invalidator.entry(parent, twin)
         if parent.numbers is not None and parent.numbers.mtime_ns is not None:
             # the edit set them (TreeEditor): stat shows them at once (the kernel asks again: it
             # drops a directory's attributes when an entry changes)
             try:
                 parent.numbers = await self.ops._consistently(namespace.numbers, self.ops._object(parent))
-            except H5fsError as exc:
+            except Exception as exc:  # noqa: BLE001 - the edit is committed: logged, the old numbers kept, no EIO
                 self.ops._mark_broken(parent, exc)
 
     async def _lookup(self, parent: Node, name: bytes):
@@ -823,8 +841,9 @@ def _base(name: bytes, entry: namespace.Entry) -> bytes:
 
 def _other_views(name: bytes, entry: namespace.Entry) -> list[bytes]:
     """The names of a dataset's other views (`D.npy` for `D`, `D` for `D.npy`, and a sparse
-    dataset's `D.points.npy`); a soft link's and its `.npy` symlink's, each other's."""
-    if entry.kind not in (RAW, NPY, POINTS, SYMLINK):
+    dataset's `D.points.npy`); a soft link's and its `.npy` symlink's, each other's (an external
+    link has none)."""
+    if entry.kind not in (RAW, NPY, POINTS, SYMLINK) or (entry.kind == SYMLINK and entry.soft_target is None):
         return []
     base = _base(name, entry)
     views = [base, base + NPY_SUFFIX.encode()]

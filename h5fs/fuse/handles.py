@@ -55,6 +55,10 @@ class NpyStream:
     held: Spans = field(default_factory=Spans)   # which bytes of `head` were written
     body: Spans = field(default_factory=Spans)   # which bytes of the array data were written
     fortran: object = None    # a Fortran-order array's body, held until whole (model/fortran_body.py)
+    # `mv T D.npy`: T's link (group, name), removed in the transaction that gives D its data;
+    # then the hard links left to T's object
+    moves: tuple | None = None
+    left: int | None = None
 
     @property
     def what(self) -> str:

@@ -98,22 +98,22 @@ class InodeTable:
         node.address = node.key = address
         self._index(node.kind, address)[address] = node
 
-    def becomes_view(self, node: Node, address: int | None = None, path: str | None = None) -> None:
+    def becomes_view(self, node: Node, address: int | None = None, path: str | None = None) -> Node | None:
         """A dataset's raw-file node stands for its `.npy` view from now on: the kernel moved it
         to that name (`mv T x.npy` made T's bytes its array); or for the view of the dataset at
-        `address` (`path`), whose data T's bytes became. A view node the dataset had goes
-        (ENOENT until forgotten); the raw file gets a new node at its next lookup."""
+        `address` (`path`), whose data T's bytes became. A view node the dataset had leaves the
+        index (the caller says what it is now) and is returned; the raw file gets a new node at
+        its next lookup."""
         if self._objects.get(node.address) is node:
             del self._objects[node.address]
         if address is not None:
             node.address = node.key = address
             node.path = path
         old = self._views.get(node.address)
-        if old is not None and old is not node:
-            old.gone = True
         node.kind = NPY
         node.path += NPY_SUFFIX
         self._views[node.address] = node
+        return None if old is node else old
 
     def drop_link(self, group_address: int, name: bytes) -> None:
         """A soft or external link is gone or replaced: the next lookup of the name gets a new
@@ -156,6 +156,15 @@ class InodeTable:
 
     def find_link(self, group_address: int, name: bytes) -> Node | None:
         return self._links.get((group_address, name))
+
+    def link_renamed(self, node: Node, group_address: int, name: bytes) -> None:
+        """The kernel keeps the soft link inode `node` under its new name `name` in the group at
+        `group_address`: found there from now on (a node the name had stands for nothing now)."""
+        if self._links.get(node.key) is node:
+            del self._links[node.key]
+        self.drop_link(group_address, name)
+        node.key = (group_address, name)
+        self._links[node.key] = node
 
     def link_moved(self, node: Node, path: str) -> None:
         """`node` is found at `path` now; a soft link's text follows the depth of its new

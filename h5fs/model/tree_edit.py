@@ -177,16 +177,22 @@ class TreeEditor:
             self.wb.discard(address)
             free_object(txn, self.f, address, path)
 
-    def replace_data(self, ds: H5Object, source: int, keep_storage: bool = False) -> None:
+    def replace_data(self, ds: H5Object, source: int, keep_storage: bool = False,
+                     unlink: tuple[H5Object, str] | None = None) -> int | None:
         """Give dataset `ds` the data of the unlinked dataset at `source` in one transaction (the
         writes into `source` in the file first): `ds`'s data messages (dataspace, datatype, fill
         value, filters, layout, external files) become `source`'s, only its dataspace and layout
         when `keep_storage` (`source` made by `create_unlinked_like`), and its old storage and
         `source`'s header are freed. Its address stays, and with it its hard links, attributes
-        and other messages."""
+        and other messages. `unlink`: a link (group, name) removed in the same transaction
+        (`mv T D.npy`: T goes as D gets its bytes, as rename(2) is atomic); returns what
+        `unlink` would."""
         types = STORAGE_MESSAGES if keep_storage else DATA_MESSAGES
+        left = None
         self.wb.flush()
         with self._edit() as (txn, touched):
+            if unlink is not None:
+                left = self._remove_link(txn, touched, *unlink)
             touched.update((ds.address, source))
             free_storage(txn, self.f, ds.address, ds.path)
             edit = HeaderEdit(txn, read_header(txn.reader, ds.address, ds.path))
@@ -202,6 +208,7 @@ class TreeEditor:
             for block in new.blocks:
                 txn.free(block.address, block.length)
             self.wb.discard(ds.address)   # writes into the old data since the flush go with it
+        return left
 
     def _unshare(self, txn: Transaction, touched: set[int], raw, path: str) -> None:
         """A message shared through another header goes: one use fewer of that header (a
@@ -228,12 +235,15 @@ class TreeEditor:
     def unlink(self, parent: H5Object, name: str) -> int | None:
         """Remove the link `name`; the hard links left to its object (0: it was freed), None
         for a soft or external link."""
-        left = None
         with self._edit() as (txn, touched):
-            link = self._links(txn, parent, touched).remove(name)
-            if link.link_type == link_msg.HARD:
-                left = self._unref(txn, touched, link.address, f"{parent.path}/{name}")
-        return left
+            return self._remove_link(txn, touched, parent, name)
+
+    def _remove_link(self, txn: Transaction, touched: set[int], parent: H5Object, name: str) -> int | None:
+        """`unlink` within the transaction `txn`."""
+        link = self._links(txn, parent, touched).remove(name)
+        if link.link_type == link_msg.HARD:
+            return self._unref(txn, touched, link.address, f"{parent.path}/{name}")
+        return None
 
     def hard_link(self, address: int, parent: H5Object, name: str) -> None:
         with self._edit() as (txn, touched):
