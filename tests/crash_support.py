@@ -82,6 +82,21 @@ def kill_daemon(mp, pid: int) -> None:
     force_unmount(mp)
 
 
+def kill_mid_copy(mp, name: str, npy: bytes) -> None:
+    """`cp` of the .npy bytes `npy` (cut short) over `mp/name`, fsync'd, then the daemon killed
+    before the copy is closed: the replacement never completes."""
+    pid = int(os.getxattr(mp, "user.h5fs.pid"))
+    with open(mp / name, "wb") as out:   # cp's open: O_TRUNC
+        out.write(npy)
+        out.flush()
+        os.fsync(out.fileno())
+        kill_daemon(mp, pid)
+        try:
+            out.close()
+        except OSError:   # the daemon is gone
+            pass
+
+
 def read_dataset(path) -> np.ndarray:
     with h5py.File(path, "r") as f:
         return f[NAME][()]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import LIBVERS, run_h5fs
-from crash_support import kill_daemon
+from crash_support import kill_mid_copy
 from write_support import verify_file
 
 X = np.arange(100.0).reshape(10, 10)
@@ -125,17 +125,8 @@ def test_truncated_or_malformed_npy_leaves_the_old_data(mounted):
 
 def test_kill_mid_copy_leaves_the_old_data(mounted, mount):
     path, mp, _ = mounted
-    pid = int(os.getxattr(mp, "user.h5fs.pid"))
-    new = np.arange(600_000, dtype="<f8")
-    with open(mp / "c.npy", "wb") as out:     # cp's open: O_TRUNC
-        out.write(_npy_bytes(new)[:3_000_000])   # past the 1 MiB budget: chunks in the file
-        out.flush()
-        os.fsync(out.fileno())
-        kill_daemon(mp, pid)
-        try:
-            out.close()
-        except OSError:   # the daemon is gone
-            pass
+    new = np.arange(600_000, dtype="<f8")   # past the 1 MiB budget: chunks in the file
+    kill_mid_copy(mp, "c.npy", _npy_bytes(new)[:3_000_000])
     with h5py.File(path, "r") as f:   # at once, before any repair
         assert np.array_equal(f["c"][()], C) and np.array_equal(f["g/x"][()], X)
     mp = mount(path, "rw")   # replays the journal; the walk finds the unlinked dataset's space free

@@ -22,7 +22,7 @@ import xarray
 
 import roundtrip_support as R
 from conftest import LIBVERS, run_h5fs
-from crash_support import kill_daemon, replayed_prefixes
+from crash_support import kill_mid_copy, replayed_prefixes
 from h5fs.check import check
 from test_mount_sohm import build as build_sohm
 from test_mount_sohm import records, remove_everything_with_libhdf5
@@ -246,16 +246,7 @@ def test_kill_mid_copy_leaves_the_old_data_and_storage(tmp_path, mount):
     with h5py.File(path, "r") as f:
         before = storage(f["big"])
     mp = mount(path, "rw", "writeback_mb=1")
-    pid = int(os.getxattr(mp, "user.h5fs.pid"))
-    with open(mp / "big.npy", "wb") as out:   # cp's open: O_TRUNC
-        out.write(npy_bytes(old[:900] * 2)[:3_000_000])   # past the 1 MiB budget: chunks in the file
-        out.flush()
-        os.fsync(out.fileno())
-        kill_daemon(mp, pid)
-        try:
-            out.close()
-        except OSError:   # the daemon is gone
-            pass
+    kill_mid_copy(mp, "big.npy", npy_bytes(old[:900] * 2)[:3_000_000])   # past the 1 MiB budget: chunks in the file
     with h5py.File(path, "r") as f:   # at once, before any repair
         assert storage(f["big"]) == before and np.array_equal(f["big"][()], old)
     mp = mount(path, "rw")   # replays the journal; the walk finds the unlinked dataset's space free
