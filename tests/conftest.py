@@ -14,7 +14,7 @@ import pytest
 # h5py's libhdf5 and its plugins load before any test module imports netCDF4 (which bundles its
 # own libhdf5): imported the other way round, h5py's plugin filters fail ("error during user
 # callback") for the rest of the run
-import h5py  # noqa: F401,E402
+import h5py  # noqa: E402
 import hdf5plugin  # noqa: F401,E402
 
 H5FS = [sys.executable, "-m", "h5fs.cli"]
@@ -188,7 +188,6 @@ def _no_mounts_left_behind(tmp_path_factory):
 
 def make_h5(path: Path, build, libver: str = "earliest", **kwargs) -> Path:
     """Create `path` with h5py (`libver` 'earliest' or 'latest') and fill it with `build(f)`."""
-    import h5py
     with h5py.File(path, "w", libver=libver, **kwargs) as f:
         build(f)
     return path
