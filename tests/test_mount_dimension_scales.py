@@ -251,20 +251,20 @@ def test_netcdf_rm_coordinate_and_variable(tmp_path, mount):
 
 # -- references to removed objects ---------------------------------------------------------------
 
-def make_references(path, libver: str) -> None:
+def make_references(path, libver: str, **kwargs) -> None:
     """a, referenced from an attribute of the root group, a dataset of references and a region
     reference; a's header at a multiple of 8, where h5fs can place a new header (libhdf5 packs
     headers: a dataset before it, its compound member name of the length that puts it there)."""
     for pad in range(200, 208):
-        _make_references(path, libver, pad)
+        _make_references(path, libver, pad, **kwargs)
         with h5py.File(path, "r") as f:
             if h5py.h5o.get_info(f["a"].id).addr % 8 == 0:
                 return
     raise AssertionError("no padding puts a's header at a multiple of 8")
 
 
-def _make_references(path, libver: str, pad: int) -> None:
-    with h5py.File(path, "w", libver=libver) as f:
+def _make_references(path, libver: str, pad: int, **kwargs) -> None:
+    with h5py.File(path, "w", libver=libver, **kwargs) as f:
         f.create_dataset("pad", shape=(1,), dtype=np.dtype([("p" * pad, "u1")]))
         f["a"] = np.arange(4.0)
         f["b"] = np.arange(3.0)
@@ -318,18 +318,19 @@ def test_reference_to_removed_object_never_resolves(tmp_path, mount, libver):
     verify_file(path, h5dump=libver == "earliest")
 
 
-@pytest.mark.parametrize("then", ("edit", "close"))
+@pytest.mark.parametrize("then", ("edit", "close", "close-persistent"))
 @pytest.mark.parametrize("libver", LIBVERS)
 def test_reference_to_object_removed_before_the_walk_fails(tmp_path, libver, then):
     """An object removed before the mount's walk has found the file sound keeps its header
     bytes until then (a link count too low may have freed a linked header: tests of damaged
-    files); the first transaction after the verdict zeroes them, or the unmount's."""
+    files); the first transaction after the verdict zeroes them, or the unmount's (also in a
+    file whose free-space managers persist, which keeps its length)."""
     from h5fs.model.file import H5File
     from h5fs.model.free_space import find_free_space
     from h5fs.model.tree_edit import TreeEditor
     from h5fs.model.writeback import Writeback
     path = tmp_path / f"early-{libver}.h5"
-    make_references(path, libver)
+    make_references(path, libver, **(dict(fs_strategy="fsm", fs_persist=True) if then == "close-persistent" else {}))
     f = H5File.open(str(path), writable=True, lock=True)
     wb = Writeback(f, 1 << 20)
     try:

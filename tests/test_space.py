@@ -57,6 +57,21 @@ def test_snapshot_restore_undoes_a_transaction():
     assert a.eoa == 100 and a.extents() == [] and a.pending == []
 
 
+@pytest.mark.parametrize("walked", (False, True))
+def test_restore_takes_back_the_graves_of_a_failed_transaction(walked):
+    """A transaction that freed a header's last link and then failed leaves the header live:
+    it is no grave (kept out of reuse), and the walk's verdict never lists it to be zeroed."""
+    a = Allocator(10000)
+    if not walked:
+        a.hold()   # a mount's start: frees wait for the walk
+    saved = a.snapshot()
+    a.bury(4096, 8, {4096})
+    a.restore(saved)
+    if not walked:
+        a.trust([(4096, 200, 0, 4096)])   # the walk met the header before that transaction
+    assert a.graves == [] and a.to_zero == [] and a.unverified == []
+
+
 def test_restore_after_splits_and_merges_gives_back_the_same_extents():
     """The snapshot is a log of the pools' changes, undone in reverse: whatever a transaction
     carved, merged or grew, restore leaves the extents, the end of allocation and the pending

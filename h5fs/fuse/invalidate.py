@@ -68,6 +68,7 @@ class Invalidator:
                 await self.data(node)
         finally:
             self.pending.discard(node.ino)
+            self.again.discard(node.ino)   # cancelled (unmount): no news kept for an inode gone
 
     def entry(self, parent: Node, name: bytes) -> None:
         """Make the kernel look `name` up in `parent` again. Queued to pyfuse3's own thread: done

@@ -67,6 +67,7 @@ def free_object(txn: Transaction, f, address: int, path: str) -> bool:
     walk = _ObjectWalk(f, False, None)
     walk.object(address, path)
     if address in txn.store.created:   # no reference can name it: all its space is reused
+        txn.store.created.discard(address)   # (a failed transaction makes it a grave later: safe)
         return _free(txn, walk, path, "removed")
     if not _free(txn, walk, path, "removed", grave=address):
         return False

@@ -191,12 +191,12 @@ class Allocator:
             for fl in self.pools.values():
                 fl.undo = self._undo
             return (self._generation, self.eoa, dict(self.kinds) if self.page is not None else None,
-                    len(self.pending))
+                    len(self.pending), len(self.graves), len(self.unverified))
 
     def restore(self, saved: tuple) -> None:
         """Undo the allocations and frees since `snapshot` (a transaction that failed)."""
         with self._lock:
-            generation, eoa, kinds, pending = saved
+            generation, eoa, kinds, pending, graves, unverified = saved
             if generation != self._generation:
                 raise H5fsError("space allocator: a transaction restored after another began")
             undo, self._undo = self._undo, []
@@ -213,6 +213,8 @@ class Allocator:
             if kinds is not None:
                 self.kinds = kinds
             del self.pending[pending:], self._pending_raw[pending:]
+            # the headers it freed are live again: never zeroed (`trust`) nor kept out of reuse
+            del self.graves[graves:], self.unverified[unverified:]
 
     def load(self, pool: int, extents: list[Extent]) -> None:
         """Free space a persistent manager lists (paged: its small sections type their pages)."""

@@ -101,11 +101,11 @@ class Store:
         file truncated; returns the bytes the file lost. A crash in between leaves a file longer
         than its end of allocation, which libhdf5 reads (and the next mount's walk finds that
         tail unused, so its unmount gives it back). Files whose free-space managers persist
-        keep their length (the managers would have to follow)."""
-        if self.persistent is not None:
-            return 0
+        keep their length (the managers would have to follow); the freed headers' bytes left to
+        zero are zeroed in every file."""
         with self.transaction() as txn:
-            end = self.allocator.trim_end(self.superblock.eof_address - self.superblock.base_address)
+            end = None if self.persistent is not None else \
+                self.allocator.trim_end(self.superblock.eof_address - self.superblock.base_address)
             if end is None and txn.empty:
                 return 0
             if end is not None:
