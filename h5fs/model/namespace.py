@@ -191,6 +191,25 @@ def links_from_header(group: Group) -> bool:
         return False
 
 
+def view_base(name: bytes, entry: Entry) -> bytes:
+    """The link name behind a view's file name (`D` for `D.npy` and `D.points.npy`, soft link
+    `L` for the symlink `L.npy`)."""
+    return name[:-len(entry.suffix)] if entry.suffix else name
+
+
+def other_views(name: bytes, entry: Entry) -> list[bytes]:
+    """The names of a dataset's other views (`D.npy` for `D`, `D` for `D.npy`, and a sparse
+    dataset's `D.points.npy`); a soft link's and its `.npy` symlink's, each other's (an external
+    link has none)."""
+    if entry.kind not in (RAW, NPY, POINTS, SYMLINK) or (entry.kind == SYMLINK and entry.soft_target is None):
+        return []
+    base = view_base(name, entry)
+    views = [base, base + NPY_SUFFIX.encode()]
+    if entry.numbers is not None and entry.numbers.sparse:
+        views.append(base + POINTS_SUFFIX.encode())
+    return [v for v in views if v != name]
+
+
 def npy_entry(raw: Entry) -> Entry:
     """The `.npy` view beside the raw view `raw`."""
     return replace(raw, name=raw.name + NPY_SUFFIX.encode(), kind=NPY, path=raw.path + NPY_SUFFIX,
