@@ -36,8 +36,10 @@ from .model.file import H5File
 from .progress import Line
 from .storage import journal
 from .storage.blockio import open_regular
+from .storage.byte_source import ByteSource, LocalSource, is_url
 from .storage.locking import take_lock
 from .storage.readers import superblock as superblock_reader
+from .storage.remote import RemoteOptions, open_remote
 from .storage.space import LARGE, RAW
 from .storage.space_map import FILE, UNEXPECTED, Extent, Problem, Progress, gaps, space_problems, walk
 
@@ -67,22 +69,33 @@ class Report:
                 f"of {self.end_of_allocation} allocated; file {self.file_size} bytes")
 
 
-def check(path: str, progress: Progress | None = None) -> Report:
-    """Check the file at `path` (see the module docstring). OSError when it cannot be opened,
-    NotHDF5 when it is no HDF5 file (no signature), H5fsError (Locked) when a writer holds it."""
-    fd = open_regular(path)
-    try:
-        problems = _journal(path, superblock_reader.recorded_eoa(fd))
-        take_lock(fd, False)
-        size = os.fstat(fd).st_size
-        superblock_reader.find_signature(fd)   # no HDF5 file at all: nothing to check (exit 2), no problem of one
+def check(path: str, progress: Progress | None = None, remote: RemoteOptions | None = None) -> Report:
+    """Check the file at `path`, a local path or a URL (`remote`: how to reach it; see the module
+    docstring). OSError when it cannot be opened, NotHDF5 when it is no HDF5 file (no signature),
+    H5fsError (Locked) when a writer holds it, RemoteError when the object cannot be fetched."""
+    if is_url(path):
+        source: ByteSource = open_remote(path, remote or RemoteOptions())
+        problems: list[Problem] = []   # no journal and no lock beside an object in a store
+    else:
+        fd = open_regular(path)
         try:
-            sb = superblock_reader.read(fd)
+            problems = _journal(path, superblock_reader.recorded_eoa(fd))
+            take_lock(fd, False)
+        except BaseException:
+            os.close(fd)
+            raise
+        source = LocalSource(fd, path)
+    try:
+        size = source.end()
+        superblock_reader.find_signature(source)   # no HDF5 file at all: nothing to check (exit 2), no problem of one
+        try:
+            sb = superblock_reader.read(source)
         except (H5fsError, *UNEXPECTED) as e:
+            source.close()
             return Report(path, tuple(problems + [Problem(FILE, "superblock", str(e))]), size)
-        f = H5File(path, fd, sb)
+        f = H5File(path, source, sb)
     except BaseException:
-        os.close(fd)
+        source.close()
         raise
     with f:   # closes fd
         smap = walk(f, chunks=True, progress=progress)

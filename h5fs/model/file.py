@@ -18,14 +18,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from functools import partial
 from typing import Any, Callable, Hashable
 
-from ..errors import FormatError, H5fsError, NotFound
+from ..errors import FormatError, H5fsError, NotFound, ReadOnly
 from ..format import object_header, superblock
 from ..format.codec import Reader
 from ..format.messages import shared, sohm_table
 from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
+from ..storage.byte_source import ByteSource, LocalSource, is_url
 from ..storage.chunk_cache import ChunkCache
 from ..storage.journal import Journal, Overlay, Stale, journal_path, overlay as journal_overlay
 from ..storage.locking import take_lock
@@ -34,6 +36,7 @@ from ..storage.readers import object_header as header_reader
 from ..storage.readers import superblock as superblock_reader
 from ..storage.readers.global_heap import GlobalHeapReader
 from ..storage.readers.sohm_table import read_table
+from ..storage.remote import RemoteOptions, open_remote
 from ..storage.transaction import Store
 from ..storage.writer import open_recorder
 from . import messages as M
@@ -75,14 +78,16 @@ def header_nbytes(header: object_header.ObjectHeader) -> int:
 
 
 class H5File:
-    def __init__(self, path: str, fd: int, sb: superblock.Superblock, overlay: Overlay | None = None):
-        """`overlay`: a read-only open's view of the updates a crash left in the journal."""
+    def __init__(self, path: str, source: ByteSource, sb: superblock.Superblock, overlay: Overlay | None = None):
+        """`source`: the file's bytes (owned: closed with the file); `overlay`: a read-only
+        open's view of the updates a crash left in the journal."""
         self.path = path
-        self.fd = fd
+        self.source = source
         self.superblock = sb
         self.sizes = sb.sizes
         self.meta = MetadataCache()
-        self.reader = BlockReader(fd, sb.location, sb.sizes, self.meta, *((overlay.pread, overlay.end) if overlay else ()))
+        self.reader = BlockReader(source, sb.location, sb.sizes, self.meta,
+                                  *((partial(overlay.pread, source.fd), overlay.end) if overlay else ()))
         self.root_address = sb.root_header_address
         self.root_entry = sb.root_entry
         self.chunk_cache = ChunkCache()
@@ -93,9 +98,13 @@ class H5File:
         self.store: Store | None = None           # the write side, when opened writable
 
     @classmethod
-    def open(cls, path: str, writable: bool = False, lock: bool = False) -> H5File:
-        """Open `path`; `writable` opens its write side (journal replayed, space allocator);
-        `lock` takes the lock libhdf5 takes (exclusive to write, shared to read)."""
+    def open(cls, path: str, writable: bool = False, lock: bool = False,
+             remote: RemoteOptions | None = None) -> H5File:
+        """Open `path`, a local file or a URL (`remote`: how to reach it); `writable` opens its
+        write side (journal replayed, space allocator); `lock` takes the lock libhdf5 takes
+        (exclusive to write, shared to read)."""
+        if is_url(path):
+            return cls._open_remote(path, writable, remote or RemoteOptions())
         fd = open_regular(path, writable)
         journal, overlay = None, None
         try:
@@ -118,11 +127,12 @@ class H5File:
                     log.warning("%s: finished %d metadata updates a crash had interrupted", path, replayed)
             else:
                 overlay = _journal_overlay(path, fd)
+            source = LocalSource(fd, path)
             try:
-                sb = superblock_reader.read(fd, *((overlay.pread,) if overlay else ()))
+                sb = superblock_reader.read(source, *((partial(overlay.pread, fd),) if overlay else ()))
             except UNEXPECTED as e:
                 raise internal_error("superblock", e) from e
-            f = cls(path, fd, sb, overlay)
+            f = cls(path, source, sb, overlay)
             f.root  # a file whose root group cannot be read is not mountable
             if journal is not None:
                 f.store = Store(f.reader, sb, journal, journal.writer.recorder)
@@ -133,6 +143,31 @@ class H5File:
             os.close(fd)
             raise
 
+    @classmethod
+    def _open_remote(cls, url: str, writable: bool, options: RemoteOptions) -> H5File:
+        """A remote object, read-only: no lock (nobody else writes through us) and no journal
+        (a crash's journal lies beside a local file only)."""
+        if writable:
+            raise ReadOnly(f"{url}: a remote object is mounted read-only (h5fs edits files in place, "
+                           f"which an object store cannot do)")
+        source = open_remote(url, options)
+        try:
+            try:
+                sb = superblock_reader.read(source)
+            except UNEXPECTED as e:
+                raise internal_error("superblock", e) from e
+            f = cls(url, source, sb)
+            f.root
+            return f
+        except BaseException:
+            source.close()
+            raise
+
+    @property
+    def fd(self) -> int:
+        """A local file's descriptor (the write side's); -1 for a remote object or once closed."""
+        return self.source.fd
+
     @property
     def writable(self) -> bool:
         return self.store is not None
@@ -142,9 +177,7 @@ class H5File:
             self.store.settle()
             self.store.journal.close()
             self.store = None
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.source.close()
 
     def __enter__(self) -> H5File:
         return self

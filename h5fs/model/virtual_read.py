@@ -36,7 +36,7 @@ def read_into(src, shape: tuple[int, ...], start: tuple[int, ...], count: tuple[
         for s, e in zip(start, shape):
             first = first * e + s
         target = dst if dst.flags.c_contiguous else np.empty(dst.shape, np.uint8)
-        preadv_exact(raw.fd, [target], raw.start + first * src.itemsize, target.nbytes, flags,
+        preadv_exact(raw.bytes, [target], raw.start + first * src.itemsize, target.nbytes, flags,
                      lambda: f"{src.path}: source read short of {target.nbytes} bytes")
         if target is not dst:
             dst[...] = target

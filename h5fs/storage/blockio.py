@@ -1,4 +1,4 @@
-"""Bounds-checked positional reads from the .h5 file (thread-safe: os.pread only)."""
+"""Bounds-checked positional reads from the .h5 file (thread-safe: positional reads only)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Callable
 
 from ..errors import FormatError
 from ..format.codec import Reader, Sizes
+from .byte_source import ByteSource, as_source
 from .metadata_cache import MetadataCache
 
 # No single metadata structure h5fs reads may claim more than this; protects against sizes
@@ -37,16 +38,18 @@ def open_regular(path: str, writable: bool = False, create: bool = False) -> int
 class BlockReader:
     """Reads byte ranges at HDF5 addresses (relative to the superblock's base address)."""
 
-    def __init__(self, fd: int, base: int = 0, sizes: Sizes = Sizes(), meta: MetadataCache | None = None,
-                 pread: Callable[[int, int, int], bytes] = os.pread, end: int = 0):
-        """`pread` (as os.pread) and `end` (where its bytes end, past the file's): a read-only
-        open's view through a crash's journal (journal.Overlay)."""
-        self.fd = fd
+    def __init__(self, source: int | ByteSource, base: int = 0, sizes: Sizes = Sizes(),
+                 meta: MetadataCache | None = None, pread: Callable[[int, int], bytes] | None = None, end: int = 0):
+        """`source`: the file's bytes (an fd: a local file); `pread` (size, position) and `end`
+        (where its bytes end, past the file's): a read-only open's view of metadata through a
+        crash's journal (journal.Overlay). Data is read from `source` itself."""
+        self.source = as_source(source)
+        self.fd = self.source.fd
         self.meta = meta if meta is not None else MetadataCache()  # the open file's metadata cache
         self.base = base
         self.sizes = sizes
-        self.pread = pread
-        self.eof = max(os.fstat(fd).st_size, end)
+        self.pread = pread or self.source.pread
+        self.eof = max(self.source.end(), end)
 
     def read(self, addr: int | None, size: int, what: str = "block") -> bytes:
         """Exactly `size` bytes at `addr`, or FormatError naming `what`."""
@@ -57,7 +60,7 @@ class BlockReader:
         start = self.base + addr
         if start < 0 or start + size > self.eof:
             raise FormatError(f"{what}: range {addr}+{size} lies outside the file ({self.eof - self.base} bytes)")
-        data = self.pread(self.fd, size, start)
+        data = self.pread(size, start)
         if len(data) != size:
             raise FormatError(f"{what}: short read at {addr}")
         return data
@@ -70,7 +73,7 @@ class BlockReader:
         if start < 0 or start >= self.eof:
             raise FormatError(f"{what}: address {addr} lies outside the file")
         size = min(size, self.eof - start, MAX_METADATA_BLOCK)
-        return self.pread(self.fd, size, start)
+        return self.pread(size, start)
 
     def cursor(self, addr: int | None, size: int, what: str = "block") -> Reader:
         return Reader(self.read(addr, size, what), 0, self.sizes, what)

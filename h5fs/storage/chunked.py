@@ -5,7 +5,6 @@ Chunks are cached under (owner, chunk coordinates); the owner names this version
 
 from __future__ import annotations
 
-import os
 from math import prod
 from typing import Callable
 
@@ -101,7 +100,7 @@ class ChunkedSource(RawSource):
     def stored(self, coords: tuple[int, ...], rec, stored_max: int) -> bytes:
         """The chunk's bytes as the file stores them, checked to lie inside it."""
         position = self.located(coords, rec, stored_max)
-        data = os.pread(self.index.ctx.reader.fd, rec.size, position) if rec.size else b""
+        data = self.index.ctx.reader.source.pread(rec.size, position) if rec.size else b""
         if len(data) != rec.size:
             raise FormatError(f"{self.what}: chunk {coords} at {rec.address}+{rec.size} lies outside the file")
         return data

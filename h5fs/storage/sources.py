@@ -3,15 +3,13 @@ unchunked layouts (contiguous, compact, never-allocated)."""
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 
 import numpy as np
 
 from ..errors import FormatError
 from .blockio import BlockReader
-
-NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+from .byte_source import NOWAIT
 
 
 def fill_pattern(fill: bytes | None, itemsize: int, start: int, size: int) -> bytes:
@@ -91,24 +89,25 @@ class CompactSource(RawSource):
 
 
 class ContiguousSource(RawSource):
-    """One extent in the file; pread straight from it (the page cache is the cache)."""
+    """One extent in the file; read straight from it (the page cache or the block cache is the
+    cache)."""
 
     def __init__(self, size: int, reader: BlockReader, address: int, what: str):
         super().__init__(size)
         reader.check_range(address, size, f"{what}: contiguous data")
-        self.fd, self.start = reader.fd, reader.base + address
+        self.bytes, self.start = reader.source, reader.base + address
 
     def read(self, offset: int, size: int) -> bytes:
         offset, size = self.clip(offset, size)
-        return os.pread(self.fd, size, self.start + offset)
+        return self.bytes.pread(size, self.start + offset)
 
     def read_cached(self, offset: int, size: int) -> memoryview | None:
-        """The bytes when the page cache holds them all (preadv2 with RWF_NOWAIT never waits for
-        the disk), else None."""
+        """The bytes when the page cache (or block cache) holds them all (RWF_NOWAIT never waits
+        for a disk or a network), else None."""
         offset, size = self.clip(offset, size)
         buf = memoryview(np.empty(size, np.uint8))   # not zeroed first, as a bytearray would be
         try:
-            n = os.preadv(self.fd, [buf], self.start + offset, NOWAIT)
+            n = self.bytes.preadv([buf], self.start + offset, NOWAIT)
         except OSError:   # EAGAIN: not all cached; EOPNOTSUPP: the file system cannot say
             return None
         return buf if n == size else None

@@ -17,7 +17,6 @@ holds dirty in memory (pinned in the chunk cache, not yet in the file) are taken
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from functools import partial
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ..errors import FormatError
+from .byte_source import ByteSource
 from .chunk_grid import linear_boxes
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def _in_runs(src: ChunkedSource, reads: _Reads, recs: list, a: int, b: int, scra
         j, first = i + 1, recs[i].address
         while j < len(recs) and recs[j].address == first + (j - i) * size:
             j += 1
-        preadv_exact(reads.fd, [flat[i:j]], reads.base + first, (j - i) * size, reads.flags,
+        preadv_exact(reads.bytes, [flat[i:j]], reads.base + first, (j - i) * size, reads.flags,
                      lambda: f"{src.what}: short read of chunk data at {first}")
         i = j
     return True
@@ -269,7 +269,7 @@ class _Reads:
     def __init__(self, src: ChunkedSource, flags: int):
         self.src, self.flags = src, flags
         reader = src.index.ctx.reader
-        self.fd, self.base = reader.fd, reader.base
+        self.bytes, self.base = reader.source, reader.base
         self.todo: list[tuple[int, np.ndarray]] = []
         self.fill = None if not src.fill or not any(src.fill) else np.frombuffer(src.fill, np.uint8)
         # dirty chunks live in the chunk cache; it is asked only when it holds some of ours
@@ -303,15 +303,15 @@ class _Reads:
                 bufs.append(todo[i][1])
                 end += todo[i][1].nbytes
                 i += 1
-            preadv_exact(self.fd, bufs, pos, end - pos, self.flags,
+            preadv_exact(self.bytes, bufs, pos, end - pos, self.flags,
                          lambda: f"{self.src.what}: short read of chunk data at {pos - self.base}")
 
 
-def preadv_exact(fd: int, bufs: list, pos: int, total: int, flags: int, short: Callable[[], str]) -> None:
-    """Fill `bufs` from `pos`; with `flags` (RWF_NOWAIT) Miss when the page cache lacks a byte,
-    else FormatError(`short()`) when the file ends first."""
+def preadv_exact(source: ByteSource, bufs: list, pos: int, total: int, flags: int, short: Callable[[], str]) -> None:
+    """Fill `bufs` from `pos`; with `flags` (RWF_NOWAIT) Miss when the page cache (or block
+    cache) lacks a byte, else FormatError(`short()`) when the file ends first."""
     try:
-        n = os.preadv(fd, bufs, pos, flags)
+        n = source.preadv(bufs, pos, flags)
     except OSError:
         if flags:   # EAGAIN: not all cached; EOPNOTSUPP: the file system cannot say
             raise Miss from None

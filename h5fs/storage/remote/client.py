@@ -1,0 +1,161 @@
+"""Range requests for one remote object, pinned to the version seen when it was opened.
+
+obstore (Rust's object_store) speaks S3 and HTTP(S), pools connections and releases the GIL
+while it waits, so worker threads fetch in parallel. Its own retries are off: ours count them
+for `h5fs status`, back off, and give up with an error naming the URL and the bytes. Every
+request is conditional on the pinned version (If-Match on the ETag, else If-Unmodified-Since):
+once the object changes, every read fails instead of mixing bytes of two versions.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import obstore
+from obstore import exceptions as oe
+
+from ...errors import H5fsError
+from .credentials import profile_config
+from .options import RemoteOptions
+
+BACKOFF = 0.2          # seconds before the first retry; doubled each time
+MAX_BACKOFF = 5.0
+
+
+class RemoteError(H5fsError):
+    """A request failed for good (after retries): the read answers EIO, the log names the URL."""
+
+    errno = errno.EIO
+
+
+class RemoteChanged(RemoteError):
+    """The object is no longer the version the mount pinned."""
+
+
+@dataclass(frozen=True)
+class Version:
+    size: int
+    etag: str | None
+    modified: Any          # datetime of Last-Modified, or None
+    version: str | None    # S3 version id, when the bucket keeps versions
+
+    def key(self) -> str:
+        """What tells this version apart in the block cache."""
+        return f"{self.size}:{self.etag}:{self.modified}:{self.version}"
+
+
+def _store(url: str, options: RemoteOptions) -> tuple[Any, str]:
+    """(obstore store, path inside it) for `url`."""
+    from obstore.store import HTTPStore, S3Store
+    parts = urlsplit(url)
+    client: dict[str, Any] = {"timeout": timedelta(seconds=options.timeout),
+                              "connect_timeout": timedelta(seconds=min(options.timeout, 10.0))}
+    retry = {"max_retries": 0}
+    if parts.scheme.lower() == "s3":
+        if not parts.netloc or not parts.path.strip("/"):
+            raise H5fsError(f"{url}: an S3 URL names a bucket and a key: s3://BUCKET/KEY")
+        config, provider = ({}, None) if options.anonymous else profile_config(options.profile)
+        if options.region:
+            config["region"] = options.region
+        if options.endpoint:
+            config["endpoint"] = options.endpoint
+            config["virtual_hosted_style_request"] = False   # S3-compatible servers answer on paths
+            client["allow_http"] = options.endpoint.lower().startswith("http://")
+        if options.anonymous:
+            config["skip_signature"] = True
+        return (S3Store(parts.netloc, config=config, client_options=client, retry_config=retry,
+                        credential_provider=provider), unquote(parts.path.lstrip("/")))
+    if options.endpoint or options.anonymous or options.profile or options.region:
+        raise H5fsError(f"{url}: endpoint=, region=, anonymous and profile= are for s3:// URLs")
+    head, _, name = parts.path.rpartition("/")
+    if not name:
+        raise H5fsError(f"{url}: the URL names a directory, not a file")
+    client["allow_http"] = parts.scheme.lower() == "http"
+    base = f"{parts.scheme}://{parts.netloc}{head}/"
+    return HTTPStore.from_url(base, client_options=client, retry_config=retry), unquote(name)
+
+
+class ObjectClient:
+    """Head and range reads of one object; thread-safe; counts what it does."""
+
+    def __init__(self, url: str, options: RemoteOptions):
+        self.url, self.options = url, options
+        self.store, self.path = _store(url, options)
+        self._lock = threading.Lock()
+        self.requests = self.bytes = self.retries = self.failures = 0
+        self.errors: deque[str] = deque(maxlen=5)
+        self.changed: str | None = None        # why reads fail for good, once the object changed
+        self.version = self._head()
+
+    def _head(self) -> Version:
+        """The object's version and size (a HEAD request); errors that make a mount pointless
+        (missing object, no access, no server) are H5fsError with a message a user can act on."""
+        meta = self._call(lambda: obstore.head(self.store, self.path), "HEAD")
+        return Version(int(meta["size"]), meta.get("e_tag"), meta.get("last_modified"), meta.get("version"))
+
+    def get(self, start: int, end: int) -> memoryview:
+        """Bytes [start, end) of the pinned version (end clipped to the object)."""
+        if self.changed:
+            raise RemoteChanged(self.changed)
+        end = min(end, self.version.size)
+        v = self.version
+        opts: dict[str, Any] = {"range": (start, end)}
+        if v.etag:
+            opts["if_match"] = v.etag
+        elif v.modified is not None:
+            opts["if_unmodified_since"] = v.modified
+        if v.version:
+            opts["version"] = v.version
+        data = self._call(lambda: obstore.get(self.store, self.path, options=opts).bytes(), f"bytes {start}-{end - 1}")
+        if len(data) != end - start:
+            raise RemoteError(f"{self.url}: bytes {start}-{end - 1}: the server sent {len(data)} bytes for "
+                              f"{end - start} (does it support range requests?)")
+        with self._lock:
+            self.bytes += len(data)
+        return memoryview(data)
+
+    def _call(self, request, what: str):
+        """`request()` with bounded retries of transient failures."""
+        for attempt in range(self.options.retries + 1):
+            with self._lock:
+                self.requests += 1
+            try:
+                return request()
+            except oe.PreconditionError as e:
+                self.changed = (f"{self.url} changed since it was mounted (it is no longer version "
+                                f"{self.version.etag or self.version.modified}): remount to read the new one")
+                self._failed(self.changed)
+                raise RemoteChanged(self.changed) from e
+            except oe.NotFoundError as e:
+                self._failed(f"{what}: not found")
+                raise RemoteError(f"{self.url}: no such object (404)") from e
+            except (oe.PermissionDeniedError, oe.UnauthenticatedError) as e:
+                self._failed(f"{what}: access denied")
+                raise RemoteError(f"{self.url}: access denied ({_reason(e)}); check the credentials, "
+                                  f"or `anonymous` for a public bucket") from e
+            except (oe.BaseError, OSError) as e:   # 5xx, dropped connections, timeouts
+                if attempt == self.options.retries:
+                    self._failed(f"{what}: {_reason(e)}")
+                    raise RemoteError(f"{self.url}: {what}: {_reason(e)} (after {attempt} retries)") from e
+                with self._lock:
+                    self.retries += 1
+                time.sleep(min(MAX_BACKOFF, BACKOFF * 2 ** attempt))
+        raise AssertionError("unreachable")
+
+    def _failed(self, message: str) -> None:
+        with self._lock:
+            self.failures += 1
+            self.errors.append(f"{time.strftime('%H:%M:%S')} {message}")
+
+
+def _reason(e: BaseException) -> str:
+    """The first line of obstore's message, which can run to a page of debug output."""
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__

@@ -1,0 +1,200 @@
+"""A remote object as a byte source: aligned blocks from the block cache, what is missing
+fetched with few round trips.
+
+- A read pins its blocks, fetches the missing ones (consecutive blocks in one range request, up
+  to MAX_REQUEST; the runs of one read in parallel, `requests` at once; a block another read is
+  already fetching is waited for, not fetched twice), then reads the cache file with preadv.
+- With RWF_NOWAIT (the FUSE thread asking whether it can answer at once) a read whose blocks are
+  not all here raises BlockingIOError: it moves to a worker thread, as a local page-cache miss does.
+- Sequential readers are recognised per stream (a read that starts in or after the block where
+  an earlier one stopped and reaches past it): each such read doubles the stream's window, up to
+  MAX_AHEAD, and the blocks of the window are fetched in the background (mountpoint-s3's
+  prefetcher). Read-ahead never takes more than all but two of the request slots, so a reader's
+  own miss is not queued behind it.
+- At open, one request fetches the superblock with the first INITIAL bytes, where libhdf5
+  writes the root group and, in most files, the first metadata.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Sequence
+
+from ..byte_source import NOWAIT, ByteSource
+from .block_cache import BlockCache
+from .client import ObjectClient, RemoteChanged
+from .options import RemoteOptions
+
+MAX_REQUEST = 8 << 20     # bytes of one range request
+MAX_AHEAD = 64 << 20      # a sequential stream's largest read-ahead window
+INITIAL = 1 << 20         # fetched at open
+STREAMS = 16              # sequential streams followed at once
+
+
+class RemoteSource(ByteSource):
+    def __init__(self, url: str, options: RemoteOptions):
+        self.name, self.options = url, options
+        self.client = ObjectClient(url, options)
+        self.size = self.client.version.size
+        self.block = options.block
+        self.cache = BlockCache(options.cache_path(), url, self.client.version.key(), self.size, self.block,
+                                options.disk_cache_mb << 20)
+        self._pool = ThreadPoolExecutor(options.requests, thread_name_prefix="h5fs-fetch")
+        self._lock = threading.Lock()
+        self._inflight: dict[int, Future] = {}
+        self._background = 0                            # read-ahead requests in flight
+        self._streams: OrderedDict[int, int] = OrderedDict()   # next block of a stream -> window
+        self._closed = False
+        self.per_request = max(1, MAX_REQUEST // self.block)
+        try:
+            if self.size:
+                self._ensure(range(0, (min(self.size, max(INITIAL, self.block)) - 1) // self.block + 1))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- ByteSource ---------------------------------------------------------------------------
+    def pread(self, size: int, position: int) -> bytes:
+        end = min(position + size, self.size)
+        if size <= 0 or position < 0 or end <= position:
+            return b""
+        blocks = range(position // self.block, (end - 1) // self.block + 1)
+        self.cache.pin(blocks)
+        try:
+            self._serve(blocks, 0)
+            return os.pread(self.cache.fd, end - position, position)
+        finally:
+            self.cache.unpin(blocks)
+
+    def preadv(self, buffers: Sequence[Any], position: int, flags: int = 0) -> int:
+        total = sum(memoryview(b).nbytes for b in buffers)
+        end = min(position + total, self.size)
+        if total <= 0 or position < 0 or end <= position:
+            return 0
+        blocks = range(position // self.block, (end - 1) // self.block + 1)
+        self.cache.pin(blocks)
+        try:
+            self._serve(blocks, flags)
+            return os.preadv(self.cache.fd, buffers, position, flags)
+        finally:
+            self.cache.unpin(blocks)
+
+    def stats(self) -> dict[str, Any]:
+        c, v = self.client, self.client.version
+        with self._lock:
+            in_flight = len(set(self._inflight.values()))
+        return {"url": self.name, "version": v.etag or str(v.modified), "size": self.size,
+                "block_kb": self.block // 1024, "requests": c.requests, "bytes_fetched": c.bytes,
+                "cache_hits": self.cache.hits, "cache_misses": self.cache.misses, "retries": c.retries,
+                "failures": c.failures, "last_errors": list(c.errors), "in_flight": in_flight,
+                "cache": self.cache.path or "private (not kept)", "cache_bytes": self.cache.held(),
+                "changed": c.changed}
+
+    def close(self) -> None:
+        """Wait for requests under way (their bytes go to the cache file, which must stay open
+        until they are done), then close the cache."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.cache.close()
+
+    # -- blocks ---------------------------------------------------------------------------------
+    def _serve(self, blocks: range, flags: int) -> None:
+        """Make `blocks` (pinned by the caller) ready, and start the read-ahead they call for."""
+        if self.client.changed:
+            raise RemoteChanged(self.client.changed)
+        if flags & NOWAIT:
+            if not all(self.cache.ready(n) for n in blocks):
+                raise BlockingIOError(errno.EAGAIN, "not in the block cache")
+            self.cache.hits += len(blocks)
+        else:
+            self._ensure(blocks)
+        self._read_ahead(blocks)
+
+    def _ensure(self, blocks: range) -> None:
+        missing = self.cache.missing(blocks)
+        if missing:
+            for fut in self._start(missing, background=False):
+                fut.result()
+
+    def _start(self, numbers: list[int], background: bool) -> set[Future]:
+        """Futures that together fetch `numbers` (joining fetches under way)."""
+        futures: set[Future] = set()
+        with self._lock:
+            if self._closed:
+                raise RemoteChanged(f"{self.name}: unmounted")
+            new = []
+            for n in numbers:
+                fut = self._inflight.get(n)
+                if fut is not None:
+                    futures.add(fut)
+                elif not background or not self.cache.ready(n):
+                    new.append(n)
+            for run in _runs(new, self.per_request):
+                if background:
+                    if self._background >= max(1, self.options.requests - 2):
+                        break
+                    self._background += 1
+                fut = self._pool.submit(self._fetch, run, background)
+                for n in run:
+                    self._inflight[n] = fut
+                futures.add(fut)
+        return futures
+
+    def _fetch(self, run: range, background: bool) -> None:
+        try:
+            start = run.start * self.block
+            data = self.client.get(start, min(run.stop * self.block, self.size))
+            for n in run:
+                if self._closed:
+                    return
+                lo = (n - run.start) * self.block
+                self.cache.store(n, data[lo:lo + self.block])
+        finally:
+            with self._lock:
+                for n in run:
+                    self._inflight.pop(n, None)
+                if background:
+                    self._background -= 1
+
+    def _read_ahead(self, blocks: range) -> None:
+        """Follow sequential streams; fetch the window ahead of one this read continues."""
+        first, last = blocks.start, blocks.stop - 1
+        with self._lock:
+            key = next((k for k in self._streams if first + 1 >= k and first <= k <= last), None)
+            if key is None:
+                if last + 1 in self._streams:
+                    return
+                self._streams[last + 1] = 1
+                if len(self._streams) > STREAMS:
+                    self._streams.popitem(last=False)
+                return
+            window = min(self._streams.pop(key) * 2, max(1, MAX_AHEAD // self.block))
+            self._streams[last + 1] = window
+        stop = min(last + 1 + window, (self.size - 1) // self.block + 1)
+        ahead = [n for n in range(last + 1, stop) if not self.cache.ready(n)]
+        if ahead:
+            try:
+                self._start(ahead, background=True)
+            except RemoteChanged:
+                pass
+
+
+def _runs(numbers: list[int], longest: int) -> list[range]:
+    """Consecutive block numbers as ranges of at most `longest` blocks."""
+    out: list[range] = []
+    for n in sorted(numbers):
+        if out and out[-1].stop == n and len(out[-1]) < longest:
+            out[-1] = range(out[-1].start, n + 1)
+        else:
+            out.append(range(n, n + 1))
+    return out
+
+
+def open_remote(url: str, options: RemoteOptions) -> RemoteSource:
+    return RemoteSource(url, options)
