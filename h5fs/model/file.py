@@ -96,6 +96,7 @@ class H5File:
         self._epoch = 0                           # invalidations so far, of any address
         self._lock = threading.Lock()             # orders invalidations and cache stores
         self.store: Store | None = None           # the write side, when opened writable
+        self.remote: RemoteOptions | None = None  # how a remote object was reached (its siblings too)
 
     @classmethod
     def open(cls, path: str, writable: bool = False, lock: bool = False,
@@ -157,6 +158,7 @@ class H5File:
             except UNEXPECTED as e:
                 raise internal_error("superblock", e) from e
             f = cls(url, source, sb)
+            f.remote = options
             f.root
             return f
         except BaseException:
