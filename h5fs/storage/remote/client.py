@@ -113,7 +113,8 @@ class ObjectClient:
             opts["if_unmodified_since"] = v.modified
         if v.version:
             opts["version"] = v.version
-        data = self._call(lambda: obstore.get(self.store, self.path, options=opts).bytes(), f"bytes {start}-{end - 1}")
+        data = self._call(lambda: _body(obstore.get(self.store, self.path, options=opts), start, end),
+                          f"bytes {start}-{end - 1}")
         if len(data) != end - start:
             raise RemoteError(f"{self.url}: bytes {start}-{end - 1}: the server sent {len(data)} bytes for "
                               f"{end - start} (does it support range requests?)")
@@ -140,6 +141,9 @@ class ObjectClient:
                 self._failed(f"{what}: access denied")
                 raise RemoteError(f"{self.url}: access denied ({_reason(e)}); check the credentials, "
                                   f"or `anonymous` for a public bucket") from e
+            except RemoteError as e:   # an answer that can never be right: no retry
+                self._failed(f"{what}: {e}")
+                raise RemoteError(f"{self.url}: {e}") from None
             except (oe.BaseError, OSError) as e:   # 5xx, dropped connections, timeouts
                 if attempt == self.options.retries:
                     self._failed(f"{what}: {_reason(e)}")
@@ -153,6 +157,16 @@ class ObjectClient:
         with self._lock:
             self.failures += 1
             self.errors.append(f"{time.strftime('%H:%M:%S')} {message}")
+
+
+def _body(result, start: int, end: int):
+    """The bytes of a range answer, refused unread when it is not the range asked for (a server
+    that ignores ranges sends the whole object: never take an unbounded body into memory)."""
+    got = tuple(result.range)
+    if got != (start, end):
+        raise RemoteError(f"the server answered bytes {got[0]}-{got[1] - 1} to a request for {start}-{end - 1} "
+                          f"(it does not support range requests)")
+    return result.bytes()
 
 
 def _reason(e: BaseException) -> str:
