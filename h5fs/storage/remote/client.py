@@ -10,6 +10,7 @@ once the object changes, every read fails instead of mixing bytes of two version
 from __future__ import annotations
 
 import errno
+import re
 import threading
 import time
 from collections import deque
@@ -134,13 +135,17 @@ class ObjectClient:
                                 f"{self.version.etag or self.version.modified}): remount to read the new one")
                 self._failed(self.changed)
                 raise RemoteChanged(self.changed) from e
-            except oe.NotFoundError as e:
+            except (oe.NotFoundError, FileNotFoundError) as e:   # obstore raises the builtin for a 404
                 self._failed(f"{what}: not found")
                 raise RemoteError(f"{self.url}: no such object (404)") from e
             except (oe.PermissionDeniedError, oe.UnauthenticatedError) as e:
                 self._failed(f"{what}: access denied")
                 raise RemoteError(f"{self.url}: access denied ({_reason(e)}); check the credentials, "
                                   f"or `anonymous` for a public bucket") from e
+            except oe.NotSupportedError as e:   # a server that ignores ranges: asking again will not help
+                self._failed(f"{what}: {_reason(e)}")
+                raise RemoteError(f"{self.url}: {what}: {_reason(e)} (the server does not support range "
+                                  f"requests)") from e
             except RemoteError as e:   # an answer that can never be right: no retry
                 self._failed(f"{what}: {e}")
                 raise RemoteError(f"{self.url}: {e}") from None
@@ -169,7 +174,16 @@ def _body(result, start: int, end: int):
     return result.bytes()
 
 
+CONNECT = re.compile(r'ConnectError\(\s*"([^"]+)",(?:.*?(?:message|error): "([^"]+)")?', re.S)
+TIMEOUT = re.compile(r"kind: Timeout,")
+
+
 def _reason(e: BaseException) -> str:
-    """The first line of obstore's message, which can run to a page of debug output."""
-    text = str(e).strip().splitlines()
-    return text[0][:300] if text else type(e).__name__
+    """The first line of obstore's message, which can run to a page of debug output, with the
+    cause its debug part gives for a request that got no answer ("dns error: ...", "tcp connect
+    error: Connection refused", "timed out")."""
+    text = str(e).strip()
+    first = text.splitlines()[0][:300] if text else type(e).__name__
+    found = CONNECT.search(text)
+    cause = ": ".join(g for g in found.groups() if g) if found else "timed out" if TIMEOUT.search(text) else ""
+    return f"{first} ({cause})" if cause else first
