@@ -83,7 +83,7 @@ def _store(url: str, options: RemoteOptions) -> tuple[Any, str]:
     if not name:
         raise H5fsError(f"{url}: the URL names a directory, not a file")
     client["allow_http"] = parts.scheme.lower() == "http"
-    base = f"{parts.scheme}://{parts.netloc}{head}/"
+    base = f"{parts.scheme}://{parts.netloc}{head}"   # no trailing slash: obstore joins with one
     return HTTPStore.from_url(base, client_options=client, retry_config=retry), unquote(name)
 
 
