@@ -210,7 +210,10 @@ def _remote_value(key: str, val: str):
             raise OptionError("-o cache_dir=: a directory, or none")
         return "none" if val == "none" else os.path.abspath(val)   # the daemon runs in /
     if key == "timeout":
-        return _number(key, val, float, 0.001)
+        n = _number(key, val, float, 0.001)
+        if n == float("inf"):
+            raise OptionError(f"-o timeout={val}: a number of seconds is needed")
+        return n
     n = _number(key, val, int, 0 if key == "retries" else 1)
     if key == "block_kb" and (n & (n - 1) or not MIN_BLOCK_KB <= n <= MAX_BLOCK_KB):
         raise OptionError(f"-o block_kb={val}: a power of two from {MIN_BLOCK_KB} to {MAX_BLOCK_KB}")
