@@ -57,6 +57,9 @@ class MountConfig:
 
 
 def _options(values: list[str] | None, source: str, url: bool) -> mount_options.MountOptions:
+    """The parsed options, checked against the source (UsageError: exit 2)."""
+    if url and ("?" in source or "#" in source):   # obstore asks for the path alone: a signature would be lost
+        raise UsageError(f"{source}: a URL with a query string (a presigned URL) is not supported")
     try:
         opts = mount_options.parse(values)
         mount_options.for_source(opts, source, url)

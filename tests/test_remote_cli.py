@@ -254,6 +254,48 @@ def test_status_names_the_last_errors(urls, original, range_server, mount, tmp_p
         assert (mp / "big").read_bytes() == f["big"][...].tobytes()
 
 
+def test_a_replaced_object_answers_eio_naming_the_url(urls, original, range_server, mount, tmp_path):  # noqa: F811
+    mp = mount(urls["http"], f"cache_dir={tmp_path / 'cache'}", "block_kb=4")
+    with h5py.File(original, "r") as f:
+        assert (mp / "x").read_bytes() == f["x"][...].tobytes()
+    range_server.replace("run.h5", original.read_bytes())   # same bytes, a new version (ETag)
+    with pytest.raises(OSError) as err:
+        (mp / "big").read_bytes()   # past what the mount fetched first
+    assert err.value.errno == 5
+    with pytest.raises(OSError) as err:   # from then on every read that reaches the daemon
+        (mp / "g" / "y.npy").read_bytes()
+    assert err.value.errno == 5
+    remote = json.loads(run_h5fs("status", "--json", mp).stdout)[0]["remote"]
+    assert remote["changed"].startswith(f"{urls['http']} changed since it was mounted")
+    assert remote["changed"] in run_h5fs("status", mp).stdout
+    log = mount.log_of(mp)
+    assert f"{urls['http']} changed since it was mounted" in log and "Traceback" not in log
+
+
+def test_profile_of_the_shared_files(urls, original, mount, tmp_path, monkeypatch):
+    """profile= takes a profile of the credentials file (moto takes any keys: what is checked is
+    that the profile is looked up, found or named as missing)."""
+    creds = tmp_path / "credentials"
+    creds.write_text("[lab]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    url, opts = mount_args(urls, "s3", tmp_path)
+    mp = mount(url, *opts, "profile=lab")
+    with h5py.File(original, "r") as f:
+        assert (mp / "x").read_bytes() == f["x"][...].tobytes()
+    line = failed_mount(url, opts + ["profile=nobody"], tmp_path)
+    assert "AWS profile 'nobody' is in neither" in line
+
+
+def test_a_url_with_a_query_string_is_refused(urls, tmp_path):
+    mp = tmp_path / "mp"
+    mp.mkdir()
+    url = urls["http"] + "?X-Amz-Signature=abc"
+    proc = run_h5fs("mount", url, mp)
+    assert proc.returncode == 2 and "a URL with a query string (a presigned URL) is not supported" in proc.stderr
+    assert not is_mounted(mp)
+
+
 # -- mount(8), fstab and the systemd unit ---------------------------------------------------------
 
 @pytest.fixture(scope="module")
