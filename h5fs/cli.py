@@ -6,6 +6,8 @@ mount
     starts; the child opens the file (so format errors are reported from the engine), mounts,
     serves, and reports "ready" or an error through a pipe; the parent prints it and exits. The
     child detaches (setsid) and redirects its stdio once ready. Options: h5fs/mount_options.py.
+    FILE may be a URL (s3://, http(s)://): kept as given, mounted read-only, reached when the
+    daemon opens it (a missing object or an unreachable server is the one line of exit 1).
     `h5fs FILE MOUNTPOINT -o OPTIONS` (what mount.fuse3 runs for `-t fuse.h5fs` when our own
     helpers are not installed) is `h5fs mount`.
 

@@ -4,7 +4,8 @@ The table drives the parser, `h5fs mount --help` and the README's options table 
 that the README lists every option). Options mount(8) keeps for itself (`noauto`, `nofail`,
 `x-systemd.*`...) arrive when h5fs is mounted from fstab; they are dropped here. Generic mount
 flags (`noatime`, `nodev`...) go to the kernel through FUSE. Anything else is an error: a typo
-must not mount with a default the user did not ask for.
+must not mount with a default the user did not ask for. A URL's options (endpoint=...timeout=)
+make the `remote` RemoteOptions; `for_source` refuses them for a local file.
 """
 
 from __future__ import annotations
