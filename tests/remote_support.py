@@ -1,7 +1,8 @@
 """Fixtures for remote-mount tests: one HTTP range server and one moto S3 server per session.
 
-Import what a test module uses (`from remote_support import range_server, s3_server, publish,
-fresh`); nothing here is autouse. Both servers listen on 127.0.0.1 only and are stopped at the end
+Import what a test module uses (`from remote_support import range_server, s3_server, s3_proxy,
+publish, fresh`); nothing here is autouse. s3_proxy is a FaultProxy in front of moto (latency,
+faults and counters for S3 as RangeServer has them for HTTP): mount with endpoint=s3_proxy.url. Both servers listen on 127.0.0.1 only and are stopped at the end
 of the session, whatever the tests did. s3_server puts moto's fake credentials and region in
 os.environ for the session, so `h5fs mount` (run_h5fs inherits the environment) finds them the way
 the AWS tools do; the endpoint is not put there: pass publish()'s `s3_options` to the mount.
@@ -15,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from servers import CREDENTIALS, REGION, RangeServer, S3Server
+from servers import CREDENTIALS, REGION, FaultProxy, RangeServer, S3Server
 
 BUCKET = "h5fs-test"
 
 # One server of each kind however many test modules import these fixtures: pytest makes a
 # session-scoped fixture per importing module, and they all share what is started here.
-_started: dict[str, RangeServer | S3Server] = {}
+_started: dict[str, RangeServer | S3Server | FaultProxy] = {}
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +55,15 @@ def s3_server():
 
 
 @pytest.fixture(scope="session")
+def s3_proxy(s3_server):
+    """A FaultProxy (no latency) in front of s3_server."""
+    if "s3_proxy" not in _started:
+        _started["s3_proxy"] = FaultProxy(s3_server.endpoint).start()
+    yield _started["s3_proxy"]
+    _stop("s3_proxy")
+
+
+@pytest.fixture(scope="session")
 def publish(range_server, s3_server):
     """publish(path, name=None) -> dict(http=URL, s3=URL, s3_options=mount options): the file
     served by both servers under `name` (default: its own name)."""
@@ -75,9 +85,9 @@ def publish_to(path, range_server: RangeServer, s3_server: S3Server,
 
 
 def fresh(server) -> None:
-    """A server as a test expects to find it: for a RangeServer no fault, no latency, counters at
-    zero (moto's S3Server has none of these)."""
-    if isinstance(server, RangeServer):
+    """A server as a test expects to find it: for a RangeServer or FaultProxy no fault, no latency,
+    counters at zero (moto's S3Server has none of these)."""
+    if isinstance(server, (RangeServer, FaultProxy)):
         server.fault(None)
         server.latency = 0.0
         server.reset_stats()

@@ -2,7 +2,10 @@
 
 RangeServer: an HTTP/1.1 file server with byte ranges, validators, conditional requests, added
 latency, request counters and injectable faults. S3Server: moto's S3 in server mode, as its own
-process. Run by hand: `python3 tests/servers.py http DIR [--latency S]` or `... s3 [DIR]`.
+process. FaultProxy: RangeServer's latency, faults and counters in front of another server (moto).
+moto reads a whole object for every request, under a lock per object: a range request costs time
+in proportion to the object's size (about 30 ms at 64 MiB), so benchmarks use RangeServer.
+Run by hand: `python3 tests/servers.py http DIR [--latency S]` or `... s3 [DIR] [--latency S]`.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import email.utils
+import http.client
 import http.server
 import os
 import signal
@@ -85,13 +89,49 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | str | None:
     return start, min(stop, size)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _FaultyHandler(http.server.BaseHTTPRequestHandler):
+    """Counts each request, sleeps the latency and applies the fault due, before the subclass
+    answers."""
     protocol_version = "HTTP/1.1"
-    server_version = "h5fs-test-range/1"
-    rs: RangeServer   # set on the per-server subclass
+    server_version = "h5fs-test/1"
+    rs: _LoopbackServer   # set on the per-server subclass
 
     def log_message(self, format, *args):   # noqa: A002 - the base class's signature
         pass
+
+    def _prelude(self) -> tuple[bool, str | None]:
+        """(answered already, the fault due)."""
+        rs = self.rs
+        fault = rs._begin(self.command)
+        if rs.latency > 0:
+            time.sleep(rs.latency)
+        if fault == "drop":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return True, fault
+        if fault == "stall" and rs._stopping.wait(rs.stall_seconds):
+            self.close_connection = True
+            return True, fault
+        if fault in ("500", "503", "404", "403"):
+            self._status_only(int(fault), self.command != "HEAD")
+            return True, fault
+        return False, fault
+
+    def _status_only(self, code: int, body: bool, headers: dict | None = None) -> None:
+        text = b"" if code == 304 else f"{code} {self.responses.get(code, ('',))[0]}\n".encode()
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if code != 304:
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        if body and text:
+            self.wfile.write(text)
+
+
+class _Handler(_FaultyHandler):
+    rs: RangeServer
 
     def do_GET(self):
         self._serve(body=True)
@@ -100,21 +140,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._serve(body=False)
 
     def _serve(self, body: bool) -> None:
-        rs = self.rs
-        fault = rs._begin(body)
-        if rs.latency > 0:
-            time.sleep(rs.latency)
-        if fault == "drop":
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
+        answered, fault = self._prelude()
+        if answered:
             return
-        if fault == "stall":
-            if rs._stopping.wait(rs.stall_seconds):
-                self.close_connection = True
-                return
-        if fault in ("500", "503", "404", "403"):
-            return self._status_only(int(fault), body)
-        path = rs._resolve(self.path)
+        path = self.rs._resolve(self.path)
         try:
             fh = open(path, "rb") if path else None
         except OSError:
@@ -172,18 +201,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.connection.sendfile(fh, start, stop - start)
 
-    def _status_only(self, code: int, body: bool, headers: dict | None = None) -> None:
-        text = b"" if code == 304 else f"{code} {self.responses.get(code, ('',))[0]}\n".encode()
-        self.send_response(code)
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        if code != 304:
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(text)))
-        self.end_headers()
-        if body and text:
-            self.wfile.write(text)
-
 
 class _HTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
@@ -213,15 +230,15 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class RangeServer:
-    """Serves the files under `root_dir` at http://127.0.0.1:PORT/NAME with Range support.
+class _LoopbackServer:
+    """A threaded HTTP/1.1 server on 127.0.0.1: lifecycle, added latency, faults and counters.
 
-    stats()["ranges"] holds the half-open (start, stop) byte spans of the bodies sent, newest last.
-    Faults apply to the next `count` requests (GET or HEAD) in arrival order.
+    stats()["ranges"] holds the half-open (start, stop) byte spans of the GET bodies sent, newest
+    last. Faults apply to the next `count` requests (any method) in arrival order.
     """
+    handler_base: type[_FaultyHandler]
 
-    def __init__(self, root_dir, latency: float = 0.0, stall_seconds: float = 30.0):
-        self.root = Path(root_dir).resolve()
+    def __init__(self, latency: float = 0.0, stall_seconds: float = 30.0):
         self.latency = latency
         self.stall_seconds = stall_seconds
         self._lock = threading.Lock()
@@ -234,13 +251,13 @@ class RangeServer:
         self.reset_stats()
 
     # lifecycle
-    def start(self) -> "RangeServer":
-        handler = type("Handler", (_Handler,), {"rs": self})
+    def start(self):
+        handler = type("Handler", (self.handler_base,), {"rs": self})
         self._stopping.clear()
         self._httpd = _HTTPServer(("127.0.0.1", 0), handler)
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="RangeServer", daemon=True)
+                                        name=type(self).__name__, daemon=True)
         self._thread.start()
         return self
 
@@ -260,7 +277,7 @@ class RangeServer:
         httpd.server_close()
         self._thread.join(5)
 
-    def __enter__(self) -> "RangeServer":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -269,27 +286,6 @@ class RangeServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def url_of(self, name: str) -> str:
-        return f"{self.url}/{urllib.parse.quote(name)}"
-
-    # objects
-    def replace(self, name: str, data: bytes) -> None:
-        """A new version of `name`, renamed into place whole: its ETag changes (new inode), and so
-        does Last-Modified (mtime moved at least a second past the old one's)."""
-        path = self.root / name
-        old = path.stat().st_mtime if path.exists() else 0.0
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".replace-")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        mtime = max(time.time(), int(old) + 1.0)
-        os.utime(tmp, (mtime, mtime))
-        os.replace(tmp, path)
-
-    def _resolve(self, raw_path: str) -> Path | None:
-        rel = urllib.parse.unquote(urllib.parse.urlsplit(raw_path).path).lstrip("/")
-        path = (self.root / rel).resolve()
-        return path if path.is_relative_to(self.root) and path != self.root else None
 
     # faults and counters
     def fault(self, kind: str | None, count: int = 1, stall_seconds: float | None = None) -> None:
@@ -300,13 +296,13 @@ class RangeServer:
             if stall_seconds is not None:
                 self.stall_seconds = stall_seconds
 
-    def _begin(self, is_get: bool) -> str | None:
+    def _begin(self, method: str) -> str | None:
         """Counts a request; the fault it is to suffer, if any."""
         with self._lock:
             self._requests += 1
-            if is_get:
+            if method == "GET":
                 self._gets += 1
-            else:
+            elif method == "HEAD":
                 self._heads += 1
             if self._fault_left > 0:
                 self._fault_left -= 1
@@ -329,6 +325,113 @@ class RangeServer:
             self._ranges: deque[tuple[int, int]] = deque(maxlen=100_000)
 
 
+class RangeServer(_LoopbackServer):
+    """Serves the files under `root_dir` at http://127.0.0.1:PORT/NAME with Range support."""
+    handler_base = _Handler
+
+    def __init__(self, root_dir, latency: float = 0.0, stall_seconds: float = 30.0):
+        super().__init__(latency, stall_seconds)
+        self.root = Path(root_dir).resolve()
+
+    def url_of(self, name: str) -> str:
+        return f"{self.url}/{urllib.parse.quote(name)}"
+
+    def replace(self, name: str, data: bytes) -> None:
+        """A new version of `name`, renamed into place whole: its ETag changes (new inode), and so
+        does Last-Modified (mtime moved at least a second past the old one's)."""
+        path = self.root / name
+        old = path.stat().st_mtime if path.exists() else 0.0
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".replace-")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        mtime = max(time.time(), int(old) + 1.0)
+        os.utime(tmp, (mtime, mtime))
+        os.replace(tmp, path)
+
+    def _resolve(self, raw_path: str) -> Path | None:
+        rel = urllib.parse.unquote(urllib.parse.urlsplit(raw_path).path).lstrip("/")
+        path = (self.root / rel).resolve()
+        return path if path.is_relative_to(self.root) and path != self.root else None
+
+
+# ---------------------------------------------------------------------------------------------
+# A proxy with the same latency, faults and counters, in front of another server (moto)
+
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
+              "upgrade"}
+
+
+class _ProxyHandler(_FaultyHandler):
+    rs: FaultProxy
+    _upstream: http.client.HTTPConnection | None = None
+
+    def do_GET(self):
+        self._forward()
+
+    do_HEAD = do_PUT = do_POST = do_DELETE = do_GET
+
+    def _forward(self) -> None:
+        answered, fault = self._prelude()
+        if answered:
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        payload = self.rfile.read(length) if length else None
+        # the Host header goes on unchanged: a signature covers it
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in HOP_BY_HOP and not (fault == "no_range" and k.lower() == "range")}
+        resp = self._exchange(payload, headers)
+        self.send_response_only(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in HOP_BY_HOP and k.lower() != "content-length":
+                self.send_header(k, v)
+        body = b"" if self.command == "HEAD" else resp.read()
+        self.send_header("Content-Length", resp.getheader("Content-Length", "0")
+                         if self.command == "HEAD" else str(len(body)))
+        self.end_headers()
+        if self.command == "GET" and 200 <= resp.status < 300:
+            start = _content_range_start(resp.getheader("Content-Range"))
+            self.rs._sent(start, start + len(body))
+        if body:
+            self.wfile.write(body)
+
+    def _exchange(self, payload, headers) -> http.client.HTTPResponse:
+        for attempt in (0, 1):     # a kept-alive upstream connection may have been closed
+            if self._upstream is None:
+                self._upstream = http.client.HTTPConnection(self.rs.upstream_host, self.rs.upstream_port,
+                                                            timeout=60)
+            try:
+                self._upstream.request(self.command, self.path, body=payload, headers=headers)
+                return self._upstream.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionError):
+                self._upstream.close()
+                self._upstream = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def finish(self):
+        if self._upstream is not None:
+            self._upstream.close()
+        super().finish()
+
+
+def _content_range_start(header: str | None) -> int:
+    if header and header.startswith("bytes ") and "-" in header:
+        return int(header[6:].split("-", 1)[0])
+    return 0
+
+
+class FaultProxy(_LoopbackServer):
+    """Forwards every request to `upstream` ("http://127.0.0.1:PORT", e.g. an S3Server's
+    endpoint) with RangeServer's latency, faults and counters; "no_range" drops the Range header."""
+    handler_base = _ProxyHandler
+
+    def __init__(self, upstream: str, latency: float = 0.0, stall_seconds: float = 30.0):
+        super().__init__(latency, stall_seconds)
+        parts = urllib.parse.urlsplit(upstream)
+        self.upstream_host, self.upstream_port = parts.hostname, parts.port or 80
+
+
 # ---------------------------------------------------------------------------------------------
 # S3 (moto's server mode)
 
@@ -341,6 +444,7 @@ def _die_with_parent() -> None:
     # follows the thread that started it: start servers from the main thread)
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())   # a parent may block them (main() does)
 
 
 class S3Server:
@@ -442,24 +546,28 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kind", choices=("http", "s3"))
     ap.add_argument("dir", nargs="?", help="files to serve (http) or upload to bucket h5fs-test (s3)")
-    ap.add_argument("--latency", type=float, default=0.0, help="seconds slept before each answer (http)")
+    ap.add_argument("--latency", type=float, default=0.0,
+                    help="seconds slept before each answer (s3: by a FaultProxy in front of moto)")
     args = ap.parse_args(argv)
     if args.kind == "http":
-        server = RangeServer(args.dir or ".", latency=args.latency).start()
-        print(server.url, flush=True)
+        servers = [RangeServer(args.dir or ".", latency=args.latency).start()]
+        print(servers[0].url, flush=True)
     else:
-        server = S3Server().start()
-        server.create_bucket("h5fs-test")
+        s3 = S3Server().start()
+        servers = [s3]
+        s3.create_bucket("h5fs-test")
         for path in sorted(Path(args.dir).iterdir()) if args.dir else []:
             if path.is_file():
-                server.put("h5fs-test", path.name, path)
+                s3.put("h5fs-test", path.name, path)
                 print(f"s3://h5fs-test/{path.name}")
-        print(server.endpoint, " ".join(f"{k}={v}" for k, v in server.env().items()), flush=True)
-    try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-    except KeyboardInterrupt:
-        pass
-    server.stop()
+        env = s3.env()
+        if args.latency:
+            servers.insert(0, FaultProxy(s3.endpoint, latency=args.latency).start())
+            env["AWS_ENDPOINT_URL"] = servers[0].url
+        print(env["AWS_ENDPOINT_URL"], " ".join(f"{k}={v}" for k, v in env.items()), flush=True)
+    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    for server in servers:
+        server.stop()
     return 0
 
 

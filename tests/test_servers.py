@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
-from remote_support import BUCKET, fresh, publish, range_server, s3_server  # noqa: F401,F811 (fixtures)
-from servers import RangeServer, S3Server
+from remote_support import BUCKET, fresh, publish, range_server, s3_proxy, s3_server  # noqa: F401,F811 (fixtures)
+from servers import FaultProxy, RangeServer, S3Server
 
 SIZE = 100_000
 DATA = bytes((i * 7 + i // 251) % 256 for i in range(SIZE))
@@ -299,3 +299,68 @@ def test_obstore_conditional_get(range_server, s3_server):
         replace(DATA[::-1])
         with pytest.raises(PreconditionError):
             obstore.get(store, "obj.bin", options={"range": (10, 20), "if_match": meta["e_tag"]})
+
+
+# the proxy that gives moto latency, faults and counters -----------------------------------------
+
+def _s3_store(endpoint: str):
+    from obstore.store import S3Store
+    return S3Store(BUCKET, endpoint=endpoint, region="us-east-1", access_key_id="testing",
+                   secret_access_key="testing", virtual_hosted_style_request=False,
+                   client_options={"allow_http": True, "timeout": "500ms"}, retry_config={"max_retries": 0})
+
+
+def test_s3_proxy_forwards_and_counts(s3_server, s3_proxy):
+    import obstore
+    fresh(s3_proxy)
+    s3_server.put(BUCKET, "p.bin", DATA)
+    store = _s3_store(s3_proxy.url)
+    assert obstore.head(store, "p.bin")["size"] == SIZE
+    assert bytes(obstore.get_range(store, "p.bin", start=100, end=300)) == DATA[100:300]
+    obstore.put(store, "up.bin", b"through the proxy")     # signed with the proxy's Host: moto accepts
+    assert s3_server.client.get_object(Bucket=BUCKET, Key="up.bin")["Body"].read() == b"through the proxy"
+    st = s3_proxy.stats()
+    assert (st["requests"], st["gets"], st["heads"]) == (3, 1, 1)
+    assert st["ranges"] == [(100, 300)] and st["bytes_sent"] == 200
+    s3_proxy.latency = 0.1
+    t = time.monotonic()
+    obstore.get_range(store, "p.bin", start=0, end=10)
+    assert time.monotonic() - t >= 0.1
+    fresh(s3_proxy)
+
+
+@pytest.mark.parametrize("kind, error", [
+    ("500", "GenericError"), ("drop", "GenericError"), ("stall", "GenericError"),
+    ("404", "FileNotFoundError"), ("403", "PermissionDeniedError"), ("no_range", "GenericError")])
+def test_s3_proxy_faults(s3_server, s3_proxy, kind, error):
+    import obstore
+    fresh(s3_proxy)
+    s3_server.put(BUCKET, "f.bin", DATA)
+    store = _s3_store(s3_proxy.url)
+    s3_proxy.fault(kind, stall_seconds=1.5)
+    with pytest.raises(Exception) as exc:
+        obstore.get(store, "f.bin", options={"range": (0, 100)}).bytes()
+    assert type(exc.value).__name__ == error
+    assert bytes(obstore.get_range(store, "f.bin", start=0, end=100)) == DATA[:100]
+    fresh(s3_proxy)
+
+
+def test_proxy_stop_with_a_stalled_request(s3_server):
+    proxy = FaultProxy(s3_server.endpoint, stall_seconds=60).start()
+    url = proxy.url
+    proxy.fault("stall")
+    errors = []
+
+    def stalled():
+        try:
+            urllib.request.urlopen(url + "/", timeout=10)
+        except OSError as e:
+            errors.append(e)
+    th = threading.Thread(target=stalled)
+    th.start()
+    while proxy.stats()["requests"] == 0:
+        time.sleep(0.01)
+    t = time.monotonic()
+    proxy.stop()
+    th.join(5)
+    assert time.monotonic() - t < 3 and not th.is_alive() and errors
