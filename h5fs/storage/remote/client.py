@@ -138,13 +138,16 @@ class ObjectClient:
                                 f"{self.version.etag or self.version.modified}): remount to read the new one")
                 self._failed(self.changed)
                 raise RemoteChanged(self.changed) from e
-            except oe.NotFoundError as e:
+            except (oe.NotFoundError, FileNotFoundError) as e:   # obstore raises the builtin for a 404
                 self._failed(f"{what}: not found")
                 raise RemoteError(f"{self.url}: no such object (404)") from e
             except (oe.PermissionDeniedError, oe.UnauthenticatedError) as e:
                 self._failed(f"{what}: access denied")
                 raise RemoteError(f"{self.url}: access denied ({_reason(e)}); check the credentials, "
                                   f"or `anonymous` for a public bucket") from e
+            except oe.NotSupportedError as e:   # HTTPStore: the server ignored the range
+                self._failed(f"{what}: no range support")
+                raise RemoteError(f"{self.url}: the server does not support range requests ({_reason(e)})") from e
             except RemoteError as e:   # an answer that can never be right: no retry
                 self._failed(f"{what}: {e}")
                 raise RemoteError(f"{self.url}: {e}") from None
