@@ -64,6 +64,10 @@ class ByteSource:
         """Where the bytes end now."""
         return self.size
 
+    def want(self, spans: Sequence[tuple[int, int]]) -> None:
+        """Get ready to read these (position, size) spans soon (a remote object fetches them
+        all at once, in parallel; a local file has nothing to do)."""
+
     def stats(self) -> dict[str, Any] | None:
         """What `h5fs status` shows about this source (None: nothing to show)."""
         return None

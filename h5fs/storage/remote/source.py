@@ -86,6 +86,19 @@ class RemoteSource(ByteSource):
         finally:
             self.cache.unpin(blocks)
 
+    def want(self, spans: Sequence[tuple[int, int]]) -> None:
+        numbers: set[int] = set()
+        for position, size in spans:
+            end = min(position + size, self.size)
+            if size > 0 and 0 <= position < end:
+                numbers.update(range(position // self.block, (end - 1) // self.block + 1))
+        if numbers and not on_event_loop_thread():
+            blocks = sorted(numbers)
+            missing = [n for n in blocks if not self.cache.ready(n)]
+            if missing:
+                for fut in self._start(missing, background=False):
+                    fut.result()
+
     def stats(self) -> dict[str, Any]:
         c, v = self.client, self.client.version
         with self._lock:
@@ -162,9 +175,7 @@ class RemoteSource(ByteSource):
         try:
             start = run.start * self.block
             data = self.client.get(start, min(run.stop * self.block, self.size))
-            for n in run:
-                if self._closed:
-                    return
+            for n in run:   # close() waits for this: the cache file stays open meanwhile
                 lo = (n - run.start) * self.block
                 self.cache.store(n, data[lo:lo + self.block])
         finally:
