@@ -141,6 +141,12 @@ def test_refused_connection_is_one_line_and_exit_1(tmp_path):
     assert "Connection refused" in line and "after 1 retries" in line
 
 
+def test_unknown_host_is_one_line_and_exit_1(tmp_path):
+    url = "http://no-such-host.invalid/run.h5"   # .invalid never resolves (RFC 2606)
+    line = failed_mount(url, ["retries=0", "timeout=5"], tmp_path)
+    assert "dns error" in line
+
+
 def test_refused_s3_endpoint_is_one_line_and_exit_1(tmp_path):
     url = "s3://h5fs-test/run.h5"
     line = failed_mount(url, [f"endpoint=http://127.0.0.1:{closed_port()}", "retries=0"], tmp_path)
