@@ -293,6 +293,20 @@ def test_profile_of_the_shared_files(urls, original, mount, tmp_path, monkeypatc
     assert "AWS profile 'nobody' is in neither" in line
 
 
+def test_anonymous_reads_a_public_bucket_and_is_refused_by_a_private_one(original, s3_server, mount,  # noqa: F811
+                                                                         tmp_path):
+    s3_server.create_bucket("h5fs-public")   # its own bucket: the shared one stays private
+    s3_server.put("h5fs-public", "run.h5", original)
+    s3_server.set_public("h5fs-public")
+    s3_server.put("h5fs-test", "private-run.h5", original)
+    opts = [s3_server.mount_options(), "anonymous", f"cache_dir={tmp_path / 'cache'}"]
+    mp = mount("s3://h5fs-public/run.h5", *opts)
+    with h5py.File(original, "r") as f:
+        assert (mp / "big").read_bytes() == f["big"][...].tobytes()
+    line = failed_mount("s3://h5fs-test/private-run.h5", opts, tmp_path)
+    assert "access denied" in line and "403" in line
+
+
 def test_a_url_with_a_query_string_is_refused(urls, tmp_path):
     mp = tmp_path / "mp"
     mp.mkdir()
