@@ -87,6 +87,7 @@ def test_mount_a_url_and_read_what_h5py_reads(protocol, urls, original, mount, t
     st = os.stat(mp)
     assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
     assert int(st.st_mtime) == last_modified(protocol, urls, s3_server, original)
+    assert os.statvfs(mp).f_blocks == (original.stat().st_size + 4095) // 4096   # df: the object's size
     # read-only: edits answer EROFS
     for edit in (lambda: open(mp / "x", "r+b"), lambda: os.mkdir(mp / "new"), lambda: os.setxattr(mp, "user.t", b"1")):
         with pytest.raises(OSError) as err:
