@@ -75,6 +75,12 @@ class BlockReader:
         size = min(size, self.eof - start, MAX_METADATA_BLOCK)
         return self.pread(size, start)
 
+    def want(self, addresses, size: int) -> None:
+        """Structures of about `size` bytes at these addresses are read next (the children of
+        an index node): a remote object fetches them together, in parallel, instead of one
+        round trip each as the walk reaches them."""
+        self.source.want([(self.base + a, size) for a in addresses if a is not None])
+
     def cursor(self, addr: int | None, size: int, what: str = "block") -> Reader:
         return Reader(self.read(addr, size, what), 0, self.sizes, what)
 

@@ -22,6 +22,12 @@ def read_node(reader, address: int | None, node_type: int, rank: int, what: str)
     return decode_node(reader.read(address, size, label), address, node_type, rank, s, what)
 
 
+def node_bytes(node: Node, sizes, rank: int) -> int:
+    """The used bytes of `node` (its siblings are about as large)."""
+    return sizes.layout(HEAD).size + len(node.children) * (key_size(node.node_type, sizes, rank) + sizes.offset) \
+        + key_size(node.node_type, sizes, rank)
+
+
 def iterate_leaves(reader, address: int, node_type: int, rank: int, what: str,
                    read: Callable = read_node) -> Iterator[tuple[object, int, object]]:
     """Yield (left key, child address, right key) for every entry of every leaf, in key order."""
@@ -47,6 +53,8 @@ def iterate_leaves(reader, address: int, node_type: int, rank: int, what: str,
                 leaves.add(child)
                 yield node.keys[i], child, node.keys[i + 1]
         else:
+            if len(node.children) > 1 and hasattr(reader, "want"):
+                reader.want(node.children, node_bytes(node, reader.sizes, rank))
             for child in reversed(node.children):
                 stack.append((child, node.level - 1))
 

@@ -73,6 +73,8 @@ def iterate(reader, address: int | None, decode_record: Callable[[Reader], R] | 
             count += len(recs)
             yield from recs
             return
+        if len(node.children) > 1 and hasattr(reader, "want"):
+            reader.want([ch.address for ch in node.children], hdr.node_size)
         for i, ch in enumerate(node.children):
             yield from walk(ch.address, ch.nrecords, depth - 1)
             if i < len(recs):

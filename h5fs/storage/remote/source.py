@@ -10,9 +10,9 @@ fetched with few round trips.
   the FUSE boundary fetches in a worker and answers again, so a slow or stalled server never
   holds up the rest of the mount.
 - Sequential readers are recognised per stream (a read that starts in or after the block where
-  an earlier one stopped and reaches past it): each such read doubles the stream's window, up to
-  MAX_AHEAD, and the blocks of the window are fetched in the background (mountpoint-s3's
-  prefetcher). Read-ahead never takes more than all but two of the request slots, so a reader's
+  an earlier one stopped and reaches past it): each such read doubles the stream's window (to at
+  least twice the read's own blocks), up to MAX_AHEAD, and the blocks of the window are fetched
+  in the background (mountpoint-s3's prefetcher). Read-ahead never takes more than all but two of the request slots, so a reader's
   own miss is not queued behind it.
 - At open, one request fetches the superblock with the first INITIAL bytes, where libhdf5
   writes the root group and, in most files, the first metadata.
@@ -197,7 +197,9 @@ class RemoteSource(ByteSource):
                 if len(self._streams) > STREAMS:
                     self._streams.popitem(last=False)
                 return
-            window = min(self._streams.pop(key) * 2, max(1, MAX_AHEAD // self.block))
+            # at least two reads like this one ahead: a reader whose reads each span many blocks
+            # (a row of tiles) is ahead at once, not after the window has doubled past them
+            window = min(max(self._streams.pop(key) * 2, 2 * len(blocks)), max(1, MAX_AHEAD // self.block))
             self._streams[last + 1] = window
         stop = min(last + 1 + window, (self.size - 1) // self.block + 1)
         ahead = [n for n in range(last + 1, stop) if not self.cache.has(n)]
