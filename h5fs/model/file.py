@@ -37,6 +37,7 @@ from ..storage.readers import superblock as superblock_reader
 from ..storage.readers.global_heap import GlobalHeapReader
 from ..storage.readers.sohm_table import read_table
 from ..storage.remote import RemoteOptions, open_remote
+from ..storage.remote.siblings import Siblings
 from ..storage.transaction import Store
 from ..storage.writer import open_recorder
 from . import messages as M
@@ -97,6 +98,7 @@ class H5File:
         self._lock = threading.Lock()             # orders invalidations and cache stores
         self.store: Store | None = None           # the write side, when opened writable
         self.remote: RemoteOptions | None = None  # how a remote object was reached (its siblings too)
+        self.siblings: Siblings | None = None     # a remote file's external data files
 
     @classmethod
     def open(cls, path: str, writable: bool = False, lock: bool = False,
@@ -159,6 +161,7 @@ class H5File:
                 raise internal_error("superblock", e) from e
             f = cls(url, source, sb)
             f.remote = options
+            f.siblings = Siblings(url, options)
             f.root
             return f
         except BaseException:
@@ -179,6 +182,8 @@ class H5File:
             self.store.settle()
             self.store.journal.close()
             self.store = None
+        if self.siblings is not None:
+            self.siblings.close()
         self.source.close()
 
     def __enter__(self) -> H5File:

@@ -39,6 +39,11 @@ class RemoteChanged(RemoteError):
     """The object is no longer the version the mount pinned."""
 
 
+class RemoteNotFound(RemoteError):
+    """No such object (404): for an object a remote file names beside itself, what a missing
+    local file is for a local one."""
+
+
 @dataclass(frozen=True)
 class Version:
     size: int
@@ -78,7 +83,7 @@ def _store(url: str, options: RemoteOptions) -> tuple[Any, str]:
     if not name:
         raise H5fsError(f"{url}: the URL names a directory, not a file")
     client["allow_http"] = parts.scheme.lower() == "http"
-    base = f"{parts.scheme}://{parts.netloc}{head}/"
+    base = f"{parts.scheme}://{parts.netloc}{head}"   # no trailing slash: obstore joins with one
     return HTTPStore.from_url(base, client_options=client, retry_config=retry), unquote(name)
 
 
@@ -134,9 +139,9 @@ class ObjectClient:
                                 f"{self.version.etag or self.version.modified}): remount to read the new one")
                 self._failed(self.changed)
                 raise RemoteChanged(self.changed) from e
-            except oe.NotFoundError as e:
+            except (oe.NotFoundError, FileNotFoundError) as e:   # obstore raises the builtin for a 404
                 self._failed(f"{what}: not found")
-                raise RemoteError(f"{self.url}: no such object (404)") from e
+                raise RemoteNotFound(f"{self.url}: no such object (404)") from e
             except (oe.PermissionDeniedError, oe.UnauthenticatedError) as e:
                 self._failed(f"{what}: access denied")
                 raise RemoteError(f"{self.url}: access denied ({_reason(e)}); check the credentials, "
