@@ -6,9 +6,11 @@ import errno
 
 
 class H5fsError(Exception):
-    """Base class; `errno` is what the FUSE layer answers."""
+    """Base class; `errno` is what the FUSE layer answers. `transient`: the failure is not the
+    object's (a network fault): answered now, never remembered as the object being broken."""
 
     errno: int = errno.EIO
+    transient: bool = False
 
 
 class FormatError(H5fsError):

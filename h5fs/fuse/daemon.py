@@ -31,6 +31,7 @@ from ..logs import Logs
 from ..model.writeback import Writeback
 from ..mount_options import MountOptions
 from ..progress import Line, flush_text, watch
+from ..storage.byte_source import mark_event_loop_thread
 from ..status import duration
 from .operations import Operations
 
@@ -173,6 +174,7 @@ def _defer_signals(logs: Logs) -> None:
 
 
 async def _main(ops: Operations, mountpoint: str, readahead_kb: int, logs: Logs, on_ready, on_fail) -> None:
+    mark_event_loop_thread()   # remote bytes are fetched in workers, never waited for here
     async with trio.open_nursery() as nursery:
         ops.start(nursery)
         nursery.start_soon(_signals, logs)

@@ -5,7 +5,9 @@ so every handler of `Operations` is wrapped by `boundary`: domain errors (`H5fsE
 their errno, `OSError` keeps its errno, anything unexpected is logged with the object it concerns
 and answered with EIO; the daemon keeps serving. It also counts the requests served
 (`Operations.requests`, the root fact `user.h5fs.requests`): benchmarks divide the daemon's CPU
-time by it.
+time by it. A handler that met bytes of a remote object not fetched yet (WouldBlock: reads on
+the trio thread never wait for a network) is answered again once a worker fetched them; a remote
+mount is read-only, so running a handler again changes nothing twice.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import functools
 import logging
 
 import pyfuse3
+import trio
 
 from ..errors import H5fsError
+from ..storage.byte_source import WouldBlock
 
 log = logging.getLogger("h5fs.fuse")
+
+MAX_REFETCH = 16   # a handler answered again after fetching what it needed: bounded, never a loop
 
 
 def fuse_error(exc: BaseException) -> pyfuse3.FUSEError:
@@ -41,7 +47,13 @@ def boundary(fn):
     async def wrapper(self, *args):
         self.requests += 1
         try:
-            return await fn(self, *args)
+            for _ in range(MAX_REFETCH):
+                try:
+                    return await fn(self, *args)
+                except WouldBlock as exc:   # a remote object's bytes: fetched off the trio thread
+                    await trio.to_thread.run_sync(exc.wait)
+            raise H5fsError(f"the request kept needing remote bytes after {MAX_REFETCH} fetches "
+                            f"(a block cache too small for what it reads at once?)")
         except pyfuse3.FUSEError:
             raise
         except H5fsError as exc:

@@ -46,6 +46,7 @@ from ..format.messages.layout import VIRTUAL
 from ..model.tree_edit import TreeEditor
 from ..model.writeback import Writeback
 from . import offload, views
+from ..storage.byte_source import WouldBlock
 from .blocks import BlockCounts
 from .errors import boundary, warn_once
 from .handles import Handles, NpyStream, OpenDir, OpenFile, handle_address
@@ -185,9 +186,11 @@ class Operations(pyfuse3.Operations):
         return await offload.run_sync(quiet)
 
     def _mark_broken(self, node: Node, exc: BaseException) -> None:
-        if isinstance(exc, H5fsError):
+        if isinstance(exc, H5fsError) and not exc.transient:
             node.error = exc
             _log_broken(node)
+        elif isinstance(exc, H5fsError):   # a network fault: EIO now, a fresh try next time
+            warn_once(f"{node.path}: {exc}")
         else:  # not the file's fault (memory, an interrupted call): EIO now, a fresh try next time
             log.error("%s: %s: %s", node.path, type(exc).__name__, exc)
 
@@ -434,7 +437,7 @@ class Operations(pyfuse3.Operations):
             node = self.table.intern(parent, entry)
             try:
                 attrs = self._stat(node)
-            except FUSEError:
+            except (FUSEError, WouldBlock):   # entries already replied must not be sent again
                 attrs = self._placeholder_stat(node)
             if not pyfuse3.readdir_reply(token, entry.name, attrs, i + 1):
                 self.table.drop_unknown(node)

@@ -287,6 +287,8 @@ def _entry(file: H5File, dir_path: str, link: Link, header_only: bool = False,
         except BeyondHeader:
             raise
         except Exception as exc:  # a broken object must not hide the rest of its group
+            if getattr(exc, "transient", False):
+                raise   # a network fault: the listing fails now, and is made again next time
             return Entry(name, BROKEN, path, link.address, error=exc)
     if link.kind == "soft":
         return Entry(name, SYMLINK, path, target=soft_link_text(dir_path, link.target or ""),

@@ -91,7 +91,9 @@ def _walk(file: H5File) -> dict[int, str]:
         group = queue.popleft()
         try:
             links = group.links()
-        except H5fsError:
+        except H5fsError as e:
+            if e.transient:   # a table with holes would be kept: fail now, build it next time
+                raise
             continue
         for link in links:
             if link.address is None or link.address in paths:
@@ -100,7 +102,9 @@ def _walk(file: H5File) -> dict[int, str]:
             paths[link.address] = path
             try:
                 obj = file.get(link.address, path)
-            except H5fsError:
+            except H5fsError as e:
+                if e.transient:
+                    raise
                 continue
             if isinstance(obj, Group):
                 queue.append(obj)

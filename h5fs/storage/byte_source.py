@@ -12,11 +12,34 @@ a block cache and fetches what is missing. Callers use two calls:
 from __future__ import annotations
 
 import os
+import threading
 from functools import partial
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 URL_SCHEMES = ("s3://", "http://", "https://")
+
+
+class WouldBlock(BaseException):
+    """Raised on the event loop's thread by a read that would wait for a network: the FUSE
+    boundary runs `wait` in a worker thread, then answers the request again. A BaseException,
+    so that no handler's `except Exception` takes it for a broken object."""
+
+    def __init__(self, wait: Callable[[], None]):
+        super().__init__("the read needs bytes not fetched yet")
+        self.wait = wait
+
+
+_loop = threading.local()
+
+
+def mark_event_loop_thread() -> None:
+    """The calling thread must never wait for a network (the daemon's trio thread)."""
+    _loop.marked = True
+
+
+def on_event_loop_thread() -> bool:
+    return getattr(_loop, "marked", False)
 
 
 def is_url(name: str) -> bool:
@@ -40,6 +63,10 @@ class ByteSource:
     def end(self) -> int:
         """Where the bytes end now."""
         return self.size
+
+    def want(self, spans: Sequence[tuple[int, int]]) -> None:
+        """Get ready to read these (position, size) spans soon (a remote object fetches them
+        all at once, in parallel; a local file has nothing to do)."""
 
     def stats(self) -> dict[str, Any] | None:
         """What `h5fs status` shows about this source (None: nothing to show)."""

@@ -295,6 +295,8 @@ class _Reads:
     def finish(self) -> None:
         """Issue the gathered reads."""
         todo, self.todo = sorted(self.todo, key=lambda t: t[0]), []
+        if not self.flags and len(todo) > 1:   # a remote object fetches every run at once
+            self.bytes.want([(pos, buf.nbytes) for pos, buf in todo])
         i = 0
         while i < len(todo):
             pos = end = todo[i][0]

@@ -30,13 +30,17 @@ MAX_BACKOFF = 5.0
 
 
 class RemoteError(H5fsError):
-    """A request failed for good (after retries): the read answers EIO, the log names the URL."""
+    """A request failed (after retries): the read answers EIO, the log names the URL; the next
+    read tries again."""
 
     errno = errno.EIO
+    transient = True
 
 
 class RemoteChanged(RemoteError):
-    """The object is no longer the version the mount pinned."""
+    """The object is no longer the version the mount pinned: every read fails from now on."""
+
+    transient = False
 
 
 class RemoteNotFound(RemoteError):

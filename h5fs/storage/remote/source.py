@@ -6,6 +6,9 @@ fetched with few round trips.
   already fetching is waited for, not fetched twice), then reads the cache file with preadv.
 - With RWF_NOWAIT (the FUSE thread asking whether it can answer at once) a read whose blocks are
   not all here raises BlockingIOError: it moves to a worker thread, as a local page-cache miss does.
+  Any other read on the event loop's thread (a header a lookup reads inline) raises WouldBlock:
+  the FUSE boundary fetches in a worker and answers again, so a slow or stalled server never
+  holds up the rest of the mount.
 - Sequential readers are recognised per stream (a read that starts in or after the block where
   an earlier one stopped and reaches past it): each such read doubles the stream's window, up to
   MAX_AHEAD, and the blocks of the window are fetched in the background (mountpoint-s3's
@@ -24,7 +27,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Sequence
 
-from ..byte_source import NOWAIT, ByteSource
+from ..byte_source import NOWAIT, ByteSource, WouldBlock, on_event_loop_thread
 from .block_cache import BlockCache
 from .client import ObjectClient, RemoteChanged
 from .options import RemoteOptions
@@ -83,6 +86,19 @@ class RemoteSource(ByteSource):
         finally:
             self.cache.unpin(blocks)
 
+    def want(self, spans: Sequence[tuple[int, int]]) -> None:
+        numbers: set[int] = set()
+        for position, size in spans:
+            end = min(position + size, self.size)
+            if size > 0 and 0 <= position < end:
+                numbers.update(range(position // self.block, (end - 1) // self.block + 1))
+        if numbers and not on_event_loop_thread():
+            blocks = sorted(numbers)
+            missing = [n for n in blocks if not self.cache.ready(n)]
+            if missing:
+                for fut in self._start(missing, background=False):
+                    fut.result()
+
     def stats(self) -> dict[str, Any]:
         c, v = self.client, self.client.version
         with self._lock:
@@ -108,13 +124,22 @@ class RemoteSource(ByteSource):
         """Make `blocks` (pinned by the caller) ready, and start the read-ahead they call for."""
         if self.client.changed:
             raise RemoteChanged(self.client.changed)
-        if flags & NOWAIT:
+        if flags & NOWAIT or on_event_loop_thread():
             if not all(self.cache.ready(n) for n in blocks):
-                raise BlockingIOError(errno.EAGAIN, "not in the block cache")
+                if flags & NOWAIT:
+                    raise BlockingIOError(errno.EAGAIN, "not in the block cache")
+                raise WouldBlock(lambda: self._pinned_ensure(blocks))
             self.cache.hits += len(blocks)
         else:
             self._ensure(blocks)
         self._read_ahead(blocks)
+
+    def _pinned_ensure(self, blocks: range) -> None:
+        self.cache.pin(blocks)
+        try:
+            self._ensure(blocks)
+        finally:
+            self.cache.unpin(blocks)
 
     def _ensure(self, blocks: range) -> None:
         missing = self.cache.missing(blocks)
