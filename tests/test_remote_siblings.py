@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import h5py
@@ -16,7 +17,9 @@ from h5fs.errors import FormatError, ReadOnly
 from h5fs.model.external import external_write
 from h5fs.model.file import H5File
 from h5fs.model.virtual import POOL, virtual_write
+from h5fs.storage.byte_source import WouldBlock, mark_event_loop_thread
 from h5fs.storage.remote import RemoteOptions
+from h5fs.storage.remote.client import RemoteError, RemoteNotFound
 from h5fs.storage.remote.siblings import LocalPathRefused
 from remote_support import BUCKET, range_server, s3_server  # noqa: F401 - fixtures
 from servers import REGION
@@ -123,9 +126,9 @@ def test_external_file_missing_is_eio_naming_it(tmp_path, place, proto):
     with H5File.open(url, remote=options) as f:
         ds = f.resolve("/x")
         assert bytes(ds.read_raw(0, 80)) == head                # the first file is there
-        with pytest.raises(FormatError, match=r"x%20b\.bin.*no such object \(404\)") as e:
+        with pytest.raises(RemoteNotFound, match=r"x%20b\.bin.*no such object \(404\)") as e:
             ds.read_array()
-        assert e.value.errno == 5 and "sub/x b.bin" in str(e.value)
+        assert e.value.errno == 5 and not e.value.transient and "sub/x b.bin" in str(e.value)
 
 
 @pytest.mark.parametrize("proto", PROTOCOLS)
@@ -211,11 +214,11 @@ def test_vds_source_refused_by_the_server_is_eio_naming_it(tmp_path, place, rang
         ds = f.resolve("/v")
         range_server.fault("403")
         try:
-            with pytest.raises(FormatError, match=r"src-0\.h5.*access denied") as e:
+            with pytest.raises(RemoteError, match=r"src-0\.h5.*access denied") as e:
                 ds.read_raw(0, 8)
         finally:
             range_server.fault(None)
-        assert e.value.errno == 5 and url.replace("vds.h5", "src-0.h5") in str(e.value)
+        assert e.value.errno == 5 and e.value.transient and url.replace("vds.h5", "src-0.h5") in str(e.value)
         _check(ds, expected)
 
 
@@ -245,6 +248,48 @@ def test_vds_absolute_local_source(tmp_path, place, proto):
         with pytest.raises(LocalPathRefused) as e:
             f.resolve("/v").read_array()
         assert str(local / "far.h5") in str(e.value) and e.value.errno == 5
+
+
+# ------------------------------------------------------------------------- the daemon's thread
+
+def _as_the_event_loop(fn):
+    """fn() run the way the FUSE boundary runs a handler: on a thread that must never wait for
+    a network, each WouldBlock's fetch done elsewhere (here) and fn run again. (result, refetches)."""
+    for refetches in range(16):
+        out: dict = {}
+
+        def run():
+            mark_event_loop_thread()
+            try:
+                out["value"] = fn()
+            except BaseException as exc:   # noqa: B036 - WouldBlock is one
+                out["error"] = exc
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        if not isinstance(out.get("error"), WouldBlock):
+            if "error" in out:
+                raise out["error"]
+            return out["value"], refetches
+        out["error"].wait()
+    raise AssertionError("still blocking after 16 fetches")
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_siblings_are_opened_off_the_event_loop(tmp_path, place, proto):
+    _external_tree(tmp_path / "pub")
+    expected_x = _h5py_read(tmp_path / "pub" / "data" / "ext.h5", "x")
+    expected_v = _h5py_read(_vds_tree(tmp_path / "pub2"), "v")
+    shutil.copytree(tmp_path / "pub2" / "data", tmp_path / "pub" / "data", dirs_exist_ok=True)
+    url, options = place(tmp_path / "pub", "data/ext.h5", proto)
+    with H5File.open(url, remote=options) as f:
+        ds = f.resolve("/x")
+        got, refetches = _as_the_event_loop(lambda: ds.read_raw(0, ds.raw_size))
+        assert bytes(got) == expected_x.tobytes() and refetches == 3    # one per external object
+    with H5File.open(url.replace("ext.h5", "vds.h5"), remote=options) as f:
+        ds = f.resolve("/v")
+        got, refetches = _as_the_event_loop(lambda: ds.read_raw(0, ds.raw_size))
+        assert bytes(got) == expected_v.tobytes() and refetches == 2    # one per source file
 
 
 # ------------------------------------------------------------------------------------- writes

@@ -97,8 +97,8 @@ class ExternalSource(RawSource):
         except OSError as e:
             raise ExternalOpenError(f"{self.what}: external data file {ext.name!r} ({ext.path}): "
                                     f"{e.strerror or e}") from e
-        except RemoteError as e:
-            raise ExternalOpenError(f"{self.what}: external data file {ext.name!r}: {e}") from e
+        except RemoteError as e:   # its kind kept: a network fault is tried again, a 404 is not
+            raise type(e)(f"{self.what}: external data file {ext.name!r}: {e}") from e
         with self._lock:
             old = self._sources.get(ext.path)
             if old is not None:
@@ -130,7 +130,7 @@ class ExternalSource(RawSource):
                     raise FormatError(f"{self.what}: reading external data file {ext.name!r}: "
                                       f"{e.strerror or e}") from e
                 except RemoteError as e:
-                    raise FormatError(f"{self.what}: reading external data file {ext.name!r}: {e}") from e
+                    raise type(e)(f"{self.what}: reading external data file {ext.name!r}: {e}") from e
                 if not chunk:
                     break
                 got.append(chunk)

@@ -72,9 +72,10 @@ import numpy as np
 from ..errors import CannotWrite, FormatError, H5fsError, InvalidWrite, NotFound, ReadOnly, TooLarge, Unsupported
 from ..format import selection as S
 from ..format import vds_mapping
+from ..storage.byte_source import WouldBlock, on_event_loop_thread
 from ..storage.chunk_grid import linear_boxes
 from ..storage.remote import RemoteOptions
-from ..storage.remote.client import RemoteNotFound
+from ..storage.remote.client import RemoteError, RemoteNotFound
 from ..storage.remote.siblings import LocalPathRefused, canonical, same_object, sibling_url
 from ..storage.sources import NOWAIT, RawSource
 from ..storage.unfiltered_read import Miss
@@ -398,31 +399,46 @@ class _Pool:
         missing object (404) is remembered as missing: a hole in the mapping costs one request
         per mount, not one per read. An object opened again after eviction must still be the
         version first seen (or still missing): a mount never serves two versions of a source.
-        Opens are serialised: one source per URL (its block cache entry is locked by one user)."""
+        Opens are serialised: one source per URL (its block cache entry is locked by one user);
+        on the event loop's thread, which never waits for a network, a worker opens it (WouldBlock)."""
         key = ("remote", canonical(url), options)
         found = self._lookup(key)
         if found is not None or opened_only:
             return self._found(found, opened_only)
+        if on_event_loop_thread():
+            raise WouldBlock(lambda: self._open_remote(key, url, options, keep=False))
+        return self._open_remote(key, url, options, keep=True)
+
+    def _open_remote(self, key, url: str, options: RemoteOptions, keep: bool) -> _Entry | None:
+        """Open the remote file under `key` unless another thread did; its entry (used once
+        when `keep`, else not used: for the request answered again once it is open)."""
         with self._opening:
             found = self._lookup(key)
             if found is not None:
-                return self._found(found, False)
-            from .file import H5File
-            try:
-                f = H5File.open(url, remote=options)
-            except RemoteNotFound:
-                f = None
-            except H5fsError as exc:
-                raise FormatError(f"virtual dataset source file {url}: {exc}") from exc
-            ident = None if f is None else f.source.client.version.key()
-            first = self._pinned.setdefault(key, ident)
-            if first != ident:
-                if f is not None:
-                    f.close()
-                raise FormatError(f"virtual dataset source file {url} changed since this process first read it "
-                                  f"({'missing' if first is None else 'version ' + first} then, "
-                                  f"{'missing' if ident is None else 'version ' + ident} now): remount to read it")
-            return self._insert(key, f, ident)
+                e = self._found(found, False)
+            else:
+                from .file import H5File
+                try:
+                    f = H5File.open(url, remote=options)
+                except RemoteNotFound:
+                    f = None
+                except RemoteError as exc:    # a network fault stays one (transient): tried again next time
+                    raise type(exc)(f"virtual dataset source file: {exc}") from exc
+                except H5fsError as exc:
+                    raise FormatError(f"virtual dataset source file {url}: {exc}") from exc
+                ident = None if f is None else f.source.client.version.key()
+                first = self._pinned.setdefault(key, ident)
+                if first != ident:
+                    if f is not None:
+                        f.close()
+                    raise FormatError(f"virtual dataset source file {url} changed since this process first read "
+                                      f"it ({'missing' if first is None else 'version ' + first} then, "
+                                      f"{'missing' if ident is None else 'version ' + ident} now): remount to "
+                                      f"read it")
+                e = self._insert(key, f, ident)
+        if e is not None and not keep:
+            self.release(e)
+        return e
 
     def _lookup(self, key) -> _Entry | None:
         """The entry under `key` (its use count raised unless it stands for a missing object)."""

@@ -44,8 +44,10 @@ class RemoteChanged(RemoteError):
 
 
 class RemoteNotFound(RemoteError):
-    """No such object (404): for an object a remote file names beside itself, what a missing
-    local file is for a local one."""
+    """No such object (404): an answer about the object, not a network fault; for an object a
+    remote file names beside itself, what a missing local file is for a local one."""
+
+    transient = False
 
 
 @dataclass(frozen=True)

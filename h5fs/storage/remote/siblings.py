@@ -19,6 +19,7 @@ import threading
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from ...errors import FormatError
+from ..byte_source import WouldBlock, on_event_loop_thread
 from .options import RemoteOptions
 from .source import RemoteSource, open_remote
 
@@ -67,10 +68,13 @@ class Siblings:
         return sibling_url(self.url, name)
 
     def open(self, url: str) -> RemoteSource:
-        """The source of `url` (RemoteError when it cannot be opened: RemoteNotFound for a 404)."""
+        """The source of `url` (RemoteError when it cannot be opened: RemoteNotFound for a 404).
+        Opening fetches: on the event loop's thread a worker opens it (WouldBlock)."""
         src = self._open.get(url)
         if src is not None:
             return src
+        if on_event_loop_thread():
+            raise WouldBlock(lambda: self.open(url))
         with self._lock:
             src = self._open.get(url)
             if src is None:
