@@ -152,6 +152,9 @@ class ObjectClient:
                 self._failed(f"{what}: access denied")
                 raise RemoteError(f"{self.url}: access denied ({_reason(e)}); check the credentials, "
                                   f"or `anonymous` for a public bucket") from e
+            except oe.NotSupportedError as e:   # HTTPStore: the server ignored the range
+                self._failed(f"{what}: no range support")
+                raise RemoteError(f"{self.url}: the server does not support range requests ({_reason(e)})") from e
             except RemoteError as e:   # an answer that can never be right: no retry
                 self._failed(f"{what}: {e}")
                 raise RemoteError(f"{self.url}: {e}") from None

@@ -175,9 +175,7 @@ class RemoteSource(ByteSource):
         try:
             start = run.start * self.block
             data = self.client.get(start, min(run.stop * self.block, self.size))
-            for n in run:
-                if self._closed:
-                    return
+            for n in run:   # close() waits for this: the cache file stays open meanwhile
                 lo = (n - run.start) * self.block
                 self.cache.store(n, data[lo:lo + self.block])
         finally:
