@@ -99,13 +99,18 @@ def _external_tree(root: Path) -> Path:
 
 
 @pytest.mark.parametrize("proto", PROTOCOLS)
-def test_external_files_beside_read_as_h5py(tmp_path, place, proto):
+def test_external_files_beside_read_as_h5py(tmp_path, place, proto, range_server):  # noqa: F811
     h5 = _external_tree(tmp_path / "pub")
     expected = _h5py_read(h5, "x")
     url, options = place(tmp_path / "pub", "data/ext.h5", proto)
     with H5File.open(url, remote=options) as f:
         assert f.remote == options
-        _check(f.resolve("/x"), expected)
+        ds = f.resolve("/x")
+        range_server.reset_stats()
+        assert bytes(ds.read_raw(0, ds.raw_size)) == expected.tobytes()
+        if proto == "http":      # each object: its version (HEAD), then all of it (small) at once
+            assert range_server.stats()["heads"] == 3 and range_server.stats()["gets"] == 3
+        _check(ds, expected)
         here = url.rsplit("/", 1)[0]
         up = here.rsplit("/", 1)[0]
         assert sorted(src.name for src in f.siblings._open.values()) == sorted(
@@ -152,9 +157,10 @@ def test_external_absolute_local_path_is_refused(tmp_path, place, proto):
 
 def _vds_tree(root: Path, missing: bool = False) -> Path:
     """data/vds.h5: /v maps rows of src-0.h5 (beside it, contiguous), sub/src-1.h5 (chunked,
-    gzip) and /local of its own file; with `missing`, a fourth row maps gone.h5, not there."""
+    gzip) and /local of its own file, as "." and by its own name; with `missing`, a fifth row
+    maps gone.h5, not there."""
     (root / "data" / "sub").mkdir(parents=True)
-    rows = 4 if missing else 3
+    rows = 5 if missing else 4
     for i, name in enumerate(("src-0.h5", "sub/src-1.h5")):
         with h5py.File(root / "data" / name, "w") as f:
             kw = dict(chunks=(7,), compression="gzip") if i else {}
@@ -163,8 +169,9 @@ def _vds_tree(root: Path, missing: bool = False) -> Path:
     lay[0] = h5py.VirtualSource("src-0.h5", "d", shape=(50,))
     lay[1, 5:45] = h5py.VirtualSource("sub/src-1.h5", "d", shape=(50,))[10:50]
     lay[2] = h5py.VirtualSource(".", "local", shape=(50,))
+    lay[3, ::2] = h5py.VirtualSource("vds.h5", "local", shape=(50,))[:25]
     if missing:
-        lay[3] = h5py.VirtualSource("gone.h5", "d", shape=(50,))
+        lay[4] = h5py.VirtualSource("gone.h5", "d", shape=(50,))
     with h5py.File(root / "data" / "vds.h5", "w", libver="latest") as f:
         f.create_dataset("local", data=-np.arange(50, dtype="<i8"))
         f.create_virtual_dataset("v", lay, fillvalue=-7)
@@ -175,7 +182,7 @@ def _vds_tree(root: Path, missing: bool = False) -> Path:
 def test_vds_sources_beside_read_as_h5py(tmp_path, place, proto):
     h5 = _vds_tree(tmp_path / "pub")
     expected = _h5py_read(h5, "v")
-    assert expected[1, 0] == -7 and expected[2, 3] == -3     # the fill value and the own file
+    assert expected[1, 0] == -7 and expected[2, 3] == -3 and expected[3, 4] == -2   # fill, own file
     url, options = place(tmp_path / "pub", "data/vds.h5", proto)
     with H5File.open(url, remote=options) as f:
         _check(f.resolve("/v"), expected)
@@ -187,7 +194,7 @@ def test_vds_missing_source_reads_fill_and_no_local_prefix(tmp_path, place, prot
                                                            range_server):  # noqa: F811 - fixture
     h5 = _vds_tree(tmp_path / "pub", missing=True)
     expected = _h5py_read(h5, "v")
-    assert (expected[3] == -7).all()
+    assert (expected[4] == -7).all()
     # a local gone.h5 where HDF5_VDS_PREFIX points: a remote file's sources are never looked for there
     decoy = tmp_path / "decoy"
     decoy.mkdir()
