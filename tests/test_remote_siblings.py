@@ -4,6 +4,7 @@ local original. A missing sibling, an absolute local path, writes."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -320,3 +321,47 @@ def test_writes_through_a_remote_file_are_refused(tmp_path, place, proto):
             virtual_write(ds, 2 * 50 * 8, bytes(8), lambda *a: pytest.fail("written"))
     assert {p: p.read_bytes() for p in root.rglob("*.bin")} == before
     assert not (Path.cwd() / "x-a.bin").exists() and h5.exists()
+
+
+# ------------------------------------------------------------------------------------- a mount
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_through_a_mount(tmp_path, place, proto, mount, s3_server):  # noqa: F811 - fixture
+    """The real CLI mounts the URL: the external dataset and the VDS (a missing source among
+    its sources) read as h5py reads the local original; a local absolute path answers EIO;
+    nothing can be written."""
+    root = tmp_path / "pub"
+    h5 = _vds_tree(root, missing=True)
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(bytes(range(256)) * 4)
+    old = os.getcwd()
+    os.chdir(h5.parent)
+    try:
+        with h5py.File(h5, "a") as f:
+            data = np.arange(3000, dtype="<u2")
+            f.create_dataset("x", data=data, external=[("x-a.bin", 0, 2000), ("sub/x b.bin", 8, 4000)])
+            f.create_dataset("abs", (1024,), "u1", external=[(str(secret), 0, 1024)])
+    finally:
+        os.chdir(old)
+    expected_v, expected_x = _h5py_read(h5, "v"), _h5py_read(h5, "x")
+    assert (expected_v[4] == -7).all() and (expected_x == data).all()
+    url, _ = place(root, "data/vds.h5", proto)
+    opts = [f"cache_dir={tmp_path / 'block-cache'}"]
+    if proto == "s3":
+        opts.append(f"endpoint={s3_server.endpoint},region={REGION}")
+    mp = mount(url, *opts)
+    assert (mp / "x").read_bytes() == expected_x.tobytes()
+    assert (mp / "v").read_bytes() == expected_v.tobytes()
+    with open(mp / "v", "rb") as fh:        # pieces at odd offsets
+        fh.seek(1203)
+        assert fh.read(999) == expected_v.tobytes()[1203:2202]
+    with pytest.raises(OSError) as e:
+        (mp / "abs").read_bytes()
+    assert e.value.errno == errno.EIO
+    assert str(secret) in mount.log_of(mp)
+    for name in ("v", "x"):
+        with pytest.raises(OSError) as e:
+            with open(mp / name, "r+b") as fh:
+                fh.write(b"\0" * 8)
+        assert e.value.errno == errno.EROFS
+    assert (mp / "v").read_bytes() == expected_v.tobytes()
