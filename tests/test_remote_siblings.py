@@ -258,6 +258,28 @@ def test_vds_absolute_local_source(tmp_path, place, proto):
         assert str(local / "far.h5") in str(e.value) and e.value.errno == 5
 
 
+def test_vds_source_reopened_must_be_the_version_first_seen(tmp_path, place, range_server):  # noqa: F811
+    """A source file closed (the pool's LRU) and opened again is refused when its object changed
+    meanwhile: one mount never serves two versions of a source."""
+    h5 = _vds_tree(tmp_path / "pub")
+    expected = _h5py_read(h5, "v")
+    url, options = place(tmp_path / "pub", "data/vds.h5", "http")
+    old = POOL.size
+    POOL.size = 0                      # every source file closed once its read is done
+    try:
+        with H5File.open(url, remote=options) as f:
+            ds = f.resolve("/v")
+            _check(ds, expected)
+            key = url.split("/", 3)[3].replace("vds.h5", "src-0.h5")
+            range_server.replace(key, (tmp_path / "pub" / "data" / "src-0.h5").read_bytes())
+            with pytest.raises(FormatError, match="src-0.h5 changed since this process first read it") as e:
+                ds.read_raw(0, 8)
+            assert not e.value.transient
+            assert bytes(ds.read_raw(3 * 400, 400)) == expected[3].tobytes()   # its own file: still read
+    finally:
+        POOL.size = old
+
+
 # ------------------------------------------------------------------------- the daemon's thread
 
 def _as_the_event_loop(fn):

@@ -52,8 +52,9 @@ Writing (`virtual_write`, libhdf5's H5D__virtual_write is the reference) maps th
 elements through the same plan and hands each source dataset of the virtual dataset's own file
 (name "." or a name that resolves to that file) its runs of consecutive elements; the caller
 writes them. Elements of a source in another file: ReadOnly (EROFS) naming it (a mount writes
-one file); a remote virtual dataset (read-only) writes nothing: ReadOnly. Elements that no mapping stores (unmapped, a missing source dataset, past an
-unlimited source's extent): CannotWrite (ENOTSUP). Either refusal comes before any write.
+one file); a remote virtual dataset is read-only: ReadOnly. Elements that no mapping stores
+(unmapped, a missing source dataset, past an unlimited source's extent): CannotWrite (ENOTSUP).
+Either refusal comes before any write.
 """
 
 from __future__ import annotations
