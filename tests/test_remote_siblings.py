@@ -114,9 +114,9 @@ def test_external_files_beside_read_as_h5py(tmp_path, place, proto, range_server
         _check(ds, expected)
         here = url.rsplit("/", 1)[0]
         up = here.rsplit("/", 1)[0]
-        assert sorted(src.name for src in f.siblings._open.values()) == sorted(
+        assert sorted(src.name for src in f.siblings._sources.values()) == sorted(
             [f"{here}/x-a.bin", f"{here}/sub/x%20b.bin", f"{up}/up-c.bin"])
-        assert all(src.options is options for src in f.siblings._open.values())
+        assert all(src.options is options for src in f.siblings._sources.values())
     # fetched with the file's options: each object has its own entry in the file's block cache
     assert len(os.listdir(tmp_path / "block-cache")) == 4
 
@@ -151,7 +151,7 @@ def test_external_absolute_local_path_is_refused(tmp_path, place, proto):
         with pytest.raises(LocalPathRefused, match="absolute local path") as e:
             ds.read_raw(0, 400)
         assert str(secret) in str(e.value) and e.value.errno == 5
-        assert not f.siblings._open
+        assert not f.siblings._sources
 
 
 # ---------------------------------------------------------------------------- virtual datasets

@@ -59,7 +59,7 @@ class Siblings:
 
     def __init__(self, url: str, options: RemoteOptions):
         self.url, self.options = url, options
-        self._open: dict[str, RemoteSource] = {}
+        self._sources: dict[str, RemoteSource] = {}
         self._lock = threading.Lock()   # held while opening: one source per URL (its block cache
                                         # entry takes an exclusive lock)
         self._closed = False
@@ -70,22 +70,22 @@ class Siblings:
     def open(self, url: str) -> RemoteSource:
         """The source of `url` (RemoteError when it cannot be opened: RemoteNotFound for a 404).
         Opening fetches: on the event loop's thread a worker opens it (WouldBlock)."""
-        src = self._open.get(url)
+        src = self._sources.get(url)
         if src is not None:
             return src
         if on_event_loop_thread():
             raise WouldBlock(lambda: self.open(url))
         with self._lock:
-            src = self._open.get(url)
+            src = self._sources.get(url)
             if src is None:
                 if self._closed:
                     raise FormatError(f"{url}: {self.url} is closed")
-                src = self._open[url] = open_remote(url, self.options)
+                src = self._sources[url] = open_remote(url, self.options)
             return src
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            sources, self._open = list(self._open.values()), {}
+            sources, self._sources = list(self._sources.values()), {}
         for src in sources:
             src.close()
