@@ -212,6 +212,32 @@ def test_vds_missing_source_reads_fill_and_no_local_prefix(tmp_path, place, prot
             assert range_server.stats()["requests"] == 0
 
 
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_vds_printf_sources_are_probed_beside(tmp_path, place, proto, range_server):  # noqa: F811
+    """A printf mapping's extent comes from the objects beside the file: blocks probed up to the
+    first missing one (a 404), as libhdf5 probes files; the subdirectory and "%" survive."""
+    pub = tmp_path / "pub"
+    (pub / "parts").mkdir(parents=True)
+    for i in range(3):
+        with h5py.File(pub / "parts" / f"p%{i}.h5", "w") as f:
+            f["d"] = np.arange(10, dtype="<i8").reshape(2, 5) + 100 * i
+    h5 = pub / "vds.h5"
+    with h5py.File(h5, "w", libver="latest") as f:
+        vspace = h5py.h5s.create_simple((0, 5), (h5py.h5s.UNLIMITED, 5))
+        vspace.select_hyperslab((0, 0), (h5py.h5s.UNLIMITED, 1), (3, 1), (2, 5))
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_fill_value(np.array([-5], "<i8"))
+        dcpl.set_virtual(vspace, b"parts/p%%%b.h5", b"d", h5py.h5s.create_simple((2, 5)))
+        h5py.h5d.create(f.id, b"v", h5py.h5t.STD_I64LE, vspace, dcpl=dcpl)
+    expected = _h5py_read(h5, "v")
+    assert expected.shape == (8, 5) and expected[6, 0] == 200
+    url, options = place(pub, "vds.h5", proto)
+    with H5File.open(url, remote=options) as f:
+        ds = f.resolve("/v")
+        assert ds.shape == expected.shape
+        _check(ds, expected)
+
+
 def test_vds_source_refused_by_the_server_is_eio_naming_it(tmp_path, place, range_server):  # noqa: F811
     """Another failure than 404 is no missing file: EIO naming the URL, not the fill value; the
     next read tries again."""
