@@ -177,16 +177,18 @@ def _page_problems(used: list[Extent], free: list[Extent], page: int) -> list[Pr
 # -- the command ----------------------------------------------------------------------------------
 
 
-def run(path: str, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """The `h5fs check` command: 0 sound, 1 problems (one line each), 2 unreadable or not HDF5."""
+def run(path: str, out: TextIO | None = None, err: TextIO | None = None, remote: RemoteOptions | None = None) -> int:
+    """The `h5fs check` command: 0 sound, 1 problems (one line each), 2 unreadable or not HDF5
+    (`remote`: how to reach a URL)."""
     out, err = out or sys.stdout, err or sys.stderr
     line = Line.on(err)
     progress = None if line is None else (
         lambda objects, chunks: line.show(f"h5fs check: {objects} objects walked, {chunks} chunks checked"))
     try:
-        report = check(path, progress)
+        report = check(path, progress, remote)
     except (OSError, H5fsError) as e:
-        _line(err, f"h5fs: {path}: {getattr(e, 'strerror', None) or e}")
+        text = str(getattr(e, "strerror", None) or e)   # a remote error names the URL already
+        _line(err, f"h5fs: {text if text.startswith(path) else f'{path}: {text}'}")
         return 2
     finally:
         if line is not None:

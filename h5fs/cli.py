@@ -6,6 +6,8 @@ mount
     starts; the child opens the file (so format errors are reported from the engine), mounts,
     serves, and reports "ready" or an error through a pipe; the parent prints it and exits. The
     child detaches (setsid) and redirects its stdio once ready. Options: h5fs/mount_options.py.
+    FILE may be a URL (s3://, http(s)://): kept as given, mounted read-only, reached when the
+    daemon opens it (a missing object or an unreachable server is the one line of exit 1).
     `h5fs FILE MOUNTPOINT -o OPTIONS` (what mount.fuse3 runs for `-t fuse.h5fs` when our own
     helpers are not installed) is `h5fs mount`.
 
@@ -22,6 +24,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -32,6 +35,7 @@ from .fuse import mounts
 from .logs import Logs, default_file
 from .progress import Line, flush_text
 from .status import ask
+from .storage.byte_source import is_url
 
 PROG = "h5fs"
 COMMANDS = ("mount", "umount", "unmount", "status", "check", "create", "attr", "install-helpers")
@@ -48,29 +52,36 @@ class UsageError(CliError):
 class MountConfig:
     def __init__(self, args: argparse.Namespace):
         self.foreground = args.foreground
-        self.source = os.path.abspath(args.file)
+        self.url = is_url(args.file)
+        self.source = args.file if self.url else os.path.abspath(args.file)   # a URL as given
         self.mountpoint = mounts.canonical(args.mountpoint)
-        try:
-            self.options = mount_options.parse(args.options)
-        except mount_options.OptionError as exc:
-            raise UsageError(str(exc)) from None
+        self.options = _options(args.options, self.source, self.url)
+
+
+def _options(values: list[str] | None, source: str, url: bool) -> mount_options.MountOptions:
+    """The parsed options, checked against the source (UsageError: exit 2)."""
+    if url and ("?" in source or "#" in source):   # obstore asks for the path alone: a signature would be lost
+        raise UsageError(f"{source}: a URL with a query string (a presigned URL) is not supported")
+    try:
+        opts = mount_options.parse(values)
+        mount_options.for_source(opts, source, url)
+    except mount_options.OptionError as exc:
+        raise UsageError(str(exc)) from None
+    return opts
+
+
+def _named(source: str, exc: BaseException) -> str:
+    """The error's message naming `source` once (remote errors begin with the URL already)."""
+    text = str(getattr(exc, "strerror", None) or exc)
+    return text if text.startswith(source) else f"{source}: {text}"
 
 
 # ----------------------------------------------------------------------------------- mount
 
 
 def _check_paths(cfg: MountConfig) -> None:
-    try:
-        st = os.stat(cfg.source)
-    except OSError as exc:
-        raise CliError(f"{cfg.source}: {exc.strerror}") from None
-    import stat as stat_mod
-    if not stat_mod.S_ISREG(st.st_mode):
-        raise CliError(f"{cfg.source}: not a regular file")
-    if not os.access(cfg.source, os.R_OK):
-        raise CliError(f"{cfg.source}: {os.strerror(errno.EACCES)}")
-    if not os.access(cfg.source, os.W_OK):
-        cfg.options.readonly = True
+    if not cfg.url:   # a URL is checked when the daemon opens it
+        _check_file(cfg)
     existing = mounts.find_mount(cfg.mountpoint)
     if existing is not None:
         raise CliError(f"{cfg.mountpoint}: busy: already a mount point ({existing.fstype} {existing.source})")
@@ -78,10 +89,23 @@ def _check_paths(cfg: MountConfig) -> None:
         mst = os.stat(cfg.mountpoint)
     except OSError as exc:
         raise CliError(f"mount point {cfg.mountpoint}: {exc.strerror}") from None
-    if not stat_mod.S_ISDIR(mst.st_mode):
+    if not stat.S_ISDIR(mst.st_mode):
         raise CliError(f"mount point {cfg.mountpoint}: not a directory")
     if not os.path.exists("/dev/fuse"):
         raise CliError("FUSE is not available: /dev/fuse is missing (modprobe fuse?)")
+
+
+def _check_file(cfg: MountConfig) -> None:
+    try:
+        st = os.stat(cfg.source)
+    except OSError as exc:
+        raise CliError(f"{cfg.source}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CliError(f"{cfg.source}: not a regular file")
+    if not os.access(cfg.source, os.R_OK):
+        raise CliError(f"{cfg.source}: {os.strerror(errno.EACCES)}")
+    if not os.access(cfg.source, os.W_OK):
+        cfg.options.readonly = True
 
 
 def _check_log(cfg: MountConfig) -> None:
@@ -110,11 +134,9 @@ def _open_file(cfg: MountConfig):
     from .errors import H5fsError
     from .model.file import H5File
     try:
-        return H5File.open(cfg.source, writable=not cfg.options.readonly, lock=True)
-    except H5fsError as exc:
-        raise CliError(f"{cfg.source}: {exc}") from None
-    except OSError as exc:
-        raise CliError(f"{cfg.source}: {exc.strerror or exc}") from None
+        return H5File.open(cfg.source, writable=not cfg.options.readonly, lock=True, remote=cfg.options.remote)
+    except (H5fsError, OSError) as exc:
+        raise CliError(_named(cfg.source, exc)) from None
 
 
 def _run_daemon(cfg: MountConfig, logs: Logs, on_ready, on_fail) -> int:
@@ -326,6 +348,15 @@ def cmd_install_helpers(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .check import run
+    url = is_url(args.file)
+    opts = _options(args.options, args.file, url)
+    other = sorted(opts.given - set(mount_options.REMOTE)) + opts.kernel_flags
+    if other:
+        raise UsageError(f"check -o {','.join(other)}: check takes only the options of a URL "
+                         f"({', '.join(mount_options.REMOTE)})")
+    if args.repair and url:
+        raise UsageError(f"check --repair {args.file}: a remote object is only read (a crash leaves nothing to "
+                         f"repair in it)")
     if args.repair:   # what the next read-write mount would do: finish interrupted updates
         from .errors import H5fsError
         from .model.file import H5File
@@ -334,7 +365,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         except (OSError, H5fsError) as exc:
             print(f"{PROG}: {args.file}: cannot repair: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
             return 2
-    return run(args.file)
+    return run(args.file, remote=opts.remote if url else None)
 
 
 # ----------------------------------------------------------------------------------- create
@@ -411,8 +442,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Mount an HDF5 file as a directory tree.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("mount", help="mount FILE on MOUNTPOINT",
-                       description="Mount FILE on MOUNTPOINT; returns when the mount is ready.",
+    m = sub.add_parser("mount", help="mount FILE (a path or a URL) on MOUNTPOINT",
+                       description="Mount FILE on MOUNTPOINT; returns when the mount is ready. FILE is a path, "
+                                   "or the URL of an object to mount read-only: s3://BUCKET/KEY, "
+                                   "https://HOST/PATH, http://HOST/PATH.",
                        epilog=mount_options.help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument("-o", dest="options", action="append", metavar="OPTIONS",
@@ -439,9 +472,13 @@ def _parser() -> argparse.ArgumentParser:
                                    "with this package (mount(8) runs helpers with a bare PATH).")
     h.add_argument("--root", default="/", help="install under this directory instead of / (packaging)")
     h.set_defaults(func=cmd_install_helpers)
-    c = sub.add_parser("check", help="verify FILE without mounting it",
-                       description="Verify every structure of FILE; exit 0 when sound, 1 with one line per "
-                                   "problem, 2 when FILE cannot be read or is no HDF5 file.")
+    c = sub.add_parser("check", help="verify FILE (a path or a URL) without mounting it",
+                       description="Verify every structure of FILE (a path, or an s3:// or http(s):// URL); exit "
+                                   "0 when sound, 1 with one line per problem, 2 when FILE cannot be read or is no "
+                                   "HDF5 file.")
+    c.add_argument("-o", dest="options", action="append", metavar="OPTIONS",
+                   help="a URL's options, as h5fs mount takes them: endpoint=, region=, anonymous, profile=, "
+                        "cache_dir=, disk_cache_mb=, block_kb=, requests=, retries=, timeout=")
     c.add_argument("--repair", action="store_true",
                    help="first finish the updates a crash interrupted (replay the journal), as a mount does")
     c.add_argument("file", metavar="FILE")

@@ -4,7 +4,8 @@ The table drives the parser, `h5fs mount --help` and the README's options table 
 that the README lists every option). Options mount(8) keeps for itself (`noauto`, `nofail`,
 `x-systemd.*`...) arrive when h5fs is mounted from fstab; they are dropped here. Generic mount
 flags (`noatime`, `nodev`...) go to the kernel through FUSE. Anything else is an error: a typo
-must not mount with a default the user did not ask for.
+must not mount with a default the user did not ask for. A URL's options (endpoint=...timeout=)
+make the `remote` RemoteOptions; `for_source` refuses them for a local file.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .model.filter_spec import ARITY as FILTER_ARITY, parse_filters
+from .storage.remote.options import RemoteOptions
 
 DEFAULT_READAHEAD_KB = 4096
 DEFAULT_WRITEBACK_MB = 64
 DEFAULT_CACHE_MB = 128
 DEFAULT_FLUSH_DELAY = 2.0
 DEFAULT_CHUNK_KB = 1024
+REMOTE_DEFAULTS = RemoteOptions()
+MIN_BLOCK_KB, MAX_BLOCK_KB = 4, 65536
+MAX_REQUESTS = 256
 
 
 class OptionError(ValueError):
@@ -59,8 +64,27 @@ OPTIONS: tuple[Option, ...] = (
                           "a per-user file"),
     Option("verbose", "", "log at debug level"),
     Option("readahead_kb", "N", f"the mount's read-ahead in KiB (default {DEFAULT_READAHEAD_KB}; 0 keeps the kernel's)"),
-    Option("fsname", "NAME", "source shown in the mount table (default: FILE's absolute path)"),
+    Option("fsname", "NAME", "source shown in the mount table (default: FILE's absolute path, or the URL)"),
+    # a URL's (s3://BUCKET/KEY, http(s)://HOST/PATH): how it is reached and cached
+    Option("endpoint", "URL", "s3:// only: an S3-compatible server (MinIO, Ceph...); default: AWS"),
+    Option("region", "NAME", "s3:// only: the bucket's region; default: AWS_REGION, the profile's, else us-east-1"),
+    Option("anonymous", "", "s3:// only: unsigned requests (public buckets), no credentials looked for"),
+    Option("profile", "NAME", "s3:// only: the profile of ~/.aws/credentials and ~/.aws/config to use "
+                              "(default: AWS_PROFILE, else default)"),
+    Option("cache_dir", "DIR", "URLs: where fetched blocks are kept between mounts, or none; default: "
+                               "~/.cache/h5fs ($XDG_CACHE_HOME/h5fs), /var/cache/h5fs for root"),
+    Option("disk_cache_mb", "N", f"URLs: the block cache's size on disk in MiB, all objects of cache_dir "
+                                 f"together (default {REMOTE_DEFAULTS.disk_cache_mb})"),
+    Option("block_kb", "N", f"URLs: the unit fetched and cached in KiB, a power of two from {MIN_BLOCK_KB} "
+                            f"to {MAX_BLOCK_KB} (default {REMOTE_DEFAULTS.block_kb})"),
+    Option("requests", "N", f"URLs: range requests in flight at once (default {REMOTE_DEFAULTS.requests})"),
+    Option("retries", "N", f"URLs: attempts after a failed request, with backoff, before the read "
+                           f"answers EIO (default {REMOTE_DEFAULTS.retries})"),
+    Option("timeout", "S", f"URLs: seconds a request may take (default {REMOTE_DEFAULTS.timeout:g})"),
 )
+REMOTE = ("endpoint", "region", "anonymous", "profile", "cache_dir", "disk_cache_mb", "block_kb", "requests",
+          "retries", "timeout")
+S3_ONLY = ("endpoint", "region", "anonymous", "profile")
 BY_NAME = {o.name: o for o in OPTIONS}
 
 # mount(8)'s own options (fstab): never for the filesystem
@@ -94,6 +118,8 @@ class MountOptions:
     writeback_cache: bool = False
     readahead_kb: int = DEFAULT_READAHEAD_KB
     fsname: str | None = None
+    remote: RemoteOptions = REMOTE_DEFAULTS
+    given: set[str] = field(default_factory=set)        # the table's options given, by name
     kernel_flags: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)   # mount(8)'s, for the log
 
@@ -161,8 +187,57 @@ def parse(values: list[str] | None) -> MountOptions:
         if bool(spec.value) != bool(eq):
             want = f"{key}={spec.value}" if spec.value else key
             raise OptionError(f"-o {opt}: expected {want}")
-        _apply(opts, key, val)
+        opts.given.add(key)
+        if key in REMOTE:
+            opts.remote = replace(opts.remote, **{key: _remote_value(key, val)})
+        else:
+            _apply(opts, key, val)
     return opts
+
+
+def _remote_value(key: str, val: str):
+    if key == "anonymous":
+        return True
+    if key == "endpoint":
+        if not val.lower().startswith(("http://", "https://")) or len(val) <= len("https://"):
+            raise OptionError(f"-o endpoint={val}: an http:// or https:// URL is needed")
+        return val
+    if key in ("region", "profile"):
+        if not val:
+            raise OptionError(f"-o {key}=: a name is needed")
+        return val
+    if key == "cache_dir":
+        if not val:
+            raise OptionError("-o cache_dir=: a directory, or none")
+        return "none" if val == "none" else os.path.abspath(val)   # the daemon runs in /
+    if key == "timeout":
+        n = _number(key, val, float, 0.001)
+        if n == float("inf"):
+            raise OptionError(f"-o timeout={val}: a number of seconds is needed")
+        return n
+    n = _number(key, val, int, 0 if key == "retries" else 1)
+    if key == "block_kb" and (n & (n - 1) or not MIN_BLOCK_KB <= n <= MAX_BLOCK_KB):
+        raise OptionError(f"-o block_kb={val}: a power of two from {MIN_BLOCK_KB} to {MAX_BLOCK_KB}")
+    if key == "requests" and n > MAX_REQUESTS:
+        raise OptionError(f"-o requests={val}: at most {MAX_REQUESTS}")
+    return n
+
+
+def for_source(opts: MountOptions, source: str, url: bool) -> None:
+    """Refuse what does not fit the source: a URL's options on a local file, S3's options on an
+    http(s):// URL, a read-write mount of a URL (OptionError: exit 2)."""
+    given = [o for o in REMOTE if o in opts.given]
+    if not url:
+        if given:
+            raise OptionError(f"-o {','.join(given)}: options of a URL (s3://, http(s)://); {source} is a local file")
+        return
+    s3_only = [o for o in S3_ONLY if o in opts.given]
+    if s3_only and not source.lower().startswith("s3://"):
+        raise OptionError(f"-o {','.join(s3_only)}: options of an s3:// URL, not of {source}")
+    if "rw" in opts.given and not opts.readonly:
+        raise OptionError(f"-o rw: {source} is a remote object, mounted read-only (h5fs edits files in place, "
+                          f"and an object in a store or on a web server cannot be written in place)")
+    opts.readonly = True
 
 
 def _apply(opts: MountOptions, key: str, val: str) -> None:

@@ -1,7 +1,8 @@
 """`h5fs status [MOUNTPOINT] [--json]`: every h5fs mount and what its daemon is doing.
 
 Each daemon answers the read-only xattr `user.h5fs.status` of its mount's root with a JSON
-object (Operations.status). The question is asked from a thread with a timeout, so a hung
+object (Operations.status); a remote mount's has a "remote" object, its byte source's counters
+(RemoteSource.stats). The question is asked from a thread with a timeout, so a hung
 daemon is reported as such instead of hanging the command.
 """
 
@@ -81,8 +82,24 @@ def text(entries: list[dict]) -> str:
         lines.append(f"  chunk cache: {_size(e['cache_bytes'])} of {_size(e['cache_limit_bytes'])}")
         lines.append(f"  warnings and errors: {e['errors']}" + (f" (log: {e['log']})" if e.get("log") else ""))
         lines.extend(f"    {msg}" for msg in e.get("last_errors", []))
+        if e.get("remote"):
+            lines.extend(_remote(e["remote"]))
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def _remote(r: dict) -> list[str]:
+    """A remote object's lines: what was fetched, what the block cache answered, what failed."""
+    lines = [f"  remote: {r['requests']} requests, {_size(r['bytes_fetched'])} fetched, {r['in_flight']} in flight; "
+             f"{r['retries']} retries, {r['failures']} failures",
+             f"  block cache: {r['cache_hits']} hits, {r['cache_misses']} misses; {_size(r['cache_bytes'])} held "
+             f"in {r['cache']} ({r['block_kb']} KiB blocks)"]
+    if r.get("changed"):
+        lines.append(f"  {r['changed']}")
+    if r["last_errors"]:
+        lines.append("  last request errors:")
+        lines.extend(f"    {msg}" for msg in r["last_errors"])
+    return lines
 
 
 def run(mountpoint: str | None, as_json: bool) -> int:

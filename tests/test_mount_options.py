@@ -13,7 +13,9 @@ from h5fs.mount_options import OPTIONS, OptionError, parse
 README = Path(__file__).resolve().parent.parent / "README.md"
 SAMPLE = {"uid": "0", "gid": "0", "umask": "022", "cache_mb": "64", "writeback_mb": "16", "flush_delay": "0.5",
           "chunk_kb": "256", "compression": "gzip:4,shuffle", "log": "/tmp/x.log", "readahead_kb": "0",
-          "fsname": "data"}
+          "fsname": "data", "endpoint": "http://127.0.0.1:9000", "region": "eu-west-1", "profile": "p",
+          "cache_dir": "/tmp/c", "disk_cache_mb": "512", "block_kb": "256", "requests": "4", "retries": "0",
+          "timeout": "2.5"}
 
 
 def test_every_option_parses_and_is_in_help_and_readme():
@@ -37,6 +39,43 @@ def test_values_land_where_they_should():
     fuse = o.fuse_options("/f.h5")
     assert {"ro", "allow_other", "default_permissions", "subtype=h5fs", "fsname=a\\,b"} <= fuse
     assert not any(x.startswith(("uid=", "cache_mb", "log=")) for x in fuse)   # ours never reach FUSE
+
+
+def test_remote_options_make_the_remote_options():
+    o = parse(["endpoint=http://127.0.0.1:9000,region=eu-west-1,anonymous,profile=p,cache_dir=rel,disk_cache_mb=512",
+               "block_kb=64,requests=4,retries=0,timeout=2.5"])
+    r = o.remote
+    assert (r.endpoint, r.region, r.anonymous, r.profile) == ("http://127.0.0.1:9000", "eu-west-1", True, "p")
+    assert r.cache_dir == str(Path("rel").resolve())   # the daemon runs in /
+    assert (r.disk_cache_mb, r.block_kb, r.requests, r.retries, r.timeout) == (512, 64, 4, 0, 2.5)
+    assert parse(["cache_dir=none"]).remote.cache_path() is None
+    d = parse([]).remote   # what a user who passes nothing gets
+    assert (d.endpoint, d.anonymous, d.cache_dir, d.disk_cache_mb, d.block_kb, d.requests, d.retries, d.timeout) == \
+        (None, False, None, 2048, 1024, 8, 3, 30.0)
+    assert not any(x.startswith(("endpoint", "block_kb", "cache_dir")) for x in o.fuse_options("s3://b/k"))
+
+
+@pytest.mark.parametrize("source, text, message", [
+    ("/data/f.h5", "block_kb=64", "-o block_kb: options of a URL"),
+    ("/data/f.h5", "anonymous,timeout=3", "-o anonymous,timeout: options of a URL"),
+    ("https://example.org/f.h5", "anonymous", "-o anonymous: options of an s3:// URL"),
+    ("http://example.org/f.h5", "endpoint=http://x:1,profile=p", "-o endpoint,profile: options of an s3:// URL"),
+    ("s3://b/k.h5", "rw", "-o rw: s3://b/k.h5 is a remote object, mounted read-only"),
+    ("s3://b/k.h5", "ro,rw", "mounted read-only"),
+])
+def test_options_that_do_not_fit_the_source(source, text, message):
+    o = parse([text])
+    with pytest.raises(OptionError, match=re.escape(message)):
+        mount_options.for_source(o, source, source.startswith(("s3:", "http")))
+
+
+def test_a_url_is_mounted_read_only():
+    o = parse(["rw,ro,block_kb=4"])
+    mount_options.for_source(o, "s3://b/k.h5", True)
+    assert o.readonly and "ro" in o.fuse_options("s3://b/k.h5")
+    o = parse(["cache_mb=8"])
+    mount_options.for_source(o, "/data/f.h5", False)
+    assert not o.readonly   # a local file: as before
 
 
 def test_mount8_options_dropped_kernel_flags_passed():
@@ -67,6 +106,19 @@ def test_last_of_ro_and_rw_wins():
     ("gid=no-such-group-h5fs", "no such group"),
     ("compression=gzip:12", "compression=gzip:12"),
     ("compression=zip", "unknown filter"),
+    ("block_kb=3", "a power of two from 4 to 65536"),
+    ("block_kb=131072", "a power of two from 4 to 65536"),
+    ("block_kb=2", "a power of two from 4 to 65536"),
+    ("requests=0", "at least 1"),
+    ("requests=1000", "at most 256"),
+    ("retries=-1", "at least 0"),
+    ("timeout=0", "at least 0.001"),
+    ("timeout=inf", "a number of seconds"),
+    ("disk_cache_mb=0", "at least 1"),
+    ("endpoint=127.0.0.1:9000", "an http:// or https:// URL"),
+    ("region=", "a name is needed"),
+    ("cache_dir=", "a directory, or none"),
+    ("anonymous=1", "expected anonymous"),
 ])
 def test_bad_options_say_what_is_wrong(text, message):
     with pytest.raises(OptionError, match=re.escape(message)):

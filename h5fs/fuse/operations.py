@@ -45,6 +45,7 @@ from ..model.namespace import DIR, DTYPE, NPY, POINTS, RAW, SYMLINK, Entry, Numb
 from ..format.messages.layout import VIRTUAL
 from ..model.tree_edit import TreeEditor
 from ..model.writeback import Writeback
+from ..storage.remote import RemoteSource
 from . import offload, views
 from ..storage.byte_source import WouldBlock
 from .blocks import BlockCounts
@@ -90,15 +91,12 @@ class Operations(pyfuse3.Operations):
             self.writes.flush_delay = flush_delay
         self.mountpoint = mountpoint
         self.info = {k: str(v) for k, v in (info or {}).items()}  # extra root facts: pid, file, log
-        st = os.stat(source)
-        self.uid = st.st_uid if owner[0] is None else owner[0]
-        self.gid = st.st_gid if owner[1] is None else owner[1]
+        uid, gid, self.file_size, self.mtime_ns, self.ctime_ns = _source_stat(h5file, source)
+        self.uid = uid if owner[0] is None else owner[0]
+        self.gid = gid if owner[1] is None else owner[1]
         self.dir_mode, self.file_mode, self.fixed_mode = _modes(umask, writeback is not None)
         self.logs = logs
         self.started = time.time()
-        self.file_size = st.st_size
-        self.mtime_ns = st.st_mtime_ns
-        self.ctime_ns = st.st_ctime_ns
         root = h5file.root
         self.table = InodeTable(root.address, namespace.numbers(root))
         self.handles = Handles()
@@ -606,7 +604,7 @@ class Operations(pyfuse3.Operations):
                "dirty_bytes": 0, "chunks_waiting": 0, "flushing": None,
                "cache_bytes": cache.used, "cache_limit_bytes": cache.budget,
                "requests": self.requests, "inodes": len(self.table),
-               "errors": 0, "last_errors": [], "log": None}
+               "errors": 0, "last_errors": [], "log": None, "remote": self.f.source.stats()}
         if self.writes is not None:
             wb = self.writes.wb
             out["dirty_bytes"], out["chunks_waiting"] = wb.waiting()
@@ -800,6 +798,17 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         self._check(node)
         await edits.removexattr(node, name)
+
+
+def _source_stat(h5file, source: str) -> tuple[int, int, int, int, int]:
+    """(uid, gid, size, mtime_ns, ctime_ns) the mount shows by default: a local file's own; a
+    remote object, which has no owner here, the mounting user's and its Last-Modified (or now)."""
+    if isinstance(h5file.source, RemoteSource):
+        modified = h5file.source.client.version.modified
+        ns = time.time_ns() if modified is None else int(modified.timestamp()) * 1_000_000_000
+        return os.getuid(), os.getgid(), h5file.source.size, ns, ns
+    st = os.stat(source)
+    return st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _modes(umask: int | None, writable: bool) -> tuple[int, int, int]:

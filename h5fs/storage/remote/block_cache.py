@@ -150,6 +150,10 @@ class BlockCache:
         """Whether the block is here and may be served without a check."""
         return number in self._blocks and number not in self._unchecked
 
+    def has(self, number: int) -> bool:
+        """Whether the block is here, checked or not (read-ahead leaves these alone)."""
+        return number in self._blocks
+
     def missing(self, numbers: range) -> list[int]:
         """The blocks of `numbers` that are not ready (checking those an earlier mount stored:
         a block whose bytes no longer match its CRC is dropped and counts as missing)."""

@@ -10,6 +10,7 @@ once the object changes, every read fails instead of mixing bytes of two version
 from __future__ import annotations
 
 import errno
+import re
 import threading
 import time
 from collections import deque
@@ -150,8 +151,8 @@ class ObjectClient:
                 raise RemoteNotFound(f"{self.url}: no such object (404)") from e
             except (oe.PermissionDeniedError, oe.UnauthenticatedError) as e:
                 self._failed(f"{what}: access denied")
-                raise RemoteError(f"{self.url}: access denied ({_reason(e)}); check the credentials, "
-                                  f"or `anonymous` for a public bucket") from e
+                hint = "; check the credentials, or `anonymous` for a public bucket" if self.url.startswith("s3:") else ""
+                raise RemoteError(f"{self.url}: access denied ({_reason(e)}){hint}") from e
             except oe.NotSupportedError as e:   # HTTPStore: the server ignored the range
                 self._failed(f"{what}: no range support")
                 raise RemoteError(f"{self.url}: the server does not support range requests ({_reason(e)})") from e
@@ -183,7 +184,16 @@ def _body(result, start: int, end: int):
     return result.bytes()
 
 
+CONNECT = re.compile(r'ConnectError\(\s*"([^"]+)",(?:.*?(?:message|error): "([^"]+)")?', re.S)
+TIMEOUT = re.compile(r"kind: Timeout,")
+
+
 def _reason(e: BaseException) -> str:
-    """The first line of obstore's message, which can run to a page of debug output."""
-    text = str(e).strip().splitlines()
-    return text[0][:300] if text else type(e).__name__
+    """The first line of obstore's message, which can run to a page of debug output, with the
+    cause its debug part gives for a request that got no answer ("dns error: ...", "tcp connect
+    error: Connection refused", "timed out")."""
+    text = str(e).strip()
+    first = text.splitlines()[0][:300] if text else type(e).__name__
+    found = CONNECT.search(text)
+    cause = ": ".join(g for g in found.groups() if g) if found else "timed out" if TIMEOUT.search(text) else ""
+    return f"{first} ({cause})" if cause else first

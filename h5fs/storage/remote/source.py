@@ -158,7 +158,7 @@ class RemoteSource(ByteSource):
                 fut = self._inflight.get(n)
                 if fut is not None:
                     futures.add(fut)
-                elif not background or not self.cache.ready(n):
+                elif not background or not self.cache.has(n):
                     new.append(n)
             for run in _runs(new, self.per_request):
                 if background:
@@ -200,7 +200,7 @@ class RemoteSource(ByteSource):
             window = min(self._streams.pop(key) * 2, max(1, MAX_AHEAD // self.block))
             self._streams[last + 1] = window
         stop = min(last + 1 + window, (self.size - 1) // self.block + 1)
-        ahead = [n for n in range(last + 1, stop) if not self.cache.ready(n)]
+        ahead = [n for n in range(last + 1, stop) if not self.cache.has(n)]
         if ahead:
             try:
                 self._start(ahead, background=True)
