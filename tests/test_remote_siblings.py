@@ -5,6 +5,7 @@ local original. A missing sibling, an absolute local path, writes."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import threading
@@ -22,7 +23,8 @@ from h5fs.storage.byte_source import WouldBlock, mark_event_loop_thread
 from h5fs.storage.remote import RemoteOptions
 from h5fs.storage.remote.client import RemoteError, RemoteNotFound
 from h5fs.storage.remote.siblings import LocalPathRefused
-from remote_support import BUCKET, range_server, s3_server  # noqa: F401 - fixtures
+from conftest import run_h5fs
+from remote_support import BUCKET, fresh, range_server, s3_server  # noqa: F401 - fixtures
 from servers import REGION
 
 PROTOCOLS = ("http", "s3")
@@ -374,10 +376,10 @@ def test_writes_through_a_remote_file_are_refused(tmp_path, place, proto):
 # ------------------------------------------------------------------------------------- a mount
 
 @pytest.mark.parametrize("proto", PROTOCOLS)
-def test_through_a_mount(tmp_path, place, proto, mount, s3_server):  # noqa: F811 - fixture
+def test_through_a_mount(tmp_path, place, proto, mount, s3_server, range_server):  # noqa: F811 - fixture
     """The real CLI mounts the URL: the external dataset and the VDS (a missing source among
     its sources) read as h5py reads the local original; a local absolute path answers EIO;
-    nothing can be written."""
+    nothing can be written; `h5fs status` counts each object's requests."""
     root = tmp_path / "pub"
     h5 = _vds_tree(root, missing=True)
     secret = tmp_path / "secret.bin"
@@ -397,9 +399,21 @@ def test_through_a_mount(tmp_path, place, proto, mount, s3_server):  # noqa: F81
     opts = [f"cache_dir={tmp_path / 'block-cache'}"]
     if proto == "s3":
         opts.append(f"endpoint={s3_server.endpoint},region={REGION}")
+    fresh(range_server)
     mp = mount(url, *opts)
     assert (mp / "x").read_bytes() == expected_x.tobytes()
     assert (mp / "v").read_bytes() == expected_v.tobytes()
+    # h5fs status: each object beside the file, its own counters (what the server saw, over HTTP)
+    status = json.loads(os.getxattr(mp, "user.h5fs.status"))
+    here = url.rsplit("/", 1)[0]
+    siblings = {r["url"]: r for r in status["siblings"]}
+    assert sorted(siblings) == sorted(f"{here}/{n}" for n in ("x-a.bin", "sub/x%20b.bin", "src-0.h5", "sub/src-1.h5"))
+    assert all(r["requests"] >= 2 and r["failures"] == 0 for r in siblings.values())
+    if proto == "http":    # the missing gone.h5: one request, remembered
+        counted = status["remote"]["requests"] + sum(r["requests"] for r in siblings.values())
+        assert range_server.stats()["requests"] == counted + 1
+    text = run_h5fs("status", mp).stdout
+    assert f"beside it: {here}/sub/x%20b.bin: {siblings[f'{here}/sub/x%20b.bin']['requests']} requests" in text
     with open(mp / "v", "rb") as fh:        # pieces at odd offsets
         fh.seek(1203)
         assert fh.read(999) == expected_v.tobytes()[1203:2202]

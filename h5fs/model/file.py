@@ -168,6 +168,21 @@ class H5File:
             source.close()
             raise
 
+    def sibling_stats(self) -> list[dict]:
+        """What `h5fs status` shows of the objects a remote file names beside itself: its
+        external data files, the virtual-dataset source files open (one process serves one
+        mount: the pool's) and theirs, one entry per URL."""
+        from .virtual import POOL
+        found: dict[str, dict] = {}
+        files = [self, *POOL.remote_files()]
+        for f in files:
+            if f is not self:
+                found.setdefault(f.source.name, f.source.stats())
+            if f.siblings is not None:
+                for st in f.siblings.stats():
+                    found.setdefault(st["url"], st)
+        return list(found.values())
+
     @property
     def fd(self) -> int:
         """A local file's descriptor (the write side's); -1 for a remote object or once closed."""

@@ -483,6 +483,11 @@ class _Pool:
             x.close()
         return e if e.file is not None else None
 
+    def remote_files(self) -> list:
+        """The remote source files open now."""
+        with self._lock:
+            return [e.file for key, e in self._entries.items() if key[0] == "remote" and e.file is not None]
+
     def release(self, e: _Entry) -> None:
         with self._lock:
             e.users -= 1

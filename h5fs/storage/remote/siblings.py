@@ -83,6 +83,10 @@ class Siblings:
                 src = self._sources[url] = open_remote(url, self.options)
             return src
 
+    def stats(self) -> list[dict]:
+        """What `h5fs status` shows of each object opened (RemoteSource.stats)."""
+        return [src.stats() for src in list(self._sources.values())]
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
