@@ -113,6 +113,9 @@ class ExternalSource(RawSource):
         if size == 0:
             return b""
         end = offset + size
+        if self.siblings is not None:   # the objects this read needs, opened together
+            self.siblings.open_all([e.path for e in self.extents if e.path not in self._sources
+                                    and e.start < end and offset < e.start + e.size])
         parts = []
         for ext in self.extents:
             lo, hi = max(offset, ext.start), min(end, ext.start + ext.size)

@@ -65,6 +65,7 @@ import os
 import posixpath
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from math import prod
 
@@ -346,7 +347,7 @@ class _Pool:
         self.size = size
         self._entries: OrderedDict[object, _Entry] = OrderedDict()
         self._lock = threading.Lock()
-        self._opening = threading.Lock()          # remote opens, one at a time (see _acquire_remote)
+        self._opening: dict[tuple, threading.Lock] = {}   # one open per remote key (see _acquire_remote)
         self._pinned: dict[tuple, str | None] = {}   # remote key -> version first seen (None: missing)
 
     def acquire(self, path: str, opened_only: bool = False, remote: RemoteOptions | None = None) -> _Entry | None:
@@ -400,8 +401,8 @@ class _Pool:
         missing object (404) is remembered as missing: a hole in the mapping costs one request
         per mount, not one per read. An object opened again after eviction must still be the
         version first seen (or still missing): a mount never serves two versions of a source.
-        Opens are serialised: one source per URL (its block cache entry is locked by one user);
-        on the event loop's thread, which never waits for a network, a worker opens it (WouldBlock)."""
+        One open per URL at a time (its block cache entry is locked by one user); on the event
+        loop's thread, which never waits for a network, a worker opens it (WouldBlock)."""
         key = ("remote", canonical(url), options)
         found = self._lookup(key)
         if found is not None or opened_only:
@@ -413,7 +414,9 @@ class _Pool:
     def _open_remote(self, key, url: str, options: RemoteOptions, keep: bool) -> _Entry | None:
         """Open the remote file under `key` unless another thread did; its entry (used once
         when `keep`, else not used: for the request answered again once it is open)."""
-        with self._opening:
+        with self._lock:
+            opening = self._opening.setdefault(key, threading.Lock())
+        with opening:
             found = self._lookup(key)
             if found is not None:
                 e = self._found(found, False)
@@ -440,6 +443,24 @@ class _Pool:
         if e is not None and not keep:
             self.release(e)
         return e
+
+    def open_all(self, urls: list[str], options: RemoteOptions) -> None:
+        """Open these remote files together, `requests` at a time (each open costs round trips),
+        and leave them in the pool unused. A failure is left for the read's own open to report,
+        with the mapping that needed the file."""
+        with self._lock:
+            todo = {k: u for k, u in ((("remote", canonical(u), options), u) for u in urls)
+                    if k not in self._entries}
+        if len(todo) < 2:
+            return
+        if on_event_loop_thread():
+            raise WouldBlock(lambda: self.open_all(urls, options))
+        with ThreadPoolExecutor(min(len(todo), options.requests), thread_name_prefix="h5fs-open") as pool:
+            for fut in [pool.submit(self._open_remote, k, u, options, False) for k, u in todo.items()]:
+                try:
+                    fut.result()
+                except H5fsError:
+                    pass
 
     def _lookup(self, key) -> _Entry | None:
         """The entry under `key` (its use count raised unless it stands for a missing object)."""
@@ -499,6 +520,7 @@ class _Pool:
         with self._lock:
             entries, self._entries = list(self._entries.values()), OrderedDict()
             self._pinned.clear()
+            self._opening.clear()
             for e in entries:
                 e.evicted = True
             idle = [e for e in entries if e.users == 0 and e.file is not None]
@@ -739,8 +761,13 @@ class VirtualSource(RawSource):
         e0, e1 = offset // isz, -(-(offset + size) // isz)
         out = np.empty((e1 - e0, isz), np.uint8)
         pos = 0
+        boxes = linear_boxes(self.shape, e0, e1)
+        remote = self.ds.file.remote
+        if remote is not None and not flags:   # the source files this read needs, opened together
+            POOL.open_all([c for m in self.maps if m.file_name != "." and any(m.hits(*b) for b in boxes)
+                           for c, is_me in self._candidates(m) if not is_me][:POOL.size], remote)
         with _Guard(self._guard_key, self.ds.path):
-            for start, count in linear_boxes(self.shape, e0, e1):
+            for start, count in boxes:
                 n = prod(count)
                 self._box(start, count, out[pos:pos + n], flags)
                 pos += n

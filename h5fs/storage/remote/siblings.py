@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import posixpath
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
-from ...errors import FormatError
+from ...errors import FormatError, H5fsError
 from ..byte_source import WouldBlock, on_event_loop_thread
 from .options import RemoteOptions
 from .source import RemoteSource, open_remote
@@ -60,8 +61,8 @@ class Siblings:
     def __init__(self, url: str, options: RemoteOptions):
         self.url, self.options = url, options
         self._sources: dict[str, RemoteSource] = {}
-        self._lock = threading.Lock()   # held while opening: one source per URL (its block cache
-                                        # entry takes an exclusive lock)
+        self._opening: dict[str, threading.Lock] = {}   # one open per URL (its block cache entry
+        self._lock = threading.Lock()                   # takes an exclusive lock); guards both dicts
         self._closed = False
 
     def resolve(self, name: str) -> str:
@@ -76,12 +77,32 @@ class Siblings:
         if on_event_loop_thread():
             raise WouldBlock(lambda: self.open(url))
         with self._lock:
+            opening = self._opening.setdefault(url, threading.Lock())
+        with opening:
             src = self._sources.get(url)
             if src is None:
-                if self._closed:
-                    raise FormatError(f"{url}: {self.url} is closed")
-                src = self._sources[url] = open_remote(url, self.options)
+                src = open_remote(url, self.options)
+                with self._lock:
+                    if self._closed:
+                        src.close()
+                        raise FormatError(f"{url}: {self.url} is closed")
+                    self._sources[url] = src
             return src
+
+    def open_all(self, urls: list[str]) -> None:
+        """Open these objects together, `requests` at a time: each open costs a round trip or
+        two. A failure is left for `open` to report, with what needed the object."""
+        todo = [u for u in dict.fromkeys(urls) if u not in self._sources]
+        if len(todo) < 2:
+            return
+        if on_event_loop_thread():
+            raise WouldBlock(lambda: self.open_all(todo))
+        with ThreadPoolExecutor(min(len(todo), self.options.requests), thread_name_prefix="h5fs-open") as pool:
+            for fut in [pool.submit(self.open, u) for u in todo]:
+                try:
+                    fut.result()
+                except H5fsError:
+                    pass
 
     def stats(self) -> list[dict]:
         """What `h5fs status` shows of each object opened (RemoteSource.stats)."""
