@@ -94,7 +94,7 @@ class RemoteSource(ByteSource):
                 numbers.update(range(position // self.block, (end - 1) // self.block + 1))
         if numbers and not on_event_loop_thread():
             blocks = sorted(numbers)
-            missing = [n for n in blocks if not self.cache.ready(n)]
+            missing = [n for n in blocks if not self.cache.has(n)]   # kept ones are checked when read
             if missing:
                 for fut in self._start(missing, background=False):
                     fut.result()
