@@ -2,7 +2,7 @@
 
 Each daemon answers the read-only xattr `user.h5fs.status` of its mount's root with a JSON
 object (Operations.status); a remote mount's has a "remote" object, its byte source's counters
-(RemoteSource.stats). The question is asked from a thread with a timeout, so a hung
+(RemoteSource.stats), and "siblings", the same for each object the file names beside itself. The question is asked from a thread with a timeout, so a hung
 daemon is reported as such instead of hanging the command.
 """
 
@@ -84,6 +84,8 @@ def text(entries: list[dict]) -> str:
         lines.extend(f"    {msg}" for msg in e.get("last_errors", []))
         if e.get("remote"):
             lines.extend(_remote(e["remote"]))
+        for r in e.get("siblings", []):
+            lines.extend(_sibling(r))
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
 
@@ -99,6 +101,16 @@ def _remote(r: dict) -> list[str]:
     if r["last_errors"]:
         lines.append("  last request errors:")
         lines.extend(f"    {msg}" for msg in r["last_errors"])
+    return lines
+
+
+def _sibling(r: dict) -> list[str]:
+    """An object the remote file names beside itself (an external data file, a VDS source)."""
+    lines = [f"  beside it: {r['url']}: {r['requests']} requests, {_size(r['bytes_fetched'])} fetched; "
+             f"{r['retries']} retries, {r['failures']} failures"]
+    if r.get("changed"):
+        lines.append(f"    {r['changed']}")
+    lines.extend(f"    {msg}" for msg in r["last_errors"])
     return lines
 
 

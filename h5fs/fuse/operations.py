@@ -605,6 +605,8 @@ class Operations(pyfuse3.Operations):
                "cache_bytes": cache.used, "cache_limit_bytes": cache.budget,
                "requests": self.requests, "inodes": len(self.table),
                "errors": 0, "last_errors": [], "log": None, "remote": self.f.source.stats()}
+        if self.f.remote is not None:
+            out["siblings"] = self.f.sibling_stats()
         if self.writes is not None:
             wb = self.writes.wb
             out["dirty_bytes"], out["chunks_waiting"] = wb.waiting()

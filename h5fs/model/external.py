@@ -8,6 +8,9 @@ Choices (libhdf5's H5D__efl_read / H5D__efl_readvv is the reference):
   and with neither, against the *current directory* of the reading process. A daemon's current
   directory means nothing to the user, so we use the file's directory, which is what
   efile_prefix="${ORIGIN}" asks libhdf5 for. The environment variable is not consulted.)
+- A remote HDF5 file's names are objects beside it, fetched with its options and pinned for as
+  long as it is open (storage/remote/siblings.py); an absolute name, a local path, is refused
+  with FormatError (EIO) naming it. A missing object (404) is a missing file.
 - A slot size of all ones (H5F_UNLIMITED) means "to the end"; it may only be the last slot.
 - A missing or unopenable external file: FormatError (EIO) naming the file, as libhdf5 errors
   ("unable to open external raw data file"). We never invent data for a file we cannot see.
@@ -15,11 +18,12 @@ Choices (libhdf5's H5D__efl_read / H5D__efl_readvv is the reference):
   (it memsets the unread part of a short read() to 0; it does not use the fill value).
 - Slots that together hold fewer bytes than the dataset: FormatError when the source is built
   (libhdf5 refuses to create such a dataset, and errors when reading past the slots).
-- Files are opened read-only on first use and their fds cached (thread-safe); `allocated()` is
-  0: none of the data lives inside the .h5 file.
+- Files are opened read-only on first use as byte sources and kept (thread-safe): a local file's
+  fd by the dataset's source, a remote file's objects by the file; `allocated()` is 0: none of
+  the data lives inside the .h5 file.
 
 Writing (`external_write`, libhdf5's H5D__efl_write is the reference) changes the external files
-in place, the way libhdf5 does; the .h5 file is not touched:
+in place, the way libhdf5 does; the .h5 file is not touched (a remote file's are never written):
 - A file shorter than its slot is extended by the write (the gap reads as zeros, as before).
 - A missing file is not created (libhdf5 would create it): reads of it answer EIO, and a write
   that made it appear would turn those errors into zeros nobody wrote. The write answers EIO too.
@@ -42,7 +46,10 @@ from dataclasses import dataclass
 
 from ..errors import FormatError, ReadOnly, TooLarge
 from ..storage.blockio import open_regular
+from ..storage.byte_source import ByteSource, LocalSource
 from ..storage.readers import local_heap
+from ..storage.remote.client import RemoteError
+from ..storage.remote.siblings import Siblings
 from ..storage.sources import RawSource
 from . import messages as M
 
@@ -50,7 +57,7 @@ MAX_WRITERS = 64               # writable external fds kept open per HDF5 file
 
 @dataclass(frozen=True)
 class Extent:
-    path: str          # resolved path of the external file
+    path: str          # resolved path of the external file (a URL for a remote HDF5 file)
     name: str          # the name as stored in the HDF5 file
     file_offset: int   # where the slot starts in the external file
     start: int         # where the slot starts in the dataset's bytes
@@ -61,60 +68,72 @@ class ExternalOpenError(FormatError):
     """An external data file could not be opened (missing, unreadable)."""
 
 
-def resolve_name(name: str, h5_path: str) -> str:
-    """Where an external file name points: absolute as is, relative to the HDF5 file's directory."""
+def resolve_name(name: str, f) -> str:
+    """Where an external file name of H5File `f` points: for a local file, an absolute name as
+    is, a relative one in the file's directory; for a remote file, the sibling object."""
+    if f.siblings is not None:
+        return f.siblings.resolve(name)
     if os.path.isabs(name):
         return name
-    return os.path.join(os.path.dirname(os.path.abspath(h5_path)), name)
+    return os.path.join(os.path.dirname(os.path.abspath(f.path)), name)
 
 
 class ExternalSource(RawSource):
-    def __init__(self, size: int, extents: list[Extent], what: str):
+    def __init__(self, size: int, extents: list[Extent], what: str, siblings: Siblings | None = None):
         super().__init__(size)
         self.extents = extents
         self.what = what
-        self._fds: dict[str, int] = {}
+        self.siblings = siblings    # a remote file's objects: shared, closed with the file
+        self._sources: dict[str, ByteSource] = {}
         self._lock = threading.Lock()
 
-    def _fd(self, ext: Extent) -> int:
-        with self._lock:
-            fd = self._fds.get(ext.path)
-            if fd is not None:
-                return fd
+    def _source(self, ext: Extent) -> ByteSource:
+        src = self._sources.get(ext.path)
+        if src is not None:
+            return src
         try:
-            fd = open_regular(ext.path)
+            src = (self.siblings.open(ext.path) if self.siblings is not None
+                   else LocalSource(open_regular(ext.path), ext.path))
         except OSError as e:
             raise ExternalOpenError(f"{self.what}: external data file {ext.name!r} ({ext.path}): "
                                     f"{e.strerror or e}") from e
+        except RemoteError as e:   # its kind kept: a network fault is tried again, a 404 is not
+            raise type(e)(f"{self.what}: external data file {ext.name!r}: {e}") from e
         with self._lock:
-            old = self._fds.get(ext.path)
+            old = self._sources.get(ext.path)
             if old is not None:
-                os.close(fd)
+                if self.siblings is None:
+                    src.close()
                 return old
-            self._fds[ext.path] = fd
-            return fd
+            self._sources[ext.path] = src
+            return src
 
     def read(self, offset: int, size: int) -> bytes:
         offset, size = self.clip(offset, size)
         if size == 0:
             return b""
         end = offset + size
+        if self.siblings is not None:   # the objects this read needs, opened together
+            self.siblings.open_all([e.path for e in self.extents if e.path not in self._sources
+                                    and e.start < end and offset < e.start + e.size])
         parts = []
         for ext in self.extents:
             lo, hi = max(offset, ext.start), min(end, ext.start + ext.size)
             if lo >= hi:
                 continue
             want = hi - lo
-            fd = self._fd(ext)
+            src = self._source(ext)
             pos = ext.file_offset + (lo - ext.start)
             got = []
             have = 0
             while have < want:
                 try:
-                    chunk = os.pread(fd, want - have, pos + have)
+                    chunk = src.pread(want - have, pos + have)
                 except OSError as e:
                     raise FormatError(f"{self.what}: reading external data file {ext.name!r}: "
                                       f"{e.strerror or e}") from e
+                except RemoteError as e:
+                    raise type(e)(f"{self.what}: reading external data file {ext.name!r}: {e}") from e
                 if not chunk:
                     break
                 got.append(chunk)
@@ -135,12 +154,13 @@ class ExternalSource(RawSource):
 
     def close(self) -> None:
         with self._lock:
-            fds, self._fds = self._fds, {}
-        for fd in fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            sources, self._sources = self._sources, {}
+        if self.siblings is None:
+            for src in sources.values():
+                try:
+                    src.close()
+                except OSError:
+                    pass
 
     def __del__(self):
         try:
@@ -177,7 +197,11 @@ def _extents(ds, size: int) -> tuple[list[Extent], int]:
             length = slot.size
         take = min(length, max(0, size - start))
         if take > 0:
-            out.append(Extent(resolve_name(name, ds.file.path), name, slot.file_offset, start, take))
+            try:
+                path = resolve_name(name, ds.file)
+            except FormatError as e:
+                raise type(e)(f"{ds.path}: external file slot {i}: {e}") from e
+            out.append(Extent(path, name, slot.file_offset, start, take))
         start += length
     return out, sum(e.size for e in out)
 
@@ -192,7 +216,7 @@ def external_extents(ds, size: int) -> list[Extent]:
 
 def external_source(ds, size: int) -> RawSource:
     """The RawSource for a contiguous dataset stored in external files."""
-    return ExternalSource(size, external_extents(ds, size), ds.path)
+    return ExternalSource(size, external_extents(ds, size), ds.path, ds.file.siblings)
 
 
 def external_facts(ds) -> dict[str, str]:
@@ -291,6 +315,8 @@ def _file_writers(f) -> _Writers:
 def external_write(ds, offset: int, data: bytes) -> None:
     """Write `data` at byte `offset` of the raw view of `ds` (contiguous, stored in external
     files) into those files, in place."""
+    if ds.file.remote is not None:   # a remote file's names must never become local writes
+        raise ReadOnly(f"{ds.path}: {ds.file.path} is a remote object, read-only")
     if not data:
         return
     end = offset + len(data)

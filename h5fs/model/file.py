@@ -37,6 +37,7 @@ from ..storage.readers import superblock as superblock_reader
 from ..storage.readers.global_heap import GlobalHeapReader
 from ..storage.readers.sohm_table import read_table
 from ..storage.remote import RemoteOptions, open_remote
+from ..storage.remote.siblings import Siblings
 from ..storage.transaction import Store
 from ..storage.writer import open_recorder
 from . import messages as M
@@ -97,6 +98,7 @@ class H5File:
         self._lock = threading.Lock()             # orders invalidations and cache stores
         self.store: Store | None = None           # the write side, when opened writable
         self.remote: RemoteOptions | None = None  # how a remote object was reached (its siblings too)
+        self.siblings: Siblings | None = None     # a remote file's external data files
 
     @classmethod
     def open(cls, path: str, writable: bool = False, lock: bool = False,
@@ -159,11 +161,27 @@ class H5File:
                 raise internal_error("superblock", e) from e
             f = cls(url, source, sb)
             f.remote = options
+            f.siblings = Siblings(url, options)
             f.root
             return f
         except BaseException:
             source.close()
             raise
+
+    def sibling_stats(self) -> list[dict]:
+        """What `h5fs status` shows of the objects a remote file names beside itself: its
+        external data files, the virtual-dataset source files open (one process serves one
+        mount: the pool's) and theirs, one entry per URL."""
+        from .virtual import POOL
+        found: dict[str, dict] = {}
+        files = [self, *POOL.remote_files()]
+        for f in files:
+            if f is not self:
+                found.setdefault(f.source.name, f.source.stats())
+            if f.siblings is not None:
+                for st in f.siblings.stats():
+                    found.setdefault(st["url"], st)
+        return list(found.values())
 
     @property
     def fd(self) -> int:
@@ -179,6 +197,8 @@ class H5File:
             self.store.settle()
             self.store.journal.close()
             self.store = None
+        if self.siblings is not None:
+            self.siblings.close()
         self.source.close()
 
     def __enter__(self) -> H5File:

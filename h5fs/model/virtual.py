@@ -21,6 +21,11 @@ Behaviours (libhdf5 2.0 is the reference, default access properties):
   directory. libhdf5 finally tries the name relative to the process's current directory; a
   mount daemon's current directory means nothing, so we do not. The H5Pset_virtual_prefix
   access property is a per-process setting and does not apply.
+- A remote virtual dataset's source files are the objects beside it (storage/remote/siblings.py),
+  fetched with its options; HDF5_VDS_PREFIX is not applied. An absolute name is a local path,
+  never opened: its base name is tried beside the file, else FormatError naming it. A missing
+  object (404) is a missing file. The pool keys a remote file by its URL and keeps the version
+  pinned when it was opened; a process never opens a second version of one source object.
 - Source dataset names are resolved from the source file's root group (hard links only).
 - Printf-style names in mappings with an unlimited virtual selection and a limited source
   selection: "%b" is the block number, "%%" a percent sign (in both names). Blocks are probed
@@ -47,8 +52,9 @@ Writing (`virtual_write`, libhdf5's H5D__virtual_write is the reference) maps th
 elements through the same plan and hands each source dataset of the virtual dataset's own file
 (name "." or a name that resolves to that file) its runs of consecutive elements; the caller
 writes them. Elements of a source in another file: ReadOnly (EROFS) naming it (a mount writes
-one file). Elements that no mapping stores (unmapped, a missing source dataset, past an
-unlimited source's extent): CannotWrite (ENOTSUP). Either refusal comes before any write.
+one file); a remote virtual dataset is read-only: ReadOnly. Elements that no mapping stores
+(unmapped, a missing source dataset, past an unlimited source's extent): CannotWrite (ENOTSUP).
+Either refusal comes before any write.
 """
 
 from __future__ import annotations
@@ -56,8 +62,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import posixpath
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from math import prod
 
@@ -66,7 +74,11 @@ import numpy as np
 from ..errors import CannotWrite, FormatError, H5fsError, InvalidWrite, NotFound, ReadOnly, TooLarge, Unsupported
 from ..format import selection as S
 from ..format import vds_mapping
+from ..storage.byte_source import WouldBlock, on_event_loop_thread
 from ..storage.chunk_grid import linear_boxes
+from ..storage.remote import RemoteOptions
+from ..storage.remote.client import RemoteError, RemoteNotFound
+from ..storage.remote.siblings import LocalPathRefused, canonical, same_object, sibling_url
 from ..storage.sources import NOWAIT, RawSource
 from ..storage.unfiltered_read import Miss
 from .objects import approx_size
@@ -320,8 +332,8 @@ def _identity(st: os.stat_result) -> tuple:
 
 
 class _Entry:
-    def __init__(self, file, ident: tuple):
-        self.file = file
+    def __init__(self, file, ident):
+        self.file = file        # None: a remote object known to be missing
         self.ident = ident
         self.users = 0
         self.evicted = False
@@ -333,12 +345,17 @@ class _Pool:
 
     def __init__(self, size: int):
         self.size = size
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._entries: OrderedDict[object, _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        self._opening: dict[tuple, threading.Lock] = {}   # one open per remote key (see _acquire_remote)
+        self._pinned: dict[tuple, str | None] = {}   # remote key -> version first seen (None: missing)
 
-    def acquire(self, path: str, opened_only: bool = False) -> _Entry | None:
+    def acquire(self, path: str, opened_only: bool = False, remote: RemoteOptions | None = None) -> _Entry | None:
         """The open file at `path` (its use count raised), or None when there is no such file
-        (`opened_only`: Miss rather than open it, for a read that must not wait)."""
+        (`opened_only`: Miss rather than open it, for a read that must not wait); `remote`: the
+        options `path`, a URL, is fetched with."""
+        if remote is not None:
+            return self._acquire_remote(path, remote, opened_only)
         # a file replaced, changed or removed since it was opened is opened again (or missing);
         # files are told apart by device and inode (every name of one file shares its entry)
         try:
@@ -375,27 +392,122 @@ class _Pool:
             raise FormatError(f"virtual dataset source file {path}: {exc.strerror or exc}") from exc
         except H5fsError as exc:
             raise FormatError(f"virtual dataset source file {path}: {exc}") from exc
+        return self._insert(key, f, ident)
+
+    def _acquire_remote(self, url: str, options: RemoteOptions, opened_only: bool) -> _Entry | None:
+        """A remote source file, keyed by its URL (and options) rather than a stat: while in the
+        pool it is the version pinned when it was opened (checking for a newer one would cost a
+        request per read; a changed object answers EIO from its conditional reads instead). A
+        missing object (404) is remembered as missing: a hole in the mapping costs one request
+        per mount, not one per read. An object opened again after eviction must still be the
+        version first seen (or still missing): a mount never serves two versions of a source.
+        One open per URL at a time (its block cache entry is locked by one user); on the event
+        loop's thread, which never waits for a network, a worker opens it (WouldBlock)."""
+        key = ("remote", canonical(url), options)
+        found = self._lookup(key)
+        if found is not None or opened_only:
+            return self._found(found, opened_only)
+        if on_event_loop_thread():
+            raise WouldBlock(lambda: self._open_remote(key, url, options, keep=False))
+        return self._open_remote(key, url, options, keep=True)
+
+    def _open_remote(self, key, url: str, options: RemoteOptions, keep: bool) -> _Entry | None:
+        """Open the remote file under `key` unless another thread did; its entry (used once
+        when `keep`, else not used: for the request answered again once it is open)."""
+        with self._lock:
+            opening = self._opening.setdefault(key, threading.Lock())
+        with opening:
+            found = self._lookup(key)
+            if found is not None:
+                e = self._found(found, False)
+            else:
+                from .file import H5File
+                try:
+                    f = H5File.open(url, remote=options)
+                except RemoteNotFound:
+                    f = None
+                except RemoteError as exc:    # a network fault stays one (transient): tried again next time
+                    raise type(exc)(f"virtual dataset source file: {exc}") from exc
+                except H5fsError as exc:
+                    raise FormatError(f"virtual dataset source file {url}: {exc}") from exc
+                ident = None if f is None else f.source.client.version.key()
+                first = self._pinned.setdefault(key, ident)
+                if first != ident:
+                    if f is not None:
+                        f.close()
+                    raise FormatError(f"virtual dataset source file {url} changed since this process first read "
+                                      f"it ({'missing' if first is None else 'version ' + first} then, "
+                                      f"{'missing' if ident is None else 'version ' + ident} now): remount to "
+                                      f"read it")
+                e = self._insert(key, f, ident)
+        if e is not None and not keep:
+            self.release(e)
+        return e
+
+    def open_all(self, urls: list[str], options: RemoteOptions) -> None:
+        """Open these remote files together, `requests` at a time (each open costs round trips),
+        and leave them in the pool unused. A failure is left for the read's own open to report,
+        with the mapping that needed the file."""
+        with self._lock:
+            todo = {k: u for k, u in ((("remote", canonical(u), options), u) for u in urls)
+                    if k not in self._entries}
+        if len(todo) < 2:
+            return
+        if on_event_loop_thread():
+            raise WouldBlock(lambda: self.open_all(urls, options))
+        with ThreadPoolExecutor(min(len(todo), options.requests), thread_name_prefix="h5fs-open") as pool:
+            for fut in [pool.submit(self._open_remote, k, u, options, False) for k, u in todo.items()]:
+                try:
+                    fut.result()
+                except H5fsError:
+                    pass
+
+    def _lookup(self, key) -> _Entry | None:
+        """The entry under `key` (its use count raised unless it stands for a missing object)."""
+        with self._lock:
+            e = self._entries.get(key)
+            if e is not None:
+                self._entries.move_to_end(key)
+                if e.file is not None:
+                    e.users += 1
+            return e
+
+    @staticmethod
+    def _found(e: _Entry | None, opened_only: bool) -> _Entry | None:
+        if e is None and opened_only:
+            raise Miss
+        return None if e is None or e.file is None else e
+
+    def _insert(self, key, f, ident) -> _Entry | None:
+        """Keep the file `f` just opened (None: missing) under `key`; its entry, used once."""
         close = []
         with self._lock:
             e = self._entries.get(key)
             if e is not None and e.ident == ident:     # another thread opened it meanwhile
-                close.append(f)
+                if f is not None:
+                    close.append(f)
             else:
                 if e is not None:
                     e.evicted = True
-                    if e.users == 0:
+                    if e.users == 0 and e.file is not None:
                         close.append(e.file)
                 e = self._entries[key] = _Entry(f, ident)
-            e.users += 1
+            if e.file is not None:
+                e.users += 1
             self._entries.move_to_end(key)
             while len(self._entries) > self.size:
                 _, old = self._entries.popitem(last=False)
                 old.evicted = True
-                if old.users == 0:
+                if old.users == 0 and old.file is not None:
                     close.append(old.file)
         for x in close:
             x.close()
-        return e
+        return e if e.file is not None else None
+
+    def remote_files(self) -> list:
+        """The remote source files open now."""
+        with self._lock:
+            return [e.file for key, e in self._entries.items() if key[0] == "remote" and e.file is not None]
 
     def release(self, e: _Entry) -> None:
         with self._lock:
@@ -407,9 +519,11 @@ class _Pool:
     def clear(self) -> None:
         with self._lock:
             entries, self._entries = list(self._entries.values()), OrderedDict()
+            self._pinned.clear()
+            self._opening.clear()
             for e in entries:
                 e.evicted = True
-            idle = [e for e in entries if e.users == 0]
+            idle = [e for e in entries if e.users == 0 and e.file is not None]
         for e in idle:
             e.file.close()
 
@@ -439,7 +553,8 @@ class _Guard:
 
 
 def _key(ds):
-    return (os.path.realpath(ds.file.path), ds.address)
+    f = ds.file
+    return (canonical(f.path) if f.remote is not None else os.path.realpath(f.path), ds.address)
 
 
 def substitute(name: str, block: int | None) -> str:
@@ -483,6 +598,17 @@ def source_candidates(name: str, vds_path: str) -> list[str]:
                 out.append(os.path.join(p.replace("${ORIGIN}", origin), rel))
     out.append(os.path.join(origin, rel))
     return out
+
+
+def remote_source_candidates(name: str, url: str) -> list[str]:
+    """URLs tried for a source file name of the remote virtual dataset at `url`: the object
+    beside it (HDF5_VDS_PREFIX names local directories: not applied). An absolute name is a local
+    path, never opened (storage/remote/siblings.py); its base name is tried beside the file, as
+    libhdf5 tries a missing absolute name's base name in the file's directory."""
+    if name.startswith("/"):
+        base = posixpath.basename(name)
+        return [sibling_url(url, base)] if base else []
+    return [sibling_url(url, name)]
 
 
 def _norm_type(dt):
@@ -553,7 +679,7 @@ class VirtualSource(RawSource):
         for cand, is_me in self._candidates(m):
             if is_me:
                 return None, self._dataset(self.ds.file, m, None)
-            e = POOL.acquire(cand, nowait)
+            e = POOL.acquire(cand, nowait, self.ds.file.remote)
             if e is None:
                 continue
             try:
@@ -564,12 +690,20 @@ class VirtualSource(RawSource):
                 POOL.release(e)
                 raise
             return e, src
+        if self.ds.file.remote is not None and m.file_name.startswith("/"):
+            raise LocalPathRefused(f"{m.label}: source file {m.file_name!r} is an absolute local path, which a "
+                                   f"remote object ({self.ds.file.path}) may not make the mount read, and "
+                                   f"{posixpath.basename(m.file_name)!r} is not beside it")
         return None, None
 
     def _candidates(self, m: _Resolved) -> list[tuple[str, bool]]:
         if m.candidates is None:
-            me = os.path.realpath(self.ds.file.path)
-            m.candidates = [(c, os.path.realpath(c) == me) for c in source_candidates(m.file_name, self.ds.file.path)]
+            f = self.ds.file
+            if f.remote is not None:
+                m.candidates = [(u, same_object(u, f.path)) for u in remote_source_candidates(m.file_name, f.path)]
+            else:
+                me = os.path.realpath(f.path)
+                m.candidates = [(c, os.path.realpath(c) == me) for c in source_candidates(m.file_name, f.path)]
         return m.candidates
 
     def elsewhere(self, m: _Resolved) -> str | None:
@@ -577,13 +711,15 @@ class VirtualSource(RawSource):
         file's path (its stored name when no candidate exists), found as `_open` finds it."""
         if m.file_name == ".":
             return None
+        local = self.ds.file.remote is None
         for cand, is_me in self._candidates(m):
             if is_me:
                 return None
-            try:
-                os.stat(cand)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
+            if local:
+                try:
+                    os.stat(cand)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
             return cand
         return m.file_name
 
@@ -625,8 +761,13 @@ class VirtualSource(RawSource):
         e0, e1 = offset // isz, -(-(offset + size) // isz)
         out = np.empty((e1 - e0, isz), np.uint8)
         pos = 0
+        boxes = linear_boxes(self.shape, e0, e1)
+        remote = self.ds.file.remote
+        if remote is not None and not flags:   # the source files this read needs, opened together
+            POOL.open_all([c for m in self.maps if m.file_name != "." and any(m.hits(*b) for b in boxes)
+                           for c, is_me in self._candidates(m) if not is_me][:POOL.size], remote)
         with _Guard(self._guard_key, self.ds.path):
-            for start, count in linear_boxes(self.shape, e0, e1):
+            for start, count in boxes:
                 n = prod(count)
                 self._box(start, count, out[pos:pos + n], flags)
                 pos += n
@@ -949,6 +1090,8 @@ def virtual_write(ds, offset: int, data: bytes, write_source) -> None:
     mapping that selects it (a later mapping's value wins where two write one source element,
     as libhdf5 writes the mappings in order). Nothing is written when any element maps to a
     source in another file (ReadOnly) or to no source (CannotWrite)."""
+    if ds.file.remote is not None:
+        raise ReadOnly(f"{ds.path}: {ds.file.path} is a remote object, read-only")
     _check_type(ds)
     vsrc: VirtualSource = ds.source
     isz = vsrc.itemsize

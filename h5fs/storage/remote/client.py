@@ -44,6 +44,13 @@ class RemoteChanged(RemoteError):
     transient = False
 
 
+class RemoteNotFound(RemoteError):
+    """No such object (404): an answer about the object, not a network fault; for an object a
+    remote file names beside itself, what a missing local file is for a local one."""
+
+    transient = False
+
+
 @dataclass(frozen=True)
 class Version:
     size: int
@@ -141,7 +148,7 @@ class ObjectClient:
                 raise RemoteChanged(self.changed) from e
             except (oe.NotFoundError, FileNotFoundError) as e:   # obstore raises the builtin for a 404
                 self._failed(f"{what}: not found")
-                raise RemoteError(f"{self.url}: no such object (404)") from e
+                raise RemoteNotFound(f"{self.url}: no such object (404)") from e
             except (oe.PermissionDeniedError, oe.UnauthenticatedError) as e:
                 self._failed(f"{what}: access denied")
                 hint = "; check the credentials, or `anonymous` for a public bucket" if self.url.startswith("s3:") else ""
