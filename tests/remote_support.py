@@ -1,7 +1,7 @@
 """Fixtures for remote-mount tests: one HTTP range server and one moto S3 server per session.
 
 Import what a test module uses (`from remote_support import range_server, s3_server, s3_proxy,
-publish, fresh`); nothing here is autouse. s3_proxy is a FaultProxy in front of moto (latency,
+publish, fresh, read_mount, open_source`); nothing here is autouse. s3_proxy is a FaultProxy in front of moto (latency,
 faults and counters for S3 as RangeServer has them for HTTP): mount with endpoint=s3_proxy.url. Both servers listen on 127.0.0.1 only and are stopped at the end
 of the session, whatever the tests did. s3_server puts moto's fake credentials and region in
 os.environ for the session, so `h5fs mount` (run_h5fs inherits the environment) finds them the way
@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Mounter
+from h5fs.model.file import H5File
+from h5fs.storage.remote import RemoteOptions
 from servers import CREDENTIALS, REGION, FaultProxy, RangeServer, S3Server
 
 BUCKET = "h5fs-test"
@@ -82,6 +85,98 @@ def publish_to(path, range_server: RangeServer, s3_server: S3Server,
     s3_server.put(BUCKET, name, path)
     return dict(http=range_server.url_of(name), s3=f"s3://{BUCKET}/{name}",
                 s3_options=s3_server.mount_options())
+
+
+# -- the read suite on every source ----------------------------------------------------------
+
+SOURCES = ("local", "http", "s3")
+
+
+class Published:
+    """Copies of local files on the HTTP server or in S3, each under a name of its own; `remove`
+    takes them all away again."""
+
+    def __init__(self, request, kind: str, cache_dir: Path):
+        self.kind, self.cache_dir = kind, cache_dir
+        self._request = request
+        self._names: list[str] = []
+
+    def url(self, path, tag: str) -> tuple[str, dict]:
+        """(URL, RemoteOptions fields) of a new copy of `path`."""
+        name = f"{tag}-{len(self._names)}-{Path(path).name}"
+        http = self._request.getfixturevalue("range_server")
+        s3 = self._request.getfixturevalue("s3_server")
+        urls = publish_to(path, http, s3, name)
+        self._names.append(name)
+        remote = dict(cache_dir=str(self.cache_dir))
+        if self.kind == "s3":
+            remote.update(endpoint=s3.endpoint, region=REGION)
+        return urls[self.kind], remote
+
+    def remove(self) -> None:
+        if not self._names:
+            return
+        http = self._request.getfixturevalue("range_server")
+        s3 = self._request.getfixturevalue("s3_server")
+        for name in self._names:
+            (http.root / name).unlink(missing_ok=True)
+            s3.delete(BUCKET, name)
+        self._names.clear()
+
+
+class SourceMounter(Mounter):
+    """`read_mount(h5path, *options) -> mountpoint`: mounts the local file, or a copy of it on
+    the HTTP server or in S3 by its URL (a block cache of its own under the test's directory);
+    h5py goes on reading the local original."""
+
+    def __init__(self, tmp_path: Path, published: Published):
+        tmp_path.mkdir(exist_ok=True)
+        super().__init__(tmp_path)
+        self.published = published
+
+    @property
+    def kind(self) -> str:
+        return self.published.kind
+
+    def __call__(self, h5path, *options: str, expect_ok: bool = True) -> Path:
+        if self.kind == "local":
+            return super().__call__(h5path, *options, expect_ok=expect_ok)
+        url, remote = self.published.url(h5path, self.tmp_path.parent.name)
+        mp = super().__call__(url, *options, *(f"{k}={v}" for k, v in remote.items()), expect_ok=expect_ok)
+        assert os.getxattr(mp, "user.h5fs.file").decode() == url   # the copy is what is mounted
+        return mp
+
+
+@pytest.fixture(params=SOURCES)
+def read_mount(request, tmp_path):
+    """The `mount` fixture of a read test, once per source (local, http, s3); every mount is
+    unmounted, then every copy removed, at teardown."""
+    published = Published(request, request.param, tmp_path / "block-cache")
+    m = SourceMounter(tmp_path / "sources", published)
+    try:
+        yield m
+    finally:
+        problems = m.cleanup()
+        published.remove()
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.fixture(params=SOURCES)
+def open_source(request, tmp_path):
+    """`open_source(path) -> H5File`: the engine on the local file, or on a copy of it on the
+    HTTP server or in S3."""
+    published = Published(request, request.param, tmp_path / "block-cache")
+
+    def _open(path) -> H5File:
+        if request.param == "local":
+            return H5File.open(str(path))
+        url, remote = published.url(path, tmp_path.name)
+        return H5File.open(url, remote=RemoteOptions(**remote))
+    try:
+        yield _open
+    finally:
+        published.remove()
 
 
 def fresh(server) -> None:

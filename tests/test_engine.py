@@ -12,6 +12,8 @@ from h5fs.errors import FormatError, Unsupported  # noqa: E402
 from h5fs.model.dataset import Dataset  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
 from h5fs.model.group import Group  # noqa: E402
+from h5fs.storage.remote import RemoteOptions  # noqa: E402
+from remote_support import SOURCES, Published, range_server, s3_server  # noqa: E402,F401 (fixtures)
 
 LIBVERS = ("earliest", "latest")
 
@@ -111,16 +113,24 @@ def h5py_objects(f):
     return out
 
 
-@pytest.fixture(scope="module", params=LIBVERS)
+@pytest.fixture(scope="module", params=[(v, s) for v in LIBVERS for s in SOURCES], ids="-".join)
 def pair(request, tmp_path_factory):
-    path = tmp_path_factory.mktemp(request.param) / "everything.h5"
-    build_everything(path, request.param)
-    ours = H5File.open(str(path))
+    """(h5fs on the file, or on a copy of it on the HTTP server or in S3; h5py on the file)."""
+    libver, source = request.param
+    path = tmp_path_factory.mktemp(libver) / "everything.h5"
+    build_everything(path, libver)
+    published = Published(request, source, path.parent / "block-cache")
+    if source == "local":
+        ours = H5File.open(str(path))
+    else:
+        url, remote = published.url(path, f"engine-{libver}")
+        ours = H5File.open(url, remote=RemoteOptions(**remote))
     theirs = h5py.File(path, "r")
-    ours.libver = request.param
+    ours.libver = libver
     yield ours, theirs
     theirs.close()
     ours.close()
+    published.remove()
 
 
 def test_superblock_version(pair):

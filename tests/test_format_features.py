@@ -13,7 +13,7 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
-from h5fs.model.file import H5File  # noqa: E402
+from remote_support import open_source, range_server, s3_server  # noqa: E402,F401 (fixtures)
 
 
 def libhdf5() -> ctypes.CDLL:
@@ -22,9 +22,10 @@ def libhdf5() -> ctypes.CDLL:
     return ctypes.CDLL(glob.glob(os.path.join(libdir, "libhdf5-*.so*"))[0])
 
 
-def assert_same(path) -> None:
-    """Every object of the file reads the same through h5fs as through h5py."""
-    with H5File.open(str(path)) as ours, h5py.File(path) as theirs:
+def assert_same(path, open_source) -> None:
+    """Every object of the file reads the same through h5fs (on the local file or a copy on a
+    server) as through h5py."""
+    with open_source(path) as ours, h5py.File(path) as theirs:
         def visit(name, obj):
             mine = ours.resolve(name)
             assert sorted(a.name for a in mine.attributes()) == sorted(obj.attrs), name
@@ -45,7 +46,7 @@ def assert_same(path) -> None:
 SDSPACE, DTYPE, FILL, PLINE, ATTR = 1 << 0x01, 1 << 0x03, 1 << 0x05, 1 << 0x0B, 1 << 0x0C
 
 
-def test_shared_messages_in_the_sohm_heap(tmp_path):
+def test_shared_messages_in_the_sohm_heap(open_source, tmp_path):
     lib = libhdf5()
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
     pid = ctypes.c_int64(fcpl.id)
@@ -61,15 +62,15 @@ def test_shared_messages_in_the_sohm_heap(tmp_path):
                                  fillvalue=1.0)
             d.attrs["shared_array"] = np.arange(50)
             d.attrs["text"] = "the same text on every dataset"
-    with H5File.open(str(path)) as ours:
+    with open_source(path) as ours:
         assert len(ours.sohm_indexes) == 2
         shared = [m for m in ours.resolve("d3").header.messages if m.shared]
         assert shared, "libhdf5 should have shared some messages"
-    assert_same(path)
+    assert_same(path, open_source)
 
 
 @pytest.mark.parametrize("libver", ["earliest", "v108", "v110", "v112", "v114", "v200"])
-def test_every_library_version_format(tmp_path, libver):
+def test_every_library_version_format(open_source, tmp_path, libver):
     path = tmp_path / f"{libver}.h5"
     with h5py.File(path, "w", libver=(libver, "latest")) as f:
         f.attrs["created_by"] = libver
@@ -86,20 +87,20 @@ def test_every_library_version_format(tmp_path, libver):
         g = f.create_group("many", track_order=True)
         for i in range(30):
             g.create_group(f"sub{29 - i:02d}").attrs["i"] = i
-    assert_same(path)
-    with H5File.open(str(path)) as ours:
+    assert_same(path, open_source)
+    with open_source(path) as ours:
         layout = ours.resolve("fixed").layout
         assert layout.version == {"earliest": 3, "v108": 3, "v200": 5}.get(libver, 4)
 
 
-def test_modification_times_and_comment(tmp_path):
+def test_modification_times_and_comment(open_source, tmp_path):
     path = tmp_path / "times.h5"
     with h5py.File(path, "w", libver="earliest", track_order=False) as f:
         d = f.create_dataset("timed", data=np.arange(3), track_times=True)
         h5py.h5o.set_comment(d.id, b"a comment on a dataset")
         info = h5py.h5g.get_objinfo(d.id)
         expected = info.mtime
-    with H5File.open(str(path)) as ours:
+    with open_source(path) as ours:
         d = ours.resolve("timed")
         assert d.mtime == pytest.approx(expected, abs=1)
         assert d.comment == "a comment on a dataset"
@@ -107,17 +108,17 @@ def test_modification_times_and_comment(tmp_path):
 
 
 @pytest.mark.parametrize("libver", ["earliest", "latest"])
-def test_large_group(tmp_path, libver):
+def test_large_group(open_source, tmp_path, libver):
     path = tmp_path / "large.h5"
     with h5py.File(path, "w", libver=libver) as f:
         for i in range(2000):
             f.create_group(f"g{i:05d}")
-    with H5File.open(str(path)) as ours, h5py.File(path) as theirs:
+    with open_source(path) as ours, h5py.File(path) as theirs:
         assert [ln.name for ln in ours.root.links()] == list(theirs)
         assert ours.root.facts()["storage"] == ("symbol table" if libver == "earliest" else "dense")
 
 
-def test_superblock_version_1_with_btree_k_values(tmp_path):
+def test_superblock_version_1_with_btree_k_values(open_source, tmp_path):
     """Non-default indexed-storage K makes libhdf5 write superblock version 1."""
     lib = libhdf5()
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
@@ -133,16 +134,16 @@ def test_superblock_version_1_with_btree_k_values(tmp_path):
             f.create_group(f"g{i:02d}")
         d = f.create_dataset("chunked", shape=(400,), chunks=(4,), dtype="<i2")  # > 2K chunks per node
         d[...] = np.arange(400)
-    with H5File.open(str(path)) as ours:
+    with open_source(path) as ours:
         sb = ours.superblock
         assert (sb.version, sb.indexed_storage_k, sb.group_leaf_k, sb.group_internal_k) == (1, 8, 3, 2)
-    assert_same(path)
+    assert_same(path, open_source)
 
 
 ORDER_NAMES = ["zeta", "alpha", "mid", "beta", "omega", "kappa", "a1", "q", "w", "e", "r", "t"]
 
 
-def test_tracked_but_unindexed_order(tmp_path):
+def test_tracked_but_unindexed_order(open_source, tmp_path):
     """Creation order tracked but not indexed: dense attributes and links still list in creation
     order (as libhdf5 does), not in the name index's hash order."""
     path = tmp_path / "order.h5"
@@ -162,13 +163,13 @@ def test_tracked_but_unindexed_order(tmp_path):
             g.attrs[name] = 1
         del g.attrs["c"]
         g.attrs["zz"] = 2
-    with H5File.open(str(path)) as ours, h5py.File(path) as theirs:
+    with open_source(path) as ours, h5py.File(path) as theirs:
         assert [a.name for a in ours.resolve("d").attributes()] == list(theirs["d"].attrs) == ORDER_NAMES
         assert [ln.name for ln in ours.resolve("links").links()] == list(theirs["links"]) == ORDER_NAMES
         assert [a.name for a in ours.resolve("g").attributes()] == list(theirs["g"].attrs) == ["b", "a", "zz"]
 
 
-def test_utf8_names_under_the_ascii_flag(tmp_path):
+def test_utf8_names_under_the_ascii_flag(open_source, tmp_path):
     """libhdf5's default character set is ASCII, yet C programs store UTF-8 names under it: names
     decode as UTF-8 whatever the flag, so lookups by the kernel's (UTF-8) names find them."""
     path = tmp_path / "cset.h5"
@@ -177,6 +178,6 @@ def test_utf8_names_under_the_ascii_flag(tmp_path):
         d = f.create_dataset("d", data=1)
         h5py.h5a.create(d.id, "ü".encode(), h5py.h5t.NATIVE_INT32, h5py.h5s.create(h5py.h5s.SCALAR)).write(
             np.array(7, "i4"))
-    with H5File.open(str(path)) as ours:
+    with open_source(path) as ours:
         assert ours.root.link("é") is not None
         assert [a.name for a in ours.resolve("d").attributes()] == ["ü"]

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import make_h5, run_h5fs
 from h5fs.fuse.views import attribute_xattr_name, format_value
+from remote_support import range_server, read_mount, s3_server  # noqa: F401 (fixtures)
 
 RNG = np.random.default_rng(12345)
 
@@ -190,15 +191,15 @@ def walk_compare(f: h5py.File, mp: str) -> int:
     return count
 
 
-def test_tree_matches_h5py(mount, sample):
-    mp = str(mount(sample))
+def test_tree_matches_h5py(read_mount, sample):
+    mp = str(read_mount(sample))
     with h5py.File(sample, "r") as f:
         n = walk_compare(f, mp)
     assert n >= 15
 
 
-def test_attribute_text(mount, sample):
-    mp = mount(sample)
+def test_attribute_text(read_mount, sample):
+    mp = read_mount(sample)
     get = lambda name, p=mp: os.getxattr(p, name)
     assert get("user.title") == b"sample file"
     assert get("user.version") == b"3"
@@ -226,7 +227,7 @@ def test_attribute_text(mount, sample):
     assert e.value.errno == errno.ENODATA
 
 
-def test_array_datatype_attributes(mount, tmp_path, libver):
+def test_array_datatype_attributes(read_mount, tmp_path, libver):
     """Attributes of an array datatype read as h5py reads them (the array's dims after the
     dataspace's), and check finds them sound."""
     def build(f):
@@ -235,7 +236,7 @@ def test_array_datatype_attributes(mount, tmp_path, libver):
         g.attrs.create("words", data=np.array([("a", "bc")], dtype=object), dtype=np.dtype((h5py.string_dtype(), (2,))))
         g.attrs.create("fixed", data=np.array([b"ab", b"cd"]), dtype=np.dtype(("S2", (2,))))
     path = make_h5(tmp_path / "arr.h5", build, libver)
-    mp = mount(path)
+    mp = read_mount(path)
     with h5py.File(path, "r") as f:
         assert actual_xattrs(mp / "g") == expected_xattrs(f["g"])
     assert os.getxattr(mp / "g", "user.pairs") == b"[[0, 1], [2, 3], [4, 5]]"
@@ -243,8 +244,8 @@ def test_array_datatype_attributes(mount, tmp_path, libver):
     assert run_h5fs("check", path).returncode == 0
 
 
-def test_facts(mount, sample):
-    mp = mount(sample)
+def test_facts(read_mount, sample):
+    mp = read_mount(sample)
     p = mp / "data" / "chunked_gzip"
     g = lambda n: os.getxattr(p, "user.h5fs." + n).decode()
     assert g("dtype") == "<f4" or "float32" in g("dtype") or "f4" in g("dtype")
@@ -265,8 +266,8 @@ def test_facts(mount, sample):
     assert os.getxattr(mp / "ints.npy", "user.desc") == os.getxattr(mp / "ints", "user.desc") == b"ints of data"
 
 
-def test_hard_links_share_inode(mount, sample):
-    mp = mount(sample)
+def test_hard_links_share_inode(read_mount, sample):
+    mp = read_mount(sample)
     a, b = os.stat(mp / "ints"), os.stat(mp / "data" / "ints_again")
     assert a.st_ino == b.st_ino and a.st_nlink == b.st_nlink == 2
     assert os.stat(mp / "ints.npy").st_ino == os.stat(mp / "data" / "ints_again.npy").st_ino
@@ -277,8 +278,8 @@ def test_hard_links_share_inode(mount, sample):
     assert os.stat(mp).st_ino == 1
 
 
-def test_soft_links_resolve(mount, sample):
-    mp = mount(sample)
+def test_soft_links_resolve(read_mount, sample):
+    mp = read_mount(sample)
     assert os.readlink(mp / "soft_abs") == "data/chunked_gzip"
     assert os.readlink(mp / "data/other/deeper/soft_up") == "../../../ints"
     assert os.readlink(mp / "data/soft_rel") == "unlimited"
@@ -295,8 +296,8 @@ def test_soft_links_resolve(mount, sample):
     assert os.readlink(mp / "ext") == "other.h5:/some/where"
 
 
-def test_storage_blocks(mount, sample):
-    mp = mount(sample)
+def test_storage_blocks(read_mount, sample):
+    mp = read_mount(sample)
     z = os.stat(mp / "data" / "zeros_gzip")
     assert z.st_size == 200 * 200 * 8
     assert 0 < z.st_blocks * 512 < z.st_size // 20  # compression shows in du
@@ -309,8 +310,8 @@ def test_storage_blocks(mount, sample):
     assert int(du.split()[0]) == 320000
 
 
-def test_real_tools(mount, sample, tmp_path):
-    mp = mount(sample)
+def test_real_tools(read_mount, sample, tmp_path):
+    mp = read_mount(sample)
     with h5py.File(sample, "r") as f:
         want = f["data/chunked_gzip"][()].tobytes()
         floats = f["floats"][()].tobytes()
@@ -346,8 +347,8 @@ def test_real_tools(mount, sample, tmp_path):
     assert rl.strip() == "data/chunked_gzip"
 
 
-def test_npy_header_is_aligned(mount, sample):
-    mp = mount(sample)
+def test_npy_header_is_aligned(read_mount, sample):
+    mp = read_mount(sample)
     for name in ("ints", "compound", "scalar", "empty", "fixed_str", "be_ints"):
         data = open(mp / (name + ".npy"), "rb").read()
         version = np.lib.format.read_magic(io.BytesIO(data))
@@ -362,7 +363,7 @@ def test_npy_header_is_aligned(mount, sample):
         assert b"".join(pieces) == data
 
 
-def test_big_directory(mount, tmp_path, libver):
+def test_big_directory(read_mount, tmp_path, libver):
     n = 1500
 
     def build(f):
@@ -370,20 +371,20 @@ def test_big_directory(mount, tmp_path, libver):
         for i in range(n):
             g.create_dataset(f"d{i:05d}", data=np.int32(i))
     h5 = make_h5(tmp_path / "many.h5", build, libver)
-    mp = mount(h5)
+    mp = read_mount(h5)
     names = os.listdir(mp / "many")
     assert len(names) == 2 * n and len(set(names)) == 2 * n
     assert names[:4] == ["d00000", "d00000.npy", "d00001", "d00001.npy"]
     assert open(mp / "many" / "d01234", "rb").read() == np.int32(1234).tobytes()
 
 
-def test_many_concurrent_reads(mount, tmp_path):
+def test_many_concurrent_reads(read_mount, tmp_path):
     """Parallel readers of one chunked compressed dataset through the page cache and threads."""
     data = np.arange(2_000_000, dtype="<f4").reshape(2000, 1000)
 
     def build(f):
         f.create_dataset("big", data=data, chunks=(100, 250), compression="gzip", shuffle=True)
-    mp = mount(make_h5(tmp_path / "big.h5", build, "latest"))
+    mp = read_mount(make_h5(tmp_path / "big.h5", build, "latest"))
     procs = [subprocess.Popen(["dd", f"if={mp / 'big'}", "bs=1M", f"skip={i}", "count=2", "status=none"],
                               stdout=subprocess.PIPE) for i in range(0, 8, 2)]
     want = data.tobytes()
@@ -393,7 +394,7 @@ def test_many_concurrent_reads(mount, tmp_path):
     assert open(mp / "big", "rb").read() == want
 
 
-def test_variable_length_strings(mount, tmp_path, libver):
+def test_variable_length_strings(read_mount, tmp_path, libver):
     words = ["alpha", "βeta", "", "a longer string with spaces"]
 
     def build(f):
@@ -401,7 +402,7 @@ def test_variable_length_strings(mount, tmp_path, libver):
         f.attrs["title"] = "vlen tïtle"
         f.attrs["tags"] = np.array(["x", "yy"], dtype=h5py.string_dtype())
         f["words"].attrs["lang"] = "en"
-    mp = mount(make_h5(tmp_path / f"vlen_{libver}.h5", build, libver))
+    mp = read_mount(make_h5(tmp_path / f"vlen_{libver}.h5", build, libver))
     assert os.getxattr(mp, "user.title") == "vlen tïtle".encode()
     assert os.getxattr(mp, "user.tags") == b"x\nyy"
     assert os.getxattr(mp / "words", "user.lang") == b"en"
@@ -412,9 +413,9 @@ def test_variable_length_strings(mount, tmp_path, libver):
     assert os.stat(mp / "words").st_size == len(text.encode())
 
 
-def test_lookup_before_listing(mount, sample):
+def test_lookup_before_listing(read_mount, sample):
     """Paths opened before their directory was ever listed get the same inodes afterwards."""
-    mp = mount(sample)
+    mp = read_mount(sample)
     ino = os.stat(mp / "data" / "deep" / "er" / "est" / "leaf").st_ino
     npy = os.stat(mp / "data" / "deep" / "er" / "est" / "leaf.npy").st_ino
     assert not os.path.exists(mp / "data" / "nothing.npy")
@@ -423,14 +424,14 @@ def test_lookup_before_listing(mount, sample):
     assert listed == {"leaf": ino, "leaf.npy": npy}
 
 
-def test_sequential_reads_of_compressed_data(mount, tmp_path):
+def test_sequential_reads_of_compressed_data(read_mount, tmp_path):
     """cat, dd and np.load read a multi-chunk gzip dataset front to back (the daemon decodes the
     following chunks ahead in other threads meanwhile): every byte matches h5py."""
     data = np.cumsum(RNG.standard_normal((1500, 1000)), axis=0).astype("<f4")
 
     def build(f):
         f.create_dataset("g", data=data, chunks=(100, 250), compression="gzip", shuffle=True)
-    mp = mount(make_h5(tmp_path / "seq.h5", build, "latest"))
+    mp = read_mount(make_h5(tmp_path / "seq.h5", build, "latest"))
     with open(mp / "g", "rb") as fh:
         assert fh.read() == data.tobytes()
     out = subprocess.run(["dd", f"if={mp / 'g'}", "bs=1M", "status=none"], capture_output=True, check=True).stdout

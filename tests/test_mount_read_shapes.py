@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import make_h5, saved
+from remote_support import range_server, read_mount, s3_server  # noqa: F401 (fixtures)
 
 # (shape, chunks): tiled on every axis, partial edges, whole rows, larger than the dataset
 SHAPES = [
@@ -107,9 +108,9 @@ def _random_reads(fd: int, want: bytes, rng: random.Random, n: int) -> None:
 
 
 @pytest.mark.parametrize("libver", ["earliest", "latest"])
-def test_random_reads_match_h5py(tmp_path, mount, libver):
+def test_random_reads_match_h5py(tmp_path, read_mount, libver):
     path = make_h5(tmp_path / "shapes.h5", lambda f: build(f, libver == "latest"), libver=libver)
-    mp = mount(path)
+    mp = read_mount(path)
     rng = random.Random(libver)
     with h5py.File(path, "r") as f:
         names = sorted(f)

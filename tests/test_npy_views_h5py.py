@@ -27,6 +27,7 @@ from h5fs.model.file import H5File
 from h5fs.model.points_write import read_points, replace_points
 from h5fs.model.tree_edit import TreeEditor
 from h5fs.model.writeback import Writeback
+from remote_support import range_server, read_mount, s3_server  # noqa: F401 (fixtures)
 from write_support import verify_file
 
 RNG = np.random.default_rng(2024)
@@ -116,8 +117,8 @@ def views_file(request, tmp_path_factory):
     return make_h5(path, build, request.param)
 
 
-def test_npy_views_are_what_h5py_reads(views_file, mount):
-    mp = mount(views_file)
+def test_npy_views_are_what_h5py_reads(views_file, read_mount):
+    mp = read_mount(views_file)
     with h5py.File(views_file, "r") as f:
         for name in f:
             ds = f[name]
@@ -132,8 +133,8 @@ def test_npy_views_are_what_h5py_reads(views_file, mount):
             assert (mp / name).read_bytes() == want.tobytes(), name
 
 
-def test_random_ranges_of_npy_views(views_file, mount):
-    mp = mount(views_file)
+def test_random_ranges_of_npy_views(views_file, read_mount):
+    mp = read_mount(views_file)
     with h5py.File(views_file, "r") as f:
         expected = {name: saved(f[name][()]) for name in ("sub_chunked_gzip", "sub_chunked", "sub_nested",
                                                           "compound_sub", "dt_chunked", "sub_of_datetime")}
@@ -148,22 +149,22 @@ def test_random_ranges_of_npy_views(views_file, mount):
             os.close(fd)
 
 
-def test_raw_facts_describe_the_stored_type(views_file, mount):
-    mp = mount(views_file)
+def test_raw_facts_describe_the_stored_type(views_file, read_mount):
+    mp = read_mount(views_file)
     assert os.getxattr(mp / "sub_2d", "user.h5fs.dtype") == b"array (2, 3) <i2"
     assert os.getxattr(mp / "sub_2d", "user.h5fs.shape") == b"(30,)"
     assert os.getxattr(mp / "dt <M8[s]", "user.h5fs.dtype") == b"|V8 (opaque, tag 'NUMPY:<M8[s]')"
     assert os.stat(mp / "sub_2d").st_size == 30 * 12
 
 
-def test_other_opaque_types_stay_void(tmp_path, mount):
+def test_other_opaque_types_stay_void(tmp_path, read_mount):
     raw = np.frombuffer(RNG.bytes(24), "V8")
 
     def build_others(f: h5py.File) -> None:
         for name, tag in OTHER_TAGS.items():
             low_level(f, name, tagged_opaque(8, tag), (3,), raw)
 
-    mp = mount(make_h5(tmp_path / "tags.h5", build_others))
+    mp = read_mount(make_h5(tmp_path / "tags.h5", build_others))
     for name in OTHER_TAGS:
         got = np.load(mp / f"{name}.npy", allow_pickle=False)
         assert got.dtype == np.dtype("V8") and got.tobytes() == raw.tobytes(), name
@@ -178,14 +179,14 @@ def test_tagged_opaque_npy_dtype(tag, size, expected):
     assert npy_dtype(Opaque(1, size, tag)) == np.dtype(expected)
 
 
-def test_array_of_variable_length_strings(tmp_path, mount):
+def test_array_of_variable_length_strings(tmp_path, read_mount):
     """Decoded views (variable-length data) of an array datatype take its dims too."""
     words = np.array([["ab", "cde"], ["", "fghij"], ["é", "x"]], object)
 
     def build_strings(f: h5py.File) -> None:
         f.create_dataset("s", shape=(3,), dtype=np.dtype((h5py.string_dtype(), (2,))))[...] = words
 
-    mp = mount(make_h5(tmp_path / "vs.h5", build_strings))
+    mp = read_mount(make_h5(tmp_path / "vs.h5", build_strings))
     got = np.load(mp / "s.npy", allow_pickle=False)
     assert got.shape == (3, 2) and got.tolist() == words.tolist()
     assert (mp / "s").read_text() == "".join(w + "\n" for w in words.ravel())
