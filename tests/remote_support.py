@@ -138,12 +138,18 @@ class SourceMounter(Mounter):
     def kind(self) -> str:
         return self.published.kind
 
-    def __call__(self, h5path, *options: str, expect_ok: bool = True) -> Path:
+    def target(self, h5path) -> tuple[str, list[str]]:
+        """(what to mount, its options) for `h5path`: the path itself, or a new copy's URL."""
         if self.kind == "local":
-            return super().__call__(h5path, *options, expect_ok=expect_ok)
+            return str(h5path), []
         url, remote = self.published.url(h5path, self.tmp_path.parent.name)
-        mp = super().__call__(url, *options, *(f"{k}={v}" for k, v in remote.items()), expect_ok=expect_ok)
-        assert os.getxattr(mp, "user.h5fs.file").decode() == url   # the copy is what is mounted
+        return url, [f"{k}={v}" for k, v in remote.items()]
+
+    def __call__(self, h5path, *options: str, expect_ok: bool = True) -> Path:
+        target, extra = self.target(h5path)
+        mp = super().__call__(target, *options, *extra, expect_ok=expect_ok)
+        if self.kind != "local":   # the copy is what is mounted
+            assert os.getxattr(mp, "user.h5fs.file").decode() == target
         return mp
 
 

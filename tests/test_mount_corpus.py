@@ -1,6 +1,8 @@
 """Every malformed file of ../shared/corpus/bad through the real CLI: `h5fs mount` refuses it with a
 message, or mounts it and a walk with real tools (find, bounded cat, getfattr) finishes in bounded
-time while the daemon stays up and logs no unexpected exception (the `mount` fixture checks that)."""
+time while the daemon stays up and logs no unexpected exception (the `mount` fixture checks that).
+Each file is mounted from the local disk and from a copy on the HTTP server; every eighth from a
+copy in S3 too (the same remote byte source behind another client; moto is slower)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import _daemon_pid, run_h5fs
+from remote_support import range_server, read_mount, s3_server  # noqa: F401 (fixtures)
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "bad"
+CORPUS = Path(os.environ.get("H5FS_BAD_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "bad"))
 FILES = sorted(CORPUS.glob("*.h5")) if CORPUS.is_dir() else []
 WALK = r"""
 set -u
@@ -25,17 +28,22 @@ exit 0
 """
 
 
+CASES = [pytest.param(source, h5, id=f"{source}-{h5.name}") for source in ("local", "http", "s3")
+         for h5 in (FILES[::8] if source == "s3" else FILES)]
+
+
 @pytest.mark.skipif(not FILES, reason="no corpus at ../shared/corpus/bad")
-@pytest.mark.parametrize("h5", FILES, ids=lambda p: p.name)
-def test_corpus_file_through_a_mount(h5: Path, mount, tmp_path):
+@pytest.mark.parametrize("read_mount, h5", CASES, indirect=["read_mount"])
+def test_corpus_file_through_a_mount(h5: Path, read_mount, tmp_path):
     mp = tmp_path / "mnt"
     mp.mkdir()
-    proc = run_h5fs("mount", "-o", f"log={tmp_path / 'log'}", h5, mp, timeout=60)
+    target, options = read_mount.target(h5)
+    proc = run_h5fs("mount", "-o", ",".join([f"log={tmp_path / 'log'}", *options]), target, mp, timeout=60)
     if proc.returncode != 0:
         assert proc.stderr.strip(), "a refused mount must say why"
         assert "Traceback" not in proc.stderr
         return
-    mount.mounts.append((mp, tmp_path / "log"))  # the fixture unmounts it and checks the log
+    read_mount.mounts.append((mp, tmp_path / "log"))  # the fixture unmounts it and checks the log
     pid = _daemon_pid(mp)
     walk = subprocess.run(["sh", "-c", WALK, "walk", str(mp)], capture_output=True, timeout=120)
     assert walk.returncode == 0
