@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
 
 from conftest import Mounter
+from h5fs.format.checksum import lookup3
 from h5fs.model.file import H5File
 from h5fs.storage.remote import RemoteOptions
 from servers import CREDENTIALS, REGION, FaultProxy, RangeServer, S3Server
@@ -90,28 +92,68 @@ def publish_to(path, range_server: RangeServer, s3_server: S3Server,
 # -- the read suite on every source ----------------------------------------------------------
 
 SOURCES = ("local", "http", "s3")
+# An object fetches its first MiB at open: a copy of a small file is then read from the block
+# cache alone. The S3 copies carry this much of a user block before the file, and are mounted
+# with small blocks, so that every structure and every chunk of theirs is fetched when read.
+USER_BLOCK = 1 << 20
+S3_BLOCK_KB = 16
+
+
+def with_user_block(src, dst: Path, size: int = USER_BLOCK) -> None:
+    """Write `src` behind `size` bytes of user block, as libhdf5 lays such a file out: the
+    superblock's base address is `size` (other addresses are relative to it) and its end-of-file
+    address counts the user block; its checksum (versions 2, 3) made again. h5py must read the
+    copy (so this helper cannot hide a mistake)."""
+    data = bytearray(Path(src).read_bytes())
+    assert data[:8] == b"\x89HDF\r\n\x1a\n", "the file has a user block already"
+    version, offsets = data[8], data[13] if data[8] < 2 else data[9]
+    at = {0: 24, 1: 28}.get(version, 12)   # the base address follows the fixed fields
+    fmt = {4: "<I", 8: "<Q"}[offsets]
+    base, _, eof = struct.unpack_from(fmt[0] + 3 * fmt[1], data, at)
+    assert base == 0
+    struct.pack_into(fmt, data, at, size)
+    struct.pack_into(fmt, data, at + 2 * offsets, eof + size)
+    if version >= 2:
+        end = 12 + 4 * offsets
+        struct.pack_into("<I", data, end, lookup3(bytes(data[:end])))
+    with open(dst, "wb") as fh:
+        fh.write(b"\0" * size)
+        fh.write(data)
+    import h5py
+    with h5py.File(src, "r") as a, h5py.File(dst, "r") as b:
+        assert a.id.get_create_plist().get_userblock() == 0
+        assert b.id.get_create_plist().get_userblock() == size and sorted(a) == sorted(b)
 
 
 class Published:
-    """Copies of local files on the HTTP server or in S3, each under a name of its own; `remove`
-    takes them all away again."""
+    """Copies of local files on the HTTP server (the same bytes) or in S3 (behind a user block,
+    see USER_BLOCK), each under a name of its own; `remove` takes them all away again."""
 
     def __init__(self, request, kind: str, cache_dir: Path):
         self.kind, self.cache_dir = kind, cache_dir
         self._request = request
         self._names: list[str] = []
 
-    def url(self, path, tag: str) -> tuple[str, dict]:
-        """(URL, RemoteOptions fields) of a new copy of `path`."""
+    def url(self, path, tag: str, exact: bool = False) -> tuple[str, dict]:
+        """(URL, RemoteOptions fields) of a new copy of `path` (`exact`: the same bytes in S3 too)."""
         name = f"{tag}-{len(self._names)}-{Path(path).name}"
         http = self._request.getfixturevalue("range_server")
         s3 = self._request.getfixturevalue("s3_server")
-        urls = publish_to(path, http, s3, name)
-        self._names.append(name)
         remote = dict(cache_dir=str(self.cache_dir))
         if self.kind == "s3":
+            copy = self.cache_dir.parent / f"user-block-{name}"
+            if not exact:
+                with_user_block(path, copy)
+                remote.update(block_kb=S3_BLOCK_KB)
+            s3.put(BUCKET, name, path if exact else copy)
+            copy.unlink(missing_ok=True)
+            url = f"s3://{BUCKET}/{name}"
             remote.update(endpoint=s3.endpoint, region=REGION)
-        return urls[self.kind], remote
+        else:
+            shutil.copyfile(path, http.root / name)
+            url = http.url_of(name)
+        self._names.append(name)
+        return url, remote
 
     def remove(self) -> None:
         if not self._names:
@@ -138,11 +180,11 @@ class SourceMounter(Mounter):
     def kind(self) -> str:
         return self.published.kind
 
-    def target(self, h5path) -> tuple[str, list[str]]:
+    def target(self, h5path, exact: bool = False) -> tuple[str, list[str]]:
         """(what to mount, its options) for `h5path`: the path itself, or a new copy's URL."""
         if self.kind == "local":
             return str(h5path), []
-        url, remote = self.published.url(h5path, self.tmp_path.parent.name)
+        url, remote = self.published.url(h5path, self.tmp_path.parent.name, exact)
         return url, [f"{k}={v}" for k, v in remote.items()]
 
     def __call__(self, h5path, *options: str, expect_ok: bool = True) -> Path:
