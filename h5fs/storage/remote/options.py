@@ -24,7 +24,7 @@ class RemoteOptions:
     cache_dir: str | None = None    # None: default_cache_dir(); "none": no cache kept between mounts
     disk_cache_mb: int = 2048       # the block cache's size on disk (all objects of cache_dir)
     block_kb: int = 1024            # the unit fetched and cached
-    requests: int = 8               # range requests in flight at once
+    requests: int = 16              # range requests in flight at once (an index walk's nodes, read-ahead)
     retries: int = 3                # attempts after the first, with backoff, before EIO
     timeout: float = 30.0           # seconds a request may take (connect and each read)
 

@@ -36,6 +36,7 @@ MAX_REQUEST = 8 << 20     # bytes of one range request
 MAX_AHEAD = 64 << 20      # a sequential stream's largest read-ahead window
 INITIAL = 1 << 20         # fetched at open
 STREAMS = 16              # sequential streams followed at once
+START_WINDOW = 8          # blocks read ahead when a stream is first seen to continue
 
 
 class RemoteSource(ByteSource):
@@ -193,7 +194,7 @@ class RemoteSource(ByteSource):
             if key is None:
                 if last + 1 in self._streams:
                     return
-                self._streams[last + 1] = 1
+                self._streams[last + 1] = START_WINDOW // 2
                 if len(self._streams) > STREAMS:
                     self._streams.popitem(last=False)
                 return
