@@ -18,7 +18,7 @@ from h5fs.errors import H5fsError
 from h5fs.model.file import H5File
 from h5fs.storage.byte_source import NOWAIT, WouldBlock, mark_event_loop_thread
 from h5fs.storage.remote import RemoteOptions
-from h5fs.storage.remote.client import RemoteChanged, RemoteError
+from h5fs.storage.remote.client import RemoteChanged, RemoteError, bucket_region
 from remote_support import fresh, publish, range_server, s3_server  # noqa: F401 - fixtures
 
 MIB = 1 << 20
@@ -221,3 +221,11 @@ def test_remote_objects_open_read_only(sample, tmp_path):
     _, urls = sample
     with pytest.raises(H5fsError, match="read-only"):
         H5File.open(urls["http"], writable=True, remote=opts(tmp_path))
+
+
+def test_the_bucket_region_is_asked_of_the_server(s3_server):
+    """With no region configured, S3's own answer (x-amz-bucket-region) is used."""
+    s3_server.client.create_bucket(Bucket="h5fs-eu", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    assert bucket_region("h5fs-eu", s3_server.endpoint, 5) == "eu-west-1"
+    assert bucket_region("h5fs-test", s3_server.endpoint, 5) == "us-east-1"
+    assert bucket_region("h5fs-eu", "http://127.0.0.1:9", 1) is None   # nobody answers: the default

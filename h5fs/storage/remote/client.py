@@ -10,14 +10,17 @@ once the object changes, every read fails instead of mixing bytes of two version
 from __future__ import annotations
 
 import errno
+import os
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import obstore
 from obstore import exceptions as oe
@@ -76,6 +79,10 @@ def _store(url: str, options: RemoteOptions) -> tuple[Any, str]:
         config, provider = ({}, None) if options.anonymous else profile_config(options.profile)
         if options.region:
             config["region"] = options.region
+        elif "region" not in config and not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+            found = bucket_region(parts.netloc, options.endpoint, options.timeout)
+            if found:
+                config["region"] = found
         if options.endpoint:
             config["endpoint"] = options.endpoint
             config["virtual_hosted_style_request"] = False   # S3-compatible servers answer on paths
@@ -92,6 +99,21 @@ def _store(url: str, options: RemoteOptions) -> tuple[Any, str]:
     client["allow_http"] = parts.scheme.lower() == "http"
     base = f"{parts.scheme}://{parts.netloc}{head}"   # no trailing slash: obstore joins with one
     return HTTPStore.from_url(base, client_options=client, retry_config=retry), unquote(name)
+
+
+def bucket_region(bucket: str, endpoint: str | None, timeout: float) -> str | None:
+    """The region S3 says the bucket is in (the `x-amz-bucket-region` header of an unsigned
+    HEAD of the bucket, sent with a redirect or a refusal too), as the AWS tools find it when
+    none is configured: a user passes nothing but the URL. None when the server does not say."""
+    base = endpoint.rstrip("/") + "/" + quote(bucket) if endpoint else f"https://{bucket}.s3.amazonaws.com/"
+    request = urllib.request.Request(base, method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=min(timeout, 10.0)) as answer:
+            return answer.headers.get("x-amz-bucket-region")
+    except urllib.error.HTTPError as e:   # 301 to the bucket's region, 403 without credentials
+        return e.headers.get("x-amz-bucket-region")
+    except (OSError, ValueError):
+        return None
 
 
 class ObjectClient:

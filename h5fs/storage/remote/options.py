@@ -18,7 +18,7 @@ def default_cache_dir() -> str:
 @dataclass(frozen=True)
 class RemoteOptions:
     endpoint: str | None = None     # an S3-compatible server (MinIO, Ceph, moto); None: AWS
-    region: str | None = None       # None: the environment, the profile, else us-east-1
+    region: str | None = None       # None: the environment, the profile, what S3 says, else us-east-1
     anonymous: bool = False         # unsigned requests (public buckets)
     profile: str | None = None      # a profile of ~/.aws/credentials and ~/.aws/config
     cache_dir: str | None = None    # None: default_cache_dir(); "none": no cache kept between mounts
