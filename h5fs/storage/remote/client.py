@@ -126,6 +126,7 @@ class ObjectClient:
         self.requests = self.bytes = self.retries = self.failures = 0
         self.errors: deque[str] = deque(maxlen=5)
         self.changed: str | None = None        # why reads fail for good, once the object changed
+        self.closing = False                   # set at unmount: failed requests are not retried
         self.version = self._head()
 
     def _head(self) -> Version:
@@ -182,7 +183,7 @@ class ObjectClient:
                 self._failed(f"{what}: {e}")
                 raise RemoteError(f"{self.url}: {e}") from None
             except (oe.BaseError, OSError) as e:   # 5xx, dropped connections, timeouts
-                if attempt == self.options.retries:
+                if attempt == self.options.retries or self.closing:   # an unmount waits for no retry
                     self._failed(f"{what}: {_reason(e)}")
                     raise RemoteError(f"{self.url}: {what}: {_reason(e)} (after {attempt} retries)") from e
                 with self._lock:

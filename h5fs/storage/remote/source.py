@@ -117,6 +117,7 @@ class RemoteSource(ByteSource):
         if self._closed:
             return
         self._closed = True
+        self.client.closing = True   # a request under way ends within `timeout`, without retries
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.cache.close()
 
