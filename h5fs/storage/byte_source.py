@@ -64,9 +64,12 @@ class ByteSource:
         """Where the bytes end now."""
         return self.size
 
-    def want(self, spans: Sequence[tuple[int, int]]) -> None:
+    remote = False    # reads may wait for a network (worth announcing with `want`)
+
+    def want(self, spans: Sequence[tuple[int, int]], wait: bool = True) -> None:
         """Get ready to read these (position, size) spans soon (a remote object fetches them
-        all at once, in parallel; a local file has nothing to do)."""
+        all at once, in parallel, returning when they are here, or at once without `wait`; a
+        local file has nothing to do)."""
 
     def stats(self) -> dict[str, Any] | None:
         """What `h5fs status` shows about this source (None: nothing to show)."""

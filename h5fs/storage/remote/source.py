@@ -12,7 +12,7 @@ fetched with few round trips.
 - Sequential readers are recognised per stream (a read that starts in or after the block where
   an earlier one stopped and reaches past it): each such read doubles the stream's window (to at
   least twice the read's own blocks), up to MAX_AHEAD, and the blocks of the window are fetched
-  in the background (mountpoint-s3's prefetcher). Read-ahead never takes more than all but two of the request slots, so a reader's
+  in the background (mountpoint-s3's prefetcher), topped up whenever half of it has been read. Read-ahead never takes more than all but two of the request slots, so a reader's
   own miss is not queued behind it.
 - At open, one request fetches the superblock with the first INITIAL bytes, where libhdf5
   writes the root group and, in most files, the first metadata.
@@ -37,6 +37,7 @@ MAX_AHEAD = 64 << 20      # a sequential stream's largest read-ahead window
 INITIAL = 1 << 20         # fetched at open
 STREAMS = 16              # sequential streams followed at once
 START_WINDOW = 8          # blocks read ahead when a stream is first seen to continue
+LAG = 4                   # blocks behind a stream's end where its slower readers still are
 
 
 class RemoteSource(ByteSource):
@@ -87,7 +88,9 @@ class RemoteSource(ByteSource):
         finally:
             self.cache.unpin(blocks)
 
-    def want(self, spans: Sequence[tuple[int, int]]) -> None:
+    remote = True
+
+    def want(self, spans: Sequence[tuple[int, int]], wait: bool = True) -> None:
         numbers: set[int] = set()
         for position, size in spans:
             end = min(position + size, self.size)
@@ -98,7 +101,8 @@ class RemoteSource(ByteSource):
             missing = [n for n in blocks if not self.cache.has(n)]   # kept ones are checked when read
             if missing:
                 for fut in self._start(missing, background=False):
-                    fut.result()
+                    if wait:
+                        fut.result()
 
     def stats(self) -> dict[str, Any]:
         c, v = self.client, self.client.version
@@ -193,7 +197,9 @@ class RemoteSource(ByteSource):
         with self._lock:
             key = next((k for k in self._streams if first + 1 >= k and first <= k <= last), None)
             if key is None:
-                if last + 1 in self._streams:
+                # a read just behind a stream's end is one of its own readers lagging (chunks
+                # decoded on several threads finish out of order): not a stream of its own
+                if any(k - LAG <= last < k for k in self._streams):
                     return
                 self._streams[last + 1] = START_WINDOW // 2
                 if len(self._streams) > STREAMS:
@@ -202,10 +208,11 @@ class RemoteSource(ByteSource):
             # at least two reads like this one ahead: a reader whose reads each span many blocks
             # (a row of tiles) is ahead at once, not after the window has doubled past them
             window = min(max(self._streams.pop(key) * 2, 2 * len(blocks)), max(1, MAX_AHEAD // self.block))
-            self._streams[last + 1] = window
-        stop = min(last + 1 + window, (self.size - 1) // self.block + 1)
-        ahead = [n for n in range(last + 1, stop) if not self.cache.has(n)]
-        if ahead:
+            window = self._streams[last + 1] = max(window, self._streams.get(last + 1, 0))
+            stop = min(last + 1 + window, (self.size - 1) // self.block + 1)
+            ahead = [n for n in range(last + 1, stop) if n not in self._inflight and not self.cache.has(n)]
+        # topped up once half the window is used: a few large requests, not one per block
+        if ahead and ahead[0] <= last + 1 + window // 2:
             try:
                 self._start(ahead, background=True)
             except RemoteChanged:
