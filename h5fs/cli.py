@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from urllib.parse import urlsplit
 
 from . import __version__, mount_options
 from .fuse import mounts
@@ -62,6 +63,9 @@ def _options(values: list[str] | None, source: str, url: bool) -> mount_options.
     """The parsed options, checked against the source (UsageError: exit 2)."""
     if url and ("?" in source or "#" in source):   # obstore asks for the path alone: a signature would be lost
         raise UsageError(f"{source}: a URL with a query string (a presigned URL) is not supported")
+    if url and "@" in urlsplit(source).netloc:   # it would show in /proc/mounts, the status and the log
+        raise UsageError("a URL with a user name or password in it is refused: it would be shown to every user "
+                         "of the machine (give S3 credentials in the environment or ~/.aws)")
     try:
         opts = mount_options.parse(values)
         mount_options.for_source(opts, source, url)

@@ -229,3 +229,38 @@ def test_the_bucket_region_is_asked_of_the_server(s3_server):
     assert bucket_region("h5fs-eu", s3_server.endpoint, 5) == "eu-west-1"
     assert bucket_region("h5fs-test", s3_server.endpoint, 5) == "us-east-1"
     assert bucket_region("h5fs-eu", "http://127.0.0.1:9", 1) is None   # nobody answers: the default
+
+
+def test_a_server_ignoring_conditions_still_never_mixes_versions(sample, tmp_path, range_server):
+    """The answer's own ETag is compared with the pinned one."""
+    path, urls = sample
+    name = urls["http"].rsplit("/", 1)[1]
+    fresh(range_server)
+    range_server.conditionals = False
+    try:
+        with open_url(urls["http"], tmp_path, block_kb=64) as f:
+            ds = f.resolve("/contiguous")
+            bytes(ds.read_raw(0, 1000))
+            data = path.read_bytes()
+            range_server.replace(name, data[:3 * MIB] + bytes(len(data) - 3 * MIB))   # same size
+            with pytest.raises(RemoteChanged, match="ETag"):
+                ds.read_raw(3 * MIB, 1000)
+    finally:
+        fresh(range_server)
+
+
+def test_without_validators_only_the_size_tells_and_nothing_is_kept(sample, tmp_path, range_server, caplog):
+    path, urls = sample
+    name = urls["http"].rsplit("/", 1)[1]
+    fresh(range_server)
+    range_server.validators = False
+    try:
+        with open_url(urls["http"], tmp_path, block_kb=64) as f:
+            assert f.source.stats()["cache"].startswith("private")
+            assert "neither an ETag nor a Last-Modified" in caplog.text
+            ds = f.resolve("/contiguous")
+            range_server.replace(name, path.read_bytes() + b"more")
+            with pytest.raises(RemoteChanged, match="size"):
+                ds.read_raw(3 * MIB, 1000)
+    finally:
+        fresh(range_server)

@@ -356,7 +356,11 @@ class Dataset(H5Object):
                 from .varlen_views import decode_elements
                 return str(decode_elements(self.file, self.datatype, fill, 1, self.path)[0])
             return str(np.frombuffer(fill, self.dtype)[0])
-        except (TypeError, ValueError, H5fsError):
+        except H5fsError as e:
+            if e.transient:
+                raise
+            return fill.hex()
+        except (TypeError, ValueError):
             return fill.hex()
 
 

@@ -65,6 +65,30 @@ class Version:
         """What tells this version apart in the block cache."""
         return f"{self.size}:{self.etag}:{self.modified}:{self.version}"
 
+    @property
+    def validated(self) -> bool:
+        """Whether a change of the object can be seen (an ETag or a Last-Modified to compare)."""
+        return bool(self.etag) or self.modified is not None
+
+    def differs(self, meta: dict) -> str | None:
+        """What an answer's own metadata says changed (servers that ignore If-Match or
+        If-Unmodified-Since still send it), or None."""
+        if int(meta.get("size", self.size)) != self.size:
+            return f"its size is {meta['size']}, not {self.size}"
+        etag = meta.get("e_tag")
+        if self.etag and etag and etag != self.etag:
+            return f"its ETag is {etag}, not {self.etag}"
+        modified = _modified(meta)
+        if self.modified is not None and modified is not None and modified != self.modified:
+            return f"it was modified at {modified}, not {self.modified}"
+        return None
+
+
+def _modified(meta: dict):
+    """Last-Modified, or None when the server sent none (obstore gives the epoch then)."""
+    value = meta.get("last_modified")
+    return None if value is None or value.timestamp() == 0 else value
+
 
 def _store(url: str, options: RemoteOptions) -> tuple[Any, str]:
     """(obstore store, path inside it) for `url`."""
@@ -127,13 +151,14 @@ class ObjectClient:
         self.errors: deque[str] = deque(maxlen=5)
         self.changed: str | None = None        # why reads fail for good, once the object changed
         self.closing = False                   # set at unmount: failed requests are not retried
+        self._stopped = threading.Event()      # wakes a retry's backoff when the mount goes
         self.version = self._head()
 
     def _head(self) -> Version:
         """The object's version and size (a HEAD request); errors that make a mount pointless
         (missing object, no access, no server) are H5fsError with a message a user can act on."""
         meta = self._call(lambda: obstore.head(self.store, self.path), "HEAD")
-        return Version(int(meta["size"]), meta.get("e_tag"), meta.get("last_modified"), meta.get("version"))
+        return Version(int(meta["size"]), meta.get("e_tag"), _modified(meta), meta.get("version"))
 
     def get(self, start: int, end: int) -> memoryview:
         """Bytes [start, end) of the pinned version (end clipped to the object)."""
@@ -148,8 +173,11 @@ class ObjectClient:
             opts["if_unmodified_since"] = v.modified
         if v.version:
             opts["version"] = v.version
-        data = self._call(lambda: _body(obstore.get(self.store, self.path, options=opts), start, end),
-                          f"bytes {start}-{end - 1}")
+        meta, data = self._call(lambda: _body(obstore.get(self.store, self.path, options=opts), start, end),
+                                f"bytes {start}-{end - 1}")
+        changed = v.differs(meta)
+        if changed:
+            self._changed(changed)
         if len(data) != end - start:
             raise RemoteError(f"{self.url}: bytes {start}-{end - 1}: the server sent {len(data)} bytes for "
                               f"{end - start} (does it support range requests?)")
@@ -165,10 +193,7 @@ class ObjectClient:
             try:
                 return request()
             except oe.PreconditionError as e:
-                self.changed = (f"{self.url} changed since it was mounted (it is no longer version "
-                                f"{self.version.etag or self.version.modified}): remount to read the new one")
-                self._failed(self.changed)
-                raise RemoteChanged(self.changed) from e
+                self._changed("a conditional request failed", e)
             except (oe.NotFoundError, FileNotFoundError) as e:   # obstore raises the builtin for a 404
                 self._failed(f"{what}: not found")
                 raise RemoteNotFound(f"{self.url}: no such object (404)") from e
@@ -188,8 +213,20 @@ class ObjectClient:
                     raise RemoteError(f"{self.url}: {what}: {_reason(e)} (after {attempt} retries)") from e
                 with self._lock:
                     self.retries += 1
-                time.sleep(min(MAX_BACKOFF, BACKOFF * 2 ** attempt))
+                self._stopped.wait(min(MAX_BACKOFF, BACKOFF * 2 ** attempt))
         raise AssertionError("unreachable")
+
+    def stop(self) -> None:
+        """No more retries (the mount is going)."""
+        self.closing = True
+        self._stopped.set()
+
+    def _changed(self, how: str, cause: BaseException | None = None) -> None:
+        """The object is not the version pinned: every read fails from now on."""
+        self.changed = (f"{self.url} changed since it was mounted ({how}; it is no longer version "
+                        f"{self.version.etag or self.version.modified}): remount to read the new one")
+        self._failed(self.changed)
+        raise RemoteChanged(self.changed) from cause
 
     def _failed(self, message: str) -> None:
         with self._lock:
@@ -198,13 +235,13 @@ class ObjectClient:
 
 
 def _body(result, start: int, end: int):
-    """The bytes of a range answer, refused unread when it is not the range asked for (a server
+    """(metadata, bytes) of a range answer, refused unread when it is not the range asked for (a server
     that ignores ranges sends the whole object: never take an unbounded body into memory)."""
     got = tuple(result.range)
     if got != (start, end):
         raise RemoteError(f"the server answered bytes {got[0]}-{got[1] - 1} to a request for {start}-{end - 1} "
                           f"(it does not support range requests)")
-    return result.bytes()
+    return result.meta, result.bytes()
 
 
 CONNECT = re.compile(r'ConnectError\(\s*"([^"]+)",(?:.*?(?:message|error): "([^"]+)")?', re.S)

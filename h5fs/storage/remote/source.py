@@ -21,16 +21,20 @@ fetched with few round trips.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
+import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
 from ..byte_source import NOWAIT, ByteSource, WouldBlock, on_event_loop_thread
 from .block_cache import BlockCache
-from .client import ObjectClient, RemoteChanged
+from .client import ObjectClient, RemoteChanged, RemoteError
 from .options import RemoteOptions
+
+log = logging.getLogger("h5fs")
 
 MAX_REQUEST = 8 << 20     # bytes of one range request
 MAX_AHEAD = 64 << 20      # a sequential stream's largest read-ahead window
@@ -46,7 +50,12 @@ class RemoteSource(ByteSource):
         self.client = ObjectClient(url, options)
         self.size = self.client.version.size
         self.block = options.block
-        self.cache = BlockCache(options.cache_path(), url, self.client.version.key(), self.size, self.block,
+        directory = options.cache_path()
+        if directory and not self.client.version.validated:
+            log.warning("%s: the server sends neither an ETag nor a Last-Modified: a change of the object can be "
+                        "seen only by its size, and no block is kept for the next mount", url)
+            directory = None
+        self.cache = BlockCache(directory, url, self.client.version.key(), self.size, self.block,
                                 options.disk_cache_mb << 20)
         self._pool = ThreadPoolExecutor(options.requests, thread_name_prefix="h5fs-fetch")
         self._lock = threading.Lock()
@@ -99,10 +108,16 @@ class RemoteSource(ByteSource):
         if numbers and not on_event_loop_thread():
             blocks = sorted(numbers)
             missing = [n for n in blocks if not self.cache.has(n)]   # kept ones are checked when read
-            if missing:
-                for fut in self._start(missing, background=False):
-                    if wait:
-                        fut.result()
+            if missing:   # without waiting: within read-ahead's share of the request slots
+                futures = self._start(missing, background=not wait)
+                if wait:
+                    self._wait(futures)
+
+    def owner_and_times(self) -> tuple[int, int, int, int]:
+        """An object has no owner here: the mounting user's; its Last-Modified (or now)."""
+        modified = self.client.version.modified
+        ns = time.time_ns() if modified is None else int(modified.timestamp() * 1e9)
+        return os.getuid(), os.getgid(), ns, ns
 
     def stats(self) -> dict[str, Any]:
         c, v = self.client, self.client.version
@@ -121,7 +136,7 @@ class RemoteSource(ByteSource):
         if self._closed:
             return
         self._closed = True
-        self.client.closing = True   # a request under way ends within `timeout`, without retries
+        self.client.stop()   # a request under way ends within `timeout`, without retries
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.cache.close()
 
@@ -150,15 +165,27 @@ class RemoteSource(ByteSource):
     def _ensure(self, blocks: range) -> None:
         missing = self.cache.missing(blocks)
         if missing:
-            for fut in self._start(missing, background=False):
+            self._wait(self._start(missing, background=False))
+
+    def _wait(self, futures: set[Future]) -> None:
+        """Wait for these fetches (their errors raised), or until the mount stops."""
+        while futures:
+            done, futures = wait(futures, timeout=0.25)
+            for fut in done:
                 fut.result()
+            if futures and self.client.closing:
+                raise RemoteError(f"{self.name}: unmounting: the read was given up")
+
+    def stop(self) -> None:
+        """The mount is going: requests are not retried, readers stop waiting for them."""
+        self.client.stop()
 
     def _start(self, numbers: list[int], background: bool) -> set[Future]:
         """Futures that together fetch `numbers` (joining fetches under way)."""
         futures: set[Future] = set()
         with self._lock:
             if self._closed:
-                raise RemoteChanged(f"{self.name}: unmounted")
+                raise RemoteError(f"{self.name}: unmounted")
             new = []
             for n in numbers:
                 fut = self._inflight.get(n)
@@ -215,7 +242,7 @@ class RemoteSource(ByteSource):
         if ahead and ahead[0] <= last + 1 + window // 2:
             try:
                 self._start(ahead, background=True)
-            except RemoteChanged:
+            except RemoteError:   # unmounting: nothing more to fetch
                 pass
 
 
