@@ -24,6 +24,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -323,6 +324,11 @@ def cmd_umount(args: argparse.Namespace) -> int:
     if proc.returncode != 0:
         msg = proc.stderr.strip() or f"fusermount3 exited with {proc.returncode}"
         raise CliError(f"cannot unmount {mp}: {msg}")
+    if pid is not None and state.get("remote"):   # reads waiting for a server are given up, not retried
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
     if pid is not None:
         deadline = time.monotonic() + args.timeout
         while mounts.process_alive(pid):
