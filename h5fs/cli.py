@@ -24,11 +24,13 @@ import errno
 import json
 import logging
 import os
+import signal
 import stat
 import subprocess
 import sys
 import threading
 import time
+from urllib.parse import urlsplit
 
 from . import __version__, mount_options
 from .fuse import mounts
@@ -62,6 +64,9 @@ def _options(values: list[str] | None, source: str, url: bool) -> mount_options.
     """The parsed options, checked against the source (UsageError: exit 2)."""
     if url and ("?" in source or "#" in source):   # obstore asks for the path alone: a signature would be lost
         raise UsageError(f"{source}: a URL with a query string (a presigned URL) is not supported")
+    if url and "@" in urlsplit(source).netloc:   # it would show in /proc/mounts, the status and the log
+        raise UsageError("a URL with a user name or password in it is refused: it would be shown to every user "
+                         "of the machine (give S3 credentials in the environment or ~/.aws)")
     try:
         opts = mount_options.parse(values)
         mount_options.for_source(opts, source, url)
@@ -319,6 +324,11 @@ def cmd_umount(args: argparse.Namespace) -> int:
     if proc.returncode != 0:
         msg = proc.stderr.strip() or f"fusermount3 exited with {proc.returncode}"
         raise CliError(f"cannot unmount {mp}: {msg}")
+    if pid is not None and state.get("remote"):   # reads waiting for a server are given up, not retried
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
     if pid is not None:
         deadline = time.monotonic() + args.timeout
         while mounts.process_alive(pid):

@@ -5,7 +5,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 mnt=$(mktemp -d /tmp/h5fs-demo.XXXXXX)
 work=$(mktemp -d /tmp/h5fs-demo-edit.XXXXXX)
-trap 'h5fs umount "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || true; rmdir "$mnt"; rm -rf "$work"' EXIT
+srv=
+trap 'h5fs umount "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || true; rmdir "$mnt"; [ -z "$srv" ] || kill "$srv"; rm -rf "$work"' EXIT
 h5fs mount -o ro demo/demo.h5 "$mnt"
 run() { printf '\n$ %s\n' "$*"; eval "$@"; }
 run "ls -l $mnt $mnt/climate"
@@ -25,6 +26,19 @@ run "mount -t fuse.h5fs demo/demo.h5 $mnt -o ro,uid=nobody,umask=022"
 run "findmnt $mnt; ls -ln $mnt/climate | head -3"
 run "h5fs status $mnt"
 run "umount $mnt"
+
+printf '\n# the same file on a web server (a loopback HTTP server answering ranges, 20 ms a request), mounted by its URL\n'
+mkdir "$work/www" && cp demo/demo.h5 "$work/www/"
+python3 tests/servers.py http "$work/www" --latency 0.02 > "$work/url" & srv=$!
+for _ in $(seq 100); do [ -s "$work/url" ] && break; sleep 0.1; done
+url="$(head -1 "$work/url")/demo.h5"
+run "h5fs mount -o cache_dir=$work/cache $url $mnt"
+run "findmnt -n -o SOURCE,FSTYPE,OPTIONS $mnt; getfattr --absolute-names -d $mnt/climate/temperature"
+run "python3 -c \"import numpy as np; a = np.load('$mnt/climate/temperature.npy'); print(a.shape, a.dtype, a.mean())\""
+run "touch $mnt/new 2>&1 || true"
+run "h5fs status $mnt | grep -E 'remote|block cache'"
+run "h5fs umount $mnt"
+kill "$srv"; srv=
 
 printf '\n# edits: a copy of the demo file mounted read-write\n'
 cp demo/demo.h5 "$work/demo.h5"

@@ -230,6 +230,8 @@ def open_source(request, tmp_path):
 def fresh(server) -> None:
     """A server as a test expects to find it: for a RangeServer or FaultProxy no fault, no latency,
     counters at zero (moto's S3Server has none of these)."""
+    if isinstance(server, RangeServer):
+        server.conditionals = server.validators = True
     if isinstance(server, (RangeServer, FaultProxy)):
         server.fault(None)
         server.latency = 0.0

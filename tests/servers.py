@@ -158,7 +158,9 @@ class _Handler(_FaultyHandler):
         size, etag = st.st_size, _etag(st)
         mtime = int(st.st_mtime)   # HTTP dates have whole seconds
         validators = {"ETag": etag, "Last-Modified": email.utils.formatdate(mtime, usegmt=True)}
-        h = self.headers
+        if not self.rs.validators:
+            validators = {}
+        h = self.headers if self.rs.conditionals else {}
         if (im := h.get("If-Match")) is not None:
             if not any(t == "*" or t == etag for t in _etags(im)):
                 return self._status_only(412, body, validators)
@@ -169,7 +171,7 @@ class _Handler(_FaultyHandler):
                 return self._status_only(304, False, validators)
         elif (ims := _http_date(h.get("If-Modified-Since"))) is not None and mtime <= ims:
             return self._status_only(304, False, validators)
-        rng = parse_range(h.get("Range"), size) if honour_range else None
+        rng = parse_range(self.headers.get("Range"), size) if honour_range else None
         if rng is not None and (if_range := h.get("If-Range")) is not None:
             if if_range.startswith(('"', "W/")):
                 rng = rng if if_range == etag else None          # strong comparison only
@@ -332,6 +334,9 @@ class RangeServer(_LoopbackServer):
     def __init__(self, root_dir, latency: float = 0.0, stall_seconds: float = 30.0):
         super().__init__(latency, stall_seconds)
         self.root = Path(root_dir).resolve()
+        # servers that exist too: some ignore conditional headers, some send no validators
+        self.conditionals = True    # honour If-Match, If-None-Match, If-(Un)Modified-Since
+        self.validators = True      # send ETag and Last-Modified
 
     def url_of(self, name: str) -> str:
         return f"{self.url}/{urllib.parse.quote(name)}"

@@ -6,6 +6,7 @@ private file, old entries pruned."""
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -143,4 +144,37 @@ def test_a_short_last_block(tmp_path, size):
     c.close()
     c = cache(tmp_path, size=size)
     assert c.missing(range(0, last + 1)) == list(range(last))
+    c.close()
+
+
+def test_an_entry_others_can_write_is_not_used(tmp_path):
+    c = cache(tmp_path)
+    stored(c, [0])
+    path = c.path
+    c.close()
+    os.chmod(path, 0o777)    # anyone could have put blocks there
+    c = cache(tmp_path)
+    assert c.path is None and c.missing(range(0, 1)) == [0]
+    c.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs: the block cache's disk fills."""
+    where = tmp_path / "small"
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+def test_a_full_disk_makes_room_from_the_cache_itself(small_disk):
+    c = BlockCache(str(small_disk), URL, "v1", 1000 * BLOCK, BLOCK, 1 << 30)
+    for n in range(400):     # 1.6 MiB through a 1 MiB disk: the oldest blocks make room
+        stored(c, [n])
+        assert c.ready(n)
+    assert os.pread(c.fd, BLOCK, 399 * BLOCK) == block_bytes(399)
+    assert 0 < c.held() <= 1 << 20
     c.close()

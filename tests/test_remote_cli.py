@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 import urllib.request
 from email.utils import parsedate_to_datetime
 
@@ -18,7 +19,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import H5FS, force_unmount, is_mounted, make_h5, run_h5fs, saved, wait_until
+from conftest import H5FS, _daemon_pid, force_unmount, is_mounted, make_h5, run_h5fs, saved, wait_until
 from h5fs import mount_helper
 from h5fs.fuse.mounts import find_mount
 from remote_support import fresh, publish, range_server, s3_server  # noqa: F401 (fixtures)
@@ -32,6 +33,7 @@ def build(f):
     # 2 MiB that gzip hardly shrinks: the file is larger than what a mount fetches first (1 MiB)
     f.create_dataset("big", data=np.random.default_rng(0).random((512, 1024), dtype="<f4"), chunks=(64, 1024),
                      compression="gzip", shuffle=True)
+    f["plain"] = np.random.default_rng(1).random((512, 1024), dtype="<f4")   # 2 MiB read by a worker thread
     f["g/y"] = np.linspace(0, 1, 100).reshape(10, 10)
     f.attrs["title"] = "remote run"
     f["g"].attrs["scale"] = np.array([1.5, 2.5], dtype="<f8")
@@ -315,6 +317,46 @@ def test_a_url_with_a_query_string_is_refused(urls, tmp_path):
     proc = run_h5fs("mount", url, mp)
     assert proc.returncode == 2 and "a URL with a query string (a presigned URL) is not supported" in proc.stderr
     assert not is_mounted(mp)
+
+
+def test_a_url_with_a_password_is_refused(urls, tmp_path):
+    """It would be shown to every user: /proc/mounts, the status xattr, the log."""
+    mp = tmp_path / "mp"
+    mp.mkdir()
+    url = urls["http"].replace("http://", "http://reader:s3cret@")
+    proc = run_h5fs("mount", url, mp)
+    assert proc.returncode == 2 and "user name or password" in proc.stderr and "s3cret" not in proc.stderr
+    assert not is_mounted(mp)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "umount -z"])
+def test_stopping_during_a_stall_takes_one_timeout(how, urls, range_server, mount, tmp_path):  # noqa: F811
+    """systemctl stop, or a lazy h5fs umount, while a read waits for a stalled server: the
+    daemon gives the read up and exits once the request under way times out, without the
+    retries a read would get (a plain umount of a mount in use is EBUSY, as for any mount)."""
+    url, opts = mount_args(urls, "http", tmp_path)
+    mp = mount(url, *opts, "timeout=2", "retries=3")
+    pid = _daemon_pid(mp)
+    range_server.fault("stall", count=100, stall_seconds=60)
+    before = range_server.stats()["gets"]
+    reader = subprocess.Popen(["cat", str(mp / "plain")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: range_server.stats()["gets"] > before, 10)   # the read waits on the server
+        time.sleep(0.3)
+        started = time.monotonic()
+        if how == "sigterm":
+            os.kill(pid, signal.SIGTERM)
+        else:
+            assert run_h5fs("umount", "-z", mp).returncode == 0
+        assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 30)
+        took = time.monotonic() - started
+        # the request under way ends at its 2 s timeout; four attempts with backoff would take 9 s
+        assert took < 5, f"the daemon took {took:.1f} s to stop"
+        assert reader.wait(timeout=10) != 0
+    finally:
+        range_server.fault(None)
+        if reader.poll() is None:
+            reader.kill()
 
 
 # -- mount(8), fstab and the systemd unit ---------------------------------------------------------

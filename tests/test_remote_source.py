@@ -18,7 +18,7 @@ from h5fs.errors import H5fsError
 from h5fs.model.file import H5File
 from h5fs.storage.byte_source import NOWAIT, WouldBlock, mark_event_loop_thread
 from h5fs.storage.remote import RemoteOptions
-from h5fs.storage.remote.client import RemoteChanged, RemoteError
+from h5fs.storage.remote.client import RemoteChanged, RemoteError, bucket_region
 from remote_support import fresh, publish, range_server, s3_server  # noqa: F401 - fixtures
 
 MIB = 1 << 20
@@ -221,3 +221,46 @@ def test_remote_objects_open_read_only(sample, tmp_path):
     _, urls = sample
     with pytest.raises(H5fsError, match="read-only"):
         H5File.open(urls["http"], writable=True, remote=opts(tmp_path))
+
+
+def test_the_bucket_region_is_asked_of_the_server(s3_server):
+    """With no region configured, S3's own answer (x-amz-bucket-region) is used."""
+    s3_server.client.create_bucket(Bucket="h5fs-eu", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+    assert bucket_region("h5fs-eu", s3_server.endpoint, 5) == "eu-west-1"
+    assert bucket_region("h5fs-test", s3_server.endpoint, 5) == "us-east-1"
+    assert bucket_region("h5fs-eu", "http://127.0.0.1:9", 1) is None   # nobody answers: the default
+
+
+def test_a_server_ignoring_conditions_still_never_mixes_versions(sample, tmp_path, range_server):
+    """The answer's own ETag is compared with the pinned one."""
+    path, urls = sample
+    name = urls["http"].rsplit("/", 1)[1]
+    fresh(range_server)
+    range_server.conditionals = False
+    try:
+        with open_url(urls["http"], tmp_path, block_kb=64) as f:
+            ds = f.resolve("/contiguous")
+            bytes(ds.read_raw(0, 1000))
+            data = path.read_bytes()
+            range_server.replace(name, data[:3 * MIB] + bytes(len(data) - 3 * MIB))   # same size
+            with pytest.raises(RemoteChanged, match="ETag"):
+                ds.read_raw(3 * MIB, 1000)
+    finally:
+        fresh(range_server)
+
+
+def test_without_validators_only_the_size_tells_and_nothing_is_kept(sample, tmp_path, range_server, caplog):
+    path, urls = sample
+    name = urls["http"].rsplit("/", 1)[1]
+    fresh(range_server)
+    range_server.validators = False
+    try:
+        with open_url(urls["http"], tmp_path, block_kb=64) as f:
+            assert f.source.stats()["cache"].startswith("private")
+            assert "neither an ETag nor a Last-Modified" in caplog.text
+            ds = f.resolve("/contiguous")
+            range_server.replace(name, path.read_bytes() + b"more")
+            with pytest.raises(RemoteChanged, match="size"):
+                ds.read_raw(3 * MIB, 1000)
+    finally:
+        fresh(range_server)

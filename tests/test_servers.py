@@ -178,16 +178,13 @@ def test_stall_fault(range_server):
         range_server.fault("teapot")
 
 
-def test_stop_does_not_wait_for_a_stalled_handler(tmp_path):
-    (tmp_path / "f").write_bytes(b"x" * 100)
-    server = RangeServer(tmp_path, stall_seconds=60).start()
-    server.fault("stall")
-    url = server.url
+def stop_ends_a_stalled_request(server, fetch) -> None:
+    """`server` (stalling) stops within 3 s while `fetch()` waits on it, which then fails."""
     errors = []
 
     def stalled():
         try:
-            request(server, path="/f")
+            fetch()
         except OSError as e:
             errors.append(e)
     th = threading.Thread(target=stalled)
@@ -198,6 +195,14 @@ def test_stop_does_not_wait_for_a_stalled_handler(tmp_path):
     server.stop()
     th.join(5)
     assert time.monotonic() - t < 3 and not th.is_alive() and errors
+
+
+def test_stop_does_not_wait_for_a_stalled_handler(tmp_path):
+    (tmp_path / "f").write_bytes(b"x" * 100)
+    server = RangeServer(tmp_path, stall_seconds=60).start()
+    server.fault("stall")
+    url = server.url
+    stop_ends_a_stalled_request(server, lambda: request(server, path="/f"))
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/f", timeout=2)
 
@@ -349,18 +354,4 @@ def test_proxy_stop_with_a_stalled_request(s3_server):
     proxy = FaultProxy(s3_server.endpoint, stall_seconds=60).start()
     url = proxy.url
     proxy.fault("stall")
-    errors = []
-
-    def stalled():
-        try:
-            urllib.request.urlopen(url + "/", timeout=10)
-        except OSError as e:
-            errors.append(e)
-    th = threading.Thread(target=stalled)
-    th.start()
-    while proxy.stats()["requests"] == 0:
-        time.sleep(0.01)
-    t = time.monotonic()
-    proxy.stop()
-    th.join(5)
-    assert time.monotonic() - t < 3 and not th.is_alive() and errors
+    stop_ends_a_stalled_request(proxy, lambda: urllib.request.urlopen(url + "/", timeout=10))

@@ -177,19 +177,20 @@ async def _main(ops: Operations, mountpoint: str, readahead_kb: int, logs: Logs,
     mark_event_loop_thread()   # remote bytes are fetched in workers, never waited for here
     async with trio.open_nursery() as nursery:
         ops.start(nursery)
-        nursery.start_soon(_signals, logs)
+        nursery.start_soon(_signals, logs, ops)
         nursery.start_soon(_announce, ops, mountpoint, readahead_kb, on_ready, on_fail)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 
 
-async def _signals(logs: Logs) -> None:
+async def _signals(logs: Logs, ops: Operations) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             if signum == signal.SIGHUP:
                 logs.reopen()
                 continue
             log.info("signal %s: unmounting", signal.Signals(signum).name)
+            ops.f.stop()   # requests waiting for a remote server are answered now, not after retries
             pyfuse3.terminate()
 
 

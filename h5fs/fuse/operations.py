@@ -45,9 +45,8 @@ from ..model.namespace import DIR, DTYPE, NPY, POINTS, RAW, SYMLINK, Entry, Numb
 from ..format.messages.layout import VIRTUAL
 from ..model.tree_edit import TreeEditor
 from ..model.writeback import Writeback
-from ..storage.remote import RemoteSource
-from . import offload, views
 from ..storage.byte_source import WouldBlock
+from . import offload, views
 from .blocks import BlockCounts
 from .errors import boundary, warn_once
 from .handles import Handles, NpyStream, OpenDir, OpenFile, handle_address
@@ -91,7 +90,7 @@ class Operations(pyfuse3.Operations):
             self.writes.flush_delay = flush_delay
         self.mountpoint = mountpoint
         self.info = {k: str(v) for k, v in (info or {}).items()}  # extra root facts: pid, file, log
-        uid, gid, self.file_size, self.mtime_ns, self.ctime_ns = _source_stat(h5file, source)
+        uid, gid, self.file_size, self.mtime_ns, self.ctime_ns = _source_stat(h5file)
         self.uid = uid if owner[0] is None else owner[0]
         self.gid = gid if owner[1] is None else owner[1]
         self.dir_mode, self.file_mode, self.fixed_mode = _modes(umask, writeback is not None)
@@ -802,15 +801,11 @@ class Operations(pyfuse3.Operations):
         await edits.removexattr(node, name)
 
 
-def _source_stat(h5file, source: str) -> tuple[int, int, int, int, int]:
+def _source_stat(h5file) -> tuple[int, int, int, int, int]:
     """(uid, gid, size, mtime_ns, ctime_ns) the mount shows by default: a local file's own; a
-    remote object, which has no owner here, the mounting user's and its Last-Modified (or now)."""
-    if isinstance(h5file.source, RemoteSource):
-        modified = h5file.source.client.version.modified
-        ns = time.time_ns() if modified is None else int(modified.timestamp()) * 1_000_000_000
-        return os.getuid(), os.getgid(), h5file.source.size, ns, ns
-    st = os.stat(source)
-    return st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    remote object's (the mounting user's, its Last-Modified)."""
+    uid, gid, mtime_ns, ctime_ns = h5file.source.owner_and_times()
+    return uid, gid, h5file.source.end(), mtime_ns, ctime_ns
 
 
 def _modes(umask: int | None, writable: bool) -> tuple[int, int, int]:

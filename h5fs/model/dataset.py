@@ -182,7 +182,15 @@ class Dataset(H5Object):
         """One job per chunk under raw bytes [offset, offset+size) not decoded yet: run on
         several threads, a tiled row of chunks decodes on every core (no I/O to list them)."""
         source = self.source
-        return [functools.partial(self._warm_chunk, c) for c in source.chunks_under(offset, size, missing=True)]
+        coords = source.chunks_under(offset, size, missing=True)
+        jobs = [functools.partial(self._warm_chunk, c) for c in coords]
+        if len(coords) > 1 and source.index.ctx.reader.source.remote:   # their bytes in one go, first
+            jobs.insert(0, functools.partial(self._fetch_ahead, coords))
+        return jobs
+
+    @guarded
+    def _fetch_ahead(self, coords: list[tuple[int, ...]]) -> None:
+        self.source.fetch_ahead(coords)
 
     @guarded
     def _warm_chunk(self, coords: tuple[int, ...]) -> None:
@@ -348,7 +356,11 @@ class Dataset(H5Object):
                 from .varlen_views import decode_elements
                 return str(decode_elements(self.file, self.datatype, fill, 1, self.path)[0])
             return str(np.frombuffer(fill, self.dtype)[0])
-        except (TypeError, ValueError, H5fsError):
+        except H5fsError as e:
+            if e.transient:
+                raise
+            return fill.hex()
+        except (TypeError, ValueError):
             return fill.hex()
 
 

@@ -183,6 +183,15 @@ class H5File:
                     found.setdefault(st["url"], st)
         return list(found.values())
 
+    def stop(self) -> None:
+        """The mount is going: reads of remote objects (this file, the objects beside it, the
+        virtual-dataset source files open) stop retrying and stop waiting for the network."""
+        from .virtual import POOL
+        for f in [self, *(POOL.remote_files() if self.remote is not None else [])]:
+            f.source.stop()
+            if f.siblings is not None:
+                f.siblings.stop()
+
     @property
     def fd(self) -> int:
         """A local file's descriptor (the write side's); -1 for a remote object or once closed."""

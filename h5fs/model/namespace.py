@@ -230,7 +230,9 @@ def soft_npy_entry(file: H5File, dir_path: str, link: Link, symlink: Entry) -> E
         return None
     try:
         obj = _soft_target(file, dir_path, link.target or "", SOFT_LINK_NESTING)
-    except Exception:  # noqa: BLE001 - a target that cannot be read has no view to show
+    except Exception as exc:  # noqa: BLE001 - a target that cannot be read has no view to show
+        if getattr(exc, "transient", False):
+            raise   # a network fault: the listing fails now (and is made again), never without the view
         return None
     if obj is None or obj.kind != "dataset":
         return None
@@ -337,6 +339,8 @@ def _numbers(obj: H5Object) -> Numbers:
     try:
         npy_size = npy_header_size(obj.npy_dtype, obj.npy_shape) + int(obj.npy_body_size)
     except Exception as exc:  # noqa: BLE001 - only the .npy view is lost
+        if getattr(exc, "transient", False):
+            raise   # a network fault is not the view's: nothing is kept of it
         npy_error = exc
     blocks = None if _walks_index(obj) else _blocks(obj.storage_size)
     return Numbers(nlink, mtime_ns, int(obj.raw_size), blocks, npy_size, npy_error, obj.sparse, ctime_ns)

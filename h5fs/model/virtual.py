@@ -1160,7 +1160,9 @@ def virtual_facts(ds) -> dict[str, str]:
     out = {"virtual_sources": "; ".join(items), "virtual_mappings": str(len(block.entries))}
     try:
         shape = virtual_extent(ds)
-    except H5fsError:
+    except H5fsError as e:
+        if e.transient:   # facts are kept: a network fault must not drop one for good
+            raise
         return out
     if shape != tuple(ds.dataspace.dims):
         out["virtual_extent"] = "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"

@@ -14,6 +14,8 @@ from .metadata_cache import MetadataCache
 # No single metadata structure h5fs reads may claim more than this; protects against sizes
 # taken from a hostile file (chunk data has its own bound: the decoded chunk size).
 MAX_METADATA_BLOCK = 256 * 1024 * 1024
+MAX_WANT = 1 << 20        # bytes of one index node fetched ahead of the walk
+MAX_WANT_NODES = 4096     # index nodes fetched ahead at once
 
 
 def open_regular(path: str, writable: bool = False, create: bool = False) -> int:
@@ -79,7 +81,9 @@ class BlockReader:
         """Structures of about `size` bytes at these addresses are read next (the children of
         an index node): a remote object fetches them together, in parallel, instead of one
         round trip each as the walk reaches them."""
-        self.source.want([(self.base + a, size) for a in addresses if a is not None])
+        if self.source.remote:   # a node's size comes from the file: bounded like a read of it
+            spans = [(self.base + a, min(size, MAX_WANT)) for a in addresses if a is not None]
+            self.source.want(spans[:MAX_WANT_NODES])
 
     def cursor(self, addr: int | None, size: int, what: str = "block") -> Reader:
         return Reader(self.read(addr, size, what), 0, self.sizes, what)

@@ -64,13 +64,23 @@ class ByteSource:
         """Where the bytes end now."""
         return self.size
 
-    def want(self, spans: Sequence[tuple[int, int]]) -> None:
+    remote = False    # reads may wait for a network (worth announcing with `want`)
+
+    def want(self, spans: Sequence[tuple[int, int]], wait: bool = True) -> None:
         """Get ready to read these (position, size) spans soon (a remote object fetches them
-        all at once, in parallel; a local file has nothing to do)."""
+        all at once, in parallel, returning when they are here, or at once without `wait`; a
+        local file has nothing to do)."""
+
+    def owner_and_times(self) -> tuple[int, int, int, int]:
+        """(uid, gid, mtime_ns, ctime_ns) the mount shows by default."""
+        raise NotImplementedError
 
     def stats(self) -> dict[str, Any] | None:
         """What `h5fs status` shows about this source (None: nothing to show)."""
         return None
+
+    def stop(self) -> None:
+        """The mount is going: give up waiting (a remote object's reads stop retrying)."""
 
     def close(self) -> None:
         pass
@@ -87,6 +97,10 @@ class LocalSource(ByteSource):
 
     def end(self) -> int:
         return os.fstat(self.fd).st_size
+
+    def owner_and_times(self) -> tuple[int, int, int, int]:
+        st = os.fstat(self.fd)
+        return st.st_uid, st.st_gid, st.st_mtime_ns, st.st_ctime_ns
 
     def close(self) -> None:
         if self.fd >= 0:

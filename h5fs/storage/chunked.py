@@ -200,6 +200,14 @@ class ChunkedSource(RawSource):
                             for c in chunks_in_box(box, self.chunk))
         return [c for c in out if not missing or self.cache.wanted((self.owner, c))]
 
+    def fetch_ahead(self, coords: list[tuple[int, ...]]) -> None:
+        """Have a remote object fetch these chunks' stored bytes together, without waiting (the
+        decoding of each then finds its bytes arriving, not a round trip of its own)."""
+        reader = self.index.ctx.reader
+        spans = [(self.located(c, rec, self.stored_max), rec.size)
+                 for c, rec in zip(coords, self.index.lookup_many(coords)) if rec is not None and rec.size]
+        reader.source.want(spans, wait=False)
+
     def warm_chunk(self, coords: tuple[int, ...]) -> None:
         """Decode one chunk into the cache, assembling nothing."""
         self._chunk_or_none(coords)

@@ -25,13 +25,22 @@ import json
 import logging
 import os
 import shutil
+import stat
 import struct
 import tempfile
 import threading
 import zlib
 from collections import OrderedDict
 
+from ...errors import H5fsError
+
 log = logging.getLogger("h5fs")
+
+
+class CacheFull(H5fsError):
+    """The block cache's disk takes no more: the read answers EIO (the next one tries again)."""
+
+    transient = True
 
 RECORD = struct.Struct("<QII")     # block number, crc32, kind
 STORED, EVICTED = 1, 2
@@ -40,11 +49,23 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _punch(fd: int, offset: int, length: int) -> None:
-    """Give the blocks' disk space back (the file keeps its size; the range reads as zeros)."""
+    """Give the blocks' disk space back (the file keeps its size; the range reads as zeros). A
+    file system that cannot only keeps the space: the block is forgotten either way."""
     if _libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, ctypes.c_long(offset), ctypes.c_long(length)):
         err = ctypes.get_errno()
         if err != errno.EOPNOTSUPP:
-            raise OSError(err, os.strerror(err))
+            log.warning("block cache: space of an evicted block not given back: %s", os.strerror(err))
+
+
+def _check_owner(path: str, shared_ok: bool) -> None:
+    """Refuse a directory another user could have filled: its blocks would be served as the
+    object's (a CRC is no signature). It must be ours (or root's, for the cache directory) and
+    writable by nobody else, or, for the cache directory, sticky (as /tmp is)."""
+    st = os.lstat(path)
+    owners = (os.geteuid(), 0) if shared_ok else (os.geteuid(),)
+    others_write = st.st_mode & 0o022 and not (shared_ok and st.st_mode & stat.S_ISVTX)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in owners or others_write:
+        raise OSError(errno.EPERM, f"{path} is not a directory of this user's that only it can write")
 
 
 def _entry_bytes(path: str) -> int:
@@ -81,8 +102,10 @@ class BlockCache:
     # -- the entry on disk ----------------------------------------------------------------------
     def _open_entry(self, directory: str, url: str, version: str, budget: int) -> None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
+        _check_owner(directory, shared_ok=True)
         path = os.path.join(directory, hashlib.sha256(url.encode()).hexdigest()[:32])
         os.makedirs(path, mode=0o700, exist_ok=True)
+        _check_owner(path, shared_ok=False)
         self._lock_fd = os.open(os.path.join(path, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -179,24 +202,44 @@ class BlockCache:
         return min(self.block, self.size - number * self.block)
 
     def store(self, number: int, data: memoryview) -> None:
-        """Keep block `number` (its whole length; the last block may be short)."""
-        os.pwrite(self.fd, data, number * self.block)
+        """Keep block `number` (its whole length; the last block may be short). CacheFull when
+        the disk cannot take it even after half the cache made room."""
+        try:
+            self._write(number, data)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise CacheFull(f"block cache {self.path or 'file'}: {e.strerror}") from e
+            self._evict(len(self._blocks) // 2)
+            try:
+                self._write(number, data)
+            except OSError as e2:
+                raise CacheFull(f"block cache {self.path or 'file'}: {e2.strerror} (its disk is full)") from e2
         crc = zlib.crc32(data)
         with self._lock:
             self._blocks[number] = crc
             self._blocks.move_to_end(number)
             self._unchecked.discard(number)
-            evict = self._over_budget()
-        records = [RECORD.pack(n, 0, EVICTED) for n in evict] + [RECORD.pack(number, crc, STORED)]
-        for n in evict:
-            _punch(self.fd, n * self.block, self.block)
-        if self._log_fd >= 0:
+            evict = self._over_budget(len(self._blocks) - self.budget_blocks)
+        self._log([RECORD.pack(n, 0, EVICTED) for n in evict] + [RECORD.pack(number, crc, STORED)])
+
+    def _write(self, number: int, data: memoryview) -> None:
+        if os.pwrite(self.fd, data, number * self.block) != len(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def _evict(self, count: int) -> None:
+        with self._lock:
+            evict = self._over_budget(count)
+        self._log([RECORD.pack(n, 0, EVICTED) for n in evict])
+
+    def _log(self, records: list[bytes]) -> None:
+        if self._log_fd >= 0 and records:
             os.write(self._log_fd, b"".join(records))
 
-    def _over_budget(self) -> list[int]:
-        """Least recently used blocks no read is using, to evict (called with the lock held)."""
+    def _over_budget(self, excess: int) -> list[int]:
+        """Evict up to `excess` least recently used blocks no read is using (called with the lock
+        held: a block must be gone from the disk before anyone may fetch and store it again, or
+        a late punch would zero its new bytes)."""
         out = []
-        excess = len(self._blocks) - self.budget_blocks
         for n in self._blocks:
             if len(out) >= excess:
                 break
@@ -204,6 +247,7 @@ class BlockCache:
                 out.append(n)
         for n in out:
             del self._blocks[n]
+            _punch(self.fd, n * self.block, self.block)
         return out
 
     def pin(self, numbers: range) -> None:

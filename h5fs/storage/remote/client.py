@@ -10,14 +10,17 @@ once the object changes, every read fails instead of mixing bytes of two version
 from __future__ import annotations
 
 import errno
+import os
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import obstore
 from obstore import exceptions as oe
@@ -62,6 +65,30 @@ class Version:
         """What tells this version apart in the block cache."""
         return f"{self.size}:{self.etag}:{self.modified}:{self.version}"
 
+    @property
+    def validated(self) -> bool:
+        """Whether a change of the object can be seen (an ETag or a Last-Modified to compare)."""
+        return bool(self.etag) or self.modified is not None
+
+    def differs(self, meta: dict) -> str | None:
+        """What an answer's own metadata says changed (servers that ignore If-Match or
+        If-Unmodified-Since still send it), or None."""
+        if int(meta.get("size", self.size)) != self.size:
+            return f"its size is {meta['size']}, not {self.size}"
+        etag = meta.get("e_tag")
+        if self.etag and etag and etag != self.etag:
+            return f"its ETag is {etag}, not {self.etag}"
+        modified = _modified(meta)
+        if self.modified is not None and modified is not None and modified != self.modified:
+            return f"it was modified at {modified}, not {self.modified}"
+        return None
+
+
+def _modified(meta: dict):
+    """Last-Modified, or None when the server sent none (obstore gives the epoch then)."""
+    value = meta.get("last_modified")
+    return None if value is None or value.timestamp() == 0 else value
+
 
 def _store(url: str, options: RemoteOptions) -> tuple[Any, str]:
     """(obstore store, path inside it) for `url`."""
@@ -76,6 +103,10 @@ def _store(url: str, options: RemoteOptions) -> tuple[Any, str]:
         config, provider = ({}, None) if options.anonymous else profile_config(options.profile)
         if options.region:
             config["region"] = options.region
+        elif "region" not in config and not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+            found = bucket_region(parts.netloc, options.endpoint, options.timeout)
+            if found:
+                config["region"] = found
         if options.endpoint:
             config["endpoint"] = options.endpoint
             config["virtual_hosted_style_request"] = False   # S3-compatible servers answer on paths
@@ -94,6 +125,21 @@ def _store(url: str, options: RemoteOptions) -> tuple[Any, str]:
     return HTTPStore.from_url(base, client_options=client, retry_config=retry), unquote(name)
 
 
+def bucket_region(bucket: str, endpoint: str | None, timeout: float) -> str | None:
+    """The region S3 says the bucket is in (the `x-amz-bucket-region` header of an unsigned
+    HEAD of the bucket, sent with a redirect or a refusal too), as the AWS tools find it when
+    none is configured: a user passes nothing but the URL. None when the server does not say."""
+    base = endpoint.rstrip("/") + "/" + quote(bucket) if endpoint else f"https://{bucket}.s3.amazonaws.com/"
+    request = urllib.request.Request(base, method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=min(timeout, 10.0)) as answer:
+            return answer.headers.get("x-amz-bucket-region")
+    except urllib.error.HTTPError as e:   # 301 to the bucket's region, 403 without credentials
+        return e.headers.get("x-amz-bucket-region")
+    except (OSError, ValueError):
+        return None
+
+
 class ObjectClient:
     """Head and range reads of one object; thread-safe; counts what it does."""
 
@@ -104,13 +150,15 @@ class ObjectClient:
         self.requests = self.bytes = self.retries = self.failures = 0
         self.errors: deque[str] = deque(maxlen=5)
         self.changed: str | None = None        # why reads fail for good, once the object changed
+        self.closing = False                   # set at unmount: failed requests are not retried
+        self._stopped = threading.Event()      # wakes a retry's backoff when the mount goes
         self.version = self._head()
 
     def _head(self) -> Version:
         """The object's version and size (a HEAD request); errors that make a mount pointless
         (missing object, no access, no server) are H5fsError with a message a user can act on."""
         meta = self._call(lambda: obstore.head(self.store, self.path), "HEAD")
-        return Version(int(meta["size"]), meta.get("e_tag"), meta.get("last_modified"), meta.get("version"))
+        return Version(int(meta["size"]), meta.get("e_tag"), _modified(meta), meta.get("version"))
 
     def get(self, start: int, end: int) -> memoryview:
         """Bytes [start, end) of the pinned version (end clipped to the object)."""
@@ -125,8 +173,11 @@ class ObjectClient:
             opts["if_unmodified_since"] = v.modified
         if v.version:
             opts["version"] = v.version
-        data = self._call(lambda: _body(obstore.get(self.store, self.path, options=opts), start, end),
-                          f"bytes {start}-{end - 1}")
+        meta, data = self._call(lambda: _body(obstore.get(self.store, self.path, options=opts), start, end),
+                                f"bytes {start}-{end - 1}")
+        changed = v.differs(meta)
+        if changed:
+            self._changed(changed)
         if len(data) != end - start:
             raise RemoteError(f"{self.url}: bytes {start}-{end - 1}: the server sent {len(data)} bytes for "
                               f"{end - start} (does it support range requests?)")
@@ -142,10 +193,7 @@ class ObjectClient:
             try:
                 return request()
             except oe.PreconditionError as e:
-                self.changed = (f"{self.url} changed since it was mounted (it is no longer version "
-                                f"{self.version.etag or self.version.modified}): remount to read the new one")
-                self._failed(self.changed)
-                raise RemoteChanged(self.changed) from e
+                self._changed("a conditional request failed", e)
             except (oe.NotFoundError, FileNotFoundError) as e:   # obstore raises the builtin for a 404
                 self._failed(f"{what}: not found")
                 raise RemoteNotFound(f"{self.url}: no such object (404)") from e
@@ -160,13 +208,25 @@ class ObjectClient:
                 self._failed(f"{what}: {e}")
                 raise RemoteError(f"{self.url}: {e}") from None
             except (oe.BaseError, OSError) as e:   # 5xx, dropped connections, timeouts
-                if attempt == self.options.retries:
+                if attempt == self.options.retries or self.closing:   # an unmount waits for no retry
                     self._failed(f"{what}: {_reason(e)}")
                     raise RemoteError(f"{self.url}: {what}: {_reason(e)} (after {attempt} retries)") from e
                 with self._lock:
                     self.retries += 1
-                time.sleep(min(MAX_BACKOFF, BACKOFF * 2 ** attempt))
+                self._stopped.wait(min(MAX_BACKOFF, BACKOFF * 2 ** attempt))
         raise AssertionError("unreachable")
+
+    def stop(self) -> None:
+        """No more retries (the mount is going)."""
+        self.closing = True
+        self._stopped.set()
+
+    def _changed(self, how: str, cause: BaseException | None = None) -> None:
+        """The object is not the version pinned: every read fails from now on."""
+        self.changed = (f"{self.url} changed since it was mounted ({how}; it is no longer version "
+                        f"{self.version.etag or self.version.modified}): remount to read the new one")
+        self._failed(self.changed)
+        raise RemoteChanged(self.changed) from cause
 
     def _failed(self, message: str) -> None:
         with self._lock:
@@ -175,13 +235,13 @@ class ObjectClient:
 
 
 def _body(result, start: int, end: int):
-    """The bytes of a range answer, refused unread when it is not the range asked for (a server
+    """(metadata, bytes) of a range answer, refused unread when it is not the range asked for (a server
     that ignores ranges sends the whole object: never take an unbounded body into memory)."""
     got = tuple(result.range)
     if got != (start, end):
         raise RemoteError(f"the server answered bytes {got[0]}-{got[1] - 1} to a request for {start}-{end - 1} "
                           f"(it does not support range requests)")
-    return result.bytes()
+    return result.meta, result.bytes()
 
 
 CONNECT = re.compile(r'ConnectError\(\s*"([^"]+)",(?:.*?(?:message|error): "([^"]+)")?', re.S)

@@ -18,13 +18,13 @@ def default_cache_dir() -> str:
 @dataclass(frozen=True)
 class RemoteOptions:
     endpoint: str | None = None     # an S3-compatible server (MinIO, Ceph, moto); None: AWS
-    region: str | None = None       # None: the environment, the profile, else us-east-1
+    region: str | None = None       # None: the environment, the profile, what S3 says, else us-east-1
     anonymous: bool = False         # unsigned requests (public buckets)
     profile: str | None = None      # a profile of ~/.aws/credentials and ~/.aws/config
     cache_dir: str | None = None    # None: default_cache_dir(); "none": no cache kept between mounts
     disk_cache_mb: int = 2048       # the block cache's size on disk (all objects of cache_dir)
     block_kb: int = 1024            # the unit fetched and cached
-    requests: int = 8               # range requests in flight at once
+    requests: int = 16              # range requests in flight at once (an index walk's nodes, read-ahead)
     retries: int = 3                # attempts after the first, with backoff, before EIO
     timeout: float = 30.0           # seconds a request may take (connect and each read)
 

@@ -21,6 +21,7 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from ...errors import FormatError, H5fsError
 from ..byte_source import WouldBlock, on_event_loop_thread
+from .client import RemoteNotFound
 from .options import RemoteOptions
 from .source import RemoteSource, open_remote
 
@@ -61,6 +62,7 @@ class Siblings:
     def __init__(self, url: str, options: RemoteOptions):
         self.url, self.options = url, options
         self._sources: dict[str, RemoteSource] = {}
+        self._missing: dict[str, RemoteNotFound] = {}   # objects that answered 404
         self._opening: dict[str, threading.Lock] = {}   # one open per URL (its block cache entry
         self._lock = threading.Lock()                   # takes an exclusive lock); guards both dicts
         self._closed = False
@@ -74,6 +76,9 @@ class Siblings:
         src = self._sources.get(url)
         if src is not None:
             return src
+        missing = self._missing.get(url)
+        if missing is not None:   # asked once: a 404 is an answer, not a fault to retry per read
+            raise missing
         if on_event_loop_thread():
             raise WouldBlock(lambda: self.open(url))
         with self._lock:
@@ -81,7 +86,11 @@ class Siblings:
         with opening:
             src = self._sources.get(url)
             if src is None:
-                src = open_remote(url, self.options)
+                try:
+                    src = open_remote(url, self.options)
+                except RemoteNotFound as e:
+                    self._missing[url] = e
+                    raise
                 with self._lock:
                     if self._closed:
                         src.close()
@@ -92,7 +101,7 @@ class Siblings:
     def open_all(self, urls: list[str]) -> None:
         """Open these objects together, `requests` at a time: each open costs a round trip or
         two. A failure is left for `open` to report, with what needed the object."""
-        todo = [u for u in dict.fromkeys(urls) if u not in self._sources]
+        todo = [u for u in dict.fromkeys(urls) if u not in self._sources and u not in self._missing]
         if len(todo) < 2:
             return
         if on_event_loop_thread():
@@ -107,6 +116,10 @@ class Siblings:
     def stats(self) -> list[dict]:
         """What `h5fs status` shows of each object opened (RemoteSource.stats)."""
         return [src.stats() for src in list(self._sources.values())]
+
+    def stop(self) -> None:
+        for src in list(self._sources.values()):
+            src.stop()
 
     def close(self) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ fetched with few round trips.
 - Sequential readers are recognised per stream (a read that starts in or after the block where
   an earlier one stopped and reaches past it): each such read doubles the stream's window (to at
   least twice the read's own blocks), up to MAX_AHEAD, and the blocks of the window are fetched
-  in the background (mountpoint-s3's prefetcher). Read-ahead never takes more than all but two of the request slots, so a reader's
+  in the background (mountpoint-s3's prefetcher), topped up whenever half of it has been read. Read-ahead never takes more than all but two of the request slots, so a reader's
   own miss is not queued behind it.
 - At open, one request fetches the superblock with the first INITIAL bytes, where libhdf5
   writes the root group and, in most files, the first metadata.
@@ -21,21 +21,27 @@ fetched with few round trips.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
+import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
 from ..byte_source import NOWAIT, ByteSource, WouldBlock, on_event_loop_thread
 from .block_cache import BlockCache
-from .client import ObjectClient, RemoteChanged
+from .client import ObjectClient, RemoteChanged, RemoteError
 from .options import RemoteOptions
+
+log = logging.getLogger("h5fs")
 
 MAX_REQUEST = 8 << 20     # bytes of one range request
 MAX_AHEAD = 64 << 20      # a sequential stream's largest read-ahead window
 INITIAL = 1 << 20         # fetched at open
 STREAMS = 16              # sequential streams followed at once
+START_WINDOW = 8          # blocks read ahead when a stream is first seen to continue
+LAG = 4                   # blocks behind a stream's end where its slower readers still are
 
 
 class RemoteSource(ByteSource):
@@ -44,7 +50,12 @@ class RemoteSource(ByteSource):
         self.client = ObjectClient(url, options)
         self.size = self.client.version.size
         self.block = options.block
-        self.cache = BlockCache(options.cache_path(), url, self.client.version.key(), self.size, self.block,
+        directory = options.cache_path()
+        if directory and not self.client.version.validated:
+            log.warning("%s: the server sends neither an ETag nor a Last-Modified: a change of the object can be "
+                        "seen only by its size, and no block is kept for the next mount", url)
+            directory = None
+        self.cache = BlockCache(directory, url, self.client.version.key(), self.size, self.block,
                                 options.disk_cache_mb << 20)
         self._pool = ThreadPoolExecutor(options.requests, thread_name_prefix="h5fs-fetch")
         self._lock = threading.Lock()
@@ -86,7 +97,9 @@ class RemoteSource(ByteSource):
         finally:
             self.cache.unpin(blocks)
 
-    def want(self, spans: Sequence[tuple[int, int]]) -> None:
+    remote = True
+
+    def want(self, spans: Sequence[tuple[int, int]], wait: bool = True) -> None:
         numbers: set[int] = set()
         for position, size in spans:
             end = min(position + size, self.size)
@@ -95,9 +108,16 @@ class RemoteSource(ByteSource):
         if numbers and not on_event_loop_thread():
             blocks = sorted(numbers)
             missing = [n for n in blocks if not self.cache.has(n)]   # kept ones are checked when read
-            if missing:
-                for fut in self._start(missing, background=False):
-                    fut.result()
+            if missing:   # without waiting: within read-ahead's share of the request slots
+                futures = self._start(missing, background=not wait)
+                if wait:
+                    self._wait(futures)
+
+    def owner_and_times(self) -> tuple[int, int, int, int]:
+        """An object has no owner here: the mounting user's; its Last-Modified (or now)."""
+        modified = self.client.version.modified
+        ns = time.time_ns() if modified is None else int(modified.timestamp() * 1e9)
+        return os.getuid(), os.getgid(), ns, ns
 
     def stats(self) -> dict[str, Any]:
         c, v = self.client, self.client.version
@@ -116,6 +136,7 @@ class RemoteSource(ByteSource):
         if self._closed:
             return
         self._closed = True
+        self.client.stop()   # a request under way ends within `timeout`, without retries
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.cache.close()
 
@@ -144,15 +165,27 @@ class RemoteSource(ByteSource):
     def _ensure(self, blocks: range) -> None:
         missing = self.cache.missing(blocks)
         if missing:
-            for fut in self._start(missing, background=False):
+            self._wait(self._start(missing, background=False))
+
+    def _wait(self, futures: set[Future]) -> None:
+        """Wait for these fetches (their errors raised), or until the mount stops."""
+        while futures:
+            done, futures = wait(futures, timeout=0.25)
+            for fut in done:
                 fut.result()
+            if futures and self.client.closing:
+                raise RemoteError(f"{self.name}: unmounting: the read was given up")
+
+    def stop(self) -> None:
+        """The mount is going: requests are not retried, readers stop waiting for them."""
+        self.client.stop()
 
     def _start(self, numbers: list[int], background: bool) -> set[Future]:
         """Futures that together fetch `numbers` (joining fetches under way)."""
         futures: set[Future] = set()
         with self._lock:
             if self._closed:
-                raise RemoteChanged(f"{self.name}: unmounted")
+                raise RemoteError(f"{self.name}: unmounted")
             new = []
             for n in numbers:
                 fut = self._inflight.get(n)
@@ -191,22 +224,25 @@ class RemoteSource(ByteSource):
         with self._lock:
             key = next((k for k in self._streams if first + 1 >= k and first <= k <= last), None)
             if key is None:
-                if last + 1 in self._streams:
+                # a read just behind a stream's end is one of its own readers lagging (chunks
+                # decoded on several threads finish out of order): not a stream of its own
+                if any(k - LAG <= last < k for k in self._streams):
                     return
-                self._streams[last + 1] = 1
+                self._streams[last + 1] = START_WINDOW // 2
                 if len(self._streams) > STREAMS:
                     self._streams.popitem(last=False)
                 return
             # at least two reads like this one ahead: a reader whose reads each span many blocks
             # (a row of tiles) is ahead at once, not after the window has doubled past them
             window = min(max(self._streams.pop(key) * 2, 2 * len(blocks)), max(1, MAX_AHEAD // self.block))
-            self._streams[last + 1] = window
-        stop = min(last + 1 + window, (self.size - 1) // self.block + 1)
-        ahead = [n for n in range(last + 1, stop) if not self.cache.has(n)]
-        if ahead:
+            window = self._streams[last + 1] = max(window, self._streams.get(last + 1, 0))
+            stop = min(last + 1 + window, (self.size - 1) // self.block + 1)
+            ahead = [n for n in range(last + 1, stop) if n not in self._inflight and not self.cache.has(n)]
+        # topped up once half the window is used: a few large requests, not one per block
+        if ahead and ahead[0] <= last + 1 + window // 2:
             try:
                 self._start(ahead, background=True)
-            except RemoteChanged:
+            except RemoteError:   # unmounting: nothing more to fetch
                 pass
 
 
