@@ -1,11 +1,16 @@
 """Fixtures for remote-mount tests: one HTTP range server and one moto S3 server per session.
 
 Import what a test module uses (`from remote_support import range_server, s3_server, s3_proxy,
-publish, fresh, read_mount, open_source`); nothing here is autouse. s3_proxy is a FaultProxy in front of moto (latency,
-faults and counters for S3 as RangeServer has them for HTTP): mount with endpoint=s3_proxy.url. Both servers listen on 127.0.0.1 only and are stopped at the end
-of the session, whatever the tests did. s3_server puts moto's fake credentials and region in
-os.environ for the session, so `h5fs mount` (run_h5fs inherits the environment) finds them the way
-the AWS tools do; the endpoint is not put there: pass publish()'s `s3_options` to the mount.
+publish, fresh`); nothing here is autouse. s3_proxy is a FaultProxy in front of moto (latency,
+faults and counters for S3 as RangeServer has them for HTTP): mount with endpoint=s3_proxy.url.
+Both servers listen on 127.0.0.1 only and are stopped at the end of the session, whatever the
+tests did. s3_server puts moto's fake credentials and region in os.environ for the session, so
+`h5fs mount` (run_h5fs inherits the environment) finds them the way the AWS tools do; the
+endpoint is not put there: pass publish()'s `s3_options` to the mount.
+
+The read suite runs on every source through `read_mount` (the `mount` fixture of a read test,
+once per source: local, http, s3) and `open_source` (H5File.open, likewise); a module using them
+imports range_server and s3_server too.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import shutil
 import struct
 from pathlib import Path
 
+import h5py
 import pytest
 
 from conftest import Mounter
@@ -119,7 +125,6 @@ def with_user_block(src, dst: Path, size: int = USER_BLOCK) -> None:
     with open(dst, "wb") as fh:
         fh.write(b"\0" * size)
         fh.write(data)
-    import h5py
     with h5py.File(src, "r") as a, h5py.File(dst, "r") as b:
         assert a.id.get_create_plist().get_userblock() == 0
         assert b.id.get_create_plist().get_userblock() == size and sorted(a) == sorted(b)

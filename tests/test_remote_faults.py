@@ -227,8 +227,8 @@ def test_a_stalled_request_holds_up_only_its_read(remote, original, mount):
 
 
 @pytest.mark.parametrize("remote", PROTOCOLS, indirect=True)
-def test_a_replaced_object_serves_nothing_of_the_new_version(remote, original, variant, mount, range_server,  # noqa: F811
-                                                             s3_server):  # noqa: F811
+def test_a_replaced_object_serves_nothing_of_the_new_version(remote, original, variant, mount,
+                                                             range_server, s3_server):  # noqa: F811
     protocol, _, url, opts = remote
     old, new = expected(original), expected(variant)
     assert old["big"] != new["big"] and old["early"] != new["early"]
