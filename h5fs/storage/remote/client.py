@@ -199,7 +199,8 @@ class ObjectClient:
                 raise RemoteNotFound(f"{self.url}: no such object (404)") from e
             except (oe.PermissionDeniedError, oe.UnauthenticatedError) as e:
                 self._failed(f"{what}: access denied")
-                hint = "; check the credentials, or `anonymous` for a public bucket" if self.url.startswith("s3:") else ""
+                hint = ("; check the credentials, or `anonymous` for a public bucket"
+                        if self.url.startswith("s3:") else "")
                 raise RemoteError(f"{self.url}: access denied ({_reason(e)}){hint}") from e
             except oe.NotSupportedError as e:   # HTTPStore: the server ignored the range
                 self._failed(f"{what}: no range support")

@@ -12,8 +12,10 @@ fetched with few round trips.
 - Sequential readers are recognised per stream (a read that starts in or after the block where
   an earlier one stopped and reaches past it): each such read doubles the stream's window (to at
   least twice the read's own blocks), up to MAX_AHEAD, and the blocks of the window are fetched
-  in the background (mountpoint-s3's prefetcher), topped up whenever half of it has been read. Read-ahead never takes more than all but two of the request slots, so a reader's
-  own miss is not queued behind it.
+  in the background (mountpoint-s3's prefetcher), topped up whenever half of it has been read.
+  Read-ahead (and a filtered read's chunks announced by `want(wait=False)`) never takes more
+  than all but two of the request slots, so a reader's own miss is not queued behind it.
+- The chunk index's nodes and a read's chunks are announced with `want`: fetched together.
 - At open, one request fetches the superblock with the first INITIAL bytes, where libhdf5
   writes the root group and, in most files, the first metadata.
 """
