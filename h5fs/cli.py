@@ -324,7 +324,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
     if proc.returncode != 0:
         msg = proc.stderr.strip() or f"fusermount3 exited with {proc.returncode}"
         raise CliError(f"cannot unmount {mp}: {msg}")
-    if pid is not None and state.get("remote"):   # reads waiting for a server are given up, not retried
+    if pid is not None and args.lazy and state.get("remote"):   # reads still waiting for a server give up
         try:
             os.kill(pid, signal.SIGTERM)
         except OSError:

@@ -118,7 +118,7 @@ def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeb
         status = 1
     finally:
         notify.stopping("unmounting: writing the last changes into the file")
-        _defer_signals(logs)
+        deferred = _defer_signals(logs)
         still = mounts.find_mount(mountpoint)
         unmount = still is not None and still.fstype == mounts.FSTYPE
         try:
@@ -128,6 +128,8 @@ def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeb
             status = 1
         status = _close(ops, source, foreground) or status
         utab.remove(mountpoint)
+    for name in deferred:
+        log.warning("signal %s while writing the last changes: they were written first", name)
     log.info("unmounted %s (%s, up %s)", mountpoint, mode, duration(time.time() - ops.started))
     return status
 
@@ -162,15 +164,20 @@ def _close(ops: Operations, source: str, foreground: bool) -> int:
             watcher.join()
 
 
-def _defer_signals(logs: Logs) -> None:
-    """From the unmount on, SIGTERM and SIGINT are logged and ignored (the last changes are
-    written first, and the daemon exits right after); SIGHUP still reopens the log."""
+def _defer_signals(logs: Logs) -> list[str]:
+    """From the unmount on, SIGTERM and SIGINT are ignored (the last changes are written first,
+    and the daemon exits right after) and noted in the returned list, logged by the caller (a
+    handler that logged could interrupt a log write in progress: a reentrant call); SIGHUP still
+    reopens the log."""
+    noted: list[str] = []
+
     def later(signum, frame) -> None:
-        log.warning("signal %s while writing the last changes: they are written first", signal.Signals(signum).name)
+        noted.append(signal.Signals(signum).name)
 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, later)
     signal.signal(signal.SIGHUP, lambda signum, frame: logs.reopen())
+    return noted
 
 
 async def _main(ops: Operations, mountpoint: str, readahead_kb: int, logs: Logs, on_ready, on_fail) -> None:
