@@ -51,7 +51,7 @@ def test_remote_options_make_the_remote_options():
     assert parse(["cache_dir=none"]).remote.cache_path() is None
     d = parse([]).remote   # what a user who passes nothing gets
     assert (d.endpoint, d.anonymous, d.cache_dir, d.disk_cache_mb, d.block_kb, d.requests, d.retries, d.timeout) == \
-        (None, False, None, 2048, 1024, 8, 3, 30.0)
+        (None, False, None, 2048, 1024, 16, 3, 30.0)
     assert not any(x.startswith(("endpoint", "block_kb", "cache_dir")) for x in o.fuse_options("s3://b/k"))
 
 

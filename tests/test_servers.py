@@ -240,13 +240,13 @@ def test_s3_range_and_stale_etag(s3_server):
 
 
 def test_s3_anonymous_reads_need_a_policy(s3_server):
-    s3_server.create_bucket("h5fs-public")
-    s3_server.put("h5fs-public", "p.bin", DATA[:100])
-    url = f"{s3_server.endpoint}/h5fs-public/p.bin"
+    s3_server.create_bucket("h5fs-servers-public")
+    s3_server.put("h5fs-servers-public", "p.bin", DATA[:100])
+    url = f"{s3_server.endpoint}/h5fs-servers-public/p.bin"
     with pytest.raises(urllib.error.HTTPError) as exc:
         urllib.request.urlopen(url)
     assert exc.value.code == 403
-    s3_server.set_public("h5fs-public")
+    s3_server.set_public("h5fs-servers-public")
     req = urllib.request.Request(url, headers={"Range": "bytes=10-19"})
     assert urllib.request.urlopen(req).read() == DATA[10:20]
     assert urllib.request.urlopen(urllib.request.Request(url, method="HEAD")).status == 200
