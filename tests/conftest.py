@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from contextlib import contextmanager
 import sys
 import time
 from pathlib import Path
@@ -184,6 +185,17 @@ def _no_mounts_left_behind(tmp_path_factory):
             force_unmount(Path(mp))
     from h5fs import utab
     utab.prune()   # the umount-helper lines of daemons a test killed
+
+
+@contextmanager
+def tmpfs(where: Path, size: str, mode: str = "0755"):
+    """A small tmpfs mounted at `where` (made here): a disk that fills up; unmounted after."""
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode}", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def make_h5(path: Path, build, libver: str = "earliest", **kwargs) -> Path:

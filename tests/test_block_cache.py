@@ -6,10 +6,10 @@ private file, old entries pruned."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
+from conftest import tmpfs
 from h5fs.storage.remote.block_cache import RECORD, BlockCache
 
 BLOCK = 4096
@@ -161,13 +161,8 @@ def test_an_entry_others_can_write_is_not_used(tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 1 MiB tmpfs: the block cache's disk fills."""
-    where = tmp_path / "small"
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(where)], check=True)
-    try:
+    with tmpfs(tmp_path / "small", "1m", "0700") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=True)
 
 
 def test_a_full_disk_makes_room_from_the_cache_itself(small_disk):

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import LIBVERS, is_mounted, run_h5fs, wait_until
+from conftest import LIBVERS, is_mounted, run_h5fs, tmpfs, wait_until
 from crash_support import kill_daemon
 from h5fs.format.messages.layout import INDEX_NAMES
 from h5fs.model.file import H5File
@@ -282,13 +282,8 @@ def test_unused_space_is_reused(mount, tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MiB tmpfs: a disk that fills up."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], check=True)
-    try:
+    with tmpfs(tmp_path / "disk", "4m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def test_disk_full_answers_enospc_and_keeps_the_file(mount, small_disk):
