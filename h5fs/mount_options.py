@@ -67,7 +67,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("fsname", "NAME", "source shown in the mount table (default: FILE's absolute path, or the URL)"),
     # a URL's (s3://BUCKET/KEY, http(s)://HOST/PATH): how it is reached and cached
     Option("endpoint", "URL", "s3:// only: an S3-compatible server (MinIO, Ceph...); default: AWS"),
-    Option("region", "NAME", "s3:// only: the bucket's region; default: AWS_REGION, the profile's, else us-east-1"),
+    Option("region", "NAME", "s3:// only: the bucket's region; default: AWS_REGION, the profile's, else the one "
+                             "S3 names for the bucket, else us-east-1"),
     Option("anonymous", "", "s3:// only: unsigned requests (public buckets), no credentials looked for"),
     Option("profile", "NAME", "s3:// only: the profile of ~/.aws/credentials and ~/.aws/config to use "
                               "(default: AWS_PROFILE, else default)"),
