@@ -40,6 +40,7 @@ log = logging.getLogger("h5fs")
 
 MAX_REQUEST = 8 << 20     # bytes of one range request
 MAX_AHEAD = 64 << 20      # a sequential stream's largest read-ahead window
+MAX_AHEAD_BLOCKS = 1024   # and in blocks
 INITIAL = 1 << 20         # fetched at open
 STREAMS = 16              # sequential streams followed at once
 START_WINDOW = 8          # blocks read ahead when a stream is first seen to continue
@@ -66,6 +67,8 @@ class RemoteSource(ByteSource):
         self._streams: OrderedDict[int, int] = OrderedDict()   # next block of a stream -> window
         self._closed = False
         self.per_request = max(1, MAX_REQUEST // self.block)
+        # each read scans its window under the lock: small blocks get a shorter one
+        self.max_window = max(1, min(MAX_AHEAD // self.block, MAX_AHEAD_BLOCKS))
         try:
             if self.size:
                 self._ensure(range(0, (min(self.size, max(INITIAL, self.block)) - 1) // self.block + 1))
@@ -236,7 +239,7 @@ class RemoteSource(ByteSource):
                 return
             # at least two reads like this one ahead: a reader whose reads each span many blocks
             # (a row of tiles) is ahead at once, not after the window has doubled past them
-            window = min(max(self._streams.pop(key) * 2, 2 * len(blocks)), max(1, MAX_AHEAD // self.block))
+            window = min(max(self._streams.pop(key) * 2, 2 * len(blocks)), self.max_window)
             window = self._streams[last + 1] = max(window, self._streams.get(last + 1, 0))
             stop = min(last + 1 + window, (self.size - 1) // self.block + 1)
             ahead = [n for n in range(last + 1, stop) if n not in self._inflight and not self.cache.has(n)]
