@@ -1,9 +1,9 @@
 """Namespace benchmarks through a read-write mount, each against h5py doing the same in the same
 run: `cp` of a large `.npy`, many `mkdir` + `setfattr`, `rm -r` of many datasets and the space
-it leaves for reuse.
+it leaves for reuse, `cp -r`, `tar -x` and `rm -r` of many small arrays.
 
     python3 scripts/bench_namespace.py [--size-mb 1024] [--count 10000] [--libver latest|earliest]
-                                       [--cases cp-gzip,cp-none,mkdir-one,mkdir-spread,rm]
+                                       [--cases cp-gzip,cp-none,mkdir-one,mkdir-spread,rm,cp-r,tar-x,rm-r]
                                        [--workdir /tmp/h5fs-bench-namespace]
     python3 scripts/bench_namespace.py --quick    # 64 MiB, 500 objects
 
@@ -41,7 +41,15 @@ messages and version 2 headers). Cases:
   open creating them again) and the file size after it compared with the size before the rm
   (reported, no target).
 
-The floor (cp-gzip, cp-none, mkdir-one, mkdir-spread): the same operations, timed the same way,
+- cp-r, tar-x: `cp -r` of a directory of 1,000 `.npy` files of 100 KB each (float32 random walks
+  rounded to 0.01), or `tar -xf` of an archive of it, into a mount of an empty file (default
+  compression), then `h5fs umount`; against h5py creating the same datasets (the chunks and
+  maxshape h5fs gives a copied `.npy`, gzip 4 + shuffle) in a copy of the same file and closing
+  it; issue 25's target: within 2x the floor's time.
+- rm-r: `rm -r` of those 1,000 datasets (in the file h5py made of them) + umount, against h5py
+  deleting them; the floor removes its copy of the files.
+
+The floor (cp-gzip, cp-none, mkdir-one, mkdir-spread, cp-r, tar-x, rm-r): the same operations, timed the same way,
 on a fresh mount of scripts/write_floor_fs.py, a pyfuse3 + trio filesystem that does almost
 nothing (a tree of dicts; a created file is a plain file in --workdir written with os.pwrite and
 fsynced with os.fsync; h5fs's default kernel options: default_permissions, no writeback_cache),
@@ -106,7 +114,9 @@ RSS_TARGET_MB = 300
 CP_TARGETS = {"gzip": 3.0, "none": 0.5}
 MKDIR_TARGET = 1 / 3         # h5fs at most 3x h5py's time
 FREE_WALK_TIMEOUT = 300.0    # s to wait for the mount's free-space walk before the refill
-CASES = ("cp-gzip", "cp-none", "mkdir-one", "mkdir-spread", "rm")
+ARRAYS = 1000               # .npy files of the cp -r / tar -x / rm -r cases
+ARRAY_FLOATS = 25_000        # float32 each: 100 KB
+CASES = ("cp-gzip", "cp-none", "mkdir-one", "mkdir-spread", "rm", "cp-r", "tar-x", "rm-r")
 FLOOR = Path(__file__).with_name("write_floor_fs.py")
 
 H5PY_CP = """import h5py, json, numpy as np, os, sys, time
@@ -141,6 +151,41 @@ with h5py.File(sys.argv[1], "r+") as f:
     for i in range(count):
         g.create_dataset(f"d{i:05d}", data=np.arange(i, i + %d, dtype="<f4"), chunks=(%d,), maxshape=(None,))
 """ % (SMALL, SMALL) + DURABLE
+H5PY_ARRAYS = """import h5py, numpy as np, os, sys, time
+from pathlib import Path
+from h5fs.model.dataset_create import npy_storage
+files = sorted(Path(sys.argv[2]).glob("*.npy"))
+arrays = [(p.stem, np.load(p)) for p in files]   # read before timing: the page cache holds them for h5fs too
+t = time.perf_counter()
+with h5py.File(sys.argv[1], "r+") as f:
+    g = f.create_group("arrays")
+    for name, arr in arrays:
+        chunks, maxshape = npy_storage(arr.shape, arr.dtype.itemsize)
+        g.create_dataset(name, data=arr, chunks=chunks, maxshape=maxshape, compression="gzip",
+                         compression_opts=4, shuffle=True)
+""" + DURABLE
+H5PY_RM_ARRAYS = """import h5py, os, sys, time
+t = time.perf_counter()
+with h5py.File(sys.argv[1], "r+") as f:
+    g = f["arrays"]
+    for name in list(g):
+        del g[name]
+    del f["arrays"]
+""" + DURABLE
+VERIFY_ARRAYS = """import h5py, numpy as np, sys
+from pathlib import Path
+present = sys.argv[3] == "1"
+with h5py.File(sys.argv[1], "r") as f:
+    if not present:
+        sys.exit(f"arrays still there ({len(f['arrays'])} links)" if "arrays" in f else 0)
+    g = f["arrays"]
+    files = sorted(Path(sys.argv[2]).glob("*.npy"))
+    if len(g) != len(files):
+        sys.exit(f"arrays holds {len(g)} links, expected {len(files)}")
+    for p in files:
+        if not np.array_equal(g[p.stem][()], np.load(p)):
+            sys.exit(f"{p.stem} differs")
+"""
 VERIFY_CP = """import h5py, json, numpy as np, sys
 want = json.loads(sys.argv[3])
 with h5py.File(sys.argv[1], "r") as f:
@@ -260,6 +305,29 @@ def mkdir_setxattr(root: Path, count: int, spread: bool, done: list[int]) -> flo
     return time.perf_counter() - t
 
 
+def rm_r(target: Path) -> tuple[float, str]:
+    """Seconds of `rm -r target`, and what was odd about it ("" when nothing was).
+
+    rm lists D and D.npy (one dataset): D.npy is gone once D is removed, rm says so and then
+    leaves the (empty) directory. Only that is tolerated (reported, and the directory removed
+    with a timed rmdir, as `rm -rf` would): anything else fails the case."""
+    t = time.perf_counter()
+    done = subprocess.run(["rm", "-r", str(target)], capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    elapsed = time.perf_counter() - t
+    if not done.returncode:
+        return elapsed, ""
+    lines = done.stderr.strip().splitlines()
+    vanished = [x for x in lines if x.endswith(".npy': No such file or directory")]
+    if len(vanished) != len(lines):
+        raise Failed(f"rm -r: exit {done.returncode}: {last_lines(done.stderr)}")
+    t = time.perf_counter()
+    os.rmdir(target)
+    elapsed += time.perf_counter() - t
+    return elapsed, (f"rm -r exit {done.returncode}: {len(vanished):,} x 'cannot remove D.npy: No such file or "
+                     "directory' (the view listed beside D is gone with D), so rm left the emptied directory: "
+                     "removed here with rmdir (timed); rm -rf exits 0")
+
+
 # ------------------------------------------------------------------------------------------------ files
 
 
@@ -311,6 +379,22 @@ def build_small_npys(directory: Path, count: int) -> None:
     for i in range(count):
         np.save(directory / f"d{i:05d}.npy", np.arange(i, i + SMALL, dtype="<f4"))
     marker.touch()
+
+
+def build_arrays(directory: Path) -> Path:
+    """ARRAYS .npy files of 100 KB (a0000.npy...: random walks rounded to 0.01, as real data
+    compresses) in `directory`, and a tar archive of it beside it: the archive's path."""
+    archive = directory.with_suffix(".tar")
+    if archive.exists():
+        return archive
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    for i in range(ARRAYS):
+        np.save(directory / f"a{i:04d}.npy", np.round(np.cumsum(rng.normal(0, 0.01, ARRAY_FLOATS)), 2).astype("<f4"))
+    part = archive.with_name(archive.name + ".part")
+    subprocess.run(["tar", "-cf", str(part), "-C", str(directory.parent), directory.name], check=True)
+    part.rename(archive)
+    return archive
 
 
 def fill_many(count: int) -> Callable[[h5py.File], None]:
@@ -535,25 +619,7 @@ class Bench:
         with mounted(ours, self.mnt, [], self.log("rm")) as daemon:
             def ops() -> float:
                 nonlocal quirk
-                t = time.perf_counter()
-                done = subprocess.run(["rm", "-r", str(self.mnt / "many")], capture_output=True, text=True,
-                                      timeout=TIMEOUT, check=False)
-                elapsed = time.perf_counter() - t
-                if done.returncode:
-                    # rm lists D and D.npy (one dataset): D.npy is gone once D is removed, rm says so
-                    # and then leaves the (empty) directory. Only that is tolerated (reported, and
-                    # the directory removed with a timed rmdir, as `rm -rf` would): anything else
-                    # fails the case.
-                    lines = done.stderr.strip().splitlines()
-                    vanished = [x for x in lines if x.endswith(".npy': No such file or directory")]
-                    if len(vanished) != len(lines):
-                        raise Failed(f"rm -r: exit {done.returncode}: {last_lines(done.stderr)}")
-                    t = time.perf_counter()
-                    os.rmdir(self.mnt / "many")
-                    elapsed += time.perf_counter() - t
-                    quirk = (f"rm -r exit {done.returncode}: {len(vanished):,} x 'cannot remove D.npy: No such "
-                             "file or directory' (the view listed beside D is gone with D), so rm left the "
-                             "emptied directory: removed here with rmdir (timed); rm -rf exits 0")
+                elapsed, quirk = rm_r(self.mnt / "many")
                 return elapsed
             self.measure(result, daemon, ops)
         result.umount = daemon.umount
@@ -583,6 +649,87 @@ class Bench:
                             f"daemon peak RSS {refill_rss:.0f} MiB; "
                             f"free-space walk: {found.split(' ', 2)[-1].strip()[:120]}")
         print(f"  {result.name}: refill h5py {refill:.2f} s, h5fs cp -r {seconds:.2f} s ({load()})", flush=True)
+
+
+    # -- many small arrays: cp -r, tar -x, rm -r -------------------------------------------------
+    @property
+    def arrays_dir(self) -> Path:
+        return self.workdir / f"arrays-{ARRAYS}"
+
+    def arrays(self, how: str, result: Result) -> None:
+        """`cp -r` (how "cp") or `tar -xf` (how "tar") of ARRAYS .npy files of 100 KB into a
+        mount of an empty file, then its umount; h5py making the same datasets (the mount's
+        chunks, gzip 4 + shuffle) in a copy of the same file; the floor doing the same copy."""
+        archive = build_arrays(self.arrays_dir)
+        for p in self.arrays_dir.glob("*.npy"):
+            warm(p)
+        warm(archive)
+        theirs = copy_of(self.empty(), self.workdir / f"arrays-{how}-h5py.h5")
+        result.h5py, result.h5py_fsync = h5py_times(H5PY_ARRAYS, theirs, self.arrays_dir)
+        print(f"  {result.name}: h5py {result.h5py:.2f} s + fsync {result.h5py_fsync:.2f} s ({load()})", flush=True)
+
+        def copy(root: Path) -> float:
+            if how == "cp":
+                return command("cp", "-r", self.arrays_dir, root / "arrays")
+            t = time.perf_counter()
+            done = subprocess.run(["tar", "-xf", str(archive), "-C", str(root), "--transform",
+                                   f"s,^{self.arrays_dir.name},arrays,"], capture_output=True, text=True,
+                                  timeout=TIMEOUT, check=False)
+            if done.returncode:
+                raise Failed(f"tar -x: exit {done.returncode}: {last_lines(done.stderr)}")
+            return time.perf_counter() - t
+
+        def floor_ops(root: Path) -> float:
+            seconds = copy(root)
+            if (made := len(os.listdir(root / "arrays"))) != ARRAYS:
+                raise Failed(f"the floor lists {made:,} files, expected {ARRAYS:,}")
+            return seconds
+        self.floor(result, floor_ops)
+
+        ours = copy_of(self.empty(), self.workdir / f"arrays-{how}-h5fs.h5")
+        with mounted(ours, self.mnt, [], self.log(f"arrays-{how}")) as daemon:
+            self.measure(result, daemon, lambda: copy(self.mnt))
+        result.umount = daemon.umount
+        print(f"  {result.name}: h5fs {result.h5fs:.2f} s, umount {result.umount:.2f} s, daemon CPU "
+              f"{result.cpu:.2f} s, peak RSS {result.rss:.0f} MiB ({load()})", flush=True)
+        run_checked(VERIFY_ARRAYS, ours, self.arrays_dir, "1", what="h5py reads back")
+        result.checked = "data"
+
+    def arrays_rm(self, result: Result) -> None:
+        """`rm -r` of the ARRAYS datasets h5py made (the h5py side of cp-r), then the umount;
+        h5py deleting them; the floor removing its copy of the files."""
+        build_arrays(self.arrays_dir)
+        start = self.workdir / "arrays-rm-start.h5"
+        if not start.exists():
+            part = copy_of(self.empty(), self.workdir / "arrays-rm-start.part")
+            h5py_times(H5PY_ARRAYS, part, self.arrays_dir)
+            part.rename(start)
+        theirs = copy_of(start, self.workdir / "arrays-rm-h5py.h5")
+        warm(theirs)
+        result.h5py, result.h5py_fsync = h5py_times(H5PY_RM_ARRAYS, theirs)
+        print(f"  {result.name}: h5py {result.h5py:.2f} s + fsync {result.h5py_fsync:.2f} s ({load()})", flush=True)
+
+        def floor_ops(root: Path) -> float:
+            command("cp", "-r", self.arrays_dir, root / "arrays")   # not timed
+            return rm_r(root / "arrays")[0]
+        self.floor(result, floor_ops)
+
+        ours = copy_of(start, self.workdir / "arrays-rm-h5fs.h5")
+        warm(ours)
+        quirk = ""
+        with mounted(ours, self.mnt, [], self.log("arrays-rm")) as daemon:
+            def ops() -> float:
+                nonlocal quirk
+                elapsed, quirk = rm_r(self.mnt / "arrays")
+                return elapsed
+            self.measure(result, daemon, ops)
+        result.umount = daemon.umount
+        print(f"  {result.name}: h5fs rm -r {result.h5fs:.2f} s, umount {result.umount:.2f} s, daemon CPU "
+              f"{result.cpu:.2f} s, peak RSS {result.rss:.0f} MiB ({load()})", flush=True)
+        run_checked(VERIFY_ARRAYS, ours, self.arrays_dir, "0", what="h5py after rm -r")
+        result.checked = "removed"
+        if quirk:
+            result.notes.append(quirk)
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -701,6 +848,12 @@ def run(args: argparse.Namespace) -> None:
         "mkdir-spread": (Result("mkdir-spread", f"{args.count:,} mkdir + setxattr over {GROUPS} groups",
                                 MKDIR_TARGET, "h5fs + umount s"), lambda r: bench.mkdir(True, r)),
         "rm": (Result("rm", f"rm -r of {args.count:,} datasets", None, "h5fs + umount s"), bench.rm),
+        "cp-r": (Result("cp-r", f"cp -r of {ARRAYS:,} .npy files of 100 KB", None, "h5fs + umount s"),
+                 lambda r: bench.arrays("cp", r)),
+        "tar-x": (Result("tar-x", f"tar -x of {ARRAYS:,} .npy files of 100 KB", None, "h5fs + umount s"),
+                  lambda r: bench.arrays("tar", r)),
+        "rm-r": (Result("rm-r", f"rm -r of {ARRAYS:,} datasets of 100 KB", None, "h5fs + umount s"),
+                 bench.arrays_rm),
     }
     results = []
     for name in args.cases:

@@ -5,7 +5,7 @@ kernel cost per request.
     python3 scripts/write_floor_fs.py BACKING_DIR MOUNTPOINT    # foreground
 
 The tree lives in dicts: directories made by mkdir, user xattrs kept as given, regular files made
-by create. Each created file is backed by a plain file in BACKING_DIR (named by its inode): a write
+by create; unlink and rmdir remove names (a backing file stays until the floor is unmounted). Each created file is backed by a plain file in BACKING_DIR (named by its inode): a write
 is one `os.pwrite` into it in the trio thread (no worker-thread hop), an fsync one `os.fsync` of
 it, setattr changes only the size (`os.ftruncate`). Nothing is cached or batched: what is left is
 the cost of each request plus the copy into the page cache that any file system pays.
@@ -132,6 +132,26 @@ class WriteFloorOperations(pyfuse3.Operations):
 
     async def setxattr(self, inode, name, value, ctx):
         self._node(inode).xattrs[name] = value
+
+    async def unlink(self, parent_inode, name, ctx):
+        children = self._dir(parent_inode)
+        ino = children.get(name)
+        if ino is None:
+            raise FUSEError(errno.ENOENT)
+        if self.nodes[ino].children is not None:
+            raise FUSEError(errno.EISDIR)
+        del children[name]   # the backing file stays: a floor removes names, not storage
+
+    async def rmdir(self, parent_inode, name, ctx):
+        children = self._dir(parent_inode)
+        ino = children.get(name)
+        if ino is None:
+            raise FUSEError(errno.ENOENT)
+        if self.nodes[ino].children is None:
+            raise FUSEError(errno.ENOTDIR)
+        if self.nodes[ino].children:
+            raise FUSEError(errno.ENOTEMPTY)
+        del children[name]
 
     async def getxattr(self, inode, name, ctx):
         value = self._node(inode).xattrs.get(name)
