@@ -11,7 +11,8 @@ import pytest
 from h5fs.errors import FormatError, Unsupported
 from h5fs.format import vds_mapping
 from h5fs.model.file import H5File
-from h5fs.model.virtual import POOL, substitute, virtual_extent, virtual_facts
+from h5fs.model.virtual import virtual_extent, virtual_facts
+from h5fs.model.virtual_files import POOL, substitute
 
 LIBVERS = ("earliest", "latest")
 U = h5py.h5s.UNLIMITED

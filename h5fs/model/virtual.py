@@ -11,7 +11,7 @@ per dimension (hyperslabs, "all" and product-shaped block lists are products of 
 ordinals are turned into source coordinates, and only those source elements are read, in
 bounded boxes (chunk by chunk for chunked sources, row runs otherwise). Nothing proportional to
 the dataset is held in memory, except for irregular block lists and point selections, which are
-enumerated (at most MAX_EXPLICIT elements, else Unsupported).
+enumerated (at most MAX_EXPLICIT elements, else Unsupported: model/virtual_selection.py).
 
 Behaviours (libhdf5 2.0 is the reference, default access properties):
 - Source file "." is the file holding the virtual dataset. Other names: an absolute name is
@@ -45,7 +45,7 @@ Behaviours (libhdf5 2.0 is the reference, default access properties):
 - A virtual dataset that maps itself, directly or through other virtual datasets, answers
   FormatError (also beyond MAX_DEPTH levels of nesting).
 - Source files are opened with H5File.open and kept in a bounded, shared, thread-safe LRU
-  pool (POOL_SIZE files); a file in use is closed only after its last user is done.
+  pool (POOL_SIZE files, model/virtual_files.py); a file in use is closed only after its last user is done.
 - allocated() is 0: the data lives in the sources.
 
 Writing (`virtual_write`, libhdf5's H5D__virtual_write is the reference) maps the written
@@ -64,8 +64,6 @@ import itertools
 import os
 import posixpath
 import threading
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from math import prod
 
@@ -74,461 +72,21 @@ import numpy as np
 from ..errors import CannotWrite, FormatError, H5fsError, InvalidWrite, NotFound, ReadOnly, TooLarge, Unsupported
 from ..format import selection as S
 from ..format import vds_mapping
-from ..storage.byte_source import WouldBlock, on_event_loop_thread
 from ..storage.chunk_grid import linear_boxes
-from ..storage.remote import RemoteOptions
-from ..storage.remote.client import RemoteError, RemoteNotFound
-from ..storage.remote.siblings import LocalPathRefused, canonical, same_object, sibling_url
+from ..storage.remote.siblings import LocalPathRefused, canonical, same_object
 from ..storage.sources import NOWAIT, RawSource
 from ..storage.unfiltered_read import Miss
 from .objects import approx_size
+from .virtual_files import POOL, PoolEntry, has_printf, remote_source_candidates, source_candidates, substitute
 from .virtual_read import gather, read_into
+from .virtual_selection import ExplicitSel, IntDim, ProductSel, RegDim, build_selection
 
 MAX_DEPTH = 16                 # nesting of virtual datasets whose sources are virtual
-MAX_EXPLICIT = 1 << 22         # elements of an enumerated (non-product) selection
 MAX_PRINTF_BLOCKS = 1 << 20    # source blocks probed for one printf mapping
-POOL_SIZE = 64                 # source files kept open
 MAX_CHECKED = 4096             # source datasets whose type a virtual source remembers as checked
 MAX_PIECES = 4096              # boxes one mapping's part of a read box may pair as, else elements
 
 
-# ----------------------------------------------------------------------------- 1-D sets
-
-def _expand(bs: np.ndarray, lens: np.ndarray, base: np.ndarray, lo: int, hi: int):
-    """Coordinates in [lo, hi) of blocks (start bs, length lens, first ordinal base) and their ordinals."""
-    a = np.maximum(bs, lo)
-    b = np.minimum(bs + lens, hi)
-    keep = b > a
-    if not keep.all():
-        a, b, bs, base = a[keep], b[keep], bs[keep], base[keep]
-    n = b - a
-    total = int(n.sum())
-    if total == 0:
-        e = np.empty(0, np.int64)
-        return e, e
-    before = np.concatenate(([0], np.cumsum(n)[:-1]))
-    coords = np.repeat(a - before, n) + np.arange(total, dtype=np.int64)
-    ords = coords - np.repeat(bs, n) + np.repeat(base, n)
-    return coords, ords
-
-
-class RegDim:
-    """`count` blocks of `block` coordinates every `stride` from `start`; nothing at or past `limit`."""
-
-    def __init__(self, start: int, stride: int, count: int | None, block: int | None, limit: int | None = None):
-        if block is None:                                  # unlimited block (count 1)
-            if limit is None:
-                raise FormatError("unlimited hyperslab block used without an extent")
-            count, block = (1, max(0, limit - start)) if limit > start else (0, 1)
-            limit = None
-        if count is None:
-            if limit is None:
-                raise FormatError("unlimited hyperslab count used without an extent")
-            count = 0 if limit <= start else -(-(limit - start) // stride)
-        elif limit is not None:
-            count = 0 if limit <= start else min(count, -(-(limit - start) // stride) if stride else 1)
-        self.start, self.stride, self.count, self.block = start, stride, count, block
-        if count == 0 or block == 0:
-            self.count, self.last, self.n = 0, 0, 0
-            return
-        last_start = start + (count - 1) * stride
-        self.last = block if limit is None else min(block, limit - last_start)
-        self.n = (count - 1) * block + self.last
-
-    def bounds(self) -> tuple[int, int]:
-        return self.start, self.start + (self.count - 1) * self.stride + self.last - 1
-
-    def within(self, lo: int, hi: int):
-        if self.n == 0 or hi <= lo:
-            e = np.empty(0, np.int64)
-            return e, e
-        s, st, b = self.start, self.stride, self.block
-        if self.count == 1:
-            q0, q1 = 0, 0
-        else:
-            q0 = max(0, (lo - s - b) // st + 1)
-            q1 = min(self.count - 1, (hi - 1 - s) // st)
-        if q1 < q0:
-            e = np.empty(0, np.int64)
-            return e, e
-        q = np.arange(q0, q1 + 1, dtype=np.int64)
-        lens = np.full(len(q), b, np.int64)
-        if q1 == self.count - 1:
-            lens[-1] = self.last
-        return _expand(s + q * st, lens, q * b, lo, hi)
-
-    def coords(self, k: np.ndarray) -> np.ndarray:
-        if self.block == 1:
-            return self.start + k * self.stride
-        if self.count == 1:
-            return self.start + k
-        q, r = np.divmod(k, self.block)
-        return self.start + q * self.stride + r
-
-
-class IntDim:
-    """Sorted disjoint intervals (starts, lengths)."""
-
-    def __init__(self, starts: np.ndarray, lengths: np.ndarray):
-        self.starts = starts.astype(np.int64)
-        self.lengths = lengths.astype(np.int64)
-        self.ends = self.starts + self.lengths
-        self.cum = np.concatenate(([0], np.cumsum(self.lengths))).astype(np.int64)
-        self.n = int(self.cum[-1])
-
-    def bounds(self) -> tuple[int, int]:
-        return int(self.starts[0]), int(self.ends[-1]) - 1
-
-    def within(self, lo: int, hi: int):
-        i0 = int(np.searchsorted(self.ends, lo, "right"))
-        i1 = int(np.searchsorted(self.starts, hi, "left"))
-        if i1 <= i0:
-            e = np.empty(0, np.int64)
-            return e, e
-        return _expand(self.starts[i0:i1], self.lengths[i0:i1], self.cum[i0:i1], lo, hi)
-
-    def coords(self, k: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(self.cum, k, "right") - 1
-        return self.starts[i] + (k - self.cum[i])
-
-
-# ------------------------------------------------------------------------ N-D selections
-
-class ProductSel:
-    """The product of 1-D sets, iterated row-major."""
-
-    def __init__(self, dims: list):
-        self.dims = dims
-        self.sizes = [d.n for d in dims]
-        self.n = prod(self.sizes)
-        self.radix = [prod(self.sizes[i + 1:]) for i in range(len(dims))]
-
-    def bounds(self):
-        if self.n == 0:
-            return None
-        b = [d.bounds() for d in self.dims]
-        return tuple(x[0] for x in b), tuple(x[1] for x in b)
-
-    def locate(self, start, count):
-        """(flat positions in the box, ordinals) of the selected elements inside the box."""
-        per = [d.within(s, s + c) for d, s, c in zip(self.dims, start, count)]
-        if any(len(c) == 0 for c, _ in per):
-            return None
-        rank = len(per)
-        pos = np.zeros((1,) * rank, np.int64)
-        ords = np.zeros((1,) * rank, np.int64)
-        for d, ((coords, o), s) in enumerate(zip(per, start)):
-            shp = [1] * rank
-            shp[d] = len(coords)
-            pos = pos + ((coords - s) * prod(count[d + 1:])).reshape(shp)
-            ords = ords + (o * self.radix[d]).reshape(shp)
-        return pos.ravel(), ords.ravel()
-
-    def coords(self, ords: np.ndarray) -> np.ndarray:
-        cols = []
-        for i, (d, r, n) in enumerate(zip(self.dims, self.radix, self.sizes)):
-            k = ords // r if r != 1 else ords
-            if i:                       # the first dimension's quotient is already < n
-                k = k % n
-            cols.append(d.coords(k))
-        return np.stack(cols, axis=1) if cols else np.zeros((len(ords), 0), np.int64)
-
-
-class ExplicitSel:
-    """Enumerated points in iteration order."""
-
-    def __init__(self, points: np.ndarray, shape: tuple[int, ...] | None = None):
-        self.points = points
-        self.n = len(points)
-        self._shape = shape
-        self._sorted = None
-
-    def bounds(self):
-        if self.n == 0:
-            return None
-        return tuple(int(v) for v in self.points.min(0)), tuple(int(v) for v in self.points.max(0))
-
-    def _index(self):
-        if self._sorted is None:
-            shape = self._shape
-            inside = np.all(self.points < np.asarray(shape, np.int64), axis=1)
-            ords = np.nonzero(inside)[0]
-            lin = np.ravel_multi_index(tuple(self.points[ords].T), shape) if len(ords) else np.empty(0, np.int64)
-            order = np.argsort(lin, kind="stable")
-            self._sorted = (lin[order].astype(np.int64), ords[order].astype(np.int64))
-        return self._sorted
-
-    def locate(self, start, count):
-        lin, ords = self._index()
-        shape = self._shape
-        lo = int(np.ravel_multi_index(tuple(start), shape))
-        last = tuple(s + c - 1 for s, c in zip(start, count))
-        hi = int(np.ravel_multi_index(last, shape)) + 1
-        i0, i1 = int(np.searchsorted(lin, lo, "left")), int(np.searchsorted(lin, hi, "left"))
-        if i1 <= i0:
-            return None
-        sel_lin, sel_ords = lin[i0:i1], ords[i0:i1]
-        if hi - lo == prod(count):          # the box is one row-major run (linear_boxes' boxes are)
-            return sel_lin - lo, sel_ords
-        pts = np.stack(np.unravel_index(sel_lin, shape), axis=1)
-        st, cn = np.asarray(start), np.asarray(count)
-        inside = np.all((pts >= st) & (pts < st + cn), axis=1)
-        pts, sel_ords = pts[inside], sel_ords[inside]
-        if not len(pts):
-            return None
-        return np.ravel_multi_index(tuple((pts - st).T), tuple(count)), sel_ords
-
-    def coords(self, ords: np.ndarray) -> np.ndarray:
-        return self.points[ords]
-
-
-def build_selection(sel: S.Selection, shape: tuple[int, ...], clip: int | None = None, what: str = ""):
-    """A ProductSel/ExplicitSel for a decoded selection in a dataspace of `shape`; the unlimited
-    dimension of a regular hyperslab is clipped at `clip`. None for an empty selection."""
-    rank = len(shape)
-    if sel.kind == "none":
-        return None
-    if sel.kind == "all":
-        return ProductSel([RegDim(0, 1, 1, e) for e in shape])
-    if sel.rank != rank:
-        raise FormatError(f"{what}: selection of rank {sel.rank} in a dataspace of rank {rank}")
-    if sel.kind == "points":
-        if len(sel.points) > MAX_EXPLICIT:
-            raise Unsupported(f"{what}: point selection of {len(sel.points)} points")
-        return ExplicitSel(sel.points, shape)
-    if sel.regular is not None:
-        u = sel.unlimited_dim
-        dims = [RegDim(s, st, c, b, clip if d == u else None)
-                for d, (s, st, c, b) in enumerate(zip(*sel.regular))]
-        return ProductSel(dims)
-    blocks = sel.blocks
-    n = len(blocks)
-    if n == 0:
-        return None
-    per = []
-    for d in range(rank):
-        u = np.unique(blocks[:, :, d], axis=0)
-        if len(u) > 1 and bool((u[1:, 0] <= u[:-1, 1]).any()):
-            per = None
-            break
-        per.append(u)
-    if per is not None and prod(len(u) for u in per) == n and len(np.unique(blocks.reshape(n, -1), axis=0)) == n:
-        return ProductSel([IntDim(u[:, 0], u[:, 1] - u[:, 0] + 1) for u in per])
-    sizes = np.prod(blocks[:, 1, :] - blocks[:, 0, :] + 1, axis=1)
-    if int(sizes.sum()) > MAX_EXPLICIT:
-        raise Unsupported(f"{what}: irregular hyperslab of {int(sizes.sum())} elements")
-    pts = []
-    for b in blocks:
-        grid = np.indices(tuple(int(x) for x in b[1] - b[0] + 1)).reshape(rank, -1).T + b[0]
-        pts.append(grid)
-    points = np.unique(np.concatenate(pts), axis=0)        # row-major order, overlaps merged
-    return ExplicitSel(points.astype(np.int64), shape)
-
-
-# ------------------------------------------------------------------------- source files
-
-def _identity(st: os.stat_result) -> tuple:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-class _Entry:
-    def __init__(self, file, ident):
-        self.file = file        # None: a remote object known to be missing
-        self.ident = ident
-        self.users = 0
-        self.evicted = False
-        self.datasets: dict[str, object] = {}
-
-
-class _Pool:
-    """Open source files, shared by every virtual dataset; bounded LRU, closed when unused."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self._entries: OrderedDict[object, _Entry] = OrderedDict()
-        self._lock = threading.Lock()
-        self._opening: dict[tuple, threading.Lock] = {}   # one open per remote key (see _acquire_remote)
-        self._pinned: dict[tuple, str | None] = {}   # remote key -> version first seen (None: missing)
-
-    def acquire(self, path: str, opened_only: bool = False, remote: RemoteOptions | None = None) -> _Entry | None:
-        """The open file at `path` (its use count raised), or None when there is no such file
-        (`opened_only`: Miss rather than open it, for a read that must not wait); `remote`: the
-        options `path`, a URL, is fetched with."""
-        if remote is not None:
-            return self._acquire_remote(path, remote, opened_only)
-        # a file replaced, changed or removed since it was opened is opened again (or missing);
-        # files are told apart by device and inode (every name of one file shares its entry)
-        try:
-            ident = _identity(os.stat(path))
-        except (FileNotFoundError, NotADirectoryError):
-            ident = None
-        except OSError as exc:
-            raise FormatError(f"virtual dataset source file {path}: {exc.strerror or exc}") from exc
-        key = path if ident is None else ident[:2]
-        stale = None
-        with self._lock:
-            e = self._entries.get(key)
-            if e is not None:
-                if e.ident == ident:
-                    self._entries.move_to_end(key)
-                    e.users += 1
-                    return e
-                del self._entries[key]
-                e.evicted = True
-                if e.users == 0:
-                    stale = e.file
-        if stale is not None:
-            stale.close()
-        if ident is None:
-            return None
-        if opened_only:
-            raise Miss
-        from .file import H5File
-        try:
-            f = H5File.open(os.path.realpath(path))
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as exc:
-            raise FormatError(f"virtual dataset source file {path}: {exc.strerror or exc}") from exc
-        except H5fsError as exc:
-            raise FormatError(f"virtual dataset source file {path}: {exc}") from exc
-        return self._insert(key, f, ident)
-
-    def _acquire_remote(self, url: str, options: RemoteOptions, opened_only: bool) -> _Entry | None:
-        """A remote source file, keyed by its URL (and options) rather than a stat: while in the
-        pool it is the version pinned when it was opened (checking for a newer one would cost a
-        request per read; a changed object answers EIO from its conditional reads instead). A
-        missing object (404) is remembered as missing: a hole in the mapping costs one request
-        per mount, not one per read. An object opened again after eviction must still be the
-        version first seen (or still missing): a mount never serves two versions of a source.
-        One open per URL at a time (its block cache entry is locked by one user); on the event
-        loop's thread, which never waits for a network, a worker opens it (WouldBlock)."""
-        key = ("remote", canonical(url), options)
-        found = self._lookup(key)
-        if found is not None or opened_only:
-            return self._found(found, opened_only)
-        if on_event_loop_thread():
-            raise WouldBlock(lambda: self._open_remote(key, url, options, keep=False))
-        return self._open_remote(key, url, options, keep=True)
-
-    def _open_remote(self, key, url: str, options: RemoteOptions, keep: bool) -> _Entry | None:
-        """Open the remote file under `key` unless another thread did; its entry (used once
-        when `keep`, else not used: for the request answered again once it is open)."""
-        with self._lock:
-            opening = self._opening.setdefault(key, threading.Lock())
-        with opening:
-            found = self._lookup(key)
-            if found is not None:
-                e = self._found(found, False)
-            else:
-                from .file import H5File
-                try:
-                    f = H5File.open(url, remote=options)
-                except RemoteNotFound:
-                    f = None
-                except RemoteError as exc:    # a network fault stays one (transient): tried again next time
-                    raise type(exc)(f"virtual dataset source file: {exc}") from exc
-                except H5fsError as exc:
-                    raise FormatError(f"virtual dataset source file {url}: {exc}") from exc
-                ident = None if f is None else f.source.client.version.key()
-                first = self._pinned.setdefault(key, ident)
-                if first != ident:
-                    if f is not None:
-                        f.close()
-                    raise FormatError(f"virtual dataset source file {url} changed since this process first read "
-                                      f"it ({'missing' if first is None else 'version ' + first} then, "
-                                      f"{'missing' if ident is None else 'version ' + ident} now): remount to "
-                                      f"read it")
-                e = self._insert(key, f, ident)
-        if e is not None and not keep:
-            self.release(e)
-        return e
-
-    def open_all(self, urls: list[str], options: RemoteOptions) -> None:
-        """Open these remote files together, `requests` at a time (each open costs round trips),
-        and leave them in the pool unused. A failure is left for the read's own open to report,
-        with the mapping that needed the file."""
-        with self._lock:
-            todo = {k: u for k, u in ((("remote", canonical(u), options), u) for u in urls)
-                    if k not in self._entries}
-        if len(todo) < 2:
-            return
-        if on_event_loop_thread():
-            raise WouldBlock(lambda: self.open_all(urls, options))
-        with ThreadPoolExecutor(min(len(todo), options.requests), thread_name_prefix="h5fs-open") as pool:
-            for fut in [pool.submit(self._open_remote, k, u, options, False) for k, u in todo.items()]:
-                try:
-                    fut.result()
-                except H5fsError:
-                    pass
-
-    def _lookup(self, key) -> _Entry | None:
-        """The entry under `key` (its use count raised unless it stands for a missing object)."""
-        with self._lock:
-            e = self._entries.get(key)
-            if e is not None:
-                self._entries.move_to_end(key)
-                if e.file is not None:
-                    e.users += 1
-            return e
-
-    @staticmethod
-    def _found(e: _Entry | None, opened_only: bool) -> _Entry | None:
-        if e is None and opened_only:
-            raise Miss
-        return None if e is None or e.file is None else e
-
-    def _insert(self, key, f, ident) -> _Entry | None:
-        """Keep the file `f` just opened (None: missing) under `key`; its entry, used once."""
-        close = []
-        with self._lock:
-            e = self._entries.get(key)
-            if e is not None and e.ident == ident:     # another thread opened it meanwhile
-                if f is not None:
-                    close.append(f)
-            else:
-                if e is not None:
-                    e.evicted = True
-                    if e.users == 0 and e.file is not None:
-                        close.append(e.file)
-                e = self._entries[key] = _Entry(f, ident)
-            if e.file is not None:
-                e.users += 1
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                _, old = self._entries.popitem(last=False)
-                old.evicted = True
-                if old.users == 0 and old.file is not None:
-                    close.append(old.file)
-        for x in close:
-            x.close()
-        return e if e.file is not None else None
-
-    def remote_files(self) -> list:
-        """The remote source files open now."""
-        with self._lock:
-            return [e.file for key, e in self._entries.items() if key[0] == "remote" and e.file is not None]
-
-    def release(self, e: _Entry) -> None:
-        with self._lock:
-            e.users -= 1
-            done = e.evicted and e.users == 0
-        if done:
-            e.file.close()
-
-    def clear(self) -> None:
-        with self._lock:
-            entries, self._entries = list(self._entries.values()), OrderedDict()
-            self._pinned.clear()
-            self._opening.clear()
-            for e in entries:
-                e.evicted = True
-            idle = [e for e in entries if e.users == 0 and e.file is not None]
-        for e in idle:
-            e.file.close()
-
-
-POOL = _Pool(POOL_SIZE)
 _active = threading.local()
 
 
@@ -555,60 +113,6 @@ class _Guard:
 def _key(ds):
     f = ds.file
     return (canonical(f.path) if f.remote is not None else os.path.realpath(f.path), ds.address)
-
-
-def substitute(name: str, block: int | None) -> str:
-    """A source name with "%b" replaced by the block number and "%%" by "%" (H5Dvirtual.c)."""
-    if "%" not in name:
-        return name
-    out, i = [], 0
-    while i < len(name):
-        ch = name[i]
-        if ch == "%" and i + 1 < len(name) and name[i + 1] in "b%":
-            if name[i + 1] == "b":
-                if block is None:
-                    raise FormatError(f"source name {name!r}: %b in a mapping that is not printf-style")
-                out.append(str(block))
-            else:
-                out.append("%")
-            i += 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
-def _has_printf(name: str) -> bool:
-    return "%b" in name.replace("%%", "")
-
-
-def source_candidates(name: str, vds_path: str) -> list[str]:
-    """Paths tried for a source file name, in order (see the module docstring)."""
-    origin = os.path.dirname(os.path.abspath(vds_path))
-    out = []
-    if os.path.isabs(name):
-        out.append(name)
-        rel = os.path.basename(name)
-    else:
-        rel = name
-    env = os.environ.get("HDF5_VDS_PREFIX")
-    if env:
-        for p in env.split(":"):
-            if p:
-                out.append(os.path.join(p.replace("${ORIGIN}", origin), rel))
-    out.append(os.path.join(origin, rel))
-    return out
-
-
-def remote_source_candidates(name: str, url: str) -> list[str]:
-    """URLs tried for a source file name of the remote virtual dataset at `url`: the object
-    beside it (HDF5_VDS_PREFIX names local directories: not applied). An absolute name is a local
-    path, never opened (storage/remote/siblings.py); its base name is tried beside the file, as
-    libhdf5 tries a missing absolute name's base name in the file's directory."""
-    if name.startswith("/"):
-        base = posixpath.basename(name)
-        return [sibling_url(url, base)] if base else []
-    return [sibling_url(url, name)]
 
 
 def _norm_type(dt):
@@ -723,7 +227,7 @@ class VirtualSource(RawSource):
             return cand
         return m.file_name
 
-    def _dataset(self, f, m: _Resolved, entry: _Entry | None):
+    def _dataset(self, f, m: _Resolved, entry: PoolEntry | None):
         cache = entry.datasets if entry is not None else None
         if cache is not None and m.dset_name in cache:
             src = cache[m.dset_name]
@@ -979,7 +483,7 @@ class _Plan:
             else:                                      # printf: one source per block
                 if count is not None or blk is None:
                     raise FormatError(f"{label}: printf-style mapping without an unlimited count")
-                if not (_has_printf(m.source_file) or _has_printf(m.source_dataset)):
+                if not (has_printf(m.source_file) or has_printf(m.source_dataset)):
                     raise FormatError(f"{label}: unlimited virtual selection, limited source selection "
                                       f"and no %b in the source names")
                 nused = 0
@@ -1008,7 +512,7 @@ class _Plan:
         for i, m, kind, data, label in pending:
             vs = m.virtual_selection
             if kind == "limited":
-                if _has_printf(m.source_file) or _has_printf(m.source_dataset):
+                if has_printf(m.source_file) or has_printf(m.source_dataset):
                     raise FormatError(f"{label}: %b in the source names of a limited mapping")
                 vsel = build_selection(vs, self.shape, None, label)
                 if vsel is not None:
