@@ -150,8 +150,7 @@ class ObjectClient:
         self.requests = self.bytes = self.retries = self.failures = 0
         self.errors: deque[str] = deque(maxlen=5)
         self.changed: str | None = None        # why reads fail for good, once the object changed
-        self.closing = False                   # set at unmount: failed requests are not retried
-        self._stopped = threading.Event()      # wakes a retry's backoff when the mount goes
+        self._stopped = threading.Event()      # set at unmount: no retries; wakes a retry's backoff
         self.version = self._head()
 
     def _head(self) -> Version:
@@ -209,7 +208,7 @@ class ObjectClient:
                 self._failed(f"{what}: {e}")
                 raise RemoteError(f"{self.url}: {e}") from None
             except (oe.BaseError, OSError) as e:   # 5xx, dropped connections, timeouts
-                if attempt == self.options.retries or self.closing:   # an unmount waits for no retry
+                if attempt == self.options.retries or self.stopped:   # an unmount waits for no retry
                     self._failed(f"{what}: {_reason(e)}")
                     raise RemoteError(f"{self.url}: {what}: {_reason(e)} (after {attempt} retries)") from e
                 with self._lock:
@@ -219,8 +218,11 @@ class ObjectClient:
 
     def stop(self) -> None:
         """No more retries (the mount is going)."""
-        self.closing = True
         self._stopped.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
 
     def _changed(self, how: str, cause: BaseException | None = None) -> None:
         """The object is not the version pinned: every read fails from now on."""

@@ -178,7 +178,7 @@ class RemoteSource(ByteSource):
             done, futures = wait(futures, timeout=0.25)
             for fut in done:
                 fut.result()
-            if futures and self.client.closing:
+            if futures and self.client.stopped:
                 raise RemoteError(f"{self.name}: unmounting: the read was given up")
 
     def stop(self) -> None:
