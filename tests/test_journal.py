@@ -194,18 +194,18 @@ def test_a_read_only_mount_shows_what_the_crash_left_in_the_journal(tmp_path, mo
 def test_overlay_lays_records_over_the_file_in_order(tmp_path):
     """Across pages, past the end of the file, a later record over an earlier one; checked
     against applying the same entries to a copy of the bytes."""
-    from h5fs.storage.journal import PAGE, Overlay
+    from h5fs.storage.page_overlay import PAGE, PageOverlay
     content = bytes(range(256)) * 40                       # 10,240 bytes: three pages
     entries = [(4090, b"A" * 20), (100, b"B" * 50), (120, b"C" * 10), (10_230, b"D" * 30), (12_300, b"E" * 4)]
     expected = bytearray(content) + bytes(12_304 - len(content))
     for position, data in entries:
         expected[position:position + len(data)] = data
     fd = _target(tmp_path, content)
-    ov = Overlay(fd, entries)
+    ov = PageOverlay(fd, entries)
     assert ov.end == 12_304 and ov.updates == 5
     for position, size in ((0, 12_304), (95, 40), (4000, 200), (PAGE, 10), (10_200, 500), (12_303, 10), (11_000, 50)):
         want = bytes(expected[position:min(position + size, 12_304)])
-        assert ov.pread(fd, size, position) == want, (position, size)
+        assert ov.pread(size, position) == want, (position, size)
     assert os.pread(fd, 20_000, 0) == content              # nothing written
     os.close(fd)
 

@@ -111,14 +111,16 @@ def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeb
     _tune_malloc()
     _import_lazy_modules()
     status = 0
+    # Installed before the loop, so trio restores these (not the defaults) when it ends: no
+    # window between the loop and the final flush where a signal kills the daemon.
+    deferred = _defer_signals(logs)
     try:
-        trio.run(_main, ops, mountpoint, options.readahead_kb, logs, on_ready, on_fail)
+        trio.run(_main, ops, mountpoint, options.readahead_kb, logs, deferred, on_ready, on_fail)
     except BaseException:
         log.exception("main loop failed")
         status = 1
     finally:
         notify.stopping("unmounting: writing the last changes into the file")
-        deferred = _defer_signals(logs)
         still = mounts.find_mount(mountpoint)
         unmount = still is not None and still.fstype == mounts.FSTYPE
         try:
@@ -131,6 +133,10 @@ def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeb
     for name in deferred:
         log.warning("signal %s while writing the last changes: they were written first", name)
     log.info("unmounted %s (%s, up %s)", mountpoint, mode, duration(time.time() - ops.started))
+    # Python resets its handlers to the defaults as the interpreter ends: a signal now must not
+    # turn a clean exit into death by signal.
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, signal.SIG_IGN)
     return status
 
 
@@ -165,8 +171,9 @@ def _close(ops: Operations, source: str, foreground: bool) -> int:
 
 
 def _defer_signals(logs: Logs) -> list[str]:
-    """From the unmount on, SIGTERM and SIGINT are ignored (the last changes are written first,
-    and the daemon exits right after) and noted in the returned list, logged by the caller (a
+    """Outside the event loop's own receiver (before it opens, and from the unmount on), SIGTERM
+    and SIGINT are ignored (the last changes are written first, and the daemon exits right
+    after) and noted in the returned list, logged by the caller (a
     handler that logged could interrupt a log write in progress: a reentrant call); SIGHUP still
     reopens the log."""
     noted: list[str] = []
@@ -180,18 +187,26 @@ def _defer_signals(logs: Logs) -> list[str]:
     return noted
 
 
-async def _main(ops: Operations, mountpoint: str, readahead_kb: int, logs: Logs, on_ready, on_fail) -> None:
+async def _main(ops: Operations, mountpoint: str, readahead_kb: int, logs: Logs, early: list[str],
+                on_ready, on_fail) -> None:
     mark_event_loop_thread()   # remote bytes are fetched in workers, never waited for here
     async with trio.open_nursery() as nursery:
         ops.start(nursery)
-        nursery.start_soon(_signals, logs, ops)
+        nursery.start_soon(_signals, logs, ops, early)
         nursery.start_soon(_announce, ops, mountpoint, readahead_kb, on_ready, on_fail)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 
 
-async def _signals(logs: Logs, ops: Operations) -> None:
+async def _signals(logs: Logs, ops: Operations, early: list[str]) -> None:
+    """SIGTERM and SIGINT unmount (also one that came before this receiver was open, noted in
+    `early`); SIGHUP reopens the log."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        if early:
+            log.info("signal %s: unmounting", early[0])
+            early.clear()
+            ops.f.stop()
+            pyfuse3.terminate()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 logs.reopen()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from functools import partial
 from typing import Any, Callable, Hashable
 
 from ..errors import FormatError, H5fsError, NotFound, ReadOnly
@@ -29,7 +28,8 @@ from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
 from ..storage.byte_source import ByteSource, LocalSource, is_url
 from ..storage.chunk_cache import ChunkCache
-from ..storage.journal import Journal, Overlay, Stale, journal_path, overlay as journal_overlay
+from ..storage.journal import Journal, Stale, journal_path, overlay as journal_overlay
+from ..storage.page_overlay import PageOverlay
 from ..storage.locking import take_lock
 from ..storage.metadata_cache import MetadataCache
 from ..storage.readers import object_header as header_reader
@@ -52,7 +52,7 @@ VALUE = 50      # bytes a value kept in an object's state costs beyond its own (
 FILE_WIDE = 0   # the superblock's address: values derived from the whole file are kept there
 
 
-def _journal_overlay(path: str, fd: int) -> Overlay | None:
+def _journal_overlay(path: str, fd: int) -> PageOverlay | None:
     """For a read-only open: the updates a crash left in the journal, read through rather than
     written (a read-write open writes them); None without any, or with a journal that belongs
     to another state of the file or that cannot be read (each logged)."""
@@ -79,7 +79,7 @@ def header_nbytes(header: object_header.ObjectHeader) -> int:
 
 
 class H5File:
-    def __init__(self, path: str, source: ByteSource, sb: superblock.Superblock, overlay: Overlay | None = None):
+    def __init__(self, path: str, source: ByteSource, sb: superblock.Superblock, overlay: PageOverlay | None = None):
         """`source`: the file's bytes (owned: closed with the file); `overlay`: a read-only
         open's view of the updates a crash left in the journal."""
         self.path = path
@@ -88,7 +88,7 @@ class H5File:
         self.sizes = sb.sizes
         self.meta = MetadataCache()
         self.reader = BlockReader(source, sb.location, sb.sizes, self.meta,
-                                  *((partial(overlay.pread, source.fd), overlay.end) if overlay else ()))
+                                  *((overlay.pread, overlay.end) if overlay else ()))
         self.root_address = sb.root_header_address
         self.root_entry = sb.root_entry
         self.chunk_cache = ChunkCache()
@@ -132,7 +132,7 @@ class H5File:
                 overlay = _journal_overlay(path, fd)
             source = LocalSource(fd, path)
             try:
-                sb = superblock_reader.read(source, *((partial(overlay.pread, fd),) if overlay else ()))
+                sb = superblock_reader.read(source, *((overlay.pread,) if overlay else ()))
             except UNEXPECTED as e:
                 raise internal_error("superblock", e) from e
             f = cls(path, source, sb, overlay)

@@ -221,7 +221,7 @@ class Writeback:
                 self._allocate_contiguous(ds)
                 source = ds.source
             store = self.f.store
-            store.writer.pwrite(source.start + e0 * ds.itemsize, data)
+            store.write_raw(source.start + e0 * ds.itemsize, data)
             self._state(ds).contiguous = True
 
     def _write_source(self, ds: Dataset, offset: int, data: bytes) -> None:

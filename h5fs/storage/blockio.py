@@ -44,7 +44,8 @@ class BlockReader:
                  meta: MetadataCache | None = None, pread: Callable[[int, int], bytes] | None = None, end: int = 0):
         """`source`: the file's bytes (an fd: a local file); `pread` (size, position) and `end`
         (where its bytes end, past the file's): a read-only open's view of metadata through a
-        crash's journal (journal.Overlay). Data is read from `source` itself."""
+        crash's journal, or a writable file's metadata not yet in it (page_overlay). Data is read
+        from `source` itself."""
         self.source = as_source(source)
         self.fd = self.source.fd
         self.meta = meta if meta is not None else MetadataCache()  # the open file's metadata cache

@@ -18,7 +18,7 @@ none of those was written by something else since the crash (recreated by h5py, 
 replaying would write stale metadata into it, so the journal is set aside, unreplayed (`Stale`).
 Records of an older h5fs (`OLD_MAGIC`) carry no end of allocation and replay as they are.
 
-An open that must not write (read-only) reads the file through the records instead (`Overlay`):
+An open that must not write (read-only) reads the file through the records instead (`overlay`):
 it sees the file as the replay will leave it, never a record half applied.
 
 An empty journal is given `LIMIT` bytes of allocated zeros (fallocate): a record written inside
@@ -29,7 +29,6 @@ record.
 
 from __future__ import annotations
 
-import bisect
 import os
 import struct
 import time
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import H5fsError
-from .space import PAGE
+from .page_overlay import PageOverlay
 from .writer import FileWriter, Recorder
 
 MAGIC = b"H5FSJRN2"
@@ -160,47 +159,12 @@ def stale_reason(recs: list[Record], eoa: int | None) -> str:
             f"{'unreadable' if eoa is None else eoa}: the file was written by something else since")
 
 
-class Overlay:
-    """The updates a journal's records make, laid over the file's bytes without writing them:
-    each page they touch, read from the file and updated record after record."""
-
-    def __init__(self, fd: int, entries: list[tuple[int, bytes]]):
-        self.pages: dict[int, bytearray] = {}
-        for position, data in entries:
-            for p in range(position // PAGE, (position + len(data) - 1) // PAGE + 1):
-                page = self.pages.get(p)
-                if page is None:
-                    page = self.pages[p] = bytearray(os.pread(fd, PAGE, p * PAGE).ljust(PAGE, b"\0"))
-                lo, hi = max(position, p * PAGE), min(position + len(data), (p + 1) * PAGE)
-                page[lo - p * PAGE:hi - p * PAGE] = data[lo - position:hi - position]
-        self.end = max((position + len(data) for position, data in entries), default=0)
-        self._numbers = sorted(self.pages)
-        self.updates = len(entries)
-
-    def pread(self, fd: int, size: int, position: int) -> bytes:
-        """os.pread through the overlay (up to its end, past the file's: zeros where neither has
-        bytes, as a replay leaves them)."""
-        data = os.pread(fd, size, position)
-        first, last = position // PAGE, (position + size - 1) // PAGE
-        i = bisect.bisect_left(self._numbers, first)
-        if size <= 0 or i == len(self._numbers) or self._numbers[i] > last:
-            return data
-        buf = bytearray(data.ljust(min(size, max(len(data), self.end - position)), b"\0"))
-        for p in self._numbers[i:]:
-            if p > last:
-                break
-            lo, hi = max(position, p * PAGE), min(position + len(buf), (p + 1) * PAGE)
-            if hi > lo:
-                buf[lo - position:hi - position] = self.pages[p][lo - p * PAGE:hi - p * PAGE]
-        return bytes(buf)
-
-
-def overlay(path: str, fd: int, eoa: Callable[[], int | None]) -> Overlay | None:
+def overlay(path: str, fd: int, eoa: Callable[[], int | None]) -> PageOverlay | None:
     """What the journal at `path` (if any) would write into the file open at `fd` (its recorded
     end of allocation `eoa()`), for an open that must not write; None when there is nothing to
     lay over it. Stale when the records belong to another state of the file."""
     entries = updates(left_in(path), eoa)
-    return Overlay(fd, entries) if entries else None
+    return PageOverlay(fd, entries) if entries else None
 
 
 class Journal:
@@ -222,6 +186,7 @@ class Journal:
         # the file yet (those too, until a replay retires them: a journal whose replay failed is
         # never removed)
         self.left, self.size = found or ([], 0)
+        self.unsynced = False   # records appended since the last barrier
 
     def _preallocate(self) -> None:
         try:
@@ -259,10 +224,22 @@ class Journal:
     def log(self, entries: list[tuple[int, bytes]], eoa: tuple[int, int]) -> None:
         """Append a record (taking the end of allocation from eoa[0] to eoa[1]) and wait until it
         is durable."""
+        self.append(entries, eoa)
+        self.sync()
+
+    def append(self, entries: list[tuple[int, bytes]], eoa: tuple[int, int]) -> None:
+        """Append a record without waiting: the kernel holds it (a `kill -9` of the daemon loses
+        nothing), a power loss may take it and every record after it (`sync`)."""
         record = encode(entries, eoa)
         self.writer.pwrite(self.size, record)
-        self.writer.sync(data_only=True)
         self.size += len(record)
+        self.unsynced = True
+
+    def sync(self) -> None:
+        """Every record appended so far, durable."""
+        if self.unsynced:
+            self.writer.sync(data_only=True)
+            self.unsynced = False
 
     def clear(self) -> None:
         """The records are applied and durable in the file: retire them (durably, so a later

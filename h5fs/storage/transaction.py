@@ -7,27 +7,37 @@ A transaction stages two kinds of writes:
 - `write_in_place`: live metadata (an index slot, a node, an object header block, the superblock's
   end-of-allocation): nothing may see them before the new blocks are durable.
 
-`commit` orders them with fsync barriers:
-- a small commit (new metadata blocks of at most MAX_LOGGED_NEW bytes, no chunk data) is appended
-  whole to the journal (new blocks and in-place updates, one fsync), then written to the file;
-- otherwise new blocks (and chunk data written before) are written, then fsynced: they are
-  durable before anything points at them; then the superblock's end of allocated space (when it
-  grew) and the in-place updates: one update that lies within one page is written directly (a
-  page write is not torn) and fsynced when no record is pending; several are appended to the
-  journal first (fsync), then applied;
-- space the transaction freed becomes reusable (the allocator's `release`).
+`commit` goes one of two ways:
+- metadata only (new blocks of at most MAX_LOGGED_NEW bytes, no chunk data): the group commit's
+  way. The new blocks and in-place updates are appended whole to the journal as one record,
+  without waiting for it to be durable, and laid over the file in the store's `batch` (a page
+  overlay every read of metadata goes through), not written into it: the edit is acknowledged
+  once the kernel holds its record (a `kill -9` loses nothing acknowledged: the next open replays
+  the records). `Store.settle` is the group commit: the records made durable (one fsync), the
+  batch written into the file (each page once, however many edits changed it), the file fsynced,
+  the journal emptied. It runs at fsync, fsyncdir and unmount (the writeback's `flush`), a few
+  seconds after the last edit (the mount's flusher), when the records pass JOURNAL_LIMIT or the
+  batch BATCH_LIMIT bytes, and before anything is written into the file directly (chunk data,
+  contiguous data, large commits): space an edit in the batch freed may be reused by those, and
+  the file must not hold new bytes there while its published state still uses it. A power loss
+  leaves the file as the last group commit left it, with a prefix of the records after it: each
+  record holds every byte its edit changed, so any prefix replays to the state after one of the
+  edits;
+- otherwise (chunk data written, large new blocks): the batch settled first, then new blocks (and
+  the chunk data written before) written and fsynced, durable before anything points at them;
+  then the superblock's end of allocated space (when it grew) and the in-place updates: one
+  update that lies within one page is written directly (a page write is not torn) and fsynced
+  when no record is pending; several are appended to the journal first (fsync), then applied.
+Either way, space the transaction freed becomes reusable (the allocator's `release`).
 A crash after a record is durable is finished at the next open: the replay writes every pending
-record again, in order. Records stay until `Store.settle` fsyncs the file and empties the journal
-(at fsync, flush and close, past JOURNAL_LIMIT bytes, and before a commit writes new blocks straight
-into the file: an older record could otherwise rewrite space that commit reuses). A namespace edit
-thus costs one fsync.
+record again, in order.
 Before all that, a file persisting its free space has its free-space managers rewritten as the
 transaction leaves the allocator (h5fs.storage.persistent_space): their updates are part of the
 same commit.
 
 While a transaction builds its changes, `reader` shows the file as it will be after the commit
-(staged metadata over the file's bytes) with a private metadata cache, so the engine's readers and
-decoders work on it unchanged.
+(staged metadata over the batch over the file's bytes) with a private metadata cache, so the
+engine's readers and decoders work on it unchanged.
 """
 
 from __future__ import annotations
@@ -45,12 +55,14 @@ from .blockio import MAX_METADATA_BLOCK, BlockReader
 from .journal import LIMIT as JOURNAL_LIMIT
 from .journal import SUFFIX, Journal
 from .metadata_cache import MetadataCache
+from .page_overlay import PageOverlay
 from .persistent_space import setup
 from .space import PAGE
 from .writer import FileWriter, Recorder
 
 
 MAX_LOGGED_NEW = 1 << 20   # new blocks a commit may put in the journal rather than fsync in place
+BATCH_LIMIT = 64 << 20     # bytes of pages the batch holds before a group commit
 
 
 class Store:
@@ -60,6 +72,9 @@ class Store:
                  recorder: Recorder | None):
         self.reader, self.superblock, self.journal = reader, superblock, journal
         self.writer = FileWriter(reader.fd, 0, recorder)
+        # committed metadata not yet in the file: every read of metadata sees it (`settle`)
+        self.batch = PageOverlay(reader.fd)
+        reader.pread = self.batch.pread
         # never hand out space the file already holds, even past the recorded end of allocation
         # (which libhdf5 stores with the base address added, unlike every other address)
         eoa = max(superblock.eof_address - superblock.base_address, os.fstat(reader.fd).st_size - reader.base)
@@ -89,11 +104,25 @@ class Store:
         return Transaction(self)
 
     def settle(self) -> None:
-        """Make every committed update durable in the file itself and retire the journal's record
-        (at fsync and close: the file alone is then whole)."""
+        """The group commit: every committed update durable in the file itself and the journal's
+        records retired (the file alone is then whole)."""
+        if self.batch:
+            self.journal.sync()   # first: a crash while the batch is written is finished by replay
+            self.batch.write_to(self.writer)
+            end = self.reader.base + self.superblock.eof_address - self.superblock.base_address
+            if os.fstat(self.writer.fd).st_size < end:   # libhdf5 takes a shorter file for truncated
+                self.writer.truncate(end)
+            self.batch.clear()
+            self.reader.eof = max(self.reader.eof, os.fstat(self.writer.fd).st_size)
         if self.journal.pending:
             self.writer.sync()
             self.journal.clear()
+
+    def write_raw(self, position: int, data: bytes | memoryview) -> None:
+        """Bytes written into the file directly (data in place, at an absolute position): the
+        batch is settled first (see the module's docstring)."""
+        self.settle()
+        self.writer.pwrite(position, data)
 
     def shrink(self) -> int:
         """Free space at the end of the file given back, as libhdf5 gives it back at close
@@ -144,7 +173,8 @@ class OverlayReader(BlockReader):
     """The file as a transaction will leave it: its staged metadata over the file's bytes."""
 
     def __init__(self, txn: Transaction, base: BlockReader):
-        super().__init__(base.fd, base.base, base.sizes, MetadataCache(16 * 1024 * 1024))
+        super().__init__(base.source, base.base, base.sizes, MetadataCache(16 * 1024 * 1024))
+        self._base = base
         # no reference cycle: a transaction's staged chunk data must go when it does, not at
         # the next cycle collection (rare in the daemon)
         self._txn = weakref.ref(txn)
@@ -164,13 +194,14 @@ class OverlayReader(BlockReader):
         end = addr + size
         if addr < 0 or end > self.txn.store.allocator.eoa:
             raise FormatError(f"{what}: range {addr}+{size} lies outside the file")
-        on_disk = max(0, min(end, self.eof - self.base) - addr)
+        base = self._base   # the file with the batch over it
+        on_disk = max(0, min(end, base.eof - self.base) - addr)
         staged = self.txn.staged_between(addr, end)
         if not staged and on_disk == size:   # most reads: bytes the transaction left alone
-            data = os.pread(self.fd, size, self.base + addr)
+            data = base.pread(size, self.base + addr)
             if len(data) == size:
                 return data
-        buf = bytearray(os.pread(self.fd, on_disk, self.base + addr) if on_disk else b"")
+        buf = bytearray(base.pread(on_disk, self.base + addr) if on_disk else b"")
         buf.extend(bytes(size - len(buf)))
         for start, data in staged:
             lo, hi = max(start, addr), min(start + len(data), end)
@@ -221,8 +252,13 @@ class Transaction:
 
     def write_data(self, address: int, data: bytes) -> None:
         """Chunk data into space this transaction allocated: written at once (nothing points
-        there before the commit), so a transaction never holds its chunks in memory."""
-        self.store.writer.pwrite(self.store.reader.base + address, data)
+        there before the commit), so a transaction never holds its chunks in memory. The batch
+        is settled first: the space may be what an edit in it freed."""
+        store = self.store
+        if store.batch:
+            store.settle()
+            self._file_size = os.fstat(store.reader.fd).st_size   # an abort keeps what settled
+        store.writer.pwrite(store.reader.base + address, data)
         self._wrote_data = True
 
     def read_data(self, address: int, size: int) -> bytes:
@@ -281,7 +317,7 @@ class Transaction:
         self.store.allocator.restore(self._saved)
         if os.fstat(self.store.reader.fd).st_size > self._file_size:
             self.store.writer.truncate(self._file_size)
-        self.store.reader.eof = self._file_size
+        self.store.reader.eof = max(self._file_size, self.store.batch.end)
 
     def commit(self) -> None:
         """Publish the staged changes (see the module's docstring). A failure before anything
@@ -308,45 +344,28 @@ class Transaction:
         journal = store.journal
         eoas = (store.superblock.eof_address, (sb or store.superblock).eof_address)   # what the records say
         new = [(base + a, d) for a, d in self._new.items()]
-        size = os.fstat(writer.fd).st_size
-        reach = max([p + len(d) for p, d in new], default=size)
-        # small metadata commits go whole into the journal: one fsync, the file's comes later
-        logged = bool(new) and not self._wrote_data and sum(len(d) for _, d in new) <= MAX_LOGGED_NEW \
-            and max(reach, size) >= base + store.allocator.eoa
-        # with records pending, a single-page update is logged too (a record may cover its bytes)
-        direct = not logged and not journal.pending and len(updates) == 1 \
-            and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
-        try:
-            if logged:
-                journal.log(new + updates, eoas)
-            else:
-                if new or self._wrote_data or sb is not None:
-                    # a pending record may rewrite space this commit reuses: retire it first
-                    store.settle()
-                    for position, data in new:
-                        writer.pwrite(position, data)
-                    if os.fstat(writer.fd).st_size < base + store.allocator.eoa:
-                        # space allocated but never written: the file must still reach the end of
-                        # allocation, or libhdf5 takes it for truncated
-                        writer.truncate(base + store.allocator.eoa)
-                    writer.sync()
-                if updates and not direct:
-                    journal.log(updates, eoas)
-        except BaseException:
-            self.abort()
-            raise
-        if logged:
-            for position, data in new:
-                writer.pwrite(position, data)
-        store.reader.eof = max(store.reader.eof, os.fstat(writer.fd).st_size)
-        for position, data in updates:
-            writer.pwrite(position, data)
-        if updates and direct:
-            writer.sync()
-        if journal.size > JOURNAL_LIMIT:
-            store.settle()
+        batch = store.batch
+        reach = max([p + len(d) for p, d in new], default=0)
+        # metadata only: one record appended, the batch holds it until the group commit (the
+        # file, the batch and the new blocks must reach the end of allocation, or a replay
+        # leaves a file libhdf5 takes for truncated)
+        batched = not self._wrote_data and sum(len(d) for _, d in new) <= MAX_LOGGED_NEW \
+            and max(reach, batch.end, os.fstat(writer.fd).st_size) >= base + store.allocator.eoa
+        if batched:
+            try:
+                journal.append(new + updates, eoas)
+            except BaseException:
+                self.abort()
+                raise
+            for position, data in new + updates:
+                batch.put(position, data)
+            store.reader.eof = max(store.reader.eof, batch.end)
+        else:
+            self._publish(new, updates, eoas, sb is not None)
         if sb is not None:
             store.superblock = sb
+        if journal.size > JOURNAL_LIMIT or batch.nbytes > BATCH_LIMIT:
+            store.settle()
         self.rewritten = [(a, len(d)) for a, d in self._in_place.items()]
         # new blocks too: a reader may have cached what the space held before it was reused
         self.rewritten += [(a, len(d)) for a, d in self._new.items()]
@@ -355,3 +374,32 @@ class Transaction:
         for address, size, raw in self.frees():
             store.allocator.free(address, size, raw)
         store.allocator.release(frozenset(self.owners))
+
+    def _publish(self, new: list[tuple[int, bytes]], updates: list[tuple[int, bytes]],
+                 eoas: tuple[int, int], new_superblock: bool) -> None:
+        """A commit with chunk data or large new blocks: straight into the file (see the
+        module's docstring), after the batch."""
+        store, writer, journal = self.store, self.store.writer, self.store.journal
+        base = store.reader.base
+        try:
+            store.settle()   # a pending record may rewrite space this commit reuses: retire it first
+            # a single-page update is not torn: written directly
+            direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
+            if new or self._wrote_data or new_superblock:
+                for position, data in new:
+                    writer.pwrite(position, data)
+                if os.fstat(writer.fd).st_size < base + store.allocator.eoa:
+                    # space allocated but never written: the file must still reach the end of
+                    # allocation, or libhdf5 takes it for truncated
+                    writer.truncate(base + store.allocator.eoa)
+                writer.sync()
+            if updates and not direct:
+                journal.log(updates, eoas)
+        except BaseException:
+            self.abort()
+            raise
+        store.reader.eof = max(store.reader.eof, os.fstat(writer.fd).st_size)
+        for position, data in updates:
+            writer.pwrite(position, data)
+        if updates and direct:
+            writer.sync()
