@@ -571,6 +571,7 @@ class Operations(pyfuse3.Operations):
             state.close()
         if state is not None and self.edits is not None:
             await self.edits.closed(handle_address(state))
+            await self.writes.closed(handle_address(state))
 
     @boundary
     async def flush(self, fh: int) -> None:

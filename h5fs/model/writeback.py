@@ -221,7 +221,7 @@ class Writeback:
                 self._allocate_contiguous(ds)
                 source = ds.source
             store = self.f.store
-            store.write_raw(source.start + e0 * ds.itemsize, data)
+            store.write(source.start + e0 * ds.itemsize, data)
             self._state(ds).contiguous = True
 
     def _write_source(self, ds: Dataset, offset: int, data: bytes) -> None:
@@ -336,26 +336,43 @@ class Writeback:
 
     # -- flush --------------------------------------------------------------------------------
     def flush(self) -> None:
-        """Everything written so far, in the file and durable. Writes go on meanwhile (into new
-        dirty chunks: those being flushed are not changed again)."""
+        """Everything written so far, in the file and durable: one group commit. Writes go on
+        meanwhile (into new dirty chunks: those being flushed are not changed again)."""
         with self.commit_lock:
-            with self.lock:
-                batch, self.dirty, self.flushing_nbytes, self.nbytes = self.dirty, {}, self.nbytes, 0
-                self.flushing = batch
-            if not batch:
-                self.f.store.settle()
-                return
-            try:
-                broken = self._flush(batch)
-            except BaseException:
-                with self.lock:   # nothing was published: the batch stays dirty, newer writes win
-                    self.flushing, self.flushing_nbytes = {}, 0
-                    for address, st in batch.items():
-                        self._restore(address, st)
-                raise
+            broken = self._commit_dirty(None)
             self.f.store.settle()   # the file alone holds every commit: no journal record left
         if broken:
             raise broken[0]
+
+    def land(self, addresses: list[int]) -> None:
+        """The writes of these datasets (a file closed) committed, not waiting for the group
+        commit to make them durable: once the kernel holds them a `kill -9` loses none."""
+        with self.commit_lock:
+            broken = self._commit_dirty(set(addresses))
+        if broken:
+            raise broken[0]
+
+    def _commit_dirty(self, only: set[int] | None) -> list[H5fsError]:
+        """Commit the dirty state of the datasets `only` (None: all); returns the datasets left
+        out broken (`_flush`)."""
+        with self.lock:
+            if only is None:
+                batch, self.dirty, nbytes, self.nbytes = self.dirty, {}, self.nbytes, 0
+            else:
+                batch = {a: self.dirty.pop(a) for a in only if a in self.dirty}
+                nbytes = sum(_dirty_nbytes(st) for st in batch.values())
+                self.nbytes -= nbytes
+            self.flushing, self.flushing_nbytes = batch, nbytes
+        if not batch:
+            return []
+        try:
+            return self._flush(batch)
+        except BaseException:
+            with self.lock:   # nothing was published: the batch stays dirty, newer writes win
+                self.flushing, self.flushing_nbytes = {}, 0
+                for address, st in batch.items():
+                    self._restore(address, st)
+            raise
 
     def _flush(self, batch: dict[int, Dirty]) -> list[H5fsError]:
         """Commit the batch, in parts (`_parts`). A dataset whose chunks cannot be made (a chunk
@@ -364,7 +381,9 @@ class Writeback:
         broken: list[H5fsError] = []
         lost: set[int] = set()
         self.flush_done, self.flush_total = 0, sum(_chunk_count(st) for st in batch.values())
-        for part in self._parts(batch):
+        for i, part in enumerate(self._parts(batch)):
+            if i:   # the space the parts before freed, reusable once the file no longer uses it
+                self.f.store.settle()
             with self.f.store.transaction() as txn:
                 changed = []
                 for address, st in part:
@@ -434,8 +453,7 @@ class Writeback:
             self.stamps.pop(address, None)
             st = self.dirty.pop(address, None)
             if st is not None:
-                self.nbytes -= sum(len(b) for b in st.chunks.values())
-                self.nbytes -= sum(_costs(ps) for ps in st.patches.values())
+                self.nbytes -= _dirty_nbytes(st)
             self.f.chunk_cache.invalidate_owner((address, self.f.generation(address)))
 
     def _restore(self, address: int, old: Dirty) -> None:
@@ -572,7 +590,7 @@ class Writeback:
             address = txn.allocate(size, raw=True)
             position = self.f.reader.base + address
             if position >= os.fstat(self.f.fd).st_size and not any(ds.fill_value or b""):
-                self.f.store.writer.truncate(position + size)   # new zeros: the file grows sparse
+                self.f.store.grow(position + size)   # new zeros: the file grows sparse
             else:
                 for start in range(0, size, FILL_PIECE):
                     n = min(FILL_PIECE, size - start)
@@ -699,6 +717,11 @@ class _Broken(H5fsError):
     def __init__(self, error: H5fsError):
         super().__init__(str(error))
         self.error, self.errno = error, error.errno
+
+
+def _dirty_nbytes(st: Dirty) -> int:
+    """The bytes the budget counts for a dataset's dirty state."""
+    return sum(len(b) for b in st.chunks.values()) + sum(_costs(ps) for ps in st.patches.values())
 
 
 def _chunk_count(st: Dirty) -> int:

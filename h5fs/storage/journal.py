@@ -40,11 +40,14 @@ from ..errors import H5fsError
 from .page_overlay import PageOverlay
 from .writer import FileWriter, Recorder
 
-MAGIC = b"H5FSJRN2"
-OLD_MAGIC = b"H5FSJRN1"
-_HEAD = struct.Struct("<8sIQQQ")   # magic, entries, record length, end of allocation before and after
+MAGIC = b"H5FSJRN3"
+V2_MAGIC = b"H5FSJRN2"   # no checks
+OLD_MAGIC = b"H5FSJRN1"  # no checks, no end of allocation
+_HEAD = struct.Struct("<8sIIQQQ")  # magic, entries, checks, record length, end of allocation before and after
+_V2_HEAD = struct.Struct("<8sIQQQ")
 _OLD_HEAD = struct.Struct("<8sIQ")
 _ENTRY = struct.Struct("<QI")
+_CHECK = struct.Struct("<QII")     # position, length, CRC-32 of bytes written into the file directly
 _CRC = struct.Struct("<I")
 SUFFIX = ".h5fs-journal"
 TAG = 1   # the journal's tag in a write recording (the .h5 file is 0)
@@ -59,16 +62,21 @@ class Stale(H5fsError):
 class Record:
     entries: list[tuple[int, bytes]]
     eoa: tuple[int, int] | None   # the end of allocation before and after it (None: an old record)
+    # (position, length, CRC-32) of data its commit wrote into the file itself, not fsynced: the
+    # record is replayed only if the file holds them (a power loss may have taken them)
+    checks: list[tuple[int, int, int]] = ()
 
 
 def journal_path(path: str) -> str:
     return path + SUFFIX
 
 
-def encode(entries: list[tuple[int, bytes]], eoa: tuple[int, int]) -> bytes:
-    """A record of `entries` that takes the superblock's end of allocation from eoa[0] to eoa[1]."""
-    length = _HEAD.size + sum(_ENTRY.size + len(data) for _, data in entries)
-    parts = [_HEAD.pack(MAGIC, len(entries), length, *eoa)]
+def encode(entries: list[tuple[int, bytes]], eoa: tuple[int, int], checks: list[tuple[int, int, int]] = ()) -> bytes:
+    """A record of `entries` that takes the superblock's end of allocation from eoa[0] to eoa[1],
+    valid only where the file holds the data `checks` describe."""
+    length = _HEAD.size + _CHECK.size * len(checks) + sum(_ENTRY.size + len(data) for _, data in entries)
+    parts = [_HEAD.pack(MAGIC, len(entries), len(checks), length, *eoa)]
+    parts += [_CHECK.pack(*c) for c in checks]
     for position, data in entries:
         parts += [_ENTRY.pack(position, len(data)), data]
     body = b"".join(parts)
@@ -79,20 +87,25 @@ def _record(buf: bytes, at: int) -> tuple[Record, int] | None:
     """The complete record at `at` and where the next begins, or None (the end, a torn record or
     foreign bytes)."""
     magic = bytes(buf[at:at + 8])
-    head = _HEAD if magic == MAGIC else _OLD_HEAD if magic == OLD_MAGIC else None
+    head = {MAGIC: _HEAD, V2_MAGIC: _V2_HEAD, OLD_MAGIC: _OLD_HEAD}.get(magic)
     if head is None or len(buf) - at < head.size + _CRC.size:
         return None
-    _, count, length, *eoa = head.unpack_from(buf, at)
+    if head is _HEAD:
+        _, count, nchecks, length, *eoa = head.unpack_from(buf, at)
+    else:
+        (_, count, length, *eoa), nchecks = head.unpack_from(buf, at), 0
     end = at + length
     if end + _CRC.size > len(buf) or length < head.size or _CRC.unpack_from(buf, end)[0] != zlib.crc32(buf[at:end]):
         return None
-    entries, pos = [], at + head.size
+    pos = at + head.size
+    checks = [_CHECK.unpack_from(buf, pos + i * _CHECK.size) for i in range(nchecks)]
+    entries, pos = [], pos + nchecks * _CHECK.size
     for _ in range(count):
         position, n = _ENTRY.unpack_from(buf, pos)
         pos += _ENTRY.size
         entries.append((position, buf[pos:pos + n]))
         pos += n
-    return Record(entries, tuple(eoa) or None), end + _CRC.size
+    return Record(entries, tuple(eoa) or None, checks), end + _CRC.size
 
 
 def _scan(buf: bytes) -> tuple[list[Record], int]:
@@ -113,7 +126,7 @@ def _left(fd: int) -> tuple[list[Record], int] | None:
     """What the journal open at `fd` holds: its records and where they end; None when it does
     not begin with one, whole or torn (read no further: an empty journal is megabytes of zeros)."""
     size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, len(MAGIC), 0) not in (MAGIC, OLD_MAGIC):
+    if size == 0 or os.pread(fd, len(MAGIC), 0) not in (MAGIC, V2_MAGIC, OLD_MAGIC):
         return None
     return _scan(os.pread(fd, size, 0))
 
@@ -143,12 +156,22 @@ def belongs(recs: list[Record], eoa: int | None) -> bool:
     return not known or eoa is not None and eoa in {known[0][0], *(after for _, after in known)}
 
 
-def updates(recs: list[Record], eoa: Callable[[], int | None]) -> list[tuple[int, bytes]]:
-    """The updates `recs` make, in order, for the file whose recorded end of allocation `eoa()`
-    reads; Stale when they belong to another state of it."""
+def holding(recs: list[Record], fd: int) -> list[Record]:
+    """The records up to the first whose data the file open at `fd` does not hold (a power loss
+    took it: that record and every later one never happened)."""
+    for i, rec in enumerate(recs):
+        for position, length, crc in rec.checks:
+            if zlib.crc32(os.pread(fd, length, position)) != crc:
+                return recs[:i]
+    return recs
+
+
+def updates(recs: list[Record], eoa: Callable[[], int | None], fd: int) -> list[tuple[int, bytes]]:
+    """The updates `recs` make, in order, for the file open at `fd` whose recorded end of
+    allocation `eoa()` reads (`holding` their data); Stale when they belong to another state of it."""
     if recs and not belongs(recs, now := eoa()):
         raise Stale(stale_reason(recs, now))
-    return [e for r in recs for e in r.entries]
+    return [e for r in holding(recs, fd) for e in r.entries]
 
 
 def stale_reason(recs: list[Record], eoa: int | None) -> str:
@@ -163,7 +186,7 @@ def overlay(path: str, fd: int, eoa: Callable[[], int | None]) -> PageOverlay | 
     """What the journal at `path` (if any) would write into the file open at `fd` (its recorded
     end of allocation `eoa()`), for an open that must not write; None when there is nothing to
     lay over it. Stale when the records belong to another state of the file."""
-    entries = updates(left_in(path), eoa)
+    entries = updates(left_in(path), eoa, fd)
     return PageOverlay(fd, entries) if entries else None
 
 
@@ -202,7 +225,7 @@ class Journal:
         """Apply again the records a crash left (to the .h5 file open at `fd`, whose recorded end
         of allocation `eoa()` reads), durably, and retire them; returns how many updates they
         held. Stale (nothing written) when they belong to another state of the file."""
-        entries = updates(self.left, eoa)
+        entries = updates(self.left, eoa, fd)
         if entries:
             target = FileWriter(fd, 0, self.writer.recorder)
             for position, data in entries:
@@ -227,10 +250,10 @@ class Journal:
         self.append(entries, eoa)
         self.sync()
 
-    def append(self, entries: list[tuple[int, bytes]], eoa: tuple[int, int]) -> None:
+    def append(self, entries: list[tuple[int, bytes]], eoa: tuple[int, int], checks: list[tuple[int, int, int]] = ()) -> None:
         """Append a record without waiting: the kernel holds it (a `kill -9` of the daemon loses
         nothing), a power loss may take it and every record after it (`sync`)."""
-        record = encode(entries, eoa)
+        record = encode(entries, eoa, checks)
         self.writer.pwrite(self.size, record)
         self.size += len(record)
         self.unsynced = True

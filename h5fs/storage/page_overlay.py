@@ -50,6 +50,15 @@ class PageOverlay:
             self._spans[p] = (lo, hi) if span is None else (min(span[0], lo), max(span[1], hi))
         self.end = max(self.end, end)
 
+    def patch(self, position: int, data: bytes | memoryview) -> None:
+        """Bytes written into the file directly: the pages held here follow them (writing a page
+        back would otherwise write the old bytes over them); pages not held are left alone."""
+        end = position + len(data)
+        i = bisect.bisect_left(self._numbers, position // PAGE)
+        for p in self._numbers[i:bisect.bisect_right(self._numbers, (end - 1) // PAGE)]:
+            lo, hi = max(position, p * PAGE), min(end, (p + 1) * PAGE)
+            self.pages[p][lo - p * PAGE:hi - p * PAGE] = data[lo - position:hi - position]
+
     def pread(self, size: int, position: int) -> bytes:
         """os.pread of the file through the overlay (up to its end, past the file's: zeros where
         neither has bytes, as writing the updates leaves them)."""

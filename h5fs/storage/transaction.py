@@ -8,27 +8,29 @@ A transaction stages two kinds of writes:
   end-of-allocation): nothing may see them before the new blocks are durable.
 
 `commit` goes one of two ways:
-- metadata only (new blocks of at most MAX_LOGGED_NEW bytes, no chunk data): the group commit's
-  way. The new blocks and in-place updates are appended whole to the journal as one record,
-  without waiting for it to be durable, and laid over the file in the store's `batch` (a page
-  overlay every read of metadata goes through), not written into it: the edit is acknowledged
-  once the kernel holds its record (a `kill -9` loses nothing acknowledged: the next open replays
-  the records). `Store.settle` is the group commit: the records made durable (one fsync), the
-  batch written into the file (each page once, however many edits changed it), the file fsynced,
-  the journal emptied. It runs at fsync, fsyncdir and unmount (the writeback's `flush`), a few
-  seconds after the last edit (the mount's flusher), when the records pass JOURNAL_LIMIT or the
-  batch BATCH_LIMIT bytes, and before anything is written into the file directly (chunk data,
-  contiguous data, large commits): space an edit in the batch freed may be reused by those, and
-  the file must not hold new bytes there while its published state still uses it. A power loss
-  leaves the file as the last group commit left it, with a prefix of the records after it: each
-  record holds every byte its edit changed, so any prefix replays to the state after one of the
-  edits;
-- otherwise (chunk data written, large new blocks): the batch settled first, then new blocks (and
-  the chunk data written before) written and fsynced, durable before anything points at them;
-  then the superblock's end of allocated space (when it grew) and the in-place updates: one
-  update that lies within one page is written directly (a page write is not torn) and fsynced
-  when no record is pending; several are appended to the journal first (fsync), then applied.
-Either way, space the transaction freed becomes reusable (the allocator's `release`).
+- the group commit's way, for metadata and chunk data alike (new metadata blocks of at most
+  MAX_LOGGED_NEW bytes): the new blocks and in-place updates are appended whole to the journal as
+  one record, without waiting for it to be durable, and laid over the file in the store's `batch`
+  (a page overlay every read of metadata goes through), not written into it. Chunk data is
+  written into fresh space at once (`write_data`, not fsynced) and the record carries its CRC-32.
+  The commit is acknowledged once the kernel holds its record: a `kill -9` loses nothing
+  acknowledged, the next open replays the records. `Store.settle` is the group commit: the
+  records made durable (one fsync), the batch written into the file (each page once, however
+  many edits changed it), the file fsynced (the chunk data with it), the journal emptied, and only
+  then the space the batch's commits freed made reusable (until then the file itself still uses
+  it: nothing may be written there directly). It runs at fsync, fsyncdir and unmount (the
+  writeback's `flush`), a few seconds after the last edit (the mount's flusher), and when the
+  records pass JOURNAL_LIMIT or the batch BATCH_LIMIT bytes. A power loss leaves the file as the
+  last group commit left it, with a prefix of the records after it: each record holds every byte
+  its edit changed, so any prefix replays to the state after one of the edits, and the replay
+  stops at the first record whose chunk data the file does not hold (journal.holding);
+- otherwise (large new blocks): the batch settled first, then the new blocks (and the chunk data
+  written before) written and fsynced, durable before anything points at them; then the
+  superblock's end of allocated space (when it grew) and the in-place updates: one update that
+  lies within one page is written directly (a page write is not torn) and fsynced; several are
+  appended to the journal first (fsync), then applied.
+Either way, space the transaction freed becomes reusable (the allocator's `release`) once the
+change is durable in the file.
 A crash after a record is durable is finished at the next open: the replay writes every pending
 record again, in order.
 Before all that, a file persisting its free space has its free-space managers rewritten as the
@@ -45,6 +47,7 @@ from __future__ import annotations
 import bisect
 import os
 import weakref
+import zlib
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Callable, Iterator
@@ -75,6 +78,7 @@ class Store:
         # committed metadata not yet in the file: every read of metadata sees it (`settle`)
         self.batch = PageOverlay(reader.fd)
         reader.pread = self.batch.pread
+        self._unreleased: set[int] = set()   # owners of the batch's commits, whose frees wait for `settle`
         # never hand out space the file already holds, even past the recorded end of allocation
         # (which libhdf5 stores with the base address added, unlike every other address)
         eoa = max(superblock.eof_address - superblock.base_address, os.fstat(reader.fd).st_size - reader.base)
@@ -117,12 +121,22 @@ class Store:
         if self.journal.pending:
             self.writer.sync()
             self.journal.clear()
+        # space the batch's commits freed: reusable now that nothing in the file uses it
+        owners, self._unreleased = self._unreleased, set()
+        self.allocator.release(frozenset(owners))
 
-    def write_raw(self, position: int, data: bytes | memoryview) -> None:
-        """Bytes written into the file directly (data in place, at an absolute position): the
-        batch is settled first (see the module's docstring)."""
-        self.settle()
+    def grow(self, size: int) -> None:
+        """The file made `size` bytes long (zeros, sparse) if it is shorter."""
+        if os.fstat(self.writer.fd).st_size < size:
+            self.writer.truncate(size)
+            self.reader.eof = max(self.reader.eof, size)
+
+    def write(self, position: int, data: bytes | memoryview) -> None:
+        """Bytes written into the file directly (chunk data in fresh space, contiguous data in
+        place), at an absolute position: the batch's pages follow them."""
         self.writer.pwrite(position, data)
+        self.batch.patch(position, data)
+        self.reader.eof = max(self.reader.eof, position + len(data))
 
     def shrink(self) -> int:
         """Free space at the end of the file given back, as libhdf5 gives it back at close
@@ -224,7 +238,7 @@ class Transaction:
         self.sizes = store.reader.sizes
         self.reader = OverlayReader(self, store.reader)
         self._new: dict[int, bytes] = {}        # metadata in fresh space, by address
-        self._wrote_data = False                # chunk data written to fresh space already
+        self._checks: list[tuple[int, int, int]] = []   # chunk data written already: (position, length, CRC-32)
         self._in_place: dict[int, bytes] = {}   # live metadata rewritten, by address
         self._starts: list[int] = []           # addresses of both staged kinds, sorted
         self.freed: list[tuple[int, int]] = []
@@ -252,14 +266,11 @@ class Transaction:
 
     def write_data(self, address: int, data: bytes) -> None:
         """Chunk data into space this transaction allocated: written at once (nothing points
-        there before the commit), so a transaction never holds its chunks in memory. The batch
-        is settled first: the space may be what an edit in it freed."""
-        store = self.store
-        if store.batch:
-            store.settle()
-            self._file_size = os.fstat(store.reader.fd).st_size   # an abort keeps what settled
-        store.writer.pwrite(store.reader.base + address, data)
-        self._wrote_data = True
+        there before the commit), so a transaction never holds its chunks in memory; its record
+        carries their CRC-32, so a replay knows whether the file holds them."""
+        position = self.store.reader.base + address
+        self.store.write(position, data)
+        self._checks.append((position, len(data), zlib.crc32(data)))
 
     def read_data(self, address: int, size: int) -> bytes:
         """Chunk data written by `write_data` (to move it, as an implicit index does)."""
@@ -309,7 +320,7 @@ class Transaction:
 
     @property
     def empty(self) -> bool:
-        return not (self._new or self._wrote_data or self._in_place or self.freed)
+        return not (self._new or self._checks or self._in_place or self.freed)
 
     # -- commit -------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -349,11 +360,11 @@ class Transaction:
         # metadata only: one record appended, the batch holds it until the group commit (the
         # file, the batch and the new blocks must reach the end of allocation, or a replay
         # leaves a file libhdf5 takes for truncated)
-        batched = not self._wrote_data and sum(len(d) for _, d in new) <= MAX_LOGGED_NEW \
+        batched = sum(len(d) for _, d in new) <= MAX_LOGGED_NEW \
             and max(reach, batch.end, os.fstat(writer.fd).st_size) >= base + store.allocator.eoa
         if batched:
             try:
-                journal.append(new + updates, eoas)
+                journal.append(new + updates, eoas, self._checks)
             except BaseException:
                 self.abort()
                 raise
@@ -373,7 +384,10 @@ class Transaction:
             hook()
         for address, size, raw in self.frees():
             store.allocator.free(address, size, raw)
-        store.allocator.release(frozenset(self.owners))
+        if batched:   # the frees wait until the file itself no longer uses the space
+            store._unreleased |= self.owners
+        else:
+            store.allocator.release(frozenset(self.owners))
 
     def _publish(self, new: list[tuple[int, bytes]], updates: list[tuple[int, bytes]],
                  eoas: tuple[int, int], new_superblock: bool) -> None:
@@ -385,9 +399,9 @@ class Transaction:
             store.settle()   # a pending record may rewrite space this commit reuses: retire it first
             # a single-page update is not torn: written directly
             direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
-            if new or self._wrote_data or new_superblock:
+            if new or self._checks or new_superblock:
                 for position, data in new:
-                    writer.pwrite(position, data)
+                    store.write(position, data)
                 if os.fstat(writer.fd).st_size < base + store.allocator.eoa:
                     # space allocated but never written: the file must still reach the end of
                     # allocation, or libhdf5 takes it for truncated
@@ -400,6 +414,6 @@ class Transaction:
             raise
         store.reader.eof = max(store.reader.eof, os.fstat(writer.fd).st_size)
         for position, data in updates:
-            writer.pwrite(position, data)
+            store.write(position, data)
         if updates and direct:
             writer.sync()
