@@ -332,3 +332,26 @@ def test_random_inserts_and_removes(tmp_path_factory, batches, sizes, rnd):
     with H5File.open(str(path)) as hf:
         audit(hf, live)
     assert check(str(path)).sound
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("nbytes", [1, 8, 13, 3900, 3968])
+def test_with_object_is_the_collection_counted_again(tmp_path, sizes, nbytes):
+    """An insert's collection built from the last one's bookkeeping equals the one counted from
+    scratch (entries, free bytes, objects) and encodes to bytes that decode to it, for a
+    collection libhdf5 wrote, with room left for a free-space object and without."""
+    path = tmp_path / "g.h5"
+    with new_file(path, sizes) as f:
+        f.attrs.create("a", ["x" * 5, "y" * 21, "z"], dtype=STR)
+    with H5File.open(str(path)) as hf:
+        (_, addr, _), *_ = descriptors(hf, "a")
+        col = collection(hf, addr)
+    obj = gh.HeapObject(max(col.objects) + 1, 0, bytes(i % 251 for i in range(nbytes)))
+    assert col.free >= gh.entry_size(obj, col.sizes)
+    built = col.with_object(obj)
+    objects = col.entries[:-1] if isinstance(col.entries[-1], gh.FreeSpace) else col.entries
+    rest = col.size - gh.header_size(col.sizes) - sum(gh.entry_size(o, col.sizes) for o in objects + (obj,))
+    tail = (gh.FreeSpace(rest),) if rest >= gh.object_header_size(col.sizes) else ()
+    counted = gh.Collection(col.address, col.size, objects + (obj,) + tail, col.sizes)
+    assert built == counted and built.free == counted.free and dict(built.objects) == dict(counted.objects)
+    assert gh.decode_collection(gh.encode_collection(built), col.sizes, col.address) == counted

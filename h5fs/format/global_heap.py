@@ -66,6 +66,21 @@ class Collection:
         object.__setattr__(self, "objects", MappingProxyType(objects))
         object.__setattr__(self, "free", explicit + self.size - used)
 
+    def with_object(self, obj: HeapObject) -> Collection:
+        """This collection, its objects laid out without free space between them, with `obj`
+        after the last: the rest of its space the free-space object (or the implied tail when
+        too small for an object header). Built from this one's bookkeeping: a collection holds
+        hundreds of small objects, and an insert should not count them all again."""
+        objects = self.entries[:-1] if self.entries and isinstance(self.entries[-1], FreeSpace) else self.entries
+        rest = self.free - entry_size(obj, self.sizes)
+        tail = (FreeSpace(rest),) if rest >= object_header_size(self.sizes) else ()
+        new = object.__new__(Collection)
+        for name, value in (("address", self.address), ("size", self.size), ("entries", objects + (obj,) + tail),
+                            ("sizes", self.sizes), ("version", self.version),
+                            ("objects", MappingProxyType({**self.objects, obj.index: obj})), ("free", rest)):
+            object.__setattr__(new, name, value)
+        return new
+
     def get(self, index: int) -> bytes:
         obj = self.objects.get(index)
         if obj is None:

@@ -81,7 +81,10 @@ class TreeEditor:
         with self.wb.commit_lock, self.f.store.transaction() as txn:
             touched = txn.owners
             self.shared = SharedMessages(txn, self.f)
-            yield txn, touched
+            try:
+                yield txn, touched
+            except FileExistsError as exc:   # a link's name taken: found by the insert's own search
+                raise NamespaceError(errno.EEXIST, str(exc)) from None
             self.shared.close()
             self.f.store.refuse_damaged(touched)
             self.wb.commit(txn, sorted(touched))
@@ -101,7 +104,6 @@ class TreeEditor:
         """A new empty group `name` in `parent`, stored as `parent` stores its links."""
         with self._edit() as (txn, touched):
             links = self._links(txn, parent, touched)
-            _refuse_existing(links, name)
             address = self._new_group(txn, links)
             touched.add(address)   # a reader may hold what the reused space held before
             links.insert(Link(name, link_msg.HARD, address=address))
@@ -139,7 +141,6 @@ class TreeEditor:
         new = self._describe(dtype, shape, {"track_times": bool(parent.header.flags & oh.HDR_TIMES), **storage})
         with self._edit() as (txn, touched):
             links = self._links(txn, parent, touched)
-            _refuse_existing(links, name)
             address = _dataset_header(txn, new, new.header_version)
             touched.add(address)
             links.insert(Link(name, link_msg.HARD, address=address))
@@ -249,7 +250,6 @@ class TreeEditor:
         with self._edit() as (txn, touched):
             self.f.store.relinks += 1
             links = self._links(txn, parent, touched)
-            _refuse_existing(links, name)
             links.insert(Link(name, link_msg.HARD, address=address))
             edit = HeaderEdit(txn, read_header(txn.reader, address, f"{parent.path}/{name}"))
             edit.refcount = edit.refcount + 1
@@ -265,7 +265,6 @@ class TreeEditor:
     def _add_link(self, parent: H5Object, link: Link) -> None:
         with self._edit() as (txn, touched):
             links = self._links(txn, parent, touched)
-            _refuse_existing(links, link.name)
             links.insert(link)
 
     def rename(self, src: H5Object, name: str, dst: H5Object, new: str) -> int | None:
@@ -448,11 +447,6 @@ def _existing(links: GroupLinks, name: str) -> Link:
     if link is None:
         raise NamespaceError(errno.ENOENT, f"{links.what}/{name}: no such link")
     return link
-
-
-def _refuse_existing(links: GroupLinks, name: str) -> None:
-    if links.lookup(name) is not None:
-        raise NamespaceError(errno.EEXIST, f"{links.what}/{name}: exists")
 
 
 def _attribute_info(header, sizes, path: str):

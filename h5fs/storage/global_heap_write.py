@@ -253,7 +253,8 @@ def insert(txn: Transaction, data: bytes) -> gh.HeapID:
     col, entry = _find(txn, mem, need) or _create(txn, mem, need)
     index = _next_index(mem, col)
     mem.nused[col.address] = max(mem.nused[col.address], index + 1)
-    _stage(txn, _with(col, _layout(col) + (gh.HeapObject(index, 0, bytes(data)),)), entry, col)
+    _layout(col)   # refuses free space between objects
+    _stage(txn, col.with_object(gh.HeapObject(index, 0, bytes(data))), entry, col)
     return gh.HeapID(col.address, index)
 
 
