@@ -108,6 +108,32 @@ def test_records_replay_only_onto_the_state_of_the_file_they_were_written_for(tm
         (tmp_path / "file.bin.h5fs-journal").unlink(missing_ok=True)
 
 
+def test_records_appended_without_a_barrier_replay_after_a_kill(tmp_path):
+    """`append` leaves the record to the kernel (no fsync): a killed process's records are
+    there for the next open, as those of `log`."""
+    j = Journal(str(tmp_path / "file.bin.h5fs-journal"), None)
+    j.append([(0, b"ab")], (0, 0))
+    j.append([(3, b"c")], (0, 0))
+    assert j.unsynced
+    fd = _target(tmp_path, b"....")
+    assert _after_crash(j).replay(fd, lambda: 0) == 2 and os.pread(fd, 4, 0) == b"ab.c"
+    os.close(fd)
+
+
+def test_a_record_whose_data_the_file_lacks_ends_the_replay(tmp_path):
+    """A record carries the CRC-32 of the chunk data its commit wrote into the file: a power
+    loss that took the data took the record, and every record after it, with it (the replay
+    stops there, as at a torn record); a record whose data is there replays."""
+    fd = _target(tmp_path, b"." * 8 + b"DATA" + b"." * 4)
+    j = Journal(str(tmp_path / "file.bin.h5fs-journal"), None)
+    j.append([(0, b"a")], (0, 0), [(8, 4, zlib.crc32(b"DATA"))])   # its data is in the file
+    j.append([(1, b"b")], (0, 0), [(12, 4, zlib.crc32(b"LOST"))])  # its data never arrived
+    j.append([(2, b"c")], (0, 0))                                   # after it: not replayed either
+    assert _after_crash(j).replay(fd, lambda: 0) == 1
+    assert os.pread(fd, 16, 0) == b"a......." + b"DATA" + b"...."
+    os.close(fd)
+
+
 def test_records_of_an_older_h5fs_replay_as_they_are(tmp_path):
     """Records without an end of allocation (magic H5FSJRN1) cannot be checked: replayed."""
     body = struct.pack("<8sIQ", OLD_MAGIC, 1, 20 + 12 + 2) + struct.pack("<QI", 1, 2) + b"zz"

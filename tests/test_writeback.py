@@ -59,3 +59,36 @@ def test_a_flush_rewriting_every_chunk_reuses_the_space_it_frees(tmp_path):
     # one whole rewrite held at once would add `before`; a part adds at most 16 of 256 chunks
     assert path.stat().st_size < before * 1.25
     assert verify_file(path, h5dump=False)["d"].tobytes() == bytes(raw)
+
+
+@pytest.mark.parametrize("layout", ["implicit", "gzip", "contiguous"])
+def test_commits_left_in_the_journal_replay_whole(tmp_path, layout):
+    """Writes committed without a group commit (`land`, as at a file's close) and the process
+    gone before one (a `kill -9`): the .h5 file still holds the last group commit, and the next
+    open replays every commit, also where a later one rewrote the same storage in place (an
+    implicit index's chunk slots, contiguous data: no check can describe those bytes)."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        if layout == "contiguous":
+            f.create_dataset("d", data=np.zeros(4096, "<f4"))
+        elif layout == "gzip":
+            f.create_dataset("d", data=np.zeros(4096, "<f4"), chunks=(512,), compression="gzip")
+        else:   # fixed size, allocated early, no filters: libhdf5's implicit chunk index
+            dcpl.set_chunk((512,))
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+            h5py.h5d.create(f.id, b"d", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((4096,)), dcpl=dcpl)
+    before = path.read_bytes()
+    model = np.zeros(4096, "<f4")
+    f = H5File.open(str(path), writable=True, lock=False)
+    wb = Writeback(f)
+    for k in range(1, 4):   # the same chunks written again and again, each committed
+        model[100:1500] = k
+        wb.write(f.resolve("/d"), 400, model[100:1500].tobytes())
+        wb.land([f.resolve("/d").address])
+    assert path.read_bytes()[:len(before)] == before or layout != "gzip"   # no group commit yet
+    with h5py.File(path, "r") as h:   # the file alone: the last group commit's state, sound
+        assert h["d"].shape == (4096,)
+    H5File.open(str(path), writable=True, lock=False).close()   # the next open replays
+    with h5py.File(path, "r") as h:
+        assert np.array_equal(h["d"][()], model)

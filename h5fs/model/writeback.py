@@ -500,7 +500,7 @@ class Writeback:
                         gone.append(old)
                     continue
                 if implicit and old is not None:
-                    txn.write_data(old.address, data)   # implicit chunks live where the index says
+                    txn.write_data(old.address, data, rewritable=True)   # implicit chunks live where the index says
                     continue
                 address = txn.allocate(len(data), raw=True)
                 txn.write_data(address, data)
@@ -594,7 +594,8 @@ class Writeback:
             else:
                 for start in range(0, size, FILL_PIECE):
                     n = min(FILL_PIECE, size - start)
-                    txn.write_data(address + start, fill_pattern(ds.fill_value, ds.itemsize, start, n))
+                    txn.write_data(address + start, fill_pattern(ds.fill_value, ds.itemsize, start, n),
+                                   rewritable=True)
             HeaderEdit(txn, ds.header).set(M.LAYOUT, self._layout(replace(ds.layout, address=address, size=size)))
             self.commit(txn, [ds.address])
 

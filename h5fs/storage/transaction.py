@@ -238,7 +238,8 @@ class Transaction:
         self.sizes = store.reader.sizes
         self.reader = OverlayReader(self, store.reader)
         self._new: dict[int, bytes] = {}        # metadata in fresh space, by address
-        self._checks: list[tuple[int, int, int]] = []   # chunk data written already: (position, length, CRC-32)
+        self._wrote_data = False                         # chunk data written to fresh space already
+        self._checks: list[tuple[int, int, int]] = []   # (position, length, CRC-32) of that data
         self._in_place: dict[int, bytes] = {}   # live metadata rewritten, by address
         self._starts: list[int] = []           # addresses of both staged kinds, sorted
         self.freed: list[tuple[int, int]] = []
@@ -264,13 +265,17 @@ class Transaction:
         commit with the end of allocation it then has."""
         self.superblock = sb
 
-    def write_data(self, address: int, data: bytes) -> None:
+    def write_data(self, address: int, data: bytes, rewritable: bool = False) -> None:
         """Chunk data into space this transaction allocated: written at once (nothing points
         there before the commit), so a transaction never holds its chunks in memory; its record
-        carries their CRC-32, so a replay knows whether the file holds them."""
+        carries their CRC-32, so a replay knows whether the file holds them. `rewritable`: space
+        later writes rewrite in place (implicit chunk slots, contiguous storage), which no check
+        could describe: as for any data written in place, a power loss may leave older bytes."""
         position = self.store.reader.base + address
         self.store.write(position, data)
-        self._checks.append((position, len(data), zlib.crc32(data)))
+        self._wrote_data = True
+        if not rewritable:
+            self._checks.append((position, len(data), zlib.crc32(data)))
 
     def read_data(self, address: int, size: int) -> bytes:
         """Chunk data written by `write_data` (to move it, as an implicit index does)."""
@@ -320,7 +325,7 @@ class Transaction:
 
     @property
     def empty(self) -> bool:
-        return not (self._new or self._checks or self._in_place or self.freed)
+        return not (self._new or self._wrote_data or self._in_place or self.freed)
 
     # -- commit -------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -399,7 +404,7 @@ class Transaction:
             store.settle()   # a pending record may rewrite space this commit reuses: retire it first
             # a single-page update is not torn: written directly
             direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
-            if new or self._checks or new_superblock:
+            if new or self._wrote_data or new_superblock:
                 for position, data in new:
                     store.write(position, data)
                 if os.fstat(writer.fd).st_size < base + store.allocator.eoa:

@@ -89,7 +89,7 @@ class ImplicitIndex(ChunkIndex):
             if slot is None or r.size != self.nbytes:
                 raise ValueError(f"{self.ctx.what}: implicit chunk {tuple(r.coords)} of {r.size} bytes does not fit "
                                  f"the maximum grid {self.max_grid} of {self.nbytes}-byte chunks")
-            txn.write_data(slot.address, txn.read_data(r.address, r.size))
+            txn.write_data(slot.address, txn.read_data(r.address, r.size), rewritable=True)
             txn.free(r.address, r.size, raw=True)
         lay = self.ctx.layout
         return replace(lay, index=replace(lay.index, address=self.address))
