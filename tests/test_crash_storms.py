@@ -8,7 +8,10 @@ storm went through (the last group commit's); once the journal is replayed, as t
 does, tree, attributes and dataset contents are the ones after the last acknowledged edit or
 after the one in flight; after the next mount and unmount `h5fs check` finds the file sound. After
 a power loss the tree is one the run went through, holding every edit acknowledged before the
-last fsync the surviving writes contain. H5FS_CRASH_ROUNDS sets the kills per storm."""
+last fsync the surviving writes contain. The values of copied arrays do not hold up today
+(LOST_COPY, UNWRITTEN_COPY: those cases are expected to fail); their "cp-shapes" and
+"all-synced-data" twins check what does: dtypes and shapes, and every fsync'd array's values.
+H5FS_CRASH_ROUNDS sets the kills per storm."""
 
 from __future__ import annotations
 
@@ -38,11 +41,12 @@ NO_TIMER = "flush_delay=600"          # no group commit on a timer: only kills a
 # what each storm's file holds before it, per round: (datasets under TOPS, groups of 3 datasets)
 FILLS = {"mkdir": (0, 0), "setfattr": (0, 8), "cp": (0, 0), "mv": (24, 8), "rm": (120, 0), "rm_r": (0, 40)}
 
-State = dict[str, tuple]   # path -> ("group", attributes) / ("dataset", digest of dtype, shape, bytes)
+State = dict[str, tuple]   # path -> ("group", attributes) / ("dataset", digest of the values, dtype and shape)
 
 
-def digest(a: np.ndarray) -> str:
-    return hashlib.sha1(f"{a.dtype.str}{a.shape}".encode() + a.tobytes()).hexdigest()
+def dataset_entry(a: np.ndarray) -> tuple:
+    kind = f"{a.dtype.str}{a.shape}"
+    return ("dataset", hashlib.sha1(kind.encode() + a.tobytes()).hexdigest(), kind)
 
 
 def group_entry(attrs: dict[str, bytes]) -> tuple:
@@ -61,7 +65,7 @@ def snapshot(path) -> State:
                                           for k, v in obj.attrs.items()})
                     visit(obj, p)
                 else:
-                    out[p] = ("dataset", digest(obj[()]))
+                    out[p] = dataset_entry(obj[()])
         visit(f, "")
     return out
 
@@ -87,8 +91,9 @@ def under(p: str, g: str) -> bool:
 
 
 def contents_of(state: State, vouched: set[str]) -> State:
-    """`state` with the contents of datasets other than `vouched` (digests) left out."""
-    return {p: v if v[0] == "group" or v[1] in vouched else ("dataset",) for p, v in state.items()}
+    """`state` with the values of datasets other than `vouched` (digests) left out (their dtype
+    and shape kept)."""
+    return {p: v if v[0] == "group" or v[1] in vouched else ("dataset", v[2]) for p, v in state.items()}
 
 
 def within(state: State, before: State, g: str) -> bool:
@@ -153,7 +158,7 @@ class Storm:
         src = self.scratch / f"{name}.npy"
         np.save(src, arr)
         p = f"{parent}/{name}"
-        done = self._edit({**self.model, p: ("dataset", digest(arr))},
+        done = self._edit({**self.model, p: dataset_entry(arr)},
                           lambda: shutil.copyfile(src, self.root / f"{p[1:]}.npy"))
         src.unlink()
         return done
@@ -195,10 +200,11 @@ class Storm:
                 return True
         return False
 
-    def after_last_or_pending(self, state: State) -> bool:
-        if state == self.model or state == self.pending:
+    def after_last_or_pending(self, state: State, view: Callable[[State], State] = lambda s: s) -> bool:
+        state = view(state)
+        if state == view(self.model) or self.pending is not None and state == view(self.pending):
             return True
-        return self.pending_group is not None and within(state, self.model, self.pending_group)
+        return self.pending_group is not None and within(state, view(self.model), self.pending_group)
 
 
 def _gone_is_removed(func, path, exc_info) -> None:
@@ -229,12 +235,15 @@ UNWRITTEN_COPY = pytest.mark.xfail(strict=True, reason=(
     "an fsync settles the journal (journal fsync, file fsync) before it writes the data of the "
     "datasets cp'd since the last fsync: a power loss between leaves them in the file with the "
     "array's dtype and shape, all zeros (get_storage_size() == 0), a tree the run never went through"))
-CASES = [pytest.param(kind, libver, marks=[LOST_COPY] if kind == "cp" else [])
-         for kind in KINDS for libver in ("earliest", "latest")]
+# (kind, whether the values of copied arrays are compared, libver): "cp-shapes" compares only
+# their dtypes and shapes (what survives today)
+CASES = [pytest.param(kind, values, libver, marks=[LOST_COPY] if kind == "cp" and values else [],
+                      id=f"{kind if values else 'cp-shapes'}-{libver}")
+         for kind, values in [(k, True) for k in KINDS] + [("cp", False)] for libver in ("earliest", "latest")]
 
 
-@pytest.mark.parametrize("kind,libver", CASES)
-def test_kill_during_storm(mount, tmp_path, kind, libver):
+@pytest.mark.parametrize("kind,values,libver", CASES)
+def test_kill_during_storm(mount, tmp_path, kind, values, libver):
     path = tmp_path / f"{kind}-{libver}.h5"
     datasets, groups = FILLS[kind]
     make(path, libver, datasets * ROUNDS, groups * ROUNDS)
@@ -252,10 +261,11 @@ def test_kill_during_storm(mount, tmp_path, kind, libver):
         time.sleep(rng.uniform(0.0, 0.3))
         kill_daemon(mp, pid)
         worker.join(30)
-        assert storm.went_through(snapshot(path)), "the file as the kill left it"   # (a) no replay
+        seen = (lambda s: s) if values else (lambda s: contents_of(s, set()))
+        assert storm.went_through(snapshot(path), view=seen), "the file as the kill left it"   # (a) no replay
         recover(path)   # (b) what the next mount does first
         model = snapshot(path)
-        assert storm.after_last_or_pending(model), differences(model, storm.model)
+        assert storm.after_last_or_pending(model, seen), differences(seen(model), seen(storm.model))
     mp = mount(path, "rw")   # (c) replays a journal the last kill left
     run_h5fs("umount", mp, check=True)
     report = check(str(path))
