@@ -132,7 +132,8 @@ def barriers(recording: str) -> list[int]:
 def replayed_prefixes(original: str, recording: str, out: str, seed: int):
     """Rebuild `out` from every prefix of the recorded writes that ends at an fsync, alone and
     with a random subset of the writes after it applied in random order (what a power loss
-    keeps), then open it writable as the next mount does (journal replay); yields after each."""
+    keeps), then open it writable as the next mount does (journal replay); yields after each
+    the index of the fsync the prefix ends at (it holds the recorded operations [0, that + 1))."""
     rng = random.Random(seed)
     ops = len(read_recording(recording))
     marks = barriers(recording)
@@ -142,7 +143,7 @@ def replayed_prefixes(original: str, recording: str, out: str, seed: int):
         for extra in ([], rng.sample(later, rng.randrange(len(later) + 1))):
             rebuild(original, recording, out, stop + 1, extra)
             recover(out)
-            yield
+            yield stop
 
 
 def recover(path) -> None:
