@@ -571,18 +571,19 @@ class Operations(pyfuse3.Operations):
             state.close()
         if state is not None and self.edits is not None:
             await self.edits.closed(handle_address(state))
-            await self.writes.closed(handle_address(state))
 
     @boundary
     async def flush(self, fh: int) -> None:
-        # a closed file's writes land with the background flush (writes.FLUSH_DELAY); a `.npy`
-        # file being created is checked whole
+        # a `.npy` file being created is checked whole; a closed file's writes are committed
+        # (durable with the next group commit: writes.FLUSH_DELAY)
         state = self.handles.files.get(fh)
         if isinstance(state, NpyStream):
             async with state.lock:   # after any write of this open file still under way (a dup)
                 await self._edits().stream_finish(state)
         elif isinstance(state, PointsStream) and await points_finish(self, state):
             await self.writes.changed(state.address, None)
+        if state is not None and self.writes is not None:
+            await self.writes.closed(handle_address(state))
 
     @boundary
     async def fsync(self, fh: int, datasync: bool) -> None:
