@@ -249,6 +249,12 @@ class Writeback:
             encode_ahead(self.pool, ds, source, st, st.last)
         st.last, st.end = coords, e0 + len(data) // isz
 
+    @property
+    def pending(self) -> bool:
+        """Whether anything is not yet durable in the file: dirty data, or committed changes
+        (namespace edits among them) the group commit has not settled."""
+        return bool(self.dirty) or self.f.store.pending
+
     def holds(self, address: int) -> bool:
         """Whether writes to the dataset are not all in the file: reads go through `read`."""
         return address in self.dirty or address in self.flushing
