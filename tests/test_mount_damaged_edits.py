@@ -227,7 +227,7 @@ def test_an_edit_before_the_walk_took_the_evidence(tmp_path):
     uses, and the walk then finds nothing wrong: the freed extent stays held all the same, as
     every extent the walk finds in use."""
     from h5fs.model.file import H5File
-    from h5fs.model.free_space import find_free_space
+    from h5fs.model.free_space import find_free_space, hold_freed_space
     from h5fs.model.tree_edit import TreeEditor
     from h5fs.model.writeback import Writeback
     path = tmp_path / "x.h5"
@@ -235,7 +235,7 @@ def test_an_edit_before_the_walk_took_the_evidence(tmp_path):
     f = H5File.open(str(path), writable=True, lock=True)
     wb = Writeback(f, 1 << 20)
     try:
-        f.store.allocator.hold()
+        hold_freed_space(f)
         TreeEditor(f, wb).unlink(f.root, "a")
         assert f.store.allocator.held_bytes() >= 160000
         assert find_free_space(f) is not None
@@ -293,7 +293,7 @@ def test_a_link_removed_before_the_walk(tmp_path, libver):
     header and data before the walk; the walk then finds the counts agreeing: the object's
     extents, met after that edit began, stay held."""
     from h5fs.model.file import H5File
-    from h5fs.model.free_space import find_free_space
+    from h5fs.model.free_space import find_free_space, hold_freed_space
     from h5fs.model.tree_edit import TreeEditor
     from h5fs.model.writeback import Writeback
     path = tmp_path / "x.h5"
@@ -301,7 +301,7 @@ def test_a_link_removed_before_the_walk(tmp_path, libver):
     f = H5File.open(str(path), writable=True, lock=True)
     wb = Writeback(f, 1 << 20)
     try:
-        f.store.allocator.hold()
+        hold_freed_space(f)
         TreeEditor(f, wb).unlink(f.root, "g_link")
         assert find_free_space(f) is not None and not f.store.damaged
         for _ in range(8):

@@ -326,7 +326,7 @@ def test_reference_to_object_removed_before_the_walk_fails(tmp_path, libver, the
     files); the first transaction after the verdict zeroes them, or the unmount's (also in a
     file whose free-space managers persist, which keeps its length)."""
     from h5fs.model.file import H5File
-    from h5fs.model.free_space import find_free_space
+    from h5fs.model.free_space import find_free_space, hold_freed_space
     from h5fs.model.tree_edit import TreeEditor
     from h5fs.model.writeback import Writeback
     path = tmp_path / f"early-{libver}.h5"
@@ -334,7 +334,7 @@ def test_reference_to_object_removed_before_the_walk_fails(tmp_path, libver, the
     f = H5File.open(str(path), writable=True, lock=True)
     wb = Writeback(f, 1 << 20)
     try:
-        f.store.allocator.hold()   # as a mount starts: freed space waits for the walk
+        hold_freed_space(f)   # as a mount starts: freed space waits for the walk
         TreeEditor(f, wb).unlink(f.root, "a")
         assert find_free_space(f) is not None and not f.store.damaged
         if then == "edit":

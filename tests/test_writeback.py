@@ -92,3 +92,26 @@ def test_commits_left_in_the_journal_replay_whole(tmp_path, layout):
     H5File.open(str(path), writable=True, lock=False).close()   # the next open replays
     with h5py.File(path, "r") as h:
         assert np.array_equal(h["d"][()], model)
+
+
+def test_pending_until_the_flush_settles_writes_and_edits(tmp_path):
+    """`pending` (what the mount's flusher asks) holds while dirty data or a committed edit is
+    not yet durable in the file itself, and the flush settles both."""
+    from h5fs.model.tree_edit import TreeEditor
+    path = tmp_path / "pending.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_dataset("d", data=np.zeros((64, 64), "<f4"), chunks=(16, 64))
+    with H5File.open(str(path), writable=True) as f:
+        wb = Writeback(f, dirty_limit=1 << 20)
+        assert not wb.pending and not f.store.pending
+        wb.write(f.resolve("/d"), 0, np.ones(64, "<f4").tobytes())
+        assert wb.pending
+        wb.flush()
+        assert not wb.pending and not f.store.pending
+        TreeEditor(f, wb).mkdir(f.root, "g")   # a journal record, its pages in the batch
+        assert f.store.pending and wb.pending and not wb.dirty
+        wb.flush()
+        assert not wb.pending and not f.store.pending
+        wb.close()
+    with h5py.File(path, "r") as f:
+        assert "g" in f and f["d"][0, 0] == 1

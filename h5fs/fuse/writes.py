@@ -27,7 +27,7 @@ from ..errors import CannotWrite, H5fsError, InvalidWrite
 from ..format.messages.layout import VIRTUAL
 from ..model import namespace
 from ..model.namespace import NPY, RAW
-from ..model.free_space import find_free_space
+from ..model.free_space import find_free_space, hold_freed_space
 from ..model.writeback import Writeback
 from . import offload
 from .handles import NpyStream, OpenFile
@@ -54,7 +54,7 @@ class WriteSide:
         # inodes with a write or truncate being answered: the kernel may hold their pages (locked,
         # under writeback, its writes held back) until the answer
         self.serving: Counter[int] = Counter()
-        writeback.f.store.allocator.hold()   # freed space waits for the walk to find the file sound
+        hold_freed_space(writeback.f)   # freed space waits for the walk to find the file sound
 
     def start(self, nursery) -> None:
         nursery.start_soon(self._flusher)
@@ -81,7 +81,7 @@ class WriteSide:
         record the flush retires)."""
         while True:
             await trio.sleep(FLUSH_POLL)
-            pending = self.wb.dirty or self.touched or self.ops.f.store.journal.pending
+            pending = self.wb.pending or self.touched
             if pending and time.monotonic() - self.last_write >= self.flush_delay:
                 try:
                     await self.flush()
@@ -93,7 +93,7 @@ class WriteSide:
         """Everything in the file; then the stat numbers of what changed since the last flush
         (background flushes included) are refreshed."""
         if not self.wb.dirty and not self.touched:
-            if self.ops.f.store.journal.pending:   # namespace edits: durable, their record retired
+            if self.wb.pending:   # namespace edits: durable, their record retired
                 await offload.run_sync(self.wb.flush)
             return
         touched, self.touched = self.touched, set()

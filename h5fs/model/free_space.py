@@ -24,6 +24,12 @@ from ..storage.space_map import gaps, space_problems, walk
 log = logging.getLogger("h5fs")
 
 
+def hold_freed_space(f) -> None:
+    """As a mount starts: space freed from now on (and what the free-space managers list) is
+    not reused until `find_free_space` finds the file sound (`Allocator.hold`)."""
+    f.store.allocator.hold()
+
+
 def find_free_space(f, quiet=nullcontext()) -> int | None:
     """Adopt the unused space of the open writable file `f`; returns the bytes adopted, or None
     when the walk cannot be trusted and is to be made again later. `quiet` (a lock) holds off

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import InvalidWrite
 from ..storage.header_writer import HeaderEdit
+from .chunk_staging import stage_chunks
 from .npy_header import NpyHeaderError, parse_npy_header
 
 READ_PIECE = 1 << 24
@@ -102,5 +103,5 @@ def replace_points(wb, ds, indices: np.ndarray, values: np.ndarray) -> None:
                 yield rec.coords, (None, 0, None)
 
     with wb.commit_lock, wb.f.store.transaction() as txn:
-        wb.stage_chunks(txn, ds, HeaderEdit(txn, ds.header), chunks())
+        stage_chunks(txn, ds, HeaderEdit(txn, ds.header), chunks())
         wb.commit(txn, [ds.address])

@@ -20,7 +20,7 @@ class SparseSource(ChunkedSource):
         self.codec = codec
         self.stored_max = MAX_CHUNK_BYTES   # a selection can take more room than the dense chunk
         # a few defined elements cost far less than a dense chunk: a write into a chunk not in
-        # memory waits as a patch, stored or not (writeback.py), until a read or the flush
+        # memory waits as a patch, stored or not (model/chunk_staging.py), until a read or the flush
         self.sparse = True
 
     def _decode(self, coords: tuple[int, ...], rec, data: bytes) -> bytes:

@@ -107,6 +107,12 @@ class Store:
     def begin(self) -> Transaction:
         return Transaction(self)
 
+    @property
+    def pending(self) -> bool:
+        """Whether committed changes are not yet durable in the file itself (in the batch, or
+        journal records not retired): `settle` makes them so."""
+        return bool(self.batch) or self.journal.pending
+
     def settle(self) -> None:
         """The group commit: every committed update durable in the file itself and the journal's
         records retired (the file alone is then whole)."""
