@@ -35,3 +35,8 @@ class Spans:
         if i < len(self.starts) and self.starts[i] < at:
             return self.starts[i], self.stops[i]
         return None
+
+    def overlaps(self, start: int, stop: int) -> bool:
+        """Whether any range shares a byte with [start, stop)."""
+        i = bisect.bisect_right(self.stops, start)
+        return i < len(self.starts) and self.starts[i] < stop

@@ -305,8 +305,9 @@ def run_on_pty(argv: list[str], timeout: float = 120) -> tuple[int, str]:
 def test_umount_shows_flush_progress_on_a_terminal_only(h5, mounts, tmp_path):
     mp = mounts.point()
     assert run_h5fs("mount", "-o", f"rw,writeback_mb=1024,flush_delay=600,log={tmp_path / 'log'}", h5, mp).returncode == 0
-    rows = 4096
-    data = np.random.default_rng(2).random((rows * 8, 1024), dtype=np.float32)   # 128 MiB of gzip chunks
+    # 16 MiB of gzip chunks within the dataset (a write past its end commits what came before at
+    # each growth), more than a close commits: the unmount writes them
+    data = np.random.default_rng(2).random((4096, 1024), dtype=np.float32)
     with open(mp / "z", "r+b") as fh:
         fh.write(data.tobytes())
     status, shown = run_on_pty(H5FS + ["umount", str(mp)])
@@ -411,7 +412,7 @@ def test_notify_handshake_and_stop_of_the_service(h5, mounts, tmp_path):
         assert is_mounted(mp) and sorted(os.listdir(mp / "g")) == ["y", "y.npy"]   # ready means usable
         fields = dict(line.split("=", 1) for line in message.splitlines())
         assert fields["MAINPID"] == str(service.pid) == str(pid_of(mp))
-        data = np.full((64, 1024), 7, np.float32)
+        data = np.full((4096, 1024), 7, np.float32)   # 16 MiB: more than a close commits
         with open(mp / "z", "r+b") as fh:   # not flushed: flush_delay=600
             fh.write(data.tobytes())
         service.send_signal(signal.SIGTERM)
@@ -429,7 +430,7 @@ def test_notify_handshake_and_stop_of_the_service(h5, mounts, tmp_path):
         assert any(re.search(r"STATUS=h5fs: writing into the file: \d+ of \d+ chunks", m) for m in later), later
         assert not is_mounted(mp)
         with h5py.File(h5, "r") as f:
-            assert np.array_equal(f["z"][:64], data)
+            assert np.array_equal(f["z"][:4096], data)
         # ExecStopPost clears what a dead daemon would leave (nothing here): it must not fail
         post = unit_command("ExecStopPost", mp, h5, "")
         subprocess.run(post, capture_output=True, timeout=30)

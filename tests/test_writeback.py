@@ -78,7 +78,6 @@ def test_commits_left_in_the_journal_replay_whole(tmp_path, layout):
             dcpl.set_chunk((512,))
             dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
             h5py.h5d.create(f.id, b"d", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((4096,)), dcpl=dcpl)
-    before = path.read_bytes()
     model = np.zeros(4096, "<f4")
     f = H5File.open(str(path), writable=True, lock=False)
     wb = Writeback(f)
@@ -86,8 +85,7 @@ def test_commits_left_in_the_journal_replay_whole(tmp_path, layout):
         model[100:1500] = k
         wb.write(f.resolve("/d"), 400, model[100:1500].tobytes())
         wb.land([f.resolve("/d").address])
-    assert path.read_bytes()[:len(before)] == before or layout != "gzip"   # no group commit yet
-    with h5py.File(path, "r") as h:   # the file alone: the last group commit's state, sound
+    with h5py.File(path, "r") as h:   # the file alone: a group commit's state (reused space makes one), sound
         assert h["d"].shape == (4096,)
     H5File.open(str(path), writable=True, lock=False).close()   # the next open replays
     with h5py.File(path, "r") as h:

@@ -5,8 +5,8 @@ changes is then told to the kernel and to the adapter's own caches: the object's
 (size after a resize, st_blocks after a flush), the other view's cached pages (`D` and `D.npy`
 show the same bytes), open handles' sizes and `.npy` headers, listings and facts.
 
-Dirty data is committed when its file is closed (the journal holds it: a `kill -9` of the daemon
-loses none of it), and on fsync, when the writeback's budget is full, FLUSH_DELAY seconds
+Dirty data is committed when its file is closed, up to 8 MiB (Writeback.closed: the journal holds
+it, a `kill -9` of the daemon loses none of it), and on fsync, when the writeback's budget is full, FLUSH_DELAY seconds
 (-o flush_delay) after the last write and at unmount (`close`); those group commits make it
 durable.
 """
@@ -108,12 +108,12 @@ class WriteSide:
                     log.debug("not refreshed after the flush: %s", exc)
 
     async def closed(self, address: int | None) -> None:
-        """A handle of a dataset was closed: its writes are committed now (the group commit
-        makes them durable later), so a `kill -9` of the daemon loses no closed file's data."""
+        """A handle of a dataset was closed: its writes are committed now when they are few
+        (Writeback.closed), so a `kill -9` of the daemon loses no small file's data."""
         if address is None or not self.wb.holds(address):
             return
         try:
-            await offload.run_sync(self.wb.land, [address])
+            await offload.run_sync(self.wb.closed, address)
         except (OSError, H5fsError) as exc:   # kept dirty: the flush tries again
             log.warning("writes of a closed file not committed yet: %s", exc)
 

@@ -69,15 +69,11 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
                     f" (and {len(problems) - 1} more)" if len(problems) > 1 else "", allocator.held_bytes(),
                     len(f.store.damaged))
         return 0
-    with quiet:
-        # what edits freed waits for their group commit: made now, so that it is judged with
-        # the rest of the held space, not handed out unchecked after the walk
-        f.store.settle()
-        # where a dangling reference points stays unused: a new header there would be what it names
-        allocator.keep([(address, GRAVE) for address in sorted(smap.dangling)])
-        busy = sorted(smap.extents + smap.free, key=lambda e: e.address)
-        adopted = allocator.adopt(gaps(busy, end))
-        kept = allocator.trust([(e.address, e.size, e.seen, e.owner) for e in smap.extents])
+    # where a dangling reference points stays unused: a new header there would be what it names
+    allocator.keep([(address, GRAVE) for address in sorted(smap.dangling)])
+    busy = sorted(smap.extents + smap.free, key=lambda e: e.address)
+    adopted = allocator.adopt(gaps(busy, end))
+    kept = allocator.trust([(e.address, e.size, e.seen, e.owner) for e in smap.extents])
     if kept:
         log.warning("%s: %d bytes an edit freed since mount are in use by another object (the file was damaged: "
                     "h5fs check tells more): kept unused", f.path, kept)

@@ -50,6 +50,7 @@ from .virtual import virtual_write
 log = logging.getLogger("h5fs")
 
 DEFAULT_DIRTY_LIMIT = 64 * 1024 * 1024   # dirty chunk bytes held before writes flush them
+CLOSE_COMMIT = 8 * 1024 * 1024           # dirty bytes of a closed file committed at its close
 
 
 @dataclass
@@ -299,9 +300,19 @@ class Writeback:
         if broken:
             raise broken[0]
 
+    def closed(self, address: int) -> None:
+        """A file of the dataset was closed: writes of up to CLOSE_COMMIT bytes are committed
+        now (not waiting for the group commit to make them durable: once the kernel holds them
+        a `kill -9` loses none); more wait for the flush, so that a close does not wait for
+        gigabytes to be filtered."""
+        with self.lock:
+            st = self.dirty.get(address)
+            if st is None or _dirty_nbytes(st) > CLOSE_COMMIT:
+                return
+        self.land([address])
+
     def land(self, addresses: list[int]) -> None:
-        """The writes of these datasets (a file closed) committed, not waiting for the group
-        commit to make them durable: once the kernel holds them a `kill -9` loses none."""
+        """The writes of these datasets committed, not waiting for the group commit."""
         with self.commit_lock:
             broken = self._commit_dirty(set(addresses))
         if broken:
@@ -336,9 +347,7 @@ class Writeback:
         broken: list[H5fsError] = []
         lost: set[int] = set()
         self.flush_done, self.flush_total = 0, sum(_chunk_count(st) for st in batch.values())
-        for i, part in enumerate(self._parts(batch)):
-            if i:   # the space the parts before freed, reusable once the file no longer uses it
-                self.f.store.settle()
+        for part in self._parts(batch):
             with self.f.store.transaction() as txn:
                 changed = []
                 for address, st in part:

@@ -16,9 +16,10 @@ A transaction stages two kinds of writes:
   The commit is acknowledged once the kernel holds its record: a `kill -9` loses nothing
   acknowledged, the next open replays the records. `Store.settle` is the group commit: the
   records made durable (one fsync), the batch written into the file (each page once, however
-  many edits changed it), the file fsynced (the chunk data with it), the journal emptied, and only
-  then the space the batch's commits freed made reusable (until then the file itself still uses
-  it: nothing may be written there directly). It runs at fsync, fsyncdir and unmount (the
+  many edits changed it), the file fsynced (the chunk data with it), the journal emptied. Space
+  the batch's commits freed is reusable by later commits of the batch at once (they land with
+  it, or a replay of a prefix of the records stops before them), but the file itself uses it
+  until the group commit: a direct write there (chunk data, contiguous data) settles first. It runs at fsync, fsyncdir and unmount (the
   writeback's `flush`), a few seconds after the last edit (the mount's flusher), and when the
   records pass JOURNAL_LIMIT or the batch BATCH_LIMIT bytes. A power loss leaves the file as the
   last group commit left it, with a prefix of the records after it: each record holds every byte
@@ -29,8 +30,8 @@ A transaction stages two kinds of writes:
   superblock's end of allocated space (when it grew) and the in-place updates: one update that
   lies within one page is written directly (a page write is not torn) and fsynced; several are
   appended to the journal first (fsync), then applied.
-Either way, space the transaction freed becomes reusable (the allocator's `release`) once the
-change is durable in the file.
+Either way, space the transaction freed becomes reusable (the allocator's `release`) after the
+commit.
 A crash after a record is durable is finished at the next open: the replay writes every pending
 record again, in order.
 Before all that, a file persisting its free space has its free-space managers rewritten as the
@@ -58,6 +59,7 @@ from .blockio import MAX_METADATA_BLOCK, BlockReader
 from .journal import LIMIT as JOURNAL_LIMIT
 from .journal import SUFFIX, Journal
 from .metadata_cache import MetadataCache
+from ..spans import Spans
 from .page_overlay import PageOverlay
 from .persistent_space import setup
 from .space import PAGE
@@ -78,7 +80,9 @@ class Store:
         # committed metadata not yet in the file: every read of metadata sees it (`settle`)
         self.batch = PageOverlay(reader.fd)
         reader.pread = self.batch.pread
-        self._unreleased: set[int] = set()   # owners of the batch's commits, whose frees wait for `settle`
+        # space the batch's commits freed: the file itself uses it until the group commit, so
+        # nothing may be written there directly before (`write`)
+        self.unsettled = Spans()
         # never hand out space the file already holds, even past the recorded end of allocation
         # (which libhdf5 stores with the base address added, unlike every other address)
         eoa = max(superblock.eof_address - superblock.base_address, os.fstat(reader.fd).st_size - reader.base)
@@ -127,9 +131,7 @@ class Store:
         if self.journal.pending:
             self.writer.sync()
             self.journal.clear()
-        # space the batch's commits freed: reusable now that nothing in the file uses it
-        owners, self._unreleased = self._unreleased, set()
-        self.allocator.release(frozenset(owners))
+        self.unsettled = Spans()
 
     def grow(self, size: int) -> None:
         """The file made `size` bytes long (zeros, sparse) if it is shorter."""
@@ -139,7 +141,10 @@ class Store:
 
     def write(self, position: int, data: bytes | memoryview) -> None:
         """Bytes written into the file directly (chunk data in fresh space, contiguous data in
-        place), at an absolute position: the batch's pages follow them."""
+        place), at an absolute position: the batch's pages follow them; space a commit of the
+        batch freed is first made free in the file too (`settle`)."""
+        if self.unsettled.overlaps(position - self.reader.base, position - self.reader.base + len(data)):
+            self.settle()
         self.writer.pwrite(position, data)
         self.batch.patch(position, data)
         self.reader.eof = max(self.reader.eof, position + len(data))
@@ -277,8 +282,11 @@ class Transaction:
         carries their CRC-32, so a replay knows whether the file holds them. `rewritable`: space
         later writes rewrite in place (implicit chunk slots, contiguous storage), which no check
         could describe: as for any data written in place, a power loss may leave older bytes."""
-        position = self.store.reader.base + address
-        self.store.write(position, data)
+        position, store = self.store.reader.base + address, self.store
+        if store.unsettled.overlaps(address, address + len(data)):
+            store.settle()   # as `write` would: an abort then keeps what the group commit wrote
+            self._file_size = os.fstat(store.reader.fd).st_size
+        store.write(position, data)
         self._wrote_data = True
         if not rewritable:
             self._checks.append((position, len(data), zlib.crc32(data)))
@@ -395,10 +403,9 @@ class Transaction:
             hook()
         for address, size, raw in self.frees():
             store.allocator.free(address, size, raw)
-        if batched:   # the frees wait until the file itself no longer uses the space
-            store._unreleased |= self.owners
-        else:
-            store.allocator.release(frozenset(self.owners))
+            if batched:   # reusable by later commits of the batch, not by direct writes (`Store.write`)
+                store.unsettled.add(address, address + size)
+        store.allocator.release(frozenset(self.owners))
 
     def _publish(self, new: list[tuple[int, bytes]], updates: list[tuple[int, bytes]],
                  eoas: tuple[int, int], new_superblock: bool) -> None:
