@@ -19,6 +19,7 @@ import functools
 import json
 import logging
 import os
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -347,11 +348,22 @@ class EditSide(NpyArrivals):
     # -- telling what changed -----------------------------------------------------------------
     async def _run(self, fn, *args, **kwargs):
         """An edit that may free, copy or walk storage: in a worker."""
-        return await offload.run_sync(functools.partial(fn, *args, **kwargs))
+        try:
+            return await offload.run_sync(functools.partial(fn, *args, **kwargs))
+        finally:
+            self._edited()
 
     async def _quick(self, fn, *args, **kwargs):
         """A small edit: on the trio thread while no commit is under way, else in a worker."""
-        return await offload.run_unless_busy(self.editor.wb.commit_lock, functools.partial(fn, *args, **kwargs))
+        try:
+            return await offload.run_unless_busy(self.editor.wb.commit_lock, functools.partial(fn, *args, **kwargs))
+        finally:
+            self._edited()
+
+    def _edited(self) -> None:
+        """The group commit waits `flush_delay` s after the last edit, as after the last write
+        (fuse/writes.py `_flusher`): a storm of edits is not settled every poll."""
+        self.ops.writes.last_write = time.monotonic()
 
     async def _changed(self, parent: Node, name: bytes, twins: list[bytes] = ()) -> None:
         """`name` in `parent` changed through the kernel (which updates its own dentry): the
