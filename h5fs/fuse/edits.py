@@ -201,8 +201,9 @@ class EditSide(NpyArrivals):
                 await self._now_a_view(entry, new_parent, new, link)
             return   # two names of one object: rename(2) does nothing
         before = self.ops.table.newest
-        # replacing an object may free its storage: in a worker
-        run = self._quick if existing is None else self._run
+        # replacing an object may free its storage, moving a group checks its whole subtree
+        # (TreeEditor._inside): in a worker
+        run = self._quick if existing is None and entry.kind != DIR else self._run
         left = await run(self.editor.rename, self.ops._object(old_parent), text, self.ops._object(new_parent), new_text)
         link_node = self.ops.table.find_link(old_parent.address, old) if entry.kind == SYMLINK else None
         # the moved object and all below it are known by their new paths (symlink targets,
@@ -267,8 +268,8 @@ class EditSide(NpyArrivals):
         filters = r.get("filters") or ()
         if filters == "none":
             filters = ()
-        await self._run(self.editor.create_dataset, self.ops._object(parent), text, dtype, shape, maxshape=maxshape,
-                        chunks=chunks, filters=filters, layout=r.get("layout"), fill=r.get("fill"))
+        await self._quick(self.editor.create_dataset, self.ops._object(parent), text, dtype, shape, maxshape=maxshape,
+                          chunks=chunks, filters=filters, layout=r.get("layout"), fill=r.get("fill"))
         await self._changed(parent, raw, [raw + NPY_SUFFIX.encode()])
         self.ops.invalidator.entry(parent, raw)
 
