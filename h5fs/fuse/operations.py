@@ -10,10 +10,12 @@ also counts the requests served (the root fact `user.h5fs.requests`). Only the t
 handlers and touches the inode table and the handles. What an object header answers (the stat
 numbers of most objects, attribute lists and small values kept in the header, most facts) is
 answered inline, and so are lookups in compact groups: a thread hop costs more than the work.
-Listings (every child's header), other lookups, heap and index reads, variable-length data and
-chunk decoding go through `offload.run_sync`; st_blocks that take a chunk index walk
-through `blocks` (stat answers an estimate at once, the inode is invalidated once it is known;
-a lookup or getattr waits up to SETTLE_WAIT for it first).
+On a writable mount, lookups in a group's name index and the stat refreshes after edits are
+answered inline too while no commit is under way (`_lookup_beyond`, `_quickly`), as are small
+edits (fuse/edits.py). Listings (every child's header), other lookups, heap and index reads,
+variable-length data and chunk decoding go through `offload.run_sync`; st_blocks that take a
+chunk index walk through `blocks` (stat answers an estimate at once, the inode is invalidated
+once it is known; a lookup or getattr waits up to SETTLE_WAIT for it first).
 
 The kernel is told long entry, attribute and negative-entry timeouts and keeps the page cache
 of open files: nothing changes under the mount while writes answer EROFS, and what does change
