@@ -15,6 +15,8 @@ from typing import Awaitable, Callable, TypeVar
 
 import trio
 
+from ..storage.byte_source import WouldBlock
+
 T = TypeVar("T")
 
 _limiter: trio.CapacityLimiter | None = None
@@ -36,10 +38,15 @@ async def run_sync(fn: Callable[..., T], *args) -> T:
 async def run_unless_busy(lock: threading.RLock, fn: Callable[..., T], *args,
                           otherwise: Callable[..., Awaitable[T]] = run_sync) -> T:
     """`fn(*args)` on the calling (trio) thread holding `lock` when it is free; else
-    `otherwise(fn, *args)` (in a worker, which waits for the lock there, never the trio thread)."""
+    `otherwise(fn, *args)` (in a worker, which waits for the lock there, never the trio thread).
+    Bytes the trio thread may not wait for (WouldBlock: a virtual dataset's remote sources) send
+    it to `otherwise` too, not back to the handler's start: an edit may be committed by then
+    (one that was not is aborted, its transaction never published)."""
     if lock.acquire(blocking=False):
         try:
             return fn(*args)
+        except WouldBlock:
+            pass
         finally:
             lock.release()
     return await otherwise(fn, *args)
