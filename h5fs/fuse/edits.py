@@ -1,6 +1,8 @@
 """The mount's namespace edits: mkdir, rmdir, unlink, rename, link, symlink, setxattr,
 removexattr and utimens, each one transaction of the engine's tree editor
-(h5fs.model.tree_edit) run in a worker thread.
+(h5fs.model.tree_edit). A small edit (a group, a link, an attribute, a time) runs on the trio
+thread while no commit is under way (`_quick`: a worker hop costs more than the edit, whose
+Python holds the GIL either way); one that may free or copy storage, in a worker (`_run`).
 
 Names are checked here (what HDF5 can hold, what the mount shows: `D` and `D.npy` are one
 dataset); the editor checks the tree (existence, emptiness, cycles). After an edit the adapter's
@@ -17,6 +19,7 @@ import functools
 import json
 import logging
 import os
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -69,11 +72,11 @@ class EditSide(NpyArrivals):
     # -- what a name stands for -------------------------------------------------------------
     async def _entry(self, parent: Node, name: bytes) -> namespace.Entry | None:
         ops = self.ops
-        return await offload.run_sync(namespace.lookup, ops.f, ops._object(parent), parent.path, name)
+        return await ops._quickly(namespace.lookup, ops.f, ops._object(parent), parent.path, name)
 
     async def _link_of(self, parent: Node, name: bytes) -> tuple[str, namespace.Entry]:
         """The link name behind a file name of `parent` (`D.npy` is the link `D`), and its entry."""
-        return await offload.run_sync(self._link_now, parent, name)
+        return await self.ops._quickly(self._link_now, parent, name)
 
     def _link_now(self, parent: Node, name: bytes) -> tuple[str, namespace.Entry]:
         """`_link_of` in a worker thread."""
@@ -104,7 +107,7 @@ class EditSide(NpyArrivals):
             address = self.editor.mkdir(ops._object(parent), text)
             return namespace.object_entry(ops.f, parent.path, text, address)
 
-        entry = await self._run(make)
+        entry = await self._quick(make)
         if entry is not None:
             ops.table.gone(entry.address)   # a node there is a freed object's whose news is on its way
         await self._changed(parent, name)
@@ -117,7 +120,7 @@ class EditSide(NpyArrivals):
         if entry.kind != DIR:
             raise FUSEError(errno.ENOTDIR)
         before = self.ops.table.newest
-        left = await self._run(self.editor.rmdir, self.ops._object(parent), text)
+        left = await self._quick(self.editor.rmdir, self.ops._object(parent), text)   # an empty group
         await self._changed(parent, name)
         await self._forget_object(entry.address, left, before)
 
@@ -198,8 +201,10 @@ class EditSide(NpyArrivals):
                 await self._now_a_view(entry, new_parent, new, link)
             return   # two names of one object: rename(2) does nothing
         before = self.ops.table.newest
-        left = await self._run(self.editor.rename, self.ops._object(old_parent), text,
-                               self.ops._object(new_parent), new_text)
+        # replacing an object may free its storage, moving a group checks its whole subtree
+        # (TreeEditor._inside): in a worker
+        run = self._quick if existing is None and entry.kind != DIR else self._run
+        left = await run(self.editor.rename, self.ops._object(old_parent), text, self.ops._object(new_parent), new_text)
         link_node = self.ops.table.find_link(old_parent.address, old) if entry.kind == SYMLINK else None
         # the moved object and all below it are known by their new paths (symlink targets,
         # `user.h5fs.path`, messages); a soft link's inode by its new name and text
@@ -234,7 +239,7 @@ class EditSide(NpyArrivals):
             if await self._entry(new_parent, new) is not None:
                 raise FUSEError(errno.EEXIST)
         text = await self._free_name(new_parent, link)
-        await self._run(self.editor.hard_link, node.address, self.ops._object(new_parent), text)
+        await self._quick(self.editor.hard_link, node.address, self.ops._object(new_parent), text)
         await self._changed(new_parent, new, [link] if link != new else [])
         await self._refresh(node.address)
         return await self._lookup(new_parent, new)
@@ -243,9 +248,9 @@ class EditSide(NpyArrivals):
         text = await self._free_name(parent, name)
         kind, where = self.link_target(parent, target)
         if kind == "external":
-            await self._run(self.editor.external_link, self.ops._object(parent), text, *where)
+            await self._quick(self.editor.external_link, self.ops._object(parent), text, *where)
         else:
-            await self._run(self.editor.soft_link, self.ops._object(parent), text, where)
+            await self._quick(self.editor.soft_link, self.ops._object(parent), text, where)
         await self._changed(parent, name, [name + NPY_SUFFIX.encode()])   # a soft link to a dataset: its .npy too
         return await self._lookup(parent, name)
 
@@ -263,8 +268,8 @@ class EditSide(NpyArrivals):
         filters = r.get("filters") or ()
         if filters == "none":
             filters = ()
-        await self._run(self.editor.create_dataset, self.ops._object(parent), text, dtype, shape, maxshape=maxshape,
-                        chunks=chunks, filters=filters, layout=r.get("layout"), fill=r.get("fill"))
+        await self._quick(self.editor.create_dataset, self.ops._object(parent), text, dtype, shape, maxshape=maxshape,
+                          chunks=chunks, filters=filters, layout=r.get("layout"), fill=r.get("fill"))
         await self._changed(parent, raw, [raw + NPY_SUFFIX.encode()])
         self.ops.invalidator.entry(parent, raw)
 
@@ -305,7 +310,7 @@ class EditSide(NpyArrivals):
             await self.create_attribute(node, value)
             return
         attr = self._attribute_name(node, name)
-        await self._run(self.editor.set_attribute, self.ops._object(node), attr, value)
+        await self._quick(self.editor.set_attribute, self.ops._object(node), attr, value)
         self._attributes_changed(node, attr)
 
     async def create_attribute(self, node: Node, request: bytes) -> None:
@@ -318,18 +323,18 @@ class EditSide(NpyArrivals):
                 raise TypeError("the name is not a string")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InvalidWrite(f"{node.path}: an attribute request that does not parse: {exc}") from None
-        await self._run(self.editor.create_attribute, self.ops._object(node), name, dtype, value)
+        await self._quick(self.editor.create_attribute, self.ops._object(node), name, dtype, value)
         self._attributes_changed(node, name)
 
     async def removexattr(self, node: Node, name: bytes) -> None:
         attr = self._attribute_name(node, name)
         if attr not in await self.ops._attributes(node):
             raise FUSEError(pyfuse3.ENOATTR)
-        await self._run(self.editor.remove_attribute, self.ops._object(node), attr)
+        await self._quick(self.editor.remove_attribute, self.ops._object(node), attr)
         self._attributes_changed(node, attr)
 
     async def touch(self, node: Node, mtime_ns: int) -> None:
-        await self._run(self.editor.touch, self.ops._object(node), mtime_ns)
+        await self._quick(self.editor.touch, self.ops._object(node), mtime_ns)
         await self._refresh(node.address)
 
     def _attribute_name(self, node: Node, name: bytes) -> str:
@@ -343,7 +348,23 @@ class EditSide(NpyArrivals):
 
     # -- telling what changed -----------------------------------------------------------------
     async def _run(self, fn, *args, **kwargs):
-        return await offload.run_sync(functools.partial(fn, *args, **kwargs))
+        """An edit that may free, copy or walk storage: in a worker."""
+        try:
+            return await offload.run_sync(functools.partial(fn, *args, **kwargs))
+        finally:
+            self._edited()
+
+    async def _quick(self, fn, *args, **kwargs):
+        """A small edit: on the trio thread while no commit is under way, else in a worker."""
+        try:
+            return await offload.run_unless_busy(self.editor.wb.commit_lock, functools.partial(fn, *args, **kwargs))
+        finally:
+            self._edited()
+
+    def _edited(self) -> None:
+        """The group commit waits `flush_delay` s after the last edit, as after the last write
+        (fuse/writes.py `_flusher`): a storm of edits is not settled every poll."""
+        self.ops.writes.last_write = time.monotonic()
 
     async def _changed(self, parent: Node, name: bytes, twins: list[bytes] = ()) -> None:
         """`name` in `parent` changed through the kernel (which updates its own dentry): the
@@ -361,7 +382,7 @@ class EditSide(NpyArrivals):
             # the edit set them (TreeEditor): stat shows them at once (the kernel asks again: it
             # drops a directory's attributes when an entry changes)
             try:
-                parent.numbers = await self.ops._consistently(namespace.numbers, self.ops._object(parent))
+                parent.numbers = await self.ops._quickly(namespace.numbers, self.ops._object(parent))
             except Exception as exc:  # noqa: BLE001 - the edit is committed: logged, the old numbers kept, no EIO
                 self.ops._mark_broken(parent, exc)
 
@@ -370,8 +391,8 @@ class EditSide(NpyArrivals):
 
     async def _refresh(self, address: int) -> None:
         """An object's stat numbers (link count, times) changed: every inode of it asks again."""
-        ops = self.ops   # the header read in the worker too: it may not be cached
-        await self._show(address, await offload.run_sync(lambda: namespace.numbers(ops._by_address(address))))
+        ops = self.ops
+        await self._show(address, await ops._quickly(lambda: namespace.numbers(ops._by_address(address))))
 
     async def _show(self, address: int, numbers: Numbers) -> None:
         ops = self.ops
@@ -394,7 +415,7 @@ class EditSide(NpyArrivals):
     async def _forget_object(self, address: int, left: int | None, before: int) -> None:
         """A link to the object went (`left`: the hard links it has now): its link count
         changed, or it is gone (`before`: the table's newest node when the edit began)."""
-        numbers = await offload.run_sync(self._numbers_left, address, left) if left else None
+        numbers = await self.ops._quickly(self._numbers_left, address, left) if left else None
         await self._forgotten(address, left, numbers, before)
 
     async def _forgotten(self, address: int, left: int | None, numbers: Numbers | None, before: int) -> None:

@@ -1,15 +1,21 @@
 """The one way the daemon runs blocking work (file I/O, decompression) off the trio thread.
 
 A `trio.to_thread.run_sync` hop costs ~120 us of CPU (GUIDE section 6): callers answer from the
-engine's caches first and come here only for real work (a chunk to read and decode).
+engine's caches first and come here only for real work (a chunk to read and decode). Work that
+is small but must not meet a commit half done (a namespace edit, a lookup in a group's name
+index) runs on the trio thread when the commit lock is free (`run_unless_busy`): engine code
+holds the GIL either way, so a worker would only add the hop.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Callable, TypeVar
+import threading
+from typing import Awaitable, Callable, TypeVar
 
 import trio
+
+from ..storage.byte_source import WouldBlock
 
 T = TypeVar("T")
 
@@ -27,3 +33,20 @@ def limiter() -> trio.CapacityLimiter:
 async def run_sync(fn: Callable[..., T], *args) -> T:
     """Run `fn(*args)` in a worker thread; `fn` must touch only thread-safe or immutable state."""
     return await trio.to_thread.run_sync(fn, *args, limiter=limiter())
+
+
+async def run_unless_busy(lock: threading.RLock, fn: Callable[..., T], *args,
+                          otherwise: Callable[..., Awaitable[T]] = run_sync) -> T:
+    """`fn(*args)` on the calling (trio) thread holding `lock` when it is free; else
+    `otherwise(fn, *args)` (in a worker, which waits for the lock there, never the trio thread).
+    Bytes the trio thread may not wait for (WouldBlock: a virtual dataset's remote sources) send
+    it to `otherwise` too, not back to the handler's start: an edit may be committed by then
+    (one that was not is aborted, its transaction never published)."""
+    if lock.acquire(blocking=False):
+        try:
+            return fn(*args)
+        except WouldBlock:
+            pass
+        finally:
+            lock.release()
+    return await otherwise(fn, *args)

@@ -10,10 +10,12 @@ also counts the requests served (the root fact `user.h5fs.requests`). Only the t
 handlers and touches the inode table and the handles. What an object header answers (the stat
 numbers of most objects, attribute lists and small values kept in the header, most facts) is
 answered inline, and so are lookups in compact groups: a thread hop costs more than the work.
-Listings (every child's header), other lookups, heap and index reads, variable-length data and
-chunk decoding go through `offload.run_sync`; st_blocks that take a chunk index walk
-through `blocks` (stat answers an estimate at once, the inode is invalidated once it is known;
-a lookup or getattr waits up to SETTLE_WAIT for it first).
+On a writable mount, lookups in a group's name index and the stat refreshes after edits are
+answered inline too while no commit is under way (`_lookup_beyond`, `_quickly`), as are small
+edits (fuse/edits.py). Listings (every child's header), other lookups, heap and index reads,
+variable-length data and chunk decoding go through `offload.run_sync`; st_blocks that take a
+chunk index walk through `blocks` (stat answers an estimate at once, the inode is invalidated
+once it is known; a lookup or getattr waits up to SETTLE_WAIT for it first).
 
 The kernel is told long entry, attribute and negative-entry timeouts and keeps the page cache
 of open files: nothing changes under the mount while writes answer EROFS, and what does change
@@ -292,6 +294,32 @@ class Operations(pyfuse3.Operations):
         """Thread-safe: the index walk."""
         return namespace.storage_blocks(self.f.get(address, path))
 
+    async def _lookup_beyond(self, group, path: str, name: bytes) -> Entry | None:
+        """A lookup that reads more than object headers (a dense group's name index, a soft
+        link's target). On a writable mount while no commit is under way, on the trio thread:
+        once the index is cached that is less work than a thread hop (a `mkdir` is looked up
+        first), and a chunk index is counted in the background (`_settle`). Otherwise in a
+        worker, which counts a small chunk index on the same trip."""
+        if self.writes is not None:
+            lock = self.writes.wb.commit_lock
+            if lock.acquire(blocking=False):
+                try:
+                    return namespace.lookup(self.f, group, path, name)
+                finally:
+                    lock.release()
+        entry, blocks = await self._consistently(self._lookup_counted, group, path, name)
+        if blocks is not None:
+            self.blocks.learn(entry.address, blocks)
+        return entry
+
+    async def _quickly(self, fn, *args):
+        """`fn(*args)`, a read that is little work once the metadata it reads is cached (an
+        object's stat numbers after an edit): on a writable mount on the trio thread while no
+        commit is under way (nothing it reads is half-written then), else `_consistently`."""
+        if self.writes is None:
+            return await self._consistently(fn, *args)
+        return await offload.run_unless_busy(self.writes.wb.commit_lock, fn, *args, otherwise=self._consistently)
+
     def _lookup_counted(self, group, path: str, name: bytes) -> tuple[Entry | None, int | None]:
         """In a worker: the entry `name` of `group`, and the st_blocks of a dataset whose small
         chunk index must be walked, counted on the same trip rather than on one of its own
@@ -359,9 +387,7 @@ class Operations(pyfuse3.Operations):
             try:  # a compact group, a child its header describes: no thread hop
                 entry = namespace.lookup(self.f, group, parent.path, name, header_only=True)
             except (namespace.BeyondHeader, H5fsError):   # an error: once more, as below
-                entry, blocks = await self._consistently(self._lookup_counted, group, parent.path, name)
-                if blocks is not None:
-                    self.blocks.learn(entry.address, blocks)
+                entry = await self._lookup_beyond(group, parent.path, name)
         except Exception as exc:
             self._mark_broken(parent, exc)
             raise FUSEError(errno.EIO) from None

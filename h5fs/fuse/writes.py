@@ -238,7 +238,7 @@ class WriteSide:
             if points is not None:
                 await ops.invalidator.attributes(points)
             return   # the same size; st_blocks and facts change at the flush
-        numbers = await offload.run_sync(namespace.numbers, ops._by_address(address))
+        numbers = await ops._quickly(namespace.numbers, ops._by_address(address))
         for npy in (False, True):
             ops.fact_tables.pop((address, npy))
         ops.blocks.forget(address)
