@@ -6,9 +6,9 @@ changes is then told to the kernel and to the adapter's own caches: the object's
 show the same bytes), open handles' sizes and `.npy` headers, listings and facts.
 
 Dirty data is committed when its file is closed, up to 8 MiB (Writeback.closed: the journal holds
-it, a `kill -9` of the daemon loses none of it), and on fsync, when the writeback's budget is full, FLUSH_DELAY seconds
-(-o flush_delay) after the last write and at unmount (`close`); those group commits make it
-durable.
+it, a `kill -9` of the daemon loses none of it), and on fsync, when the writeback's budget is
+full, FLUSH_DELAY seconds (-o flush_delay) after the last write or edit and at unmount (`close`);
+those group commits make it durable.
 """
 
 from __future__ import annotations

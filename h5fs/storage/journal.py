@@ -1,22 +1,27 @@
-"""The write-ahead journal beside the file (`FILE.h5fs-journal`): updates of live metadata (and
-the small new blocks they publish) are appended here and made durable before any of them touches
-the .h5 file, so a crash in the middle of applying them is finished at the next open.
+"""The write-ahead journal beside the file (`FILE.h5fs-journal`): every commit's updates of live
+metadata (and the new blocks they publish) are appended here as one record, and none of them
+touches the .h5 file before the record is durable, so a crash in the middle of applying them is
+finished at the next open.
 
-Records follow one another: magic, entry count, record length, the end of allocation the
-superblock records before and after the record, entries (absolute file position, length, bytes),
-CRC-32 of all that. Replay applies every complete record in order, stopping at the first that is
-incomplete or fails its CRC: that one was never acknowledged (nothing of it was applied: applying
-starts only after the record is durable), and none follows it, since each record is appended only
-once the one before is durable. Replaying a record whose bytes already reached the file writes the
-same bytes again, so the journal is retired lazily: once the file is fsynced after applying
-(`Store.settle`, or when the journal passes `LIMIT` bytes).
+Records follow one another: magic, entry count, check count, record length, the end of allocation
+the superblock records before and after the record, checks (position, length and CRC-32 of data
+the commit wrote into the file directly: new chunks), entries (absolute file position, length,
+bytes), CRC-32 of all that. A record is appended without waiting for the disk (`append`: a
+`kill -9` of the daemon leaves every record to the kernel) and made durable with the group commit
+(`sync`, then `Store.settle` applies the batch). Replay applies every complete record in order,
+stopping at the first that is incomplete, fails its CRC or names data the file does not hold
+(`holding`): after a power loss the records not yet synced may survive in part, and what replays
+is a prefix of them, each record the whole change of one commit. Replaying a record whose bytes
+already reached the file writes the same bytes again, so the journal is retired lazily: once the
+file is fsynced after applying (`Store.settle`, or when the journal passes `LIMIT` bytes).
 
 A journal belongs to one state of its file: the file a crash left holds the end of allocation
 from before the first record or after one of them (the superblock is the first update a record
 applies, and it is written nowhere else while records wait). A file whose end of allocation is
 none of those was written by something else since the crash (recreated by h5py, copied over):
 replaying would write stale metadata into it, so the journal is set aside, unreplayed (`Stale`).
-Records of an older h5fs (`OLD_MAGIC`) carry no end of allocation and replay as they are.
+Records of an older h5fs carry no checks (`V2_MAGIC`), or no end of allocation either
+(`OLD_MAGIC`), and replay as they are.
 
 An open that must not write (read-only) reads the file through the records instead (`overlay`):
 it sees the file as the replay will leave it, never a record half applied.
@@ -250,7 +255,8 @@ class Journal:
         self.append(entries, eoa)
         self.sync()
 
-    def append(self, entries: list[tuple[int, bytes]], eoa: tuple[int, int], checks: list[tuple[int, int, int]] = ()) -> None:
+    def append(self, entries: list[tuple[int, bytes]], eoa: tuple[int, int],
+               checks: list[tuple[int, int, int]] = ()) -> None:
         """Append a record without waiting: the kernel holds it (a `kill -9` of the daemon loses
         nothing), a power loss may take it and every record after it (`sync`)."""
         record = encode(entries, eoa, checks)

@@ -19,9 +19,10 @@ A transaction stages two kinds of writes:
   many edits changed it), the file fsynced (the chunk data with it), the journal emptied. Space
   the batch's commits freed is reusable by later commits of the batch at once (they land with
   it, or a replay of a prefix of the records stops before them), but the file itself uses it
-  until the group commit: a direct write there (chunk data, contiguous data) settles first. It runs at fsync, fsyncdir and unmount (the
-  writeback's `flush`), a few seconds after the last edit (the mount's flusher), and when the
-  records pass JOURNAL_LIMIT or the batch BATCH_LIMIT bytes. A power loss leaves the file as the
+  until the group commit: a direct write there (chunk data, contiguous data) settles first.
+  The group commit runs at fsync, fsyncdir and unmount (the writeback's `flush`), a few seconds
+  after the last edit (the mount's flusher), and when the records pass JOURNAL_LIMIT or the
+  batch BATCH_LIMIT bytes. A power loss leaves the file as the
   last group commit left it, with a prefix of the records after it: each record holds every byte
   its edit changed, so any prefix replays to the state after one of the edits, and the replay
   stops at the first record whose chunk data the file does not hold (journal.holding);
