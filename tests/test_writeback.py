@@ -113,3 +113,59 @@ def test_pending_until_the_flush_settles_writes_and_edits(tmp_path):
         wb.close()
     with h5py.File(path, "r") as f:
         assert "g" in f and f["d"][0, 0] == 1
+
+
+def test_a_crash_inside_the_group_commit_replays_every_record(tmp_path, monkeypatch):
+    """Chunks committed with checks, their dataset removed, its space reused by new groups; the
+    group commit then dies half-way through writing the batch over that space (a kill -9): the
+    next open replays every record, the checks of data made durable before the batch was
+    written not standing in the way (the journal's marker)."""
+    from h5fs.model.tree_edit import TreeEditor
+    from h5fs.storage.page_overlay import PageOverlay
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_dataset("d", data=np.zeros(65536, "<f4"), chunks=(4096,), compression="gzip")
+    f = H5File.open(str(path), writable=True, lock=False)
+    wb, ed = Writeback(f), TreeEditor(f, Writeback(f))
+    wb.write(f.resolve("/d"), 0, np.arange(65536, dtype="<f4").tobytes())
+    wb.land([f.resolve("/d").address])          # chunks written, records check them
+    ed.unlink(f.root, "d")                      # their space freed in the batch...
+    for i in range(300):                        # ...and reused by new headers
+        ed.mkdir(f.root, f"g{i}")
+    real = PageOverlay.write_to
+
+    def half(self, writer):                     # the group commit killed part-way
+        numbers = self._numbers[:len(self._numbers) // 2]
+        for p in numbers:
+            lo, hi = self._spans[p]
+            writer.pwrite(p * 4096 + lo, self.pages[p][lo:hi])
+        raise KeyboardInterrupt
+    monkeypatch.setattr(PageOverlay, "write_to", half)
+    with pytest.raises(KeyboardInterrupt):
+        f.store.settle()
+    monkeypatch.setattr(PageOverlay, "write_to", real)
+    H5File.open(str(path), writable=True, lock=False).close()   # the next open replays
+    with h5py.File(path, "r") as h:
+        assert sorted(h) == sorted(f"g{i}" for i in range(300))
+
+
+def test_new_contiguous_storage_in_space_the_batch_freed_reads_its_fill(tmp_path):
+    """Groups made and removed (their headers' space freed in the batch), then a contiguous
+    dataset's storage allocated there and written in part: the rest reads as zeros (the fill),
+    not as the freed headers' bytes the batch still held."""
+    from h5fs.model.tree_edit import TreeEditor
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_dataset("c", shape=(100,), dtype="<f4")   # storage not allocated yet
+    f = H5File.open(str(path), writable=True, lock=False)
+    wb = Writeback(f)
+    ed = TreeEditor(f, wb)
+    for i in range(20):
+        ed.mkdir(f.root, f"g{i}")
+    for i in range(20):
+        ed.rmdir(f.root, f"g{i}")
+    wb.write(f.resolve("/c"), 0, np.arange(4, dtype="<f4").tobytes())
+    wb.close()
+    f.close()
+    with h5py.File(path, "r") as h:
+        assert np.array_equal(h["c"][()], np.concatenate([np.arange(4, dtype="<f4"), np.zeros(96, "<f4")]))

@@ -39,9 +39,10 @@ async def run_unless_busy(lock: threading.RLock, fn: Callable[..., T], *args,
                           otherwise: Callable[..., Awaitable[T]] = run_sync) -> T:
     """`fn(*args)` on the calling (trio) thread holding `lock` when it is free; else
     `otherwise(fn, *args)` (in a worker, which waits for the lock there, never the trio thread).
-    Bytes the trio thread may not wait for (WouldBlock: a virtual dataset's remote sources) send
-    it to `otherwise` too, not back to the handler's start: an edit may be committed by then
-    (one that was not is aborted, its transaction never published)."""
+    Bytes the trio thread may not wait for (WouldBlock: a remote object's) send `fn` to
+    `otherwise` too, from its start: the callers' edits read no dataset's data (a writable
+    mount's file is local; only a virtual dataset's sources can be remote), so none has
+    committed anything by then (a transaction cut short is aborted, never published)."""
     if lock.acquire(blocking=False):
         try:
             return fn(*args)

@@ -139,6 +139,9 @@ class H5File:
             f.root  # a file whose root group cannot be read is not mountable
             if journal is not None:
                 f.store = Store(f.reader, sb, journal, journal.writer.recorder)
+                if replayed:   # a length the crash took (the file grown but not fsynced) comes back
+                    f.store.grow(f.store.end_of_allocation())
+                    f.store.settle()
             return f
         except BaseException:
             if journal is not None:

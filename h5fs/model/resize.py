@@ -13,7 +13,6 @@ and published by the layout message.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from math import prod
 from typing import TYPE_CHECKING
@@ -145,8 +144,10 @@ def allocate_contiguous(wb: Writeback, ds: Dataset) -> None:
     with f.store.transaction() as txn:
         address = txn.allocate(size, raw=True)
         position = f.reader.base + address
-        if position >= os.fstat(f.fd).st_size and not any(ds.fill_value or b""):
-            f.store.grow(position + size)   # new zeros: the file grows sparse
+        # new zeros past where the file's bytes end, the batch's included (a page of the batch
+        # there may hold what a commit of it freed): the file grows sparse
+        if position >= f.store.end() and not any(ds.fill_value or b""):
+            f.store.grow(position + size)
         else:
             for start in range(0, size, FILL_PIECE):
                 n = min(FILL_PIECE, size - start)

@@ -372,8 +372,6 @@ class Writeback:
             self.flush_done += sum(_chunk_count(st) for _, st in part)
         if any(st.external for st in batch.values()):
             external_sync_all(self.f)
-        if any(st.contiguous for st in batch.values()):
-            self.f.store.writer.sync()
         with self.lock:
             self.flushing, self.flushing_nbytes = {}, 0
             for address, st in batch.items():   # written now: evictable unless written again since

@@ -10,7 +10,8 @@ bytes), CRC-32 of all that. A record is appended without waiting for the disk (`
 `kill -9` of the daemon leaves every record to the kernel) and made durable with the group commit
 (`sync`, then `Store.settle` applies the batch). Replay applies every complete record in order,
 stopping at the first that is incomplete, fails its CRC or names data the file does not hold
-(`holding`): after a power loss the records not yet synced may survive in part, and what replays
+(`holding`; a marker says the data of the records before it is durable, so theirs is not
+checked): after a power loss the records not yet synced may survive in part, and what replays
 is a prefix of them, each record the whole change of one commit. Replaying a record whose bytes
 already reached the file writes the same bytes again, so the journal is retired lazily: once the
 file is fsynced after applying (`Store.settle`, or when the journal passes `LIMIT` bytes).
@@ -46,6 +47,7 @@ from .page_overlay import PageOverlay
 from .writer import FileWriter, Recorder
 
 MAGIC = b"H5FSJRN3"
+MARK = b"H5FSJMK3"       # a marker: the data the records before it check is durable
 V2_MAGIC = b"H5FSJRN2"   # no checks
 OLD_MAGIC = b"H5FSJRN1"  # no checks, no end of allocation
 _HEAD = struct.Struct("<8sIIQQQ")  # magic, entries, checks, record length, end of allocation before and after
@@ -70,6 +72,7 @@ class Record:
     # (position, length, CRC-32) of data its commit wrote into the file itself, not fsynced: the
     # record is replayed only if the file holds them (a power loss may have taken them)
     checks: list[tuple[int, int, int]] = ()
+    mark: bool = False   # a marker (`Journal.mark`), no record
 
 
 def journal_path(path: str) -> str:
@@ -92,6 +95,11 @@ def _record(buf: bytes, at: int) -> tuple[Record, int] | None:
     """The complete record at `at` and where the next begins, or None (the end, a torn record or
     foreign bytes)."""
     magic = bytes(buf[at:at + 8])
+    if magic == MARK:
+        end = at + len(MARK)
+        if end + _CRC.size > len(buf) or _CRC.unpack_from(buf, end)[0] != zlib.crc32(MARK):
+            return None
+        return Record([], None, [], True), end + _CRC.size
     head = {MAGIC: _HEAD, V2_MAGIC: _V2_HEAD, OLD_MAGIC: _OLD_HEAD}.get(magic)
     if head is None or len(buf) - at < head.size + _CRC.size:
         return None
@@ -131,7 +139,7 @@ def _left(fd: int) -> tuple[list[Record], int] | None:
     """What the journal open at `fd` holds: its records and where they end; None when it does
     not begin with one, whole or torn (read no further: an empty journal is megabytes of zeros)."""
     size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, len(MAGIC), 0) not in (MAGIC, V2_MAGIC, OLD_MAGIC):
+    if size == 0 or os.pread(fd, len(MAGIC), 0) not in (MAGIC, MARK, V2_MAGIC, OLD_MAGIC):
         return None
     return _scan(os.pread(fd, size, 0))
 
@@ -163,8 +171,13 @@ def belongs(recs: list[Record], eoa: int | None) -> bool:
 
 def holding(recs: list[Record], fd: int) -> list[Record]:
     """The records up to the first whose data the file open at `fd` does not hold (a power loss
-    took it: that record and every later one never happened)."""
+    took it: that record and every later one never happened). The data of records before the
+    last marker was durable when the marker was written: not checked (space it was in may hold
+    newer bytes since)."""
+    marks = [i for i, rec in enumerate(recs) if rec.mark]
     for i, rec in enumerate(recs):
+        if marks and i < marks[-1]:
+            continue
         for position, length, crc in rec.checks:
             if zlib.crc32(os.pread(fd, length, position)) != crc:
                 return recs[:i]
@@ -264,6 +277,13 @@ class Journal:
         self.size += len(record)
         self.unsynced = True
 
+    def mark(self) -> None:
+        """Append a marker: the data every record so far checks is durable in the file (the
+        caller fsynced it), so a replay does not check it again."""
+        self.writer.pwrite(self.size, MARK + _CRC.pack(zlib.crc32(MARK)))
+        self.size += len(MARK) + _CRC.size
+        self.unsynced = True
+
     def sync(self) -> None:
         """Every record appended so far, durable."""
         if self.unsynced:
@@ -275,7 +295,7 @@ class Journal:
         crash never replays them over newer contents; the caller fsynced the file first)."""
         self.writer.truncate(0)
         self.writer.sync()
-        self.size, self.left, self.retire = 0, [], False
+        self.size, self.left, self.retire, self.unsynced = 0, [], False, False
         self._preallocate()
 
     def close(self) -> None:

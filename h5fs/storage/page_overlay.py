@@ -62,20 +62,24 @@ class PageOverlay:
     def pread(self, size: int, position: int) -> bytes:
         """os.pread of the file through the overlay (up to its end, past the file's: zeros where
         neither has bytes, as writing the updates leaves them)."""
+        # the overlay as it is before the file is read: a group commit writing it into the file
+        # and clearing it meanwhile (`clear` puts new containers in place) leaves these whole
+        pages, numbers, end = self.pages, self._numbers, self.end
         data = os.pread(self.fd, size, position)
-        if size <= 0 or not self._numbers:
+        if size <= 0 or not numbers:
             return data
         first, last = position // PAGE, (position + size - 1) // PAGE
-        i = bisect.bisect_left(self._numbers, first)
-        if i == len(self._numbers) or self._numbers[i] > last:
+        i = bisect.bisect_left(numbers, first)
+        if i == len(numbers) or numbers[i] > last:
             return data
-        buf = bytearray(data.ljust(min(size, max(len(data), self.end - position)), b"\0"))
-        for p in self._numbers[i:]:
+        buf = bytearray(data.ljust(min(size, max(len(data), end - position)), b"\0"))
+        for p in numbers[i:]:
             if p > last:
                 break
+            page = pages.get(p)   # None: cleared under the read, after it reached the file
             lo, hi = max(position, p * PAGE), min(position + len(buf), (p + 1) * PAGE)
-            if hi > lo:
-                buf[lo - position:hi - position] = self.pages[p][lo - p * PAGE:hi - p * PAGE]
+            if page is not None and hi > lo:
+                buf[lo - position:hi - position] = page[lo - p * PAGE:hi - p * PAGE]
         return bytes(buf)
 
     def write_to(self, writer: FileWriter) -> None:
@@ -97,7 +101,5 @@ class PageOverlay:
             writer.pwrite(run_start, run)
 
     def clear(self) -> None:
-        self.pages.clear()
-        self._spans.clear()
-        self._numbers.clear()
+        self.pages, self._spans, self._numbers = {}, {}, []
         self.end = self.updates = 0

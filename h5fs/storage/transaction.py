@@ -14,18 +14,20 @@ A transaction stages two kinds of writes:
   (a page overlay every read of metadata goes through), not written into it. Chunk data is
   written into fresh space at once (`write_data`, not fsynced) and the record carries its CRC-32.
   The commit is acknowledged once the kernel holds its record: a `kill -9` loses nothing
-  acknowledged, the next open replays the records. `Store.settle` is the group commit: the
-  records made durable (one fsync), the batch written into the file (each page once, however
-  many edits changed it), the file fsynced (the chunk data with it), the journal emptied. Space
-  the batch's commits freed is reusable by later commits of the batch at once (they land with
-  it, or a replay of a prefix of the records stops before them), but the file itself uses it
-  until the group commit: a direct write there (chunk data, contiguous data) settles first.
-  The group commit runs at fsync, fsyncdir and unmount (the writeback's `flush`), a few seconds
-  after the last edit (the mount's flusher), and when the records pass JOURNAL_LIMIT or the
-  batch BATCH_LIMIT bytes. A power loss leaves the file as the
+  acknowledged, the next open replays the records. `Store.settle` is the group commit: data
+  written directly since the last one fsynced and a marker appended (the replay then need not
+  check that data again: the batch may reuse space it was in), the records made durable (one
+  fsync), the batch written into the file (each page once, however many edits changed it), the
+  file fsynced, the journal emptied. Space the batch's commits freed is reusable by later
+  commits of the batch at once (they land with it, or a replay of a prefix of the records stops
+  before them), but the file itself uses it until the group commit: a direct write there (chunk
+  data, contiguous data) settles first. The group commit runs at fsync, fsyncdir and unmount (the
+  writeback's `flush`), a few seconds after the last edit (the mount's flusher), and when the
+  records pass JOURNAL_LIMIT or the batch BATCH_LIMIT bytes. A power loss leaves the file as the
   last group commit left it, with a prefix of the records after it: each record holds every byte
   its edit changed, so any prefix replays to the state after one of the edits, and the replay
-  stops at the first record whose chunk data the file does not hold (journal.holding);
+  stops at the first record whose chunk data the file does not hold (journal.holding); the open
+  after a replay gives the file back the length its end of allocation says;
 - otherwise (large new blocks): the batch settled first, then the new blocks (and the chunk data
   written before) written and fsynced, durable before anything points at them; then the
   superblock's end of allocated space (when it grew) and the in-place updates: one update that
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 import weakref
 import zlib
 from contextlib import contextmanager
@@ -84,6 +87,10 @@ class Store:
         # space the batch's commits freed: the file itself uses it until the group commit, so
         # nothing may be written there directly before (`write`)
         self.unsettled = Spans()
+        self.direct = False   # data written into the file directly since its last fsync
+        # the batch, the journal's records and direct writes: commits (under the writeback's
+        # commit lock) and contiguous data written in place (without it) meet here
+        self.lock = threading.RLock()
         # never hand out space the file already holds, even past the recorded end of allocation
         # (which libhdf5 stores with the base address added, unlike every other address)
         eoa = max(superblock.eof_address - superblock.base_address, os.fstat(reader.fd).st_size - reader.base)
@@ -121,34 +128,54 @@ class Store:
     def settle(self) -> None:
         """The group commit: every committed update durable in the file itself and the journal's
         records retired (the file alone is then whole)."""
-        if self.batch:
-            self.journal.sync()   # first: a crash while the batch is written is finished by replay
-            self.batch.write_to(self.writer)
-            end = self.reader.base + self.superblock.eof_address - self.superblock.base_address
-            if os.fstat(self.writer.fd).st_size < end:   # libhdf5 takes a shorter file for truncated
-                self.writer.truncate(end)
-            self.batch.clear()
-            self.reader.eof = max(self.reader.eof, os.fstat(self.writer.fd).st_size)
-        if self.journal.pending:
-            self.writer.sync()
-            self.journal.clear()
-        self.unsettled = Spans()
+        with self.lock:
+            if self.direct:   # data written into the file directly: durable before what names it
+                self.writer.sync()
+                self.direct = False
+                if self.journal.pending:
+                    # the data every record so far checks is durable: a replay need not check it
+                    # again (the batch written below may reuse space some of it was in)
+                    self.journal.mark()
+            if self.batch:
+                self.journal.sync()   # first: a crash while the batch is written is finished by replay
+                self.batch.write_to(self.writer)
+                self.batch.clear()
+                self.grow(self.end_of_allocation())   # libhdf5 takes a shorter file for truncated
+            if self.journal.pending:
+                self.writer.sync()
+                self.journal.clear()
+            self.unsettled = Spans()
+
+    def end_of_allocation(self) -> int:
+        """The absolute position where the superblock says the file's allocated space ends."""
+        return self.reader.base + self.superblock.eof_address - self.superblock.base_address
+
+    def end(self) -> int:
+        """Where the file's bytes end once the batch is written into it."""
+        return max(os.fstat(self.writer.fd).st_size, self.batch.end)
 
     def grow(self, size: int) -> None:
         """The file made `size` bytes long (zeros, sparse) if it is shorter."""
-        if os.fstat(self.writer.fd).st_size < size:
-            self.writer.truncate(size)
+        with self.lock:
+            if os.fstat(self.writer.fd).st_size < size:
+                self.writer.truncate(size)
+                self.direct = True
             self.reader.eof = max(self.reader.eof, size)
 
-    def write(self, position: int, data: bytes | memoryview) -> None:
+    def write(self, position: int, data: bytes | memoryview) -> bool:
         """Bytes written into the file directly (chunk data in fresh space, contiguous data in
         place), at an absolute position: the batch's pages follow them; space a commit of the
-        batch freed is first made free in the file too (`settle`)."""
-        if self.unsettled.overlaps(position - self.reader.base, position - self.reader.base + len(data)):
-            self.settle()
-        self.writer.pwrite(position, data)
-        self.batch.patch(position, data)
-        self.reader.eof = max(self.reader.eof, position + len(data))
+        batch freed is first made free in the file too (`settle`). Whether it settled."""
+        with self.lock:
+            start = position - self.reader.base
+            settled = self.unsettled.overlaps(start, start + len(data))
+            if settled:
+                self.settle()
+            self.writer.pwrite(position, data)
+            self.batch.patch(position, data)
+            self.direct = True
+            self.reader.eof = max(self.reader.eof, position + len(data))
+            return settled
 
     def shrink(self) -> int:
         """Free space at the end of the file given back, as libhdf5 gives it back at close
@@ -283,11 +310,9 @@ class Transaction:
         carries their CRC-32, so a replay knows whether the file holds them. `rewritable`: space
         later writes rewrite in place (implicit chunk slots, contiguous storage), which no check
         could describe: as for any data written in place, a power loss may leave older bytes."""
-        position, store = self.store.reader.base + address, self.store
-        if store.unsettled.overlaps(address, address + len(data)):
-            store.settle()   # as `write` would: an abort then keeps what the group commit wrote
-            self._file_size = os.fstat(store.reader.fd).st_size
-        store.write(position, data)
+        store, position = self.store, self.store.reader.base + address
+        if store.write(position, data):   # settled: an abort keeps what that wrote
+            self._file_size = max(self._file_size, os.fstat(store.reader.fd).st_size)
         self._wrote_data = True
         if not rewritable:
             self._checks.append((position, len(data), zlib.crc32(data)))
@@ -383,14 +408,15 @@ class Transaction:
         batched = sum(len(d) for _, d in new) <= MAX_LOGGED_NEW \
             and max(reach, batch.end, os.fstat(writer.fd).st_size) >= base + store.allocator.eoa
         if batched:
-            try:
-                journal.append(new + updates, eoas, self._checks)
-            except BaseException:
-                self.abort()
-                raise
-            for position, data in new + updates:
-                batch.put(position, data)
-            store.reader.eof = max(store.reader.eof, batch.end)
+            with store.lock:
+                try:
+                    journal.append(new + updates, eoas, self._checks)
+                except BaseException:
+                    self.abort()
+                    raise
+                for position, data in new + updates:
+                    batch.put(position, data)
+                store.reader.eof = max(store.reader.eof, batch.end)
         else:
             self._publish(new, updates, eoas, sb is not None)
         if sb is not None:
@@ -416,6 +442,11 @@ class Transaction:
         base = store.reader.base
         try:
             store.settle()   # a pending record may rewrite space this commit reuses: retire it first
+        except BaseException:
+            self.abort()
+            raise
+        self._file_size = max(self._file_size, os.fstat(writer.fd).st_size)   # an abort keeps what settled
+        try:
             # a single-page update is not torn: written directly
             direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
             if new or self._wrote_data or new_superblock:
