@@ -104,16 +104,20 @@ def read_dataset(path) -> np.ndarray:
 
 def rebuild(original: str, recording: str, out: str, stop: int, extra: list[int]) -> None:
     """`out` (and its journal) as the disk would hold them after the recorded operations
-    [0, stop), plus the later writes numbered in `extra` (in that order): what a power loss
-    keeps when writes after the last barrier are dropped or reordered."""
-    ops = read_recording(recording)
+    [0, stop), plus the later writes numbered in `extra` (in that order)."""
+    rebuild_writes(original, read_recording(recording), out, list(range(stop)) + extra)
+
+
+def rebuild_writes(original: str, ops: list, out: str, writes: list[int]) -> None:
+    """`out` (and its journal): `original` with the recorded writes and truncations numbered in
+    `writes` applied in that order (fsyncs skipped)."""
     shutil.copyfile(original, out)
     files = {0: out, 1: out + SUFFIX}
     if os.path.exists(files[1]):
         os.unlink(files[1])
     fds = {tag: os.open(p, os.O_RDWR | os.O_CREAT) for tag, p in files.items()}
     try:
-        for i in list(range(stop)) + extra:
+        for i in writes:
             op, tag, offset, data = ops[i]
             if op == b"W":
                 os.pwrite(fds[tag], data, offset)
@@ -125,23 +129,39 @@ def rebuild(original: str, recording: str, out: str, stop: int, extra: list[int]
 
 
 def barriers(recording: str) -> list[int]:
-    """Indexes of the recorded fsyncs (a prefix up to one of them is durable)."""
+    """Indexes of the recorded fsyncs (of either file)."""
     return [i for i, (op, _, _, _) in enumerate(read_recording(recording)) if op == b"S"]
 
 
+def durable_at(ops: list, stop: int) -> tuple[list[int], list[int]]:
+    """For a power loss right after operation `stop`: the writes the disk surely holds (each
+    file's writes before its own last fsync up to there) and those it may or may not hold (the
+    rest up to `stop`: a fsync of one file says nothing of the other's writes)."""
+    last = {tag: max([i for i in range(stop + 1) if ops[i][0] == b"S" and ops[i][1] == tag], default=-1)
+            for tag in (0, 1)}
+    sure, maybe = [], []
+    for i in range(stop + 1):
+        op, tag = ops[i][0], ops[i][1]
+        if op != b"S":
+            (sure if i < last[tag] else maybe).append(i)
+    return sure, maybe
+
+
 def replayed_prefixes(original: str, recording: str, out: str, seed: int):
-    """Rebuild `out` from every prefix of the recorded writes that ends at an fsync, alone and
-    with a random subset of the writes after it applied in random order (what a power loss
-    keeps), then open it writable as the next mount does (journal replay); yields after each
-    the index of the fsync the prefix ends at (it holds the recorded operations [0, that + 1))."""
+    """Rebuild `out` as a power loss just before each recorded fsync after the first would leave
+    it (and after the last operation): of each file, the writes before its own last fsync, alone
+    and with a random subset of the later ones applied in random order (a fsync of one file says
+    nothing of the other's writes); then open it writable as the next mount does (journal
+    replay). Yields after each the index of the last fsync issued before the power loss."""
     rng = random.Random(seed)
-    ops = len(read_recording(recording))
+    ops = read_recording(recording)
     marks = barriers(recording)
     assert marks, "the daemon recorded no fsync"
     for b, stop in enumerate(marks):
-        later = list(range(stop + 1, marks[b + 1] if b + 1 < len(marks) else ops))
-        for extra in ([], rng.sample(later, rng.randrange(len(later) + 1))):
-            rebuild(original, recording, out, stop + 1, extra)
+        end = marks[b + 1] - 1 if b + 1 < len(marks) else len(ops) - 1
+        sure, maybe = durable_at(ops, end)
+        for extra in ([], rng.sample(maybe, rng.randrange(len(maybe) + 1))):
+            rebuild_writes(original, ops, out, sure + extra)
             recover(out)
             yield stop
 
