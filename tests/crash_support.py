@@ -149,9 +149,9 @@ def durable_at(ops: list, stop: int) -> tuple[list[int], list[int]]:
 
 def replayed_prefixes(original: str, recording: str, out: str, seed: int):
     """Rebuild `out` as a power loss just before each recorded fsync after the first would leave
-    it (and after the last operation): of each file, the writes before its own last fsync, alone
-    and with a random subset of the later ones applied in random order (a fsync of one file says
-    nothing of the other's writes); then open it writable as the next mount does (journal
+    it (and after the last operation): of each file, the writes before its own last fsync, alone,
+    with all the later ones in order, and with a random subset of them in random order (a fsync
+    of one file says nothing of the other's writes); then open it writable as the next mount does (journal
     replay). Yields after each the index of the last fsync issued before the power loss."""
     rng = random.Random(seed)
     ops = read_recording(recording)
@@ -160,7 +160,7 @@ def replayed_prefixes(original: str, recording: str, out: str, seed: int):
     for b, stop in enumerate(marks):
         end = marks[b + 1] - 1 if b + 1 < len(marks) else len(ops) - 1
         sure, maybe = durable_at(ops, end)
-        for extra in ([], rng.sample(maybe, rng.randrange(len(maybe) + 1))):
+        for extra in ([], maybe, rng.sample(maybe, rng.randrange(len(maybe) + 1))):
             rebuild_writes(original, ops, out, sure + extra)
             recover(out)
             yield stop

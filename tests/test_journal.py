@@ -150,6 +150,18 @@ def test_a_marker_vouches_for_the_data_of_the_records_before_it(tmp_path):
     os.close(fd)
 
 
+def test_the_replay_gives_the_file_back_its_allocated_length_before_retiring_the_records(tmp_path):
+    """A power loss may take a growth of the file that the records' metadata relies on: the
+    replay makes the file as long as the replayed superblock's end of allocation says (`end`),
+    durably, before the records go."""
+    fd = _target(tmp_path, b"....")
+    j = Journal(str(tmp_path / "file.bin.h5fs-journal"), None)
+    j.append([(0, b"ab")], (0, 0))
+    assert _after_crash(j).replay(fd, lambda: 0, lambda: 100) == 1
+    assert os.fstat(fd).st_size == 100 and os.pread(fd, 4, 0) == b"ab.."
+    os.close(fd)
+
+
 def test_records_of_an_older_h5fs_replay_as_they_are(tmp_path):
     """Records without an end of allocation (magic H5FSJRN1) cannot be checked: replayed."""
     body = struct.pack("<8sIQ", OLD_MAGIC, 1, 20 + 12 + 2) + struct.pack("<QI", 1, 2) + b"zz"

@@ -116,7 +116,8 @@ class H5File:
             if writable:
                 journal = Journal(journal_path(path), open_recorder())
                 try:
-                    replayed = journal.replay(fd, lambda: superblock_reader.recorded_eoa(fd))
+                    replayed = journal.replay(fd, lambda: superblock_reader.recorded_eoa(fd),
+                                              lambda: superblock_reader.allocated_end(fd))
                 except Stale as e:
                     try:
                         aside = journal.set_aside()
@@ -139,9 +140,6 @@ class H5File:
             f.root  # a file whose root group cannot be read is not mountable
             if journal is not None:
                 f.store = Store(f.reader, sb, journal, journal.writer.recorder)
-                if replayed:   # a length the crash took (the file grown but not fsynced) comes back
-                    f.store.grow(f.store.end_of_allocation())
-                    f.store.settle()
             return f
         except BaseException:
             if journal is not None:

@@ -239,15 +239,20 @@ class Journal:
     def pending(self) -> bool:
         return self.size > 0
 
-    def replay(self, fd: int, eoa: Callable[[], int | None]) -> int:
+    def replay(self, fd: int, eoa: Callable[[], int | None], end: Callable[[], int | None] = lambda: None) -> int:
         """Apply again the records a crash left (to the .h5 file open at `fd`, whose recorded end
         of allocation `eoa()` reads), durably, and retire them; returns how many updates they
-        held. Stale (nothing written) when they belong to another state of the file."""
+        held. Stale (nothing written) when they belong to another state of the file. `end()`:
+        the absolute position the replayed superblock says allocated space ends at; the file is
+        made that long first (a power loss may have taken a growth of it the records rely on)."""
         entries = updates(self.left, eoa, fd)
         if entries:
             target = FileWriter(fd, 0, self.writer.recorder)
             for position, data in entries:
                 target.pwrite(position, data)
+            length = end()
+            if length is not None and os.fstat(fd).st_size < length:
+                target.truncate(length)
             target.sync()
         if self.retire:
             self.clear()

@@ -88,6 +88,7 @@ class Store:
         # nothing may be written there directly before (`write`)
         self.unsettled = Spans()
         self.direct = False   # data written into the file directly since its last fsync
+        self.settled_size = os.fstat(reader.fd).st_size   # the file's length after the last group commit
         # the batch, the journal's records and direct writes: commits (under the writeback's
         # commit lock) and contiguous data written in place (without it) meet here
         self.lock = threading.RLock()
@@ -131,11 +132,11 @@ class Store:
         with self.lock:
             if self.direct:   # data written into the file directly: durable before what names it
                 self.writer.sync()
-                self.direct = False
                 if self.journal.pending:
                     # the data every record so far checks is durable: a replay need not check it
                     # again (the batch written below may reuse space some of it was in)
                     self.journal.mark()
+                self.direct = False
             if self.batch:
                 self.journal.sync()   # first: a crash while the batch is written is finished by replay
                 self.batch.write_to(self.writer)
@@ -145,6 +146,7 @@ class Store:
                 self.writer.sync()
                 self.journal.clear()
             self.unsettled = Spans()
+            self.settled_size = os.fstat(self.writer.fd).st_size   # no abort cuts into it
 
     def end_of_allocation(self) -> int:
         """The absolute position where the superblock says the file's allocated space ends."""
@@ -201,7 +203,7 @@ class Store:
             return 0
         self.writer.truncate(new)
         self.writer.sync()
-        self.reader.eof = new
+        self.reader.eof = self.settled_size = new
         return size - new
 
     @contextmanager
@@ -279,6 +281,7 @@ class Transaction:
         self._new: dict[int, bytes] = {}        # metadata in fresh space, by address
         self._wrote_data = False                         # chunk data written to fresh space already
         self._checks: list[tuple[int, int, int]] = []   # (position, length, CRC-32) of that data
+        self._unchecked = False   # some of it without a check: fsynced before the record
         self._in_place: dict[int, bytes] = {}   # live metadata rewritten, by address
         self._starts: list[int] = []           # addresses of both staged kinds, sorted
         self.freed: list[tuple[int, int]] = []
@@ -311,10 +314,11 @@ class Transaction:
         later writes rewrite in place (implicit chunk slots, contiguous storage), which no check
         could describe: as for any data written in place, a power loss may leave older bytes."""
         store, position = self.store, self.store.reader.base + address
-        if store.write(position, data):   # settled: an abort keeps what that wrote
-            self._file_size = max(self._file_size, os.fstat(store.reader.fd).st_size)
+        store.write(position, data)
         self._wrote_data = True
-        if not rewritable:
+        if rewritable:
+            self._unchecked = True
+        else:
             self._checks.append((position, len(data), zlib.crc32(data)))
 
     def read_data(self, address: int, size: int) -> bytes:
@@ -369,11 +373,15 @@ class Transaction:
 
     # -- commit -------------------------------------------------------------------------------
     def abort(self) -> None:
-        """Forget the staged changes: space allocated returns, the file keeps its old length."""
-        self.store.allocator.restore(self._saved)
-        if os.fstat(self.store.reader.fd).st_size > self._file_size:
-            self.store.writer.truncate(self._file_size)
-        self.store.reader.eof = max(self._file_size, self.store.batch.end)
+        """Forget the staged changes: space allocated returns, the file keeps its old length (or
+        what a group commit since made it)."""
+        store = self.store
+        store.allocator.restore(self._saved)
+        with store.lock:
+            length = max(self._file_size, store.settled_size)
+            if os.fstat(store.reader.fd).st_size > length:
+                store.writer.truncate(length)
+            store.reader.eof = max(length, store.batch.end)
 
     def commit(self) -> None:
         """Publish the staged changes (see the module's docstring). A failure before anything
@@ -410,6 +418,8 @@ class Transaction:
         if batched:
             with store.lock:
                 try:
+                    if self._unchecked:   # durable before the record that publishes it
+                        writer.sync()
                     journal.append(new + updates, eoas, self._checks)
                 except BaseException:
                     self.abort()
@@ -445,7 +455,6 @@ class Transaction:
         except BaseException:
             self.abort()
             raise
-        self._file_size = max(self._file_size, os.fstat(writer.fd).st_size)   # an abort keeps what settled
         try:
             # a single-page update is not torn: written directly
             direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE

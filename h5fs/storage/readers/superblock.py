@@ -47,3 +47,13 @@ def recorded_eoa(fd: int) -> int | None:
         return read(fd).eof_address
     except Exception:   # noqa: BLE001 -- any failure means no superblock to go by
         return None
+
+
+def allocated_end(fd: int) -> int | None:
+    """The absolute file position where the superblock says allocated space ends (its end of
+    allocation is relative to the base address), or None without a readable superblock."""
+    try:
+        sb = read(fd)
+    except Exception:   # noqa: BLE001 -- any failure means no superblock to go by
+        return None
+    return sb.location + sb.eof_address - sb.base_address
