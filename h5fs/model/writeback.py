@@ -69,7 +69,6 @@ class Dirty:
     encoded: dict[tuple[int, ...], tuple[int, Future]] = field(default_factory=dict)
     last: tuple[int, ...] | None = None  # the chunk the last write ended in
     end: int = -1                        # the element after the last write
-    contiguous: bool = False             # data written in place, not yet fsynced
     external: bool = False               # data written into external files, not yet fsynced
 
 
@@ -213,9 +212,8 @@ class Writeback:
             if not isinstance(source, ContiguousSource):
                 allocate_contiguous(self, ds)
                 source = ds.source
-            store = self.f.store
-            store.write(source.start + e0 * ds.itemsize, data)
-            self._state(ds).contiguous = True
+            self.f.store.write(source.start + e0 * ds.itemsize, data)
+            self._state(ds)   # held until the flush, whose group commit makes it durable
 
     def _write_source(self, ds: Dataset, offset: int, data: bytes) -> None:
         """A virtual dataset's piece for one of its sources (whole elements)."""
@@ -436,7 +434,6 @@ class Writeback:
             if coords not in st.chunks:
                 st.patches[coords] = patches + st.patches.get(coords, [])
                 self.nbytes += costs(patches)
-        st.contiguous |= old.contiguous
         st.external |= old.external
 
     def flush_soon(self) -> None:
