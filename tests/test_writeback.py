@@ -101,15 +101,15 @@ def test_pending_until_the_flush_settles_writes_and_edits(tmp_path):
         f.create_dataset("d", data=np.zeros((64, 64), "<f4"), chunks=(16, 64))
     with H5File.open(str(path), writable=True) as f:
         wb = Writeback(f, dirty_limit=1 << 20)
-        assert not wb.pending and not f.store.pending
+        assert not wb.pending and not f.store.unsettled_changes
         wb.write(f.resolve("/d"), 0, np.ones(64, "<f4").tobytes())
         assert wb.pending
         wb.flush()
-        assert not wb.pending and not f.store.pending
+        assert not wb.pending and not f.store.unsettled_changes
         TreeEditor(f, wb).mkdir(f.root, "g")   # a journal record, its pages in the batch
-        assert f.store.pending and wb.pending and not wb.dirty
+        assert f.store.unsettled_changes and wb.pending and not wb.dirty
         wb.flush()
-        assert not wb.pending and not f.store.pending
+        assert not wb.pending and not f.store.unsettled_changes
         wb.close()
     with h5py.File(path, "r") as f:
         assert "g" in f and f["d"][0, 0] == 1

@@ -28,6 +28,7 @@ from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
 from ..storage.byte_source import ByteSource, LocalSource, is_url
 from ..storage.chunk_cache import ChunkCache
+from ..storage.links_write import land_links
 from ..storage.journal import Journal, Stale, journal_path, overlay as journal_overlay
 from ..storage.page_overlay import PageOverlay
 from ..storage.locking import take_lock
@@ -140,6 +141,12 @@ class H5File:
             f.root  # a file whose root group cannot be read is not mountable
             if journal is not None:
                 f.store = Store(f.reader, sb, journal, journal.writer.recorder)
+                if redo := journal.redo:   # links a crash left deferred
+                    for op in redo:
+                        f.store.pending.add_op(op, f.sizes)
+                    f.land_links(redo=True)
+                    f.store.settle()
+                    log.warning("%s: landed %d links a crash had left in the journal", path, len(redo))
             return f
         except BaseException:
             if journal is not None:
@@ -202,8 +209,23 @@ class H5File:
     def writable(self) -> bool:
         return self.store is not None
 
+    def land_links(self, redo: bool = False) -> None:
+        """The links the write side defers (storage/pending_links.py) landed in their groups'
+        dense storage, in one commit (`redo`: links a crash left in the journal)."""
+        store = self.store
+        if store is None or not store.pending:
+            return
+        with store.transaction() as txn:
+            land_links(txn, redo)
+            txn.commit()
+        for address, size in txn.rewritten + txn.freed:
+            self.invalidate_range(address, address + size)
+        for address in txn.owners:
+            self.invalidate(address)
+
     def close(self) -> None:
         if self.store is not None:
+            self.land_links()
             self.store.settle()
             self.store.journal.close()
             self.store = None

@@ -92,8 +92,10 @@ class TreeEditor:
             self.f.root_entry = self.f.superblock.root_entry
 
     def _links(self, txn: Transaction, group: H5Object, touched: set[int]) -> GroupLinks:
-        """The links of `group`, which the edit changes: its times say so."""
-        touched.add(group.address)
+        """The links of `group`, which the edit changes: its times say so (GroupLinks counts the
+        group among those the edit touched when its header or storage changes: a link deferred
+        for its dense storage leaves both alone)."""
+        self.f.store.refuse_damaged([group.address])
         links = GroupLinks(txn, group.address, group.path)
         now = _now()
         _set_times(links.edit, txn.sizes, mtime=now, ctime=now)

@@ -252,7 +252,7 @@ class Writeback:
     def pending(self) -> bool:
         """Whether anything is not yet durable in the file: dirty data, or committed changes
         (namespace edits among them) the group commit has not settled."""
-        return bool(self.dirty) or self.f.store.pending
+        return bool(self.dirty) or self.f.store.unsettled_changes
 
     def holds(self, address: int) -> bool:
         """Whether writes to the dataset are not all in the file: reads go through `read`."""
@@ -294,6 +294,7 @@ class Writeback:
         meanwhile (into new dirty chunks: those being flushed are not changed again)."""
         with self.commit_lock:
             broken = self._commit_dirty(None)
+            self.f.land_links()
             self.f.store.settle()   # the file alone holds every commit: no journal record left
         if broken:
             raise broken[0]

@@ -154,6 +154,7 @@ class DenseStore:
     @classmethod
     def create(cls, txn: Transaction, kind: DenseKind, with_corder: bool, what: str) -> DenseStore:
         """Empty storage (H5G__dense_create, H5A__dense_create): a heap and its empty indexes."""
+        txn.dense_edits = True
         heap = heap_write.create(txn, kind.heap)
         name = cls._new_tree(txn, kind.name_type, kind.name_record_size, what)
         order = cls._new_tree(txn, kind.corder_type, kind.corder_record_size, what) if with_corder else None
@@ -203,12 +204,14 @@ class DenseStore:
 
     # -- edits -------------------------------------------------------------------------------------
     def _heap(self) -> heap_write.HeapWriter:
+        self.txn.dense_edits = True
         if self._writer is None:
             label = f"{self.what}: dense {self.kind.label} heap"
             self._writer = heap_write.HeapWriter(self.txn, self.heap_address, label)
         return self._writer
 
     def _edit(self, address: int, todo: list) -> None:
+        self.txn.dense_edits = True
         hdr = self._header(address)
         key = self._key if hdr.type == self.kind.name_type else _corder
         BTreeV2Edit(self.txn, hdr, key, bt.record_decoder(hdr.type), bt.record_encoder(hdr.type),
@@ -216,11 +219,20 @@ class DenseStore:
 
     def insert(self, name: bytes, message: bytes, corder: int = 0) -> None:
         """Store `message` under `name` (the caller checked that the name is free)."""
-        heap_id = self._heap().insert(message)
-        h = name_hash(name)
-        self._edit(self.name_index, changes([(NameKey(h, name), self.kind.name_record(heap_id, h, corder))]))
+        self.insert_many([(name, message, corder)])
+
+    def insert_many(self, items: list[tuple[bytes, bytes, int]]) -> None:
+        """Store each (name, message, creation order), the names free and distinct: each index
+        edited once."""
+        names, orders = [], []
+        for name, message, corder in items:
+            heap_id = self._heap().insert(message)
+            h = name_hash(name)
+            names.append((NameKey(h, name), self.kind.name_record(heap_id, h, corder)))
+            orders.append((corder, self.kind.corder_record(heap_id, corder)))
+        self._edit(self.name_index, changes(names))
         if self.corder_index is not None:
-            self._edit(self.corder_index, [(corder, self.kind.corder_record(heap_id, corder))])
+            self._edit(self.corder_index, changes(orders))
 
     def remove(self, name: bytes) -> bytes:
         """Drop the entry `name` (FileNotFoundError when there is none); its stored message."""
@@ -277,6 +289,7 @@ class DenseStore:
     def delete(self) -> None:
         """Free the heap and both indexes (H5G__dense_delete, H5A__dense_delete: the messages'
         own storage is the caller's)."""
+        self.txn.dense_edits = True
         self.close()
         delete_tree(self.txn, self.name_index, f"{self.what}: dense {self.kind.label} name index")
         if self.corder_index is not None:

@@ -530,6 +530,7 @@ class HeaderEdit:
                 self.txn.write_in_place(address, image)
         for address, size in lay.freed:
             self.txn.free(address, size)
+        self.txn.owners.add(record.address)
 
         def fetch(address: int, length: int) -> bytes:
             if len(images.get(address, b"")) != length:

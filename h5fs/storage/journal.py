@@ -35,27 +35,35 @@ record.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import H5fsError
 from .page_overlay import PageOverlay
 from .writer import FileWriter, Recorder
 
-MAGIC = b"H5FSJRN3"
+log = logging.getLogger("h5fs")
+
+MAGIC = b"H5FSJRN4"
 MARK = b"H5FSJMK3"       # a marker: the data the records before it check is durable
+V3_MAGIC = b"H5FSJRN3"   # no deferred edits
 V2_MAGIC = b"H5FSJRN2"   # no checks
 OLD_MAGIC = b"H5FSJRN1"  # no checks, no end of allocation
-_HEAD = struct.Struct("<8sIIQQQ")  # magic, entries, checks, record length, end of allocation before and after
+# magic, entries, checks, deferred edits, flags, record length, end of allocation before and after
+_HEAD = struct.Struct("<8sIIIIQQQ")
+_V3_HEAD = struct.Struct("<8sIIQQQ")
 _V2_HEAD = struct.Struct("<8sIQQQ")
 _OLD_HEAD = struct.Struct("<8sIQ")
 _ENTRY = struct.Struct("<QI")
 _CHECK = struct.Struct("<QII")     # position, length, CRC-32 of bytes written into the file directly
 _CRC = struct.Struct("<I")
+_OP = struct.Struct("<I")          # the length of a deferred edit
+LANDS = 1   # flag: the record lands every deferred edit of the records before it
 SUFFIX = ".h5fs-journal"
 TAG = 1   # the journal's tag in a write recording (the .h5 file is 0)
 LIMIT = 8 << 20   # bytes of records kept before the file is fsynced and the journal emptied
@@ -73,20 +81,31 @@ class Record:
     # record is replayed only if the file holds them (a power loss may have taken them)
     checks: list[tuple[int, int, int]] = ()
     mark: bool = False   # a marker (`Journal.mark`), no record
+    # edits acknowledged but kept out of the file's structures until a later commit lands them
+    # (storage/pending_links.py), each as its owner encodes it; `lands`: this record's updates
+    # hold every deferred edit of the records before it
+    ops: list[bytes] = ()
+    lands: bool = False
+    end: int = 0   # where it ends in the journal (as read)
 
 
 def journal_path(path: str) -> str:
     return path + SUFFIX
 
 
-def encode(entries: list[tuple[int, bytes]], eoa: tuple[int, int], checks: list[tuple[int, int, int]] = ()) -> bytes:
+def encode(entries: list[tuple[int, bytes]], eoa: tuple[int, int], checks: list[tuple[int, int, int]] = (),
+           ops: list[bytes] = (), lands: bool = False) -> bytes:
     """A record of `entries` that takes the superblock's end of allocation from eoa[0] to eoa[1],
-    valid only where the file holds the data `checks` describe."""
-    length = _HEAD.size + _CHECK.size * len(checks) + sum(_ENTRY.size + len(data) for _, data in entries)
-    parts = [_HEAD.pack(MAGIC, len(entries), len(checks), length, *eoa)]
+    valid only where the file holds the data `checks` describe; `ops`: edits it defers, `lands`:
+    it holds those of the records before it."""
+    length = _HEAD.size + _CHECK.size * len(checks) + sum(_ENTRY.size + len(data) for _, data in entries) \
+        + sum(_OP.size + len(op) for op in ops)
+    parts = [_HEAD.pack(MAGIC, len(entries), len(checks), len(ops), LANDS if lands else 0, length, *eoa)]
     parts += [_CHECK.pack(*c) for c in checks]
     for position, data in entries:
         parts += [_ENTRY.pack(position, len(data)), data]
+    for op in ops:
+        parts += [_OP.pack(len(op)), op]
     body = b"".join(parts)
     return body + _CRC.pack(zlib.crc32(body))
 
@@ -100,13 +119,16 @@ def _record(buf: bytes, at: int) -> tuple[Record, int] | None:
         if end + _CRC.size > len(buf) or _CRC.unpack_from(buf, end)[0] != zlib.crc32(MARK):
             return None
         return Record([], None, [], True), end + _CRC.size
-    head = {MAGIC: _HEAD, V2_MAGIC: _V2_HEAD, OLD_MAGIC: _OLD_HEAD}.get(magic)
+    head = {MAGIC: _HEAD, V3_MAGIC: _V3_HEAD, V2_MAGIC: _V2_HEAD, OLD_MAGIC: _OLD_HEAD}.get(magic)
     if head is None or len(buf) - at < head.size + _CRC.size:
         return None
+    nops = flags = nchecks = 0
     if head is _HEAD:
+        _, count, nchecks, nops, flags, length, *eoa = head.unpack_from(buf, at)
+    elif head is _V3_HEAD:
         _, count, nchecks, length, *eoa = head.unpack_from(buf, at)
     else:
-        (_, count, length, *eoa), nchecks = head.unpack_from(buf, at), 0
+        _, count, length, *eoa = head.unpack_from(buf, at)
     end = at + length
     if end + _CRC.size > len(buf) or length < head.size or _CRC.unpack_from(buf, end)[0] != zlib.crc32(buf[at:end]):
         return None
@@ -118,15 +140,21 @@ def _record(buf: bytes, at: int) -> tuple[Record, int] | None:
         pos += _ENTRY.size
         entries.append((position, buf[pos:pos + n]))
         pos += n
-    return Record(entries, tuple(eoa) or None, checks), end + _CRC.size
+    ops = []
+    for _ in range(nops):
+        (n,) = _OP.unpack_from(buf, pos)
+        ops.append(bytes(buf[pos + _OP.size:pos + _OP.size + n]))
+        pos += _OP.size + n
+    return Record(entries, tuple(eoa) or None, checks, ops=ops, lands=bool(flags & LANDS)), end + _CRC.size
 
 
 def _scan(buf: bytes) -> tuple[list[Record], int]:
-    """Every complete record at the start of `buf`, in order, and where they end."""
+    """Every complete record at the start of `buf`, in order (each knowing where it ends), and
+    where they end."""
     out, at = [], 0
     while (rec := _record(buf, at)) is not None:
-        out.append(rec[0])
         at = rec[1]
+        out.append(replace(rec[0], end=at))
     return out, at
 
 
@@ -139,7 +167,7 @@ def _left(fd: int) -> tuple[list[Record], int] | None:
     """What the journal open at `fd` holds: its records and where they end; None when it does
     not begin with one, whole or torn (read no further: an empty journal is megabytes of zeros)."""
     size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, len(MAGIC), 0) not in (MAGIC, MARK, V2_MAGIC, OLD_MAGIC):
+    if size == 0 or os.pread(fd, len(MAGIC), 0) not in (MAGIC, MARK, V3_MAGIC, V2_MAGIC, OLD_MAGIC):
         return None
     return _scan(os.pread(fd, size, 0))
 
@@ -184,12 +212,24 @@ def holding(recs: list[Record], fd: int) -> list[Record]:
     return recs
 
 
-def updates(recs: list[Record], eoa: Callable[[], int | None], fd: int) -> list[tuple[int, bytes]]:
-    """The updates `recs` make, in order, for the file open at `fd` whose recorded end of
+def replayable(recs: list[Record], eoa: Callable[[], int | None], fd: int) -> list[Record]:
+    """The records of `recs` a replay applies to the file open at `fd`, whose recorded end of
     allocation `eoa()` reads (`holding` their data); Stale when they belong to another state of it."""
     if recs and not belongs(recs, now := eoa()):
         raise Stale(stale_reason(recs, now))
-    return [e for r in holding(recs, fd) for e in r.entries]
+    return holding(recs, fd)
+
+
+def updates(recs: list[Record]) -> list[tuple[int, bytes]]:
+    """The updates `recs` make, in order."""
+    return [e for r in recs for e in r.entries]
+
+
+def deferred(recs: list[Record]) -> list[bytes]:
+    """The deferred edits `recs` (as `holding` keeps them) leave to land, in order: those of the
+    last record that lands the ones before it, and of every record after it."""
+    start = max((i for i, rec in enumerate(recs) if rec.lands), default=0)
+    return [op for rec in recs[start:] for op in rec.ops]
 
 
 def stale_reason(recs: list[Record], eoa: int | None) -> str:
@@ -204,7 +244,11 @@ def overlay(path: str, fd: int, eoa: Callable[[], int | None]) -> PageOverlay | 
     """What the journal at `path` (if any) would write into the file open at `fd` (its recorded
     end of allocation `eoa()`), for an open that must not write; None when there is nothing to
     lay over it. Stale when the records belong to another state of the file."""
-    entries = updates(left_in(path), eoa, fd)
+    recs = replayable(left_in(path), eoa, fd)
+    entries = updates(recs)
+    if ops := deferred(recs):
+        log.warning("%s: %d acknowledged edits a crash left in the journal are not shown: a read-write open "
+                    "lands them in the file", path.removesuffix(SUFFIX), len(ops))
     return PageOverlay(fd, entries) if entries else None
 
 
@@ -228,6 +272,7 @@ class Journal:
         # never removed)
         self.left, self.size = found or ([], 0)
         self.unsynced = False   # records appended since the last barrier
+        self.redo: list[bytes] = []   # deferred edits a replay left to land
 
     def _preallocate(self) -> None:
         try:
@@ -245,7 +290,8 @@ class Journal:
         held. Stale (nothing written) when they belong to another state of the file. `end()`:
         the absolute position the replayed superblock says allocated space ends at; the file is
         made that long first (a power loss may have taken a growth of it the records rely on)."""
-        entries = updates(self.left, eoa, fd)
+        recs = replayable(self.left, eoa, fd)
+        entries = updates(recs)
         if entries:
             target = FileWriter(fd, 0, self.writer.recorder)
             for position, data in entries:
@@ -254,7 +300,14 @@ class Journal:
             if length is not None and os.fstat(fd).st_size < length:
                 target.truncate(length)
             target.sync()
-        if self.retire:
+        self.redo = deferred(recs)
+        if self.redo:
+            # kept until a commit lands them (`Store.land`); records a replay stops before never
+            # happened: cut off, so that none stands between the kept ones and the next
+            self.writer.truncate(recs[-1].end)
+            self.writer.sync()
+            self.size, self.left, self.retire = recs[-1].end, recs, False
+        elif self.retire:
             self.clear()
         return len(entries)
 
@@ -267,17 +320,18 @@ class Journal:
         self._open(self.writer.recorder)
         return aside
 
-    def log(self, entries: list[tuple[int, bytes]], eoa: tuple[int, int]) -> None:
+    def log(self, entries: list[tuple[int, bytes]], eoa: tuple[int, int], ops: list[bytes] = (),
+            lands: bool = False) -> None:
         """Append a record (taking the end of allocation from eoa[0] to eoa[1]) and wait until it
         is durable."""
-        self.append(entries, eoa)
+        self.append(entries, eoa, ops=ops, lands=lands)
         self.sync()
 
     def append(self, entries: list[tuple[int, bytes]], eoa: tuple[int, int],
-               checks: list[tuple[int, int, int]] = ()) -> None:
+               checks: list[tuple[int, int, int]] = (), ops: list[bytes] = (), lands: bool = False) -> None:
         """Append a record without waiting: the kernel holds it (a `kill -9` of the daemon loses
         nothing), a power loss may take it and every record after it (`sync`)."""
-        record = encode(entries, eoa, checks)
+        record = encode(entries, eoa, checks, ops, lands)
         self.writer.pwrite(self.size, record)
         self.size += len(record)
         self.unsynced = True
@@ -300,7 +354,7 @@ class Journal:
         crash never replays them over newer contents; the caller fsynced the file first)."""
         self.writer.truncate(0)
         self.writer.sync()
-        self.size, self.left, self.retire, self.unsynced = 0, [], False, False
+        self.size, self.left, self.retire, self.unsynced, self.redo = 0, [], False, False, []
         self._preallocate()
 
     def close(self) -> None:

@@ -4,11 +4,16 @@ groups: local heap, v1 B-tree, symbol table nodes), link messages in the group's
 libhdf5 does (H5G__obj_insert: past the group info's maximum compact count the links go dense;
 H5G__obj_remove: below its minimum dense count they come back).
 
+A link given to a group whose links are already dense is deferred (storage/pending_links.py):
+lookups and listings here see it; any other change to such a group lands every deferred link
+first (`land_links`).
+
 Reference counts of the objects hard links name are the caller's; so is committing.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 from ..errors import CannotWrite
@@ -22,6 +27,7 @@ from ..format.messages.link_info import LinkInfo
 from ..format.symbol_table_entry import CACHE_NONE, CACHE_STAB
 from . import symbol_table_write as stab_write
 from .dense_storage import LINKS, DenseStore
+from .dense_storage import lookup as dense_lookup
 from .header_writer import HeaderEdit
 from .readers import local_heap, symbol_table_node
 from .readers.object_header import read as read_header
@@ -31,6 +37,8 @@ LINK_INFO, LINK, GROUP_INFO, SYMBOL_TABLE = 0x02, 0x06, 0x0A, 0x11
 MAX_COMPACT, MIN_DENSE = 8, 6          # libhdf5's defaults when the group info stores none
 MAX_MESSAGE = 65536                    # H5O_MESG_MAX_SIZE: larger links live in dense storage only
 UTF8 = 1
+
+log = logging.getLogger("h5fs")
 
 
 def encode_link(link: Link, sizes) -> bytes:
@@ -43,7 +51,7 @@ class GroupLinks:
     """The links of the group whose header is at `address`, edited in `txn`."""
 
     def __init__(self, txn: Transaction, address: int, what: str):
-        self.txn, self.what = txn, what
+        self.txn, self.what, self.address = txn, what, address
         self.edit = HeaderEdit(txn, read_header(txn.reader, address, what))
 
     # -- what the header says -----------------------------------------------------------------
@@ -130,6 +138,12 @@ class GroupLinks:
         if kind == "compact" and (len(self.edit.header.find(LINK)) >= self._phase()[0] or len(raw) >= MAX_MESSAGE):
             info = self._to_dense(info)
             kind = "dense"
+        if kind == "dense" and info.heap_address == (self.info.heap_address if self.info else None):
+            self.txn.defer_link(self.address, link, raw)   # storage that was dense already
+            if info != self.info:
+                self._set_info(info)
+            return
+        self.txn.owners.add(self.address)   # its storage changes: what was read of it goes
         if kind == "dense":
             store = self._dense(info)
             store.insert(link.name.encode("utf-8", "surrogateescape"), raw, link.creation_order or 0)
@@ -141,6 +155,9 @@ class GroupLinks:
 
     def remove(self, name: str) -> Link:
         """Remove the link `name` (FileNotFoundError when there is none); returns it."""
+        if self.txn.pending_links(self.address):
+            land_links(self.txn)
+        self.txn.owners.add(self.address)   # its storage changes: what was read of it goes
         kind = self._storage()
         if kind == "symbol table":
             stab = self.symbol_table
@@ -174,6 +191,7 @@ class GroupLinks:
         return link
 
     def _stab_insert(self, link: Link) -> None:
+        self.txn.owners.add(self.address)
         if link.link_type == link_msg.HARD:
             target = stab_write.Link(link.address, stab_write.cached_stab(self.txn, link.address, self.what))
         elif link.link_type == link_msg.SOFT:
@@ -216,10 +234,18 @@ class GroupLinks:
                           info.order_index_address if info.index_order else None, self.what)
 
     def _dense_links(self) -> list[Link]:
-        return [_decode_link(raw, self.txn.sizes, self.what) for _, raw in self._dense(self.info).items()]
+        stored = [_decode_link(raw, self.txn.sizes, self.what) for _, raw in self._dense(self.info).items()]
+        return stored + [link for link, _ in self.txn.pending_links(self.address).values()]
 
     def _dense_lookup(self, name: str) -> Link | None:
-        raw = self._dense(self.info).lookup(name.encode("utf-8", "surrogateescape"))
+        deferred = self.txn.pending_links(self.address).get(name)
+        if deferred is not None:
+            return deferred[0]
+        info, key = self.info, name.encode("utf-8", "surrogateescape")
+        if self.txn.dense_edits:
+            raw = self._dense(info).lookup(key)
+        else:   # dense storage the transaction left alone: read as committed, through the file's cache
+            raw = dense_lookup(self.txn.store.reader, LINKS, info.heap_address, info.name_index_address, key, self.what)
         return None if raw is None else _decode_link(raw, self.txn.sizes, self.what)
 
     def _to_dense(self, info: LinkInfo) -> LinkInfo:
@@ -243,6 +269,31 @@ class GroupLinks:
             self.edit.add(LINK, raw)
         store.delete()
         return replace(info, heap_address=None, name_index_address=None, order_index_address=None)
+
+
+def land_links(txn: Transaction, redo: bool = False) -> None:
+    """Every link the store defers into its group's dense storage, in `txn` (whose record then
+    says that it holds them all): each group's heap and indexes edited once. `redo` (links a
+    crash left in the journal): a name the group's storage holds already is left out, logged."""
+    pending = txn.store.pending
+    if txn.lands or not pending:
+        return
+    txn.lands = True
+    for group, links in pending.groups.items():
+        txn.owners.add(group)
+        owner = GroupLinks(txn, group, f"group at {group}")
+        info = owner.info
+        if owner.symbol_table is not None or info is None or info.heap_address is None:
+            raise CannotWrite(f"group at {group}: its links are no longer dense, {len(links)} deferred ones wait")
+        store = owner._dense(info)
+        items = [(name.encode("utf-8", "surrogateescape"), raw, link.creation_order or 0)
+                 for name, (link, raw) in links.items()]
+        if redo:
+            for item in [item for item in items if store.lookup(item[0]) is not None]:
+                log.warning("group at %d: a link named %r the journal left to add is there already", group, item[0])
+                items.remove(item)
+        store.insert_many(items)
+        store.close()
 
 
 def _decode_link(raw: bytes, sizes, what: str) -> Link:

@@ -65,9 +65,11 @@ from .journal import SUFFIX, Journal
 from .metadata_cache import MetadataCache
 from ..spans import Spans
 from .page_overlay import PageOverlay
+from .pending_links import PendingLinks
 from .persistent_space import setup
 from .space import PAGE
 from .writer import FileWriter, Recorder
+from ..format.messages.link import Link
 
 
 MAX_LOGGED_NEW = 1 << 20   # new blocks a commit may put in the journal rather than fsync in place
@@ -108,6 +110,9 @@ class Store:
         # object headers made by this mount: nothing in the file can hold a reference to them
         # (h5fs writes none, and no other writer opens the file), so freeing one leaves none dangling
         self.created: set[int] = set()
+        # links acknowledged and kept out of their groups' dense storage until a commit lands
+        # them (storage/pending_links.py): the journal holds them
+        self.pending = PendingLinks()
 
     def refuse_damaged(self, addresses) -> None:
         """FormatError when an edit would change an object a walk found damaged: it would build
@@ -121,10 +126,10 @@ class Store:
         return Transaction(self)
 
     @property
-    def pending(self) -> bool:
-        """Whether committed changes are not yet durable in the file itself (in the batch, or
-        journal records not retired): `settle` makes them so."""
-        return bool(self.batch) or self.journal.pending
+    def unsettled_changes(self) -> bool:
+        """Whether committed changes are not yet durable in the file itself (in the batch,
+        journal records not retired, deferred links): `land` and `settle` make them so."""
+        return bool(self.batch) or self.journal.pending or bool(self.pending)
 
     def settle(self) -> None:
         """The group commit: every committed update durable in the file itself and the journal's
@@ -145,6 +150,10 @@ class Store:
             if self.journal.pending:
                 self.writer.sync()
                 self.journal.clear()
+                if self.pending:   # still acknowledged, and only the journal holds them
+                    eoa = self.superblock.eof_address
+                    self.journal.append([], (eoa, eoa), ops=self.pending.ops())
+                    self.journal.sync()
             self.unsettled = Spans()
             self.settled_size = os.fstat(self.writer.fd).st_size   # no abort cuts into it
 
@@ -294,6 +303,9 @@ class Transaction:
         self.committed = False
         self.superblock: sbf.Superblock | None = None   # a new one to publish (set_superblock)
         self._file_size = os.fstat(store.reader.fd).st_size
+        self.deferred = PendingLinks()   # links this transaction gives dense groups (storage/pending_links.py)
+        self.lands = False               # it lands the store's deferred links (links_write.land_links)
+        self.dense_edits = False         # it edited some dense link or attribute storage (dense_storage)
 
     # -- staging ------------------------------------------------------------------------------
     def allocate(self, size: int, raw: bool = False) -> int:
@@ -367,9 +379,19 @@ class Transaction:
             i += 1
         return out
 
+    def defer_link(self, group: int, link: Link, raw: bytes) -> None:
+        """`link` (encoded `raw`) for the dense storage of the group at `group`, landed later."""
+        self.deferred.add(group, link, raw)
+
+    def pending_links(self, group: int) -> dict[str, tuple[Link, bytes]]:
+        """The deferred links of the group at `group` as this transaction leaves them."""
+        mine = self.deferred.of(group)
+        theirs = {} if self.lands else self.store.pending.of(group)
+        return {**theirs, **mine} if mine and theirs else mine or theirs
+
     @property
     def empty(self) -> bool:
-        return not (self._new or self._wrote_data or self._in_place or self.freed)
+        return not (self._new or self._wrote_data or self._in_place or self.freed or self.deferred or self.lands)
 
     # -- commit -------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -415,12 +437,13 @@ class Transaction:
         # leaves a file libhdf5 takes for truncated)
         batched = sum(len(d) for _, d in new) <= MAX_LOGGED_NEW \
             and max(reach, batch.end, os.fstat(writer.fd).st_size) >= base + store.allocator.eoa
+        ops = self.deferred.ops()
         if batched:
             with store.lock:
                 try:
                     if self._unchecked:   # durable before the record that publishes it
                         writer.sync()
-                    journal.append(new + updates, eoas, self._checks)
+                    journal.append(new + updates, eoas, self._checks, ops, self.lands)
                 except BaseException:
                     self.abort()
                     raise
@@ -428,7 +451,10 @@ class Transaction:
                     batch.put(position, data)
                 store.reader.eof = max(store.reader.eof, batch.end)
         else:
-            self._publish(new, updates, eoas, sb is not None)
+            self._publish(new, updates, eoas, sb is not None, ops)
+        if self.lands:
+            store.pending.clear()
+        store.pending.merge(self.deferred)
         if sb is not None:
             store.superblock = sb
         if journal.size > JOURNAL_LIMIT or batch.nbytes > BATCH_LIMIT:
@@ -445,7 +471,7 @@ class Transaction:
         store.allocator.release(frozenset(self.owners))
 
     def _publish(self, new: list[tuple[int, bytes]], updates: list[tuple[int, bytes]],
-                 eoas: tuple[int, int], new_superblock: bool) -> None:
+                 eoas: tuple[int, int], new_superblock: bool, ops: list[bytes]) -> None:
         """A commit with chunk data or large new blocks: straight into the file (see the
         module's docstring), after the batch."""
         store, writer, journal = self.store, self.store.writer, self.store.journal
@@ -456,8 +482,9 @@ class Transaction:
             self.abort()
             raise
         try:
-            # a single-page update is not torn: written directly
-            direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE
+            # a single-page update is not torn: written directly (unless deferred links go with it)
+            direct = len(updates) == 1 and updates[0][0] // PAGE == (updates[0][0] + len(updates[0][1]) - 1) // PAGE \
+                and not (ops or self.lands)
             if new or self._wrote_data or new_superblock:
                 for position, data in new:
                     store.write(position, data)
@@ -466,8 +493,8 @@ class Transaction:
                     # allocation, or libhdf5 takes it for truncated
                     writer.truncate(base + store.allocator.eoa)
                 writer.sync()
-            if updates and not direct:
-                journal.log(updates, eoas)
+            if (updates and not direct) or ops or self.lands:
+                journal.log(updates, eoas, ops, self.lands)
         except BaseException:
             self.abort()
             raise
