@@ -71,14 +71,6 @@ def _journal_overlay(path: str, fd: int) -> PageOverlay | None:
     return found
 
 
-def header_nbytes(header: object_header.ObjectHeader) -> int:
-    """Memory of a decoded object header (calibrated with tracemalloc on libhdf5's headers):
-    its records, one per block and per message, and the message bytes (at most the blocks')."""
-    blocks = header.blocks
-    messages = len(blocks[0].messages) if len(blocks) == 1 else sum(len(b.messages) for b in blocks)
-    return 300 + 300 * len(blocks) + 150 * messages + sum(b.length for b in blocks)
-
-
 class H5File:
     def __init__(self, path: str, source: ByteSource, sb: superblock.Superblock, overlay: PageOverlay | None = None):
         """`source`: the file's bytes (owned: closed with the file); `overlay`: a read-only
@@ -222,6 +214,7 @@ class H5File:
             self.invalidate_range(address, address + size)
         for address in txn.owners:
             self.invalidate(address)
+        store.forgotten = store.commits
 
     def close(self) -> None:
         if self.store is not None:
@@ -268,7 +261,7 @@ class H5File:
         st = ObjectState(self._read_header(address, what), generation)
         with self._lock:
             if self._epoch == epoch:
-                st = self.meta.get(address, STATE, lambda: st, ENTRY + header_nbytes(st.header))
+                st = self.meta.get(address, STATE, lambda: st, ENTRY + header_reader.nbytes(st.header))
             else:  # served to this caller once; its handle reads again on the next use
                 st.valid = False
         return st

@@ -452,8 +452,9 @@ class Writeback:
         state of the objects whose headers it changed."""
         for address, size in txn.rewritten + txn.freed:
             self.f.invalidate_range(address, address + size)
-        for address in addresses:
+        for address in set(addresses) | txn.owners:   # headers it changed (header_writer counts them)
             self.f.invalidate(address)
+        self.f.store.forgotten = self.f.store.commits
 
     # -- resizing -------------------------------------------------------------------------------
     def truncate(self, ds: Dataset, size: int) -> None:

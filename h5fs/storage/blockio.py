@@ -10,6 +10,7 @@ from ..errors import FormatError
 from ..format.codec import Reader, Sizes
 from .byte_source import ByteSource, as_source
 from .metadata_cache import MetadataCache
+from .readers import object_header as header_reader
 
 # No single metadata structure h5fs reads may claim more than this; protects against sizes
 # taken from a hostile file (chunk data has its own bound: the decoded chunk size).
@@ -67,6 +68,11 @@ class BlockReader:
         if len(data) != size:
             raise FormatError(f"{what}: short read at {addr}")
         return data
+
+    def object_header(self, address: int, what: str):
+        """The decoded object header at `address`, cached."""
+        return self.meta.get(address, header_reader.HEADER, lambda: header_reader.decode_at(self, address, what),
+                             header_reader.nbytes)
 
     def read_upto(self, addr: int | None, size: int, what: str = "block") -> bytes:
         """Up to `size` bytes at `addr`, clipped at end of file (for structures of unknown length)."""

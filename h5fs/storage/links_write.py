@@ -53,11 +53,18 @@ class GroupLinks:
     def __init__(self, txn: Transaction, address: int, what: str):
         self.txn, self.what, self.address = txn, what, address
         self.edit = HeaderEdit(txn, read_header(txn.reader, address, what))
+        self._decoded: dict[int, tuple[object, object]] = {}   # type -> (the header it is of, message)
 
     # -- what the header says -----------------------------------------------------------------
     def _decode(self, mtype: int, decode):
-        raw = self.edit.header.first(mtype)
-        return None if raw is None else decode(Reader(raw.data, 0, self.txn.sizes, f"{self.what}: message {mtype:#x}"))
+        header = self.edit.header
+        hit = self._decoded.get(mtype)
+        if hit is not None and hit[0] is header:
+            return hit[1]
+        raw = header.first(mtype)
+        value = None if raw is None else decode(Reader(raw.data, 0, self.txn.sizes, f"{self.what}: message {mtype:#x}"))
+        self._decoded[mtype] = (header, value)
+        return value
 
     @property
     def symbol_table(self) -> stab_msg.SymbolTable | None:
@@ -242,7 +249,7 @@ class GroupLinks:
         if deferred is not None:
             return deferred[0]
         info, key = self.info, name.encode("utf-8", "surrogateescape")
-        if self.txn.dense_edits:
+        if self.txn.dense_edits or not self.txn.store.cache_current:
             raw = self._dense(info).lookup(key)
         else:   # dense storage the transaction left alone: read as committed, through the file's cache
             raw = dense_lookup(self.txn.store.reader, LINKS, info.heap_address, info.name_index_address, key, self.what)

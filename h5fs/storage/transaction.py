@@ -65,6 +65,7 @@ from .journal import SUFFIX, Journal
 from .metadata_cache import MetadataCache
 from ..spans import Spans
 from .page_overlay import PageOverlay
+from .readers import object_header as header_reader
 from .pending_links import PendingLinks
 from .persistent_space import setup
 from .space import PAGE
@@ -103,6 +104,9 @@ class Store:
         # (ln, mv): a walk of the file can tell that it changed under it, and whether an object
         # it had not reached yet may have moved behind it
         self.commits = self.relinks = 0
+        # commits whose changes the file's metadata cache has forgotten (the model invalidates
+        # after each commit): until it has for all, transactions decode what they read anew
+        self.forgotten = 0
         # objects a walk of the file found damaged (header address -> what is wrong): edits that
         # would build on what they hold are refused
         self.damaged: dict[int, str] = {}
@@ -113,6 +117,11 @@ class Store:
         # links acknowledged and kept out of their groups' dense storage until a commit lands
         # them (storage/pending_links.py): the journal holds them
         self.pending = PendingLinks()
+
+    @property
+    def cache_current(self) -> bool:
+        """Whether the file's metadata cache forgot what every commit changed (`forgotten`)."""
+        return self.forgotten == self.commits
 
     def refuse_damaged(self, addresses) -> None:
         """FormatError when an edit would change an object a walk found damaged: it would build
@@ -276,6 +285,15 @@ class OverlayReader(BlockReader):
         if addr is None:
             raise FormatError(f"{what}: undefined address")
         return self.read(addr, max(0, min(size, self.txn.store.allocator.eoa - addr)), what)
+
+    def object_header(self, address: int, what: str):
+        """The header as the file's cache holds it when the transaction changed none of its
+        blocks (most edits read several headers they leave alone), else decoded anew."""
+        txn = self.txn
+        hit = self._base.meta.peek(address, header_reader.HEADER) if txn.store.cache_current else None
+        if hit is not None and not any(txn.staged_between(b.address, b.address + b.length) for b in hit.blocks):
+            return hit
+        return header_reader.decode_at(self, address, what)
 
     def check_range(self, addr: int | None, size: int, what: str) -> None:
         if addr is None or addr < 0 or size < 0 or addr + size > self.txn.store.allocator.eoa:
