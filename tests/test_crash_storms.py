@@ -39,7 +39,7 @@ TOPS = ("/g0", "/g1", "/g2", "/g3")   # groups every storm keeps (edits happen u
 KEEP = "/data"                        # a dataset no edit touches (the power-loss run fsyncs it)
 NO_TIMER = "flush_delay=600"          # no group commit on a timer: only kills and fsyncs decide
 # what each storm's file holds before it, per round: (datasets under TOPS, groups of 3 datasets)
-FILLS = {"mkdir": (0, 0), "setfattr": (0, 8), "cp": (0, 0), "mv": (24, 8), "rm": (120, 0), "rm_r": (0, 40)}
+FILLS = {"mkdir": (0, 0), "setfattr": (0, 8), "cp": (0, 0), "mv": (24, 8), "rm": (600, 0), "rm_r": (0, 40)}   # rm: enough for a storm at deferred-removal speed
 
 State = dict[str, tuple]   # path -> ("group", attributes) / ("dataset", digest of the values, dtype and shape)
 

@@ -19,7 +19,7 @@ from h5fs.model.file import H5File
 from h5fs.model.tree_edit import TreeEditor
 from h5fs.model.writeback import Writeback
 from h5fs.storage.journal import Journal, deferred, encode, journal_path, records
-from h5fs.storage.pending_links import encode_op
+from h5fs.storage.pending_links import INSERT, Op
 
 SEED_LINKS = 20   # past libhdf5's 8 compact links: the group's links are dense
 
@@ -86,7 +86,7 @@ def test_links_of_a_dense_group_are_deferred_seen_and_landed_once(tmp_path):
         wb, ed = _editor(f)
         for i in range(50):
             ed.mkdir(_group(f, "/g"), f"new{i:02d}")
-        assert len(f.store.pending) == 50
+        assert len(f.store.pending.of(f.resolve("/g").address)) == 50
         g = _group(f, "/g")
         assert g.link("new07") is not None and g.link("new07").address is not None
         assert len(g.links()) == SEED_LINKS + 50
@@ -117,31 +117,62 @@ def test_a_name_deferred_is_taken(tmp_path):
 
 
 @pytest.mark.parametrize("track_order", [False, True])
-def test_a_removal_or_rename_in_the_group_lands_the_deferred_links_first(tmp_path, track_order):
-    """rm and mv in a group holding deferred links land them all in the same transaction,
-    whose record says so: nothing deferred is left, and the removed or renamed link is the one
-    libhdf5 no longer (or newly) lists."""
+def test_removals_and_renames_are_deferred_and_landed_with_the_inserts(tmp_path, track_order):
+    """rm and mv in a dense group are deferred as the inserts are (a removal of a link not landed
+    yet cancels it); reads see the net effect; the flush lands the link edits in one commit and
+    counts the removed objects down in the next (a journal record that lands them says so);
+    libhdf5 lists what the model said."""
     path = tmp_path / "f.h5"
     _dense_file(path, track_order)
     with H5File.open(str(path), writable=True) as f:
         wb, ed = _editor(f)
         for i in range(5):
             ed.mkdir(_group(f, "/g"), f"new{i}")
-        ed.rmdir(_group(f, "/g"), "new1")
-        assert not f.store.pending
-        recs = records(open(journal_path(str(path)), "rb").read())
-        assert recs[-1].lands and deferred(recs) == []
+        assert ed.rmdir(_group(f, "/g"), "new1") == 0 and ed.rmdir(_group(f, "/g"), "old05") == 0
         ed.mkdir(_group(f, "/g"), "new5")
         ed.rename(_group(f, "/g"), "new5", _group(f, "/g"), "renamed")
+        ed.rename(_group(f, "/g"), "old06", _group(f, "/g"), "old07")   # over an empty group
         ed.rename(_group(f, "/g"), "new0", _group(f, "/"), "moved")
+        g = _group(f, "/g")
+        assert g.link("new1") is None and g.link("old05") is None and g.link("new5") is None
+        assert g.link("renamed") is not None and g.link("old06") is None
+        want = sorted([f"old{i:02d}" for i in range(SEED_LINKS) if i not in (5, 6)] + ["new2", "new3", "new4", "renamed"])
+        assert sorted(ln.name for ln in g.links()) == want
         assert [ln.name for ln in _group(f, "/").links()] == ["g", "moved"]
+        assert f.store.pending.unrefs and f.store.pending.holds(g.address)
+        commits = f.store.commits
+        wb.flush()
+        assert not f.store.pending and f.store.commits == commits + 2
         wb.close()
     with h5py.File(path, "r") as h:
-        assert sorted(h["g"]) == sorted([f"old{i:02d}" for i in range(SEED_LINKS)] + ["new2", "new3", "new4", "renamed"])
+        assert sorted(h["g"]) == want
         assert isinstance(h["moved"], h5py.Group)
         if track_order:   # creation order as libhdf5 numbers it: the new ones after the old
-            assert list(h["g"])[:SEED_LINKS] == [f"old{i:02d}" for i in range(SEED_LINKS)]
-            assert list(h["g"])[SEED_LINKS:] == ["new2", "new3", "new4", "renamed"]
+            assert [n for n in h["g"] if n.startswith("new") or n == "renamed"] == ["new2", "new3", "new4", "renamed"]
+    run_h5fs("check", path, check=True)
+
+
+def test_removing_most_links_lands_them_compact_again(tmp_path):
+    """Past the group's minimum, the landed removals turn its links compact again (libhdf5's
+    H5G__obj_remove), and none left frees the dense storage."""
+    path = tmp_path / "f.h5"
+    _dense_file(path)
+    with h5py.File(path, "a", libver="latest") as h:
+        h.create_group("e")
+        for i in range(12):
+            h["e"].create_group(f"c{i}")
+    with H5File.open(str(path), writable=True) as f:
+        wb, ed = _editor(f)
+        for i in range(SEED_LINKS - 3):
+            ed.rmdir(_group(f, "/g"), f"old{i:02d}")
+        for i in range(12):
+            ed.rmdir(_group(f, "/e"), f"c{i}")
+        wb.flush()
+        assert f.resolve("/g").facts()["storage"] == "compact" and f.resolve("/e").facts()["storage"] == "compact"
+        wb.close()
+    with h5py.File(path, "r") as h:
+        assert sorted(h["g"]) == [f"old{i:02d}" for i in range(SEED_LINKS - 3, SEED_LINKS)] and len(h["e"]) == 0
+    run_h5fs("check", path, check=True)
 
 
 def test_a_group_with_deferred_links_is_not_empty(tmp_path):
@@ -152,7 +183,7 @@ def test_a_group_with_deferred_links_is_not_empty(tmp_path):
         sub = ed.mkdir(_group(f, "/g"), "sub")
         for i in range(12):   # sub goes dense: its later links are deferred
             ed.mkdir(f.get(sub, "/g/sub"), f"c{i}")
-        assert f.store.pending.of(sub)
+        assert f.store.pending.holds(sub)
         with pytest.raises(Exception) as info:
             ed.rmdir(_group(f, "/g"), "sub")
         assert getattr(info.value, "errno", None) == 39   # ENOTEMPTY
@@ -170,7 +201,7 @@ def test_links_deferred_across_a_group_commit_of_the_journal_stay_acknowledged(t
         wb, ed = _editor(f)
         ed.mkdir(_group(f, "/g"), "kept")
         f.store.settle()
-        assert f.store.pending.get(f.resolve("/g").address, "kept") is not None
+        assert f.store.pending.get(f.resolve("/g").address, "kept")
         assert deferred(records(open(journal_path(str(path)), "rb").read())) != []
         wb.close()
 
@@ -210,7 +241,7 @@ def test_links_a_kill_left_deferred_are_landed_by_the_next_open(tmp_path, caplog
     assert "not shown" in caplog.text
     with H5File.open(str(path), writable=True) as f:
         assert len(f.resolve("/g").links()) == SEED_LINKS + 40
-    assert "landed 40 links" in caplog.text   # the settle in the middle kept them deferred
+    assert "landed 40 link edits" in caplog.text   # the settle in the middle kept them deferred
     assert not os.path.exists(journal_path(str(path)))
     with h5py.File(path, "r") as h:
         assert sorted(k for k in h["g"] if k.startswith("new")) == [f"new{i:02d}" for i in range(40)]
@@ -225,12 +256,11 @@ def test_a_deferred_link_the_group_holds_already_is_not_landed_twice(tmp_path, c
     _dense_file(path)
     with H5File.open(str(path), writable=True) as f:
         g = f.resolve("/g")
-        raw = f.store.pending   # the store is there: encode the link as a transaction would
         from h5fs.format.codec import Writer
         from h5fs.format.messages import link as link_msg
         w = Writer(f.sizes)
         link_msg.encode(w, link_msg.Link("old03", link_msg.HARD, address=g.link("old04").address, charset=1))
-        op, group = encode_op(g.address, w.getvalue()), g.address
+        op, group = Op(INSERT, g.address, "old03", None, w.getvalue()).encode(), g.address
         eoa = f.superblock.eof_address
     j = Journal(journal_path(str(path)), None)
     j.log([], (eoa, eoa), ops=[op])
@@ -238,6 +268,64 @@ def test_a_deferred_link_the_group_holds_already_is_not_landed_twice(tmp_path, c
     with H5File.open(str(path), writable=True) as f:
         assert f.resolve("/g").link("old03").address != f.resolve("/g").link("old04").address
         assert group == f.resolve("/g").address
-    assert "is there already" in caplog.text
+    assert "that is there already" in caplog.text
     with h5py.File(path, "r") as h:
         assert len(h["g"]) == SEED_LINKS
+
+
+def test_a_group_freed_with_removals_waiting_lands_them_first(tmp_path):
+    """`rm -r` of a dense group whose parent's links are compact: its children's removals are
+    deferred, its own removal is not (the parent is compact), so they land first (two commits),
+    then the group goes; libhdf5 finds nothing of it and h5fs check passes."""
+    path = tmp_path / "f.h5"
+    _dense_file(path)   # /g: dense, under a root whose one link is compact
+    with H5File.open(str(path), writable=True) as f:
+        wb, ed = _editor(f)
+        for i in range(SEED_LINKS):
+            assert ed.rmdir(_group(f, "/g"), f"old{i:02d}") == 0
+        assert f.store.pending.holds(f.resolve("/g").address)
+        commits = f.store.commits
+        assert ed.rmdir(f.root, "g") == 0
+        assert not f.store.pending and f.store.commits == commits + 3
+        wb.close()
+    with h5py.File(path, "r") as h:
+        assert list(h) == []
+    run_h5fs("check", path, check=True)
+
+
+_KILLED_RM = """
+import os, sys
+sys.path.insert(0, {root!r})
+from h5fs.model.file import H5File
+from h5fs.model.tree_edit import TreeEditor
+from h5fs.model.writeback import Writeback
+f = H5File.open({path!r}, writable=True)
+ed = TreeEditor(f, Writeback(f, 1 << 20))
+for i in range(0, {n}, 2):
+    ed.rmdir(f.resolve("/g"), f"old{{i:02d}}")
+ed.rename(f.resolve("/g"), "old01", f.resolve("/g"), "renamed")
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_removals_a_kill_left_deferred_are_landed_and_their_objects_freed(tmp_path):
+    """Removals deferred when the process was killed: the next read-write open removes the links
+    and frees the objects they named (the file does not grow by them when they are made again)."""
+    path = tmp_path / "f.h5"
+    _dense_file(path)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", _KILLED_RM.format(root=root, path=str(path), n=SEED_LINKS)])
+    assert proc.returncode == -9
+    with H5File.open(str(path), writable=True) as f:
+        assert sorted(ln.name for ln in f.resolve("/g").links()) == \
+            sorted([f"old{i:02d}" for i in range(3, SEED_LINKS, 2)] + ["renamed"])
+        eoa = f.store.allocator.eoa
+        wb, ed = _editor(f)
+        ed.mkdir(f.resolve("/g"), "again")   # in the space of one of the freed groups
+        wb.flush()
+        assert f.store.allocator.eoa == eoa
+        ed.rmdir(f.resolve("/g"), "again")
+        wb.close()
+    with h5py.File(path, "r") as h:
+        assert sorted(h["g"]) == sorted([f"old{i:02d}" for i in range(3, SEED_LINKS, 2)] + ["renamed"])
+    run_h5fs("check", path, check=True)

@@ -28,7 +28,7 @@ from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
 from ..storage.byte_source import ByteSource, LocalSource, is_url
 from ..storage.chunk_cache import ChunkCache
-from ..storage.links_write import land_links
+from ..storage.pending_links import Op
 from ..storage.journal import Journal, Stale, journal_path, overlay as journal_overlay
 from ..storage.page_overlay import PageOverlay
 from ..storage.locking import take_lock
@@ -90,6 +90,7 @@ class H5File:
         self._epoch = 0                           # invalidations so far, of any address
         self._lock = threading.Lock()             # orders invalidations and cache stores
         self.store: Store | None = None           # the write side, when opened writable
+        self.editor = None                        # its TreeEditor, once one edits it
         self.remote: RemoteOptions | None = None  # how a remote object was reached (its siblings too)
         self.siblings: Siblings | None = None     # a remote file's external data files
 
@@ -133,12 +134,12 @@ class H5File:
             f.root  # a file whose root group cannot be read is not mountable
             if journal is not None:
                 f.store = Store(f.reader, sb, journal, journal.writer.recorder)
-                if redo := journal.redo:   # links a crash left deferred
+                if redo := journal.redo:   # link edits a crash left deferred
                     for op in redo:
-                        f.store.pending.add_op(op, f.sizes)
+                        f.store.pending.apply(Op.decode(op, f.sizes))
                     f.land_links(redo=True)
                     f.store.settle()
-                    log.warning("%s: landed %d links a crash had left in the journal", path, len(redo))
+                    log.warning("%s: landed %d link edits a crash had left in the journal", path, len(redo))
             return f
         except BaseException:
             if journal is not None:
@@ -202,19 +203,23 @@ class H5File:
         return self.store is not None
 
     def land_links(self, redo: bool = False) -> None:
-        """The links the write side defers (storage/pending_links.py) landed in their groups'
-        dense storage, in one commit (`redo`: links a crash left in the journal)."""
-        store = self.store
-        if store is None or not store.pending:
+        """The link edits the write side defers (storage/pending_links.py) landed in their
+        groups' dense storage, in one commit (`redo`: edits a crash left in the journal)."""
+        if self.store is None or not self.store.pending:
             return
-        with store.transaction() as txn:
-            land_links(txn, redo)
-            txn.commit()
+        if self.editor is None:
+            from .tree_edit import TreeEditor   # it builds on this module
+            TreeEditor(self, None)
+        self.editor.land(redo)
+
+    def forget(self, txn, addresses=()) -> None:
+        """Drop what the committed transaction made stale: rewritten and freed blocks, and the
+        state of the objects whose headers it changed (header_writer counts them)."""
         for address, size in txn.rewritten + txn.freed:
             self.invalidate_range(address, address + size)
-        for address in txn.owners:
+        for address in set(addresses) | txn.owners:
             self.invalidate(address)
-        store.forgotten = store.commits
+        self.store.forgotten = self.store.commits
 
     def close(self) -> None:
         if self.store is not None:

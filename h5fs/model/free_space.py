@@ -48,13 +48,17 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
     with quiet:
         end = allocator.watch()
         commits, relinks = f.store.commits, f.store.relinks
+        # link edits waiting to land (storage/pending_links.py): the tree the walk sees is not
+        # the one the file's bytes hold (an object whose removal waits is hidden, yet in use)
+        deferred = bool(f.store.pending)
     try:
         smap = walk(f, clock=lambda: allocator.clock)
         problems = smap.problems or space_problems(sorted(smap.extents, key=lambda e: e.address), smap.free, end)
         problem = problems[0] if problems else None
     except Exception as exc:  # noqa: BLE001 - raised again below unless the file changed
         problem, problems, smap = exc, [], None
-    changed, moved = f.store.commits != commits, f.store.relinks != relinks
+    changed = f.store.commits != commits or deferred
+    moved = f.store.relinks != relinks or deferred
     if problem is not None or moved:
         allocator.adopt([])
         if problem is None or changed:

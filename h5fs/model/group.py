@@ -21,20 +21,24 @@ class Group(H5Object):
 
     def links(self) -> list[Link]:
         """The links in display order (callers do not change the list): those the group stores
-        (cached), then those given to it and not landed yet, which leave its state alone."""
-        deferred = self._deferred()
-        if not deferred:
+        (cached) as the link edits not landed yet leave them (storage/pending_links.py: they
+        leave the group's state alone)."""
+        store = self.file.store
+        if store is None or not store.pending.holds(self.address):
             return self._links[0]
+        added = {link.name: link for link, _ in list(store.pending.of(self.address).values())}
+        gone = set(store.pending.gone(self.address))
+        links = [ln for ln in self._links[0] if ln.name not in gone and ln.name not in added]
         info = self.message(M.LINK_INFO)
         if info.track_order or info.index_order:   # numbered after every stored one
-            return self._links[0] + deferred
-        return sorted(self._links[0] + deferred, key=lambda ln: ln.name)
+            return links + list(added.values())
+        return sorted(links + list(added.values()), key=lambda ln: ln.name)
 
     def link(self, name: str) -> Link | None:
         store = self.file.store
         deferred = None if store is None else store.pending.get(self.address, name)
         if deferred is not None:
-            return deferred
+            return deferred or None   # False: its stored link goes
         if not self.has("_links"):   # one descent of the group's index, not a listing
             stab = self._symbol_table()
             if stab is not None:
@@ -112,12 +116,6 @@ class Group(H5Object):
             return []
         return [_entry_link(entry, heap, what)
                 for entry in symbol_table_node.group_entries(self.file.reader, btree_addr, what)]
-
-    def _deferred(self) -> list[Link]:
-        """Links given to this group that its dense storage does not hold yet (the write side's:
-        storage/pending_links.py)."""
-        store = self.file.store
-        return [] if store is None else [link for link, _ in list(store.pending.of(self.address).values())]
 
     def _dense_links(self, info) -> list[Link]:
         from ..storage.readers import btree_v2

@@ -18,9 +18,10 @@ time of its object. New objects keep times when their group's header does.
 from __future__ import annotations
 
 import errno
+import functools
 import time
 from collections import deque
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterator
 
 from ..errors import H5fsError
@@ -36,8 +37,9 @@ from ..format.messages.link import Link
 from ..format.object_header import RawMessage
 from ..storage import symbol_table_write as stab_write
 from ..storage.header_create import create_header
-from ..storage.header_writer import HeaderEdit
-from ..storage.links_write import GROUP_INFO, LINK_INFO, SYMBOL_TABLE, GroupLinks, encode_link
+from ..storage.header_writer import HeaderEdit, refcount_of
+from ..storage.links_write import (GROUP_INFO, LINK_INFO, SYMBOL_TABLE, GroupLinks, encode_link, land_links,
+                                   take_unrefs)
 from ..storage.object_delete import free_object, free_storage, shared_headers
 from ..storage.sohm_write import SharedMessages
 from ..storage.readers.object_header import read as read_header
@@ -56,6 +58,25 @@ DATASET_HEADER_HINT = 256   # libhdf5's least object header for a new dataset (H
 DATA_MESSAGES = frozenset({M.DATASPACE, M.DATATYPE, M.FILL_OLD, M.FILL, M.EXTERNAL, M.LAYOUT, M.FILTERS})
 
 
+LAND_LIMIT = 20_000   # deferred link edits (storage/pending_links.py) held before they land
+
+
+class LandFirst(Exception):
+    """An edit would free a group whose link edits are deferred: they land first (`_landing_first`)."""
+
+
+def _landing_first(edit):
+    """Run the edit again once the deferred link edits landed, when it met a group holding some."""
+    @functools.wraps(edit)
+    def run(self, *args, **kwargs):
+        try:
+            return edit(self, *args, **kwargs)
+        except LandFirst:
+            self.land()
+            return edit(self, *args, **kwargs)
+    return run
+
+
 class NamespaceError(H5fsError):
     """An edit the tree refuses; `errno` says why (ENOTEMPTY, EEXIST, ENOENT, EINVAL...)."""
 
@@ -66,7 +87,10 @@ class NamespaceError(H5fsError):
 
 class TreeEditor:
     def __init__(self, f, writeback, in_use: Callable[[int], bool] = lambda address: False):
+        """`writeback`: the file's (None: edits commit on their own, as when an open lands what a
+        crash left deferred)."""
         self.f, self.wb = f, writeback
+        f.editor = self   # lands deferred link edits for the file (H5File.land_links)
         self.shared: SharedMessages | None = None   # the edit under way's shared-message uses
         # an object whose last link goes while it is open (`in_use`, asked from the editing
         # thread) keeps its header and storage until `free_orphan`, as a file system keeps an
@@ -74,28 +98,36 @@ class TreeEditor:
         # new object can take its space (a crash leaks it: the next mount's walk reclaims it)
         self.in_use = in_use
         self.orphans: dict[int, str] = {}   # address -> path it had
+        self.groups: set[int] = set()   # the edit under way's groups whose links change (`_links`)
 
     @contextmanager
     def _edit(self) -> Iterator[tuple[Transaction, set[int]]]:
         """A transaction for one edit; `touched` collects the object headers it changes."""
-        with self.wb.commit_lock, self.f.store.transaction() as txn:
+        with self.wb.commit_lock if self.wb is not None else nullcontext(), self.f.store.transaction() as txn:
             touched = txn.owners
+            self.groups = set()
             self.shared = SharedMessages(txn, self.f)
             try:
                 yield txn, touched
             except FileExistsError as exc:   # a link's name taken: found by the insert's own search
                 raise NamespaceError(errno.EEXIST, str(exc)) from None
             self.shared.close()
-            self.f.store.refuse_damaged(touched)
-            self.wb.commit(txn, sorted(touched))
+            self.f.store.refuse_damaged(touched | self.groups)
+            if self.wb is not None:
+                self.wb.commit(txn, sorted(touched))
+            else:
+                txn.commit()
+                self.f.forget(txn)
             self.f.superblock = self.f.store.superblock
             self.f.root_entry = self.f.superblock.root_entry
+        if len(self.f.store.pending) > LAND_LIMIT:   # memory, and what each group commit logs again
+            self.land()
 
     def _links(self, txn: Transaction, group: H5Object, touched: set[int]) -> GroupLinks:
         """The links of `group`, which the edit changes: its times say so (GroupLinks counts the
         group among those the edit touched when its header or storage changes: a link deferred
         for its dense storage leaves both alone)."""
-        self.f.store.refuse_damaged([group.address])
+        self.groups.add(group.address)
         links = GroupLinks(txn, group.address, group.path)
         now = _now()
         _set_times(links.edit, txn.sizes, mtime=now, ctime=now)
@@ -220,6 +252,7 @@ class TreeEditor:
         if ref.kind == shared_msg.IN_OBJECT_HEADER:
             self._unref(txn, touched, ref.address, f"{path} (its committed datatype)")
 
+    @_landing_first
     def rmdir(self, parent: H5Object, name: str) -> int:
         """Remove the empty group `name`; the hard links left to it (0: it was freed)."""
         with self._edit() as (txn, touched):
@@ -231,10 +264,11 @@ class TreeEditor:
             if child.all():
                 raise NamespaceError(errno.ENOTEMPTY, f"{parent.path}/{name}: not empty")
             links.remove(name)
-            left = self._unref(txn, touched, link.address, f"{parent.path}/{name}")
+            left = self._drop(txn, touched, links, link.address, f"{parent.path}/{name}")
         return left
 
     # -- links ---------------------------------------------------------------------------------
+    @_landing_first
     def unlink(self, parent: H5Object, name: str) -> int | None:
         """Remove the link `name`; the hard links left to its object (0: it was freed), None
         for a soft or external link."""
@@ -243,10 +277,35 @@ class TreeEditor:
 
     def _remove_link(self, txn: Transaction, touched: set[int], parent: H5Object, name: str) -> int | None:
         """`unlink` within the transaction `txn`."""
-        link = self._links(txn, parent, touched).remove(name)
+        links = self._links(txn, parent, touched)
+        link = links.remove(name)
         if link.link_type == link_msg.HARD:
-            return self._unref(txn, touched, link.address, f"{parent.path}/{name}")
+            return self._drop(txn, touched, links, link.address, f"{parent.path}/{name}")
         return None
+
+    def _drop(self, txn: Transaction, touched: set[int], links: GroupLinks, address: int, path: str) -> int:
+        """One hard link fewer to the object whose link `links` just removed: counted down now,
+        or once the removal lands when it was deferred (storage/pending_links.py); the links left."""
+        if not links.deferred_removal:
+            return self._unref(txn, touched, address, path)
+        txn.defer_unref(address, path)
+        left = max(0, refcount_of(read_header(txn.reader, address, path), txn.sizes) - txn.deferred_unrefs(address))
+        if left == 0 and self.in_use(address):   # open still, no link left (as fstat says): freed after
+            txn.on_commit(lambda: self.orphans.__setitem__(address, path))
+        return left
+
+    def land(self, redo: bool = False) -> None:
+        """Every deferred link edit into its group's storage in one commit, then the objects
+        whose links the removals took counted down in another (freeing walks an object as
+        committed: its links must have gone first)."""
+        store = self.f.store
+        if store.pending.groups():
+            with self._edit() as (txn, touched):
+                land_links(txn, redo)
+        if store.pending.unrefs:
+            with self._edit() as (txn, touched):
+                for address, path in take_unrefs(txn):
+                    self._unref(txn, touched, address, path)
 
     def hard_link(self, address: int, parent: H5Object, name: str) -> None:
         with self._edit() as (txn, touched):
@@ -269,6 +328,7 @@ class TreeEditor:
             links = self._links(txn, parent, touched)
             links.insert(link)
 
+    @_landing_first
     def rename(self, src: H5Object, name: str, dst: H5Object, new: str) -> int | None:
         """Move the link `name` of `src` to `new` in `dst`, replacing a link of that name as
         rename(2) does (a group only by an empty group); the hard links left to the object a
@@ -289,7 +349,7 @@ class TreeEditor:
                     raise NamespaceError(errno.ENOTEMPTY, f"{dst.path}/{new}: not empty")
                 target.remove(new)
                 if old.link_type == link_msg.HARD:
-                    left = self._unref(txn, touched, old.address, f"{dst.path}/{new}")
+                    left = self._drop(txn, touched, target, old.address, f"{dst.path}/{new}")
             target.insert(Link(new, link.link_type, address=link.address, target=link.target,
                                filename=link.filename))
             if link.link_type == link_msg.HARD and (old is None or old.address != link.address):
@@ -332,6 +392,9 @@ class TreeEditor:
         if self.in_use(address):   # its header keeps counting the link that went
             self.orphans[address] = path
             return 0
+        if txn.holds_deferred(address):   # freed as committed: its deferred link edits land first
+            raise LandFirst(f"{path}: freed with link edits waiting")
+        txn.on_commit(lambda: self.orphans.pop(address, None))
         for shared in shared_headers(edit.header, txn.sizes):   # committed datatypes it uses
             self._unref(txn, touched, shared, f"{path} (its committed datatype)")
         for raw in edit.header.messages:   # and what it uses of the shared message table
@@ -340,19 +403,21 @@ class TreeEditor:
         if info is not None and info.heap_address is not None:
             self.shared.release_dense_attributes(info.heap_address, info.name_index_address, path)
         touched.update(detach_scales(txn, self.f, address, path, self.shared))
-        self.wb.discard(address)
+        if self.wb is not None:
+            self.wb.discard(address)
         free_object(txn, self.f, address, path)
         return 0
 
+    @_landing_first
     def free_orphan(self, address: int) -> bool:
         """Free an object whose links all went while it was open, now that it is closed;
         whether it was one."""
         path = self.orphans.get(address)
-        if path is None or self.in_use(address):
-            return False
+        if path is None or self.in_use(address) or self.f.store.pending.unrefs_of(address):
+            return False   # (a countdown waiting for its removal to land frees it then)
         with self._edit() as (txn, touched):
             self._unref(txn, touched, address, path)
-        del self.orphans[address]
+        self.orphans.pop(address, None)
         return True
 
     # -- attributes and times ----------------------------------------------------------------------

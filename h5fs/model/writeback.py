@@ -450,11 +450,7 @@ class Writeback:
     def _forget(self, txn: Transaction, addresses: list[int]) -> None:
         """Drop what the committed transaction made stale: rewritten and freed blocks, and the
         state of the objects whose headers it changed."""
-        for address, size in txn.rewritten + txn.freed:
-            self.f.invalidate_range(address, address + size)
-        for address in set(addresses) | txn.owners:   # headers it changed (header_writer counts them)
-            self.f.invalidate(address)
-        self.f.store.forgotten = self.f.store.commits
+        self.f.forget(txn, addresses)
 
     # -- resizing -------------------------------------------------------------------------------
     def truncate(self, ds: Dataset, size: int) -> None:

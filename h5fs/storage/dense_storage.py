@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .transaction import Transaction
 
 NODE_SIZE, SPLIT_PERCENT, MERGE_PERCENT = 512, 100, 40
+FIND_EACH = 16   # entries to remove found by a descent each, more by one walk of the index
 MSG_SHARED = 0x02   # an attribute record's flag: the heap holds a shared-message reference
 
 
@@ -222,17 +223,38 @@ class DenseStore:
         self.insert_many([(name, message, corder)])
 
     def insert_many(self, items: list[tuple[bytes, bytes, int]]) -> None:
-        """Store each (name, message, creation order), the names free and distinct: each index
-        edited once."""
-        names, orders = [], []
+        """Store each (name, message, creation order), the names free and distinct."""
+        self.edit_many(set(), items)
+
+    def edit_many(self, removes: set[bytes], items: list[tuple[bytes, bytes, int]]) -> None:
+        """Drop the entries named in `removes` (each there), then store each (name, message,
+        creation order) of `items` (names free once those went, and distinct): each index edited
+        once, the entries to drop found in one walk of the name index when they are many."""
+        if len(removes) > FIND_EACH:
+            found = [rec for rec, message in self.items() if self.kind.name_of(message, self.txn.sizes) in removes]
+        else:
+            found = [self.find(name) for name in removes]
+        if len(found) != len(removes) or None in found:
+            raise FileNotFoundError(f"{self.what}: some of the {self.kind.label}s to remove are not there")
+        names: dict[NameKey, object] = {}
+        orders: dict[int, object] = {}
+        freed = []
+        for rec in found:
+            names[self._key(rec)] = None
+            if self.corder_index is not None:
+                orders[self._order(rec)] = None
+            if not is_shared(rec):
+                freed.append(rec.heap_id)
         for name, message, corder in items:
             heap_id = self._heap().insert(message)
             h = name_hash(name)
-            names.append((NameKey(h, name), self.kind.name_record(heap_id, h, corder)))
-            orders.append((corder, self.kind.corder_record(heap_id, corder)))
-        self._edit(self.name_index, changes(names))
+            names[NameKey(h, name)] = self.kind.name_record(heap_id, h, corder)
+            orders[corder] = self.kind.corder_record(heap_id, corder)
+        self._edit(self.name_index, sorted(names.items(), key=lambda kv: kv[0]))
         if self.corder_index is not None:
-            self._edit(self.corder_index, changes(orders))
+            self._edit(self.corder_index, sorted(orders.items(), key=lambda kv: kv[0]))
+        for heap_id in freed:   # after the index edits, which may read names from the heap
+            self._heap().remove(heap_id)
 
     def remove(self, name: bytes) -> bytes:
         """Drop the entry `name` (FileNotFoundError when there is none); its stored message."""

@@ -595,12 +595,8 @@ class HeaderEdit:
 
     @property
     def refcount(self) -> int:
-        """The object's hard link count: v1's prefix field, v2's reference count message (1
-        without one)."""
-        if self._header.version == 1:
-            return self._header.refcount
-        m = self._header.first(REFCOUNT)
-        return 1 if m is None else small.decode_refcount(Reader(m.data, 0, self.txn.sizes, "reference count message"))
+        """The object's hard link count (`refcount_of`)."""
+        return refcount_of(self._header, self.txn.sizes)
 
     @refcount.setter
     def refcount(self, count: int) -> None:
@@ -634,6 +630,14 @@ class HeaderEdit:
         lay = self._layout()
         lay.times = tuple(times)
         self._publish(lay)
+
+
+def refcount_of(header: ObjectHeader, sizes: Sizes) -> int:
+    """An object's hard link count: v1's prefix field, v2's reference count message (1 without one)."""
+    if header.version == 1:
+        return header.refcount
+    m = header.first(REFCOUNT)
+    return 1 if m is None else small.decode_refcount(Reader(m.data, 0, sizes, "reference count message"))
 
 
 def refcount_body(count: int, sizes: Sizes) -> bytes:

@@ -3,10 +3,14 @@ metadata (and the new blocks they publish) are appended here as one record, and 
 touches the .h5 file before the record is durable, so a crash in the middle of applying them is
 finished at the next open.
 
-Records follow one another: magic, entry count, check count, record length, the end of allocation
-the superblock records before and after the record, checks (position, length and CRC-32 of data
-the commit wrote into the file directly: new chunks), entries (absolute file position, length,
-bytes), CRC-32 of all that. A record is appended without waiting for the disk (`append`: a
+Records follow one another: magic, entry count, check count, deferred edit count, flags, record
+length, the end of allocation the superblock records before and after the record, checks
+(position, length and CRC-32 of data the commit wrote into the file directly: new chunks),
+entries (absolute file position, length, bytes), deferred edits (length, bytes: link edits the
+commit acknowledged and left out of the file's structures, storage/pending_links.py), CRC-32 of
+all that. A record flagged LANDS holds every deferred edit of the records before it (applied, or
+deferred again among its own): a replay lands the deferred edits of the last such record and of
+those after it (`deferred`), through the engine, at the next read-write open. A record is appended without waiting for the disk (`append`: a
 `kill -9` of the daemon leaves every record to the kernel) and made durable with the group commit
 (`sync`, then `Store.settle` applies the batch). Replay applies every complete record in order,
 stopping at the first that is incomplete, fails its CRC or names data the file does not hold
@@ -21,8 +25,8 @@ from before the first record or after one of them (the superblock is the first u
 applies, and it is written nowhere else while records wait). A file whose end of allocation is
 none of those was written by something else since the crash (recreated by h5py, copied over):
 replaying would write stale metadata into it, so the journal is set aside, unreplayed (`Stale`).
-Records of an older h5fs carry no checks (`V2_MAGIC`), or no end of allocation either
-(`OLD_MAGIC`), and replay as they are.
+Records of an older h5fs carry no deferred edits (`V3_MAGIC`), no checks either (`V2_MAGIC`), or
+no end of allocation either (`OLD_MAGIC`), and replay as they are.
 
 An open that must not write (read-only) reads the file through the records instead (`overlay`):
 it sees the file as the replay will leave it, never a record half applied.

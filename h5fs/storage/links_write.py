@@ -4,9 +4,8 @@ groups: local heap, v1 B-tree, symbol table nodes), link messages in the group's
 libhdf5 does (H5G__obj_insert: past the group info's maximum compact count the links go dense;
 H5G__obj_remove: below its minimum dense count they come back).
 
-A link given to a group whose links are already dense is deferred (storage/pending_links.py):
-lookups and listings here see it; any other change to such a group lands every deferred link
-first (`land_links`).
+A link given to or removed from a group whose links are already dense is deferred
+(storage/pending_links.py): lookups and listings here see it; `land_links` lands them all.
 
 Reference counts of the objects hard links name are the caller's; so is committing.
 """
@@ -53,6 +52,7 @@ class GroupLinks:
     def __init__(self, txn: Transaction, address: int, what: str):
         self.txn, self.what, self.address = txn, what, address
         self.edit = HeaderEdit(txn, read_header(txn.reader, address, what))
+        self.deferred_removal = False   # the last `remove` was deferred (its object is counted down later)
         self._decoded: dict[int, tuple[object, object]] = {}   # type -> (the header it is of, message)
 
     # -- what the header says -----------------------------------------------------------------
@@ -146,7 +146,7 @@ class GroupLinks:
             info = self._to_dense(info)
             kind = "dense"
         if kind == "dense" and info.heap_address == (self.info.heap_address if self.info else None):
-            self.txn.defer_link(self.address, link, raw)   # storage that was dense already
+            self.txn.defer_insert(self.address, link, raw)   # storage that was dense already
             if info != self.info:
                 self._set_info(info)
             return
@@ -161,11 +161,17 @@ class GroupLinks:
             self._set_info(info)
 
     def remove(self, name: str) -> Link:
-        """Remove the link `name` (FileNotFoundError when there is none); returns it."""
-        if self.txn.pending_links(self.address):
-            land_links(self.txn)
-        self.txn.owners.add(self.address)   # its storage changes: what was read of it goes
+        """Remove the link `name` (FileNotFoundError when there is none); returns it. From dense
+        storage the removal is deferred (`deferred_removal`)."""
         kind = self._storage()
+        self.deferred_removal = kind == "dense"
+        if kind == "dense":
+            link = self._dense_lookup(name)
+            if link is None:
+                raise FileNotFoundError(f"{self.what}: no link named {name!r}")
+            self.txn.defer_remove(self.address, name)
+            return link
+        self.txn.owners.add(self.address)   # its storage changes: what was read of it goes
         if kind == "symbol table":
             stab = self.symbol_table
             entry = stab_write.lookup(self.txn, stab, name.encode("utf-8"), self.what)
@@ -175,27 +181,13 @@ class GroupLinks:
             stab_write.remove(self.txn, stab, name.encode("utf-8"), self.what)
             return link
         info = self.info
-        if kind == "compact":
-            found = next(((raw, ln) for raw, ln in self._compact() if ln.name == name), None)
-            if found is None:
-                raise FileNotFoundError(f"{self.what}: no link named {name!r}")
-            self.edit.remove(found[0])
-            link, left = found[1], len(self.edit.header.find(LINK))
-        else:
-            store = self._dense(info)
-            link = _decode_link(store.remove(name.encode("utf-8", "surrogateescape")), self.txn.sizes, self.what)
-            store.close()
-            left = store.count()
-            if left == 0:
-                store.delete()
-                info = replace(info, heap_address=None, name_index_address=None, order_index_address=None)
-            elif left < self._phase()[1]:
-                info = self._to_compact(info, store)
-        if left == 0 and info.track_order:   # H5G__obj_remove_update_linfo starts numbering again
-            info = replace(info, max_creation_index=0)
-        if info != self.info:
-            self._set_info(info)
-        return link
+        found = next(((raw, ln) for raw, ln in self._compact() if ln.name == name), None)
+        if found is None:
+            raise FileNotFoundError(f"{self.what}: no link named {name!r}")
+        self.edit.remove(found[0])
+        if not self.edit.header.find(LINK) and info.track_order:   # H5G__obj_remove_update_linfo numbers anew
+            self._set_info(replace(info, max_creation_index=0))
+        return found[1]
 
     def _stab_insert(self, link: Link) -> None:
         self.txn.owners.add(self.address)
@@ -241,13 +233,14 @@ class GroupLinks:
                           info.order_index_address if info.index_order else None, self.what)
 
     def _dense_links(self) -> list[Link]:
+        added, gone = self.txn.deferred_links(self.address)
         stored = [_decode_link(raw, self.txn.sizes, self.what) for _, raw in self._dense(self.info).items()]
-        return stored + [link for link, _ in self.txn.pending_links(self.address).values()]
+        return [ln for ln in stored if ln.name not in gone and ln.name not in added] + list(added.values())
 
     def _dense_lookup(self, name: str) -> Link | None:
-        deferred = self.txn.pending_links(self.address).get(name)
+        deferred = self.txn.deferred_link(self.address, name)
         if deferred is not None:
-            return deferred[0]
+            return deferred or None   # False: its stored link goes
         info, key = self.info, name.encode("utf-8", "surrogateescape")
         if self.txn.dense_edits or not self.txn.store.cache_current:
             raw = self._dense(info).lookup(key)
@@ -278,29 +271,65 @@ class GroupLinks:
         return replace(info, heap_address=None, name_index_address=None, order_index_address=None)
 
 
+    def land(self, added: dict[str, tuple[Link, bytes]], gone: set[str], redo: bool) -> None:
+        """Deferred edits into the group's dense storage at once: the names in `gone` out, then
+        `added` in; below the group's minimum the links go compact again, none left frees the
+        storage (as libhdf5 removes). `redo` (edits a crash left in the journal): a name to add
+        the storage holds already, or one to remove it does not, is left out, logged."""
+        info = self.info
+        if self.symbol_table is not None or info is None or info.heap_address is None:
+            raise CannotWrite(f"{self.what}: its links are no longer dense, {len(added) + len(gone)} deferred edits wait")
+        store = self._dense(info)
+        encode = lambda name: name.encode("utf-8", "surrogateescape")   # noqa: E731
+        removes = {encode(name) for name in gone}
+        items = [(encode(name), raw, link.creation_order or 0) for name, (link, raw) in added.items()]
+        if redo:
+            for name in [n for n in removes if store.find(n) is None]:
+                log.warning("%s: the journal removes a link named %r that is not there", self.what, name)
+                removes.discard(name)
+            for item in [item for item in items if item[0] not in removes and store.find(item[0]) is not None]:
+                log.warning("%s: the journal adds a link named %r that is there already", self.what, item[0])
+                items.remove(item)
+        store.edit_many(removes, items)
+        store.close()
+        if not removes:
+            return
+        left = store.count()
+        if left == 0:
+            store.delete()
+            info = replace(info, heap_address=None, name_index_address=None, order_index_address=None)
+            if info.track_order:   # H5G__obj_remove_update_linfo starts numbering again
+                info = replace(info, max_creation_index=0)
+        elif left < self._phase()[1]:
+            info = self._to_compact(info, store)
+        if info != self.info:
+            self._set_info(info)
+
+
 def land_links(txn: Transaction, redo: bool = False) -> None:
-    """Every link the store defers into its group's dense storage, in `txn` (whose record then
-    says that it holds them all): each group's heap and indexes edited once. `redo` (links a
-    crash left in the journal): a name the group's storage holds already is left out, logged."""
+    """Every link edit the store defers into its group's dense storage, in `txn`: each group's
+    heap and indexes edited once (GroupLinks.land). The objects to count down stay deferred, in
+    `txn`'s record (whose record says it holds every deferred edit before it): a later commit
+    counts them down (`take_unrefs`), once what is freed is no longer named."""
     pending = txn.store.pending
     if txn.lands or not pending:
         return
     txn.lands = True
-    for group, links in pending.groups.items():
+    for group in pending.groups():
         txn.owners.add(group)
-        owner = GroupLinks(txn, group, f"group at {group}")
-        info = owner.info
-        if owner.symbol_table is not None or info is None or info.heap_address is None:
-            raise CannotWrite(f"group at {group}: its links are no longer dense, {len(links)} deferred ones wait")
-        store = owner._dense(info)
-        items = [(name.encode("utf-8", "surrogateescape"), raw, link.creation_order or 0)
-                 for name, (link, raw) in links.items()]
-        if redo:
-            for item in [item for item in items if store.lookup(item[0]) is not None]:
-                log.warning("group at %d: a link named %r the journal left to add is there already", group, item[0])
-                items.remove(item)
-        store.insert_many(items)
-        store.close()
+        GroupLinks(txn, group, f"group at {group}").land(pending.of(group), pending.gone(group), redo)
+    for address, path in pending.unrefs:
+        txn.defer_unref(address, path)
+
+
+def take_unrefs(txn: Transaction) -> list[tuple[int, str]]:
+    """The objects whose links the deferred removals took, to count down in `txn` (whose record
+    then says it holds every deferred edit before it): (address, the path it had), in order."""
+    pending = txn.store.pending
+    if pending.groups():
+        raise CannotWrite(f"objects counted down before {len(pending)} deferred link edits landed")
+    txn.lands = True
+    return list(pending.unrefs)
 
 
 def _decode_link(raw: bytes, sizes, what: str) -> Link:

@@ -1,70 +1,117 @@
-"""Links given to groups whose links are dense (a fractal heap indexed by v2 B-trees),
-acknowledged but not yet in that storage: a burst of `mkdir`s, `cp`s or `tar x` into one group
-then encodes the group's heap blocks and name index once, at the commit that lands them
-(`links_write.land`), not once per link.
+"""Link edits of groups whose links are dense (a fractal heap indexed by v2 B-trees), acknowledged
+but not yet in that storage: a burst of `mkdir`s, `cp`s, `tar x` or `rm -r` in one group then
+edits the group's heap blocks and name index once, at the commit that lands them
+(`links_write.land_links`), not once per link. An object whose last link such a removal takes is
+counted down (and freed) then too, after every link edit landed, so the file never names freed
+space.
 
-A deferred link is acknowledged once the journal holds it, as a deferred edit of the record of
-the transaction that made it (that record also holds what the link points at: the new object's
+A deferred edit is acknowledged once the journal holds it, as a deferred edit of the record of
+the transaction that made it (that record also holds what the edit builds on: a new object's
 header); a `kill -9` loses none, the next read-write open lands them (journal.deferred). Reads see
-them at once (`links_write.GroupLinks` in transactions, `model.group.Group` outside). Any other
-change to a group holding some (a removal, a rename, its links going compact) lands them all
-first, in the same transaction, whose record then says so (`Transaction.lands`).
+them at once (`links_write.GroupLinks` in transactions, `model.group.Group` outside). A change to
+a group holding some that is not itself deferred lands them all first, in the same transaction,
+whose record then says so (`Transaction.lands`).
+
+Edits are kept as their net effect: links added (by group, then name), names whose stored link
+goes (a name can be both: removed, then added anew), and the objects to count down, in order.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from ..errors import FormatError
 from ..format.codec import Reader, Sizes
 from ..format.messages import link as link_msg
 from ..format.messages.link import Link
 
-LINK_OP = 1
-_OP = struct.Struct("<BQ")   # kind, the group's header address; then the link message
+INSERT, REMOVE, UNREF = 1, 2, 3
+_OP = struct.Struct("<BQ")   # kind, an address (the group's header; UNREF: the object's)
 
 
-def encode_op(group: int, raw: bytes) -> bytes:
-    return _OP.pack(LINK_OP, group) + raw
+@dataclass(frozen=True)
+class Op:
+    """One deferred edit: INSERT `link` (encoded `raw`) into `group`; REMOVE the link `name` of
+    `group`; UNREF the object at `group` (its link at `name` went)."""
+
+    kind: int
+    group: int
+    name: str
+    link: Link | None = None
+    raw: bytes = b""
+
+    def encode(self) -> bytes:
+        body = self.raw if self.kind == INSERT else self.name.encode("utf-8", "surrogateescape")
+        return _OP.pack(self.kind, self.group) + body
+
+    @staticmethod
+    def decode(op: bytes, sizes: Sizes) -> Op:
+        if len(op) < _OP.size or op[0] not in (INSERT, REMOVE, UNREF):
+            raise FormatError(f"the journal holds a deferred edit of unknown kind {op[:1].hex()}")
+        kind, group = _OP.unpack_from(op)
+        body = op[_OP.size:]
+        if kind == INSERT:
+            link = link_msg.decode(Reader(body, 0, sizes, "a deferred link in the journal"))
+            return Op(kind, group, link.name, link, body)
+        return Op(kind, group, body.decode("utf-8", "surrogateescape"))
 
 
 class PendingLinks:
-    """Deferred links by group header address, then by name: (link, its encoded message)."""
+    """The net effect of deferred edits (see the module's docstring)."""
 
     def __init__(self) -> None:
-        self.groups: dict[int, dict[str, tuple[Link, bytes]]] = {}
+        self.added: dict[int, dict[str, tuple[Link, bytes]]] = {}   # group -> name -> (link, message)
+        self.removed: dict[int, set[str]] = {}                      # group -> names whose stored link goes
+        self.unrefs: list[tuple[int, str]] = []                     # (object address, the path it had)
+        self.ops: list[Op] = []                                     # as applied, for the journal
 
     def __bool__(self) -> bool:
-        return bool(self.groups)
+        return bool(self.ops)
 
     def __len__(self) -> int:
-        return sum(len(g) for g in self.groups.values())
+        return len(self.ops)
 
-    def add(self, group: int, link: Link, raw: bytes) -> None:
-        self.groups.setdefault(group, {})[link.name] = (link, raw)
+    def apply(self, op: Op) -> None:
+        self.ops.append(op)
+        if op.kind == INSERT:
+            self.added.setdefault(op.group, {})[op.name] = (op.link, op.raw)
+        elif op.kind == REMOVE:
+            added = self.added.get(op.group, {})
+            if op.name in added:   # never in the storage (unless a removed stored one was replaced)
+                del added[op.name]
+            else:
+                self.removed.setdefault(op.group, set()).add(op.name)
+        else:
+            self.unrefs.append((op.group, op.name))
+
+    def holds(self, group: int) -> bool:
+        """Whether the group's storage has edits waiting."""
+        return bool(self.added.get(group)) or bool(self.removed.get(group))
+
+    def groups(self) -> list[int]:
+        return [g for g in {**self.added, **self.removed} if self.holds(g)]
 
     def of(self, group: int) -> dict[str, tuple[Link, bytes]]:
-        return self.groups.get(group, {})
+        return self.added.get(group, {})
 
-    def get(self, group: int, name: str) -> Link | None:
-        found = self.groups.get(group, {}).get(name)
-        return None if found is None else found[0]
+    def gone(self, group: int) -> set[str]:
+        return self.removed.get(group, set())
 
-    def merge(self, other: PendingLinks) -> None:
-        for group, links in other.groups.items():
-            self.groups.setdefault(group, {}).update(links)
+    def get(self, group: int, name: str) -> Link | None | bool:
+        """The link added as `name` (a Link), False when the stored one of that name goes, None
+        when nothing is deferred for the name."""
+        found = self.added.get(group, {}).get(name)
+        if found is not None:
+            return found[0]
+        return False if name in self.removed.get(group, ()) else None
+
+    def unrefs_of(self, address: int) -> int:
+        return sum(1 for a, _ in self.unrefs if a == address)
 
     def clear(self) -> None:
-        self.groups = {}
+        self.__init__()
 
-    def ops(self) -> list[bytes]:
-        """Every deferred link as the journal keeps it."""
-        return [encode_op(group, raw) for group, links in self.groups.items() for _, raw in links.values()]
-
-    def add_op(self, op: bytes, sizes: Sizes) -> None:
-        """A deferred link the journal kept (`ops`)."""
-        if len(op) < _OP.size or op[0] != LINK_OP:
-            raise FormatError(f"the journal holds a deferred edit of unknown kind {op[:1].hex()}")
-        _, group = _OP.unpack_from(op)
-        raw = op[_OP.size:]
-        self.add(group, link_msg.decode(Reader(raw, 0, sizes, "a deferred link in the journal")), raw)
+    def encoded(self) -> list[bytes]:
+        """Every deferred edit as the journal keeps it."""
+        return [op.encode() for op in self.ops]

@@ -66,7 +66,7 @@ from .metadata_cache import MetadataCache
 from ..spans import Spans
 from .page_overlay import PageOverlay
 from .readers import object_header as header_reader
-from .pending_links import PendingLinks
+from .pending_links import INSERT, REMOVE, UNREF, Op, PendingLinks
 from .persistent_space import setup
 from .space import PAGE
 from .writer import FileWriter, Recorder
@@ -114,8 +114,8 @@ class Store:
         # object headers made by this mount: nothing in the file can hold a reference to them
         # (h5fs writes none, and no other writer opens the file), so freeing one leaves none dangling
         self.created: set[int] = set()
-        # links acknowledged and kept out of their groups' dense storage until a commit lands
-        # them (storage/pending_links.py): the journal holds them
+        # link edits acknowledged and kept out of their groups' dense storage until a commit
+        # lands them (storage/pending_links.py): the journal holds them
         self.pending = PendingLinks()
 
     @property
@@ -161,7 +161,7 @@ class Store:
                 self.journal.clear()
                 if self.pending:   # still acknowledged, and only the journal holds them
                     eoa = self.superblock.eof_address
-                    self.journal.append([], (eoa, eoa), ops=self.pending.ops())
+                    self.journal.append([], (eoa, eoa), ops=self.pending.encoded())
                     self.journal.sync()
             self.unsettled = Spans()
             self.settled_size = os.fstat(self.writer.fd).st_size   # no abort cuts into it
@@ -321,8 +321,8 @@ class Transaction:
         self.committed = False
         self.superblock: sbf.Superblock | None = None   # a new one to publish (set_superblock)
         self._file_size = os.fstat(store.reader.fd).st_size
-        self.deferred = PendingLinks()   # links this transaction gives dense groups (storage/pending_links.py)
-        self.lands = False               # it lands the store's deferred links (links_write.land_links)
+        self.deferred = PendingLinks()   # link edits this transaction defers (storage/pending_links.py)
+        self.lands = False               # it lands the store's deferred edits (links_write.land_links)
         self.dense_edits = False         # it edited some dense link or attribute storage (dense_storage)
 
     # -- staging ------------------------------------------------------------------------------
@@ -397,15 +397,47 @@ class Transaction:
             i += 1
         return out
 
-    def defer_link(self, group: int, link: Link, raw: bytes) -> None:
-        """`link` (encoded `raw`) for the dense storage of the group at `group`, landed later."""
-        self.deferred.add(group, link, raw)
+    # -- deferred link edits (storage/pending_links.py), as this transaction leaves them ---------
+    def defer_insert(self, group: int, link: Link, raw: bytes) -> None:
+        self.deferred.apply(Op(INSERT, group, link.name, link, raw))
 
-    def pending_links(self, group: int) -> dict[str, tuple[Link, bytes]]:
-        """The deferred links of the group at `group` as this transaction leaves them."""
-        mine = self.deferred.of(group)
-        theirs = {} if self.lands else self.store.pending.of(group)
-        return {**theirs, **mine} if mine and theirs else mine or theirs
+    def defer_remove(self, group: int, name: str) -> None:
+        self.deferred.apply(Op(REMOVE, group, name))
+
+    def defer_unref(self, address: int, path: str) -> None:
+        """The object at `address` counted down (freed at no link) once the removals land."""
+        self.deferred.apply(Op(UNREF, address, path))
+
+    def _theirs(self) -> PendingLinks | None:
+        return None if self.lands else self.store.pending
+
+    def deferred_link(self, group: int, name: str) -> Link | None | bool:
+        """The link deferred as `name` in the group, False when its stored link goes, None when
+        nothing is deferred for the name (PendingLinks.get)."""
+        found = self.deferred.get(group, name)
+        if found is None and (theirs := self._theirs()) is not None:
+            found = theirs.get(group, name)
+        return found
+
+    def deferred_links(self, group: int) -> tuple[dict[str, Link], set[str]]:
+        """The links deferred for the group by name, and the names whose stored link goes."""
+        theirs = self._theirs()
+        added = {name: link for name, (link, _) in (theirs.of(group) if theirs else {}).items()}
+        gone = set(theirs.gone(group)) if theirs else set()
+        for name in self.deferred.gone(group):
+            added.pop(name, None)
+            gone.add(name)
+        added.update((name, link) for name, (link, _) in self.deferred.of(group).items())
+        return added, gone
+
+    def holds_deferred(self, group: int) -> bool:
+        theirs = self._theirs()
+        return self.deferred.holds(group) or (theirs is not None and theirs.holds(group))
+
+    def deferred_unrefs(self, address: int) -> int:
+        """Countdowns of the object at `address` waiting for their removals to land."""
+        theirs = self._theirs()
+        return self.deferred.unrefs_of(address) + (theirs.unrefs_of(address) if theirs else 0)
 
     @property
     def empty(self) -> bool:
@@ -455,7 +487,7 @@ class Transaction:
         # leaves a file libhdf5 takes for truncated)
         batched = sum(len(d) for _, d in new) <= MAX_LOGGED_NEW \
             and max(reach, batch.end, os.fstat(writer.fd).st_size) >= base + store.allocator.eoa
-        ops = self.deferred.ops()
+        ops = self.deferred.encoded()
         if batched:
             with store.lock:
                 try:
@@ -472,7 +504,10 @@ class Transaction:
             self._publish(new, updates, eoas, sb is not None, ops)
         if self.lands:
             store.pending.clear()
-        store.pending.merge(self.deferred)
+        for op in self.deferred.ops:
+            store.pending.apply(op)
+            if op.kind == REMOVE:   # its object is hidden while still in the file: a walk under it is not trusted
+                store.relinks += 1
         if sb is not None:
             store.superblock = sb
         if journal.size > JOURNAL_LIMIT or batch.nbytes > BATCH_LIMIT:
