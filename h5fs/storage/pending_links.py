@@ -19,6 +19,7 @@ goes (a name can be both: removed, then added anew), and the objects to count do
 from __future__ import annotations
 
 import struct
+from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import FormatError
@@ -64,6 +65,7 @@ class PendingLinks:
         self.added: dict[int, dict[str, tuple[Link, bytes]]] = {}   # group -> name -> (link, message)
         self.removed: dict[int, set[str]] = {}                      # group -> names whose stored link goes
         self.unrefs: list[tuple[int, str]] = []                     # (object address, the path it had)
+        self.countdowns: Counter[int] = Counter()                  # object address -> its unrefs
         self.ops: list[Op] = []                                     # as applied, for the journal
 
     def __bool__(self) -> bool:
@@ -84,6 +86,7 @@ class PendingLinks:
                 self.removed.setdefault(op.group, set()).add(op.name)
         else:
             self.unrefs.append((op.group, op.name))
+            self.countdowns[op.group] += 1
 
     def holds(self, group: int) -> bool:
         """Whether the group's storage has edits waiting."""
@@ -107,7 +110,7 @@ class PendingLinks:
         return False if name in self.removed.get(group, ()) else None
 
     def unrefs_of(self, address: int) -> int:
-        return sum(1 for a, _ in self.unrefs if a == address)
+        return self.countdowns.get(address, 0)
 
     def clear(self) -> None:
         self.__init__()
