@@ -329,3 +329,91 @@ def test_removals_a_kill_left_deferred_are_landed_and_their_objects_freed(tmp_pa
     with h5py.File(path, "r") as h:
         assert sorted(h["g"]) == sorted([f"old{i:02d}" for i in range(3, SEED_LINKS, 2)] + ["renamed"])
     run_h5fs("check", path, check=True)
+
+
+def test_deferred_edits_that_cannot_land_are_given_up_and_the_file_opens(tmp_path, caplog):
+    """A journal whose deferred link names a group whose links are not dense (a damaged journal
+    or file): the open says so, gives the edit up and opens the file as it was."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver="latest") as h:
+        h.create_group("compact")
+    with H5File.open(str(path), writable=True) as f:
+        g = f.resolve("/compact")
+        from h5fs.format.codec import Writer
+        from h5fs.format.messages import link as link_msg
+        w = Writer(f.sizes)
+        link_msg.encode(w, link_msg.Link("x", link_msg.SOFT, target="/compact", charset=1))
+        op = Op(INSERT, g.address, "x", None, w.getvalue()).encode()
+        eoa = f.superblock.eof_address
+    j = Journal(journal_path(str(path)), None)
+    j.log([], (eoa, eoa), ops=[op])
+    os.close(j.writer.fd)
+    with H5File.open(str(path), writable=True) as f:
+        assert f.resolve("/compact").links() == []
+    assert "cannot be made" in caplog.text and "no longer dense" in caplog.text
+    assert not os.path.exists(journal_path(str(path)))
+    run_h5fs("check", path, check=True)
+
+
+def test_the_free_space_walk_lands_waiting_edits_first(tmp_path):
+    """An object whose removal waits is hidden from reads but whole in the file: the walk for
+    unused space lands the waiting edits before it looks, so it sees the tree the file holds
+    (and never hands out the space of an object that is still linked)."""
+    from h5fs.model.free_space import find_free_space, hold_freed_space
+    path = tmp_path / "f.h5"
+    _dense_file(path)
+    with H5File.open(str(path), writable=True) as f:
+        hold_freed_space(f)
+        wb, ed = _editor(f)
+        ed.rmdir(_group(f, "/g"), "old00")
+        ed.mkdir(_group(f, "/g"), "new")
+        assert f.store.pending
+        assert find_free_space(f) is not None
+        assert not f.store.pending and f.resolve("/g").link("new") is not None
+        wb.close()
+    with h5py.File(path, "r") as h:
+        assert "old00" not in h["g"] and "new" in h["g"]
+    run_h5fs("check", path, check=True)
+
+
+def test_edits_that_cancel_out_leave_nothing_waiting(tmp_path):
+    """A link made and removed again before the group commit (an editor's lock symlink) leaves
+    nothing to land: the journal is emptied at the flush and gone at the close."""
+    path = tmp_path / "f.h5"
+    _dense_file(path)
+    with H5File.open(str(path), writable=True) as f:
+        wb, ed = _editor(f)
+        ed.soft_link(_group(f, "/g"), ".#lock", "/g/old00")
+        ed.unlink(_group(f, "/g"), ".#lock")
+        assert not f.store.pending and len(f.store.pending) == 0
+        wb.flush()
+        assert not f.store.journal.pending
+        wb.close()
+    assert not os.path.exists(journal_path(str(path)))
+
+
+def test_a_move_out_of_a_dense_group_counts_both_links_until_the_removal_lands(tmp_path):
+    """mv from a dense group (its removal deferred) into a compact one (its insert made at once):
+    the file holds both links until the removal lands, and the object counts both; removing the
+    new link then (rmdir) leaves the object to the old one, never freed under it, whatever a
+    group commit writes meanwhile."""
+    path = tmp_path / "f.h5"
+    _dense_file(path)
+    with h5py.File(path, "a", libver="latest") as h:
+        h.create_group("h")
+    with H5File.open(str(path), writable=True) as f:
+        wb, ed = _editor(f)
+        ed.rename(_group(f, "/g"), "old00", _group(f, "/h"), "moved")
+        f.store.settle()   # the batch into the file, the removal still waiting
+        with h5py.File(path, "r", locking=False) as h:
+            assert h["g/old00"].id == h["h/moved"].id and h["h/moved"].attrs is not None
+            assert h5py.h5o.get_info(h["h/moved"].id).rc == 2
+        assert ed.rmdir(_group(f, "/h"), "moved") == 1   # the old link, until its removal lands
+        f.store.settle()
+        with h5py.File(path, "r", locking=False) as h:
+            assert isinstance(h["g/old00"], h5py.Group) and "moved" not in h["h"]
+        wb.flush()
+        wb.close()
+    with h5py.File(path, "r") as h:
+        assert "old00" not in h["g"] and list(h["h"]) == []
+    run_h5fs("check", path, check=True)

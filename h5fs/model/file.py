@@ -71,6 +71,25 @@ def _journal_overlay(path: str, fd: int) -> PageOverlay | None:
     return found
 
 
+def _land_redo(f: "H5File", journal: Journal) -> None:
+    """Land the link edits a crash left deferred in the journal (its updates are in the file
+    already). Edits that cannot land (a damaged file) are given up, loudly: what landed of them
+    is settled, and the file is whole without the rest."""
+    redo = journal.redo
+    try:
+        for op in redo:
+            f.store.pending.apply(Op.decode(op, f.sizes))
+        f.land_links(redo=True)
+    except H5fsError as exc:
+        f.store.pending.clear()
+        log.error("%s: %d acknowledged link edits a crash left in the journal cannot be made (%s): given up",
+                  f.path, len(redo), exc)
+    else:
+        log.warning("%s: landed %d link edits a crash had left in the journal", f.path, len(redo))
+    f.store.settle()
+    log.warning("%s: landed %d link edits a crash had left in the journal", f.path, len(redo))
+
+
 class H5File:
     def __init__(self, path: str, source: ByteSource, sb: superblock.Superblock, overlay: PageOverlay | None = None):
         """`source`: the file's bytes (owned: closed with the file); `overlay`: a read-only
@@ -134,12 +153,8 @@ class H5File:
             f.root  # a file whose root group cannot be read is not mountable
             if journal is not None:
                 f.store = Store(f.reader, sb, journal, journal.writer.recorder)
-                if redo := journal.redo:   # link edits a crash left deferred
-                    for op in redo:
-                        f.store.pending.apply(Op.decode(op, f.sizes))
-                    f.land_links(redo=True)
-                    f.store.settle()
-                    log.warning("%s: landed %d link edits a crash had left in the journal", path, len(redo))
+                if journal.redo:
+                    _land_redo(f, journal)
             return f
         except BaseException:
             if journal is not None:

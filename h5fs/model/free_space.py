@@ -46,11 +46,10 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
     in a damaged one it stays held, and the objects concerned refuse edits (`Store.damaged`)."""
     allocator = f.store.allocator
     with quiet:
+        f.land_links()   # the tree as the file holds it: an object whose removal waits is hidden, yet in use
         end = allocator.watch()
         commits, relinks = f.store.commits, f.store.relinks
-        # link edits waiting to land (storage/pending_links.py): the tree the walk sees is not
-        # the one the file's bytes hold (an object whose removal waits is hidden, yet in use)
-        deferred = bool(f.store.pending)
+        deferred = bool(f.store.pending)   # (landing failed: the walk would be of another tree)
     try:
         smap = walk(f, clock=lambda: allocator.clock)
         problems = smap.problems or space_problems(sorted(smap.extents, key=lambda e: e.address), smap.free, end)

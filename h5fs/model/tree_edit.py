@@ -24,7 +24,7 @@ from collections import deque
 from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterator
 
-from ..errors import H5fsError
+from ..errors import CannotWrite, H5fsError
 from ..format import object_header as oh
 from ..format.codec import Reader, Writer
 from ..format.messages import link as link_msg
@@ -73,7 +73,10 @@ def _landing_first(edit):
             return edit(self, *args, **kwargs)
         except LandFirst:
             self.land()
+        try:
             return edit(self, *args, **kwargs)
+        except LandFirst as exc:   # the edit's own deferred edits meet the group it frees
+            raise CannotWrite(f"{exc}: not changed") from None
     return run
 
 
@@ -288,6 +291,7 @@ class TreeEditor:
         or once the removal lands when it was deferred (storage/pending_links.py); the links left."""
         if not links.deferred_removal:
             return self._unref(txn, touched, address, path)
+        self.f.store.refuse_damaged((address,))   # as `_unref` would (it is counted down later)
         txn.defer_unref(address, path)
         left = max(0, refcount_of(read_header(txn.reader, address, path), txn.sizes) - txn.deferred_unrefs(address))
         if left == 0 and self.in_use(address):   # open still, no link left (as fstat says): freed after
@@ -299,13 +303,15 @@ class TreeEditor:
         whose links the removals took counted down in another (freeing walks an object as
         committed: its links must have gone first)."""
         store = self.f.store
-        if store.pending.groups():
-            with self._edit() as (txn, touched):
-                land_links(txn, redo)
-        if store.pending.unrefs:
-            with self._edit() as (txn, touched):
-                for address, path in take_unrefs(txn):
-                    self._unref(txn, touched, address, path)
+        with self.wb.commit_lock if self.wb is not None else nullcontext():   # no edit between the two
+            if store.pending.groups():
+                with self._edit() as (txn, touched):
+                    txn.on_commit(lambda: self.f.forget(txn))   # what was read of the groups, before their edits go
+                    land_links(txn, redo)
+            if store.pending.unrefs:
+                with self._edit() as (txn, touched):
+                    for address, path in take_unrefs(txn):
+                        self._unref(txn, touched, address, path)
 
     def hard_link(self, address: int, parent: H5Object, name: str) -> None:
         with self._edit() as (txn, touched):
@@ -352,6 +358,13 @@ class TreeEditor:
                     left = self._drop(txn, touched, target, old.address, f"{dst.path}/{new}")
             target.insert(Link(new, link.link_type, address=link.address, target=link.target,
                                filename=link.filename))
+            if link.link_type == link_msg.HARD and source.deferred_removal and not target.deferred_insert:
+                # the file holds both links until the removal lands: it counts both (as `ln`,
+                # then `rm` once the removal lands)
+                edit = HeaderEdit(txn, read_header(txn.reader, link.address, f"{dst.path}/{new}"))
+                edit.refcount = edit.refcount + 1
+                touched.add(link.address)
+                txn.defer_unref(link.address, f"{dst.path}/{new}")
             if link.link_type == link_msg.HARD and (old is None or old.address != link.address):
                 self._renamed(txn, touched, link.address, f"{dst.path}/{new}")
         return left

@@ -91,6 +91,7 @@ class Writeback:
         self.flushing_nbytes = 0               # its dirty bytes
         self.nbytes = 0
         self.flush_done = self.flush_total = 0  # chunks of the flush under way (progress, status)
+        f.store.wants_flush = self.flush_soon   # a journal past its limit with link edits deferred
 
     def waiting(self) -> tuple[int, int]:
         """(dirty bytes, chunks) not in the file yet, those being flushed included."""
@@ -99,6 +100,7 @@ class Writeback:
             return self.nbytes + self.flushing_nbytes, chunks
 
     def close(self) -> None:
+        self.f.store.wants_flush = None
         self.flush()
         try:   # everything is in the file already: a failure here only leaves it longer
             with self.commit_lock:

@@ -53,6 +53,7 @@ class GroupLinks:
         self.txn, self.what, self.address = txn, what, address
         self.edit = HeaderEdit(txn, read_header(txn.reader, address, what))
         self.deferred_removal = False   # the last `remove` was deferred (its object is counted down later)
+        self.deferred_insert = False    # the last `insert` was deferred
         self._decoded: dict[int, tuple[object, object]] = {}   # type -> (the header it is of, message)
 
     # -- what the header says -----------------------------------------------------------------
@@ -129,6 +130,7 @@ class GroupLinks:
     # -- edits -------------------------------------------------------------------------------------
     def insert(self, link: Link) -> None:
         """Add `link` (FileExistsError when the name is taken)."""
+        self.deferred_insert = False
         kind = self._storage()
         if kind == "symbol table":
             self._stab_insert(link)
@@ -147,6 +149,7 @@ class GroupLinks:
             kind = "dense"
         if kind == "dense" and info.heap_address == (self.info.heap_address if self.info else None):
             self.txn.defer_insert(self.address, link, raw)   # storage that was dense already
+            self.deferred_insert = True
             if info != self.info:
                 self._set_info(info)
             return

@@ -13,7 +13,8 @@ a group holding some that is not itself deferred lands them all first, in the sa
 whose record then says so (`Transaction.lands`).
 
 Edits are kept as their net effect: links added (by group, then name), names whose stored link
-goes (a name can be both: removed, then added anew), and the objects to count down, in order.
+goes (a name can be both: removed, then added anew), and the objects to count down, in order; a
+link added and removed again leaves nothing. The journal keeps the net effect too (`encoded`).
 """
 
 from __future__ import annotations
@@ -66,16 +67,14 @@ class PendingLinks:
         self.removed: dict[int, set[str]] = {}                      # group -> names whose stored link goes
         self.unrefs: list[tuple[int, str]] = []                     # (object address, the path it had)
         self.countdowns: Counter[int] = Counter()                  # object address -> its unrefs
-        self.ops: list[Op] = []                                     # as applied, for the journal
 
     def __bool__(self) -> bool:
-        return bool(self.ops)
+        return bool(self.unrefs) or any(self.added.values()) or any(self.removed.values())
 
     def __len__(self) -> int:
-        return len(self.ops)
+        return len(self.unrefs) + sum(map(len, self.added.values())) + sum(map(len, self.removed.values()))
 
     def apply(self, op: Op) -> None:
-        self.ops.append(op)
         if op.kind == INSERT:
             self.added.setdefault(op.group, {})[op.name] = (op.link, op.raw)
         elif op.kind == REMOVE:
@@ -115,6 +114,14 @@ class PendingLinks:
     def clear(self) -> None:
         self.__init__()
 
+    def encoded_ops(self) -> list[Op]:
+        """The net effect as edits (applied in order, they make it again): each group's
+        removals, then its additions, then the countdowns."""
+        ops = [Op(REMOVE, group, name) for group, names in self.removed.items() for name in sorted(names)]
+        ops += [Op(INSERT, group, name, link, raw) for group, links in self.added.items()
+                for name, (link, raw) in links.items()]
+        return ops + [Op(UNREF, address, path) for address, path in self.unrefs]
+
     def encoded(self) -> list[bytes]:
-        """Every deferred edit as the journal keeps it."""
-        return [op.encode() for op in self.ops]
+        """The net effect as the journal keeps it (`encoded_ops`)."""
+        return [op.encode() for op in self.encoded_ops()]

@@ -117,6 +117,7 @@ class Store:
         # link edits acknowledged and kept out of their groups' dense storage until a commit
         # lands them (storage/pending_links.py): the journal holds them
         self.pending = PendingLinks()
+        self.wants_flush: Callable[[], None] | None = None   # the model's group commit, soon (it lands them)
 
     @property
     def cache_current(self) -> bool:
@@ -158,11 +159,15 @@ class Store:
                 self.grow(self.end_of_allocation())   # libhdf5 takes a shorter file for truncated
             if self.journal.pending:
                 self.writer.sync()
-                self.journal.clear()
-                if self.pending:   # still acknowledged, and only the journal holds them
+                if self.pending:
+                    # still acknowledged and only the journal holds them: its records are kept
+                    # (replayed, they write what the file holds now) and one more says what
+                    # waits; the next group commit with none waiting empties it
                     eoa = self.superblock.eof_address
-                    self.journal.append([], (eoa, eoa), ops=self.pending.encoded())
+                    self.journal.append([], (eoa, eoa), ops=self.pending.encoded(), lands=True)
                     self.journal.sync()
+                else:
+                    self.journal.clear()
             self.unsettled = Spans()
             self.settled_size = os.fstat(self.writer.fd).st_size   # no abort cuts into it
 
@@ -488,8 +493,10 @@ class Transaction:
         batched = sum(len(d) for _, d in new) <= MAX_LOGGED_NEW \
             and max(reach, batch.end, os.fstat(writer.fd).st_size) >= base + store.allocator.eoa
         ops = self.deferred.encoded()
-        if batched:
-            with store.lock:
+        # a group commit from another thread (a contiguous write's `Store.write`) finds the
+        # record, the batch, the superblock and the deferred edits all as before or all as after
+        with store.lock:
+            if batched:
                 try:
                     if self._unchecked:   # durable before the record that publishes it
                         writer.sync()
@@ -500,23 +507,26 @@ class Transaction:
                 for position, data in new + updates:
                     batch.put(position, data)
                 store.reader.eof = max(store.reader.eof, batch.end)
-        else:
-            self._publish(new, updates, eoas, sb is not None, ops)
-        if self.lands:
-            store.pending.clear()
-        for op in self.deferred.ops:
-            store.pending.apply(op)
-            if op.kind == REMOVE:   # its object is hidden while still in the file: a walk under it is not trusted
+            else:
+                self._publish(new, updates, eoas, sb is not None, ops)
+            if sb is not None:
+                store.superblock = sb
+            self.rewritten = [(a, len(d)) for a, d in self._in_place.items()]
+            # new blocks too: a reader may have cached what the space held before it was reused
+            self.rewritten += [(a, len(d)) for a, d in self._new.items()]
+            for hook in self._on_commit:   # (one that forgets what was read: before the deferred edits go)
+                hook()
+            if self.lands:
+                store.pending.clear()
+            for op in self.deferred.encoded_ops():
+                store.pending.apply(op)
+            if self.deferred.removed:   # objects hidden while still in the file: a walk under them is not trusted
                 store.relinks += 1
-        if sb is not None:
-            store.superblock = sb
         if journal.size > JOURNAL_LIMIT or batch.nbytes > BATCH_LIMIT:
-            store.settle()
-        self.rewritten = [(a, len(d)) for a, d in self._in_place.items()]
-        # new blocks too: a reader may have cached what the space held before it was reused
-        self.rewritten += [(a, len(d)) for a, d in self._new.items()]
-        for hook in self._on_commit:
-            hook()
+            if store.pending and store.wants_flush is not None:
+                store.wants_flush()   # the model lands the deferred edits, then settles
+            else:
+                store.settle()
         for address, size, raw in self.frees():
             store.allocator.free(address, size, raw)
             if batched:   # reusable by later commits of the batch, not by direct writes (`Store.write`)
