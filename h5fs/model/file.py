@@ -87,7 +87,6 @@ def _land_redo(f: "H5File", journal: Journal) -> None:
     else:
         log.warning("%s: landed %d link edits a crash had left in the journal", f.path, len(redo))
     f.store.settle()
-    log.warning("%s: landed %d link edits a crash had left in the journal", f.path, len(redo))
 
 
 class H5File:

@@ -267,10 +267,11 @@ class H5Object:
     @property
     @guarded
     def nlink(self) -> int:
+        """Its hard links, less those whose removal waits to land (storage/pending_links.py)."""
         header = self.header
-        if header.version == 1:
-            return max(1, header.refcount)
-        return max(1, self.message(M.REFCOUNT) or 1)
+        count = header.refcount if header.version == 1 else self.message(M.REFCOUNT) or 1
+        store = self.file.store
+        return max(1, count - (store.pending.unrefs_of(self.address) if store is not None else 0))
 
     @property
     @guarded

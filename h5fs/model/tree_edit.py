@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import logging
 import time
 from collections import deque
 from contextlib import contextmanager, nullcontext
@@ -57,6 +58,8 @@ DATASET_HEADER_HINT = 256   # libhdf5's least object header for a new dataset (H
 # what describes a dataset's data (a replacement of the data replaces these messages)
 DATA_MESSAGES = frozenset({M.DATASPACE, M.DATATYPE, M.FILL_OLD, M.FILL, M.EXTERNAL, M.LAYOUT, M.FILTERS})
 
+
+log = logging.getLogger("h5fs")
 
 LAND_LIMIT = 20_000   # deferred link edits (storage/pending_links.py) held before they land
 
@@ -293,10 +296,8 @@ class TreeEditor:
             return self._unref(txn, touched, address, path)
         self.f.store.refuse_damaged((address,))   # as `_unref` would (it is counted down later)
         txn.defer_unref(address, path)
-        left = max(0, refcount_of(read_header(txn.reader, address, path), txn.sizes) - txn.deferred_unrefs(address))
-        if left == 0 and self.in_use(address):   # open still, no link left (as fstat says): freed after
-            txn.on_commit(lambda: self.orphans.__setitem__(address, path))
-        return left
+        touched.add(address)   # its link count as shown changes (H5Object.nlink)
+        return self._visible(txn, address, path, refcount_of(read_header(txn.reader, address, path), txn.sizes))
 
     def land(self, redo: bool = False) -> None:
         """Every deferred link edit into its group's storage in one commit, then the objects
@@ -311,6 +312,9 @@ class TreeEditor:
             if store.pending.unrefs:
                 with self._edit() as (txn, touched):
                     for address, path in take_unrefs(txn):
+                        if address in store.damaged:   # what it holds may be another's: kept (a leak)
+                            log.error("%s: not freed: the file is damaged there (%s)", path, store.damaged[address])
+                            continue
                         self._unref(txn, touched, address, path)
 
     def hard_link(self, address: int, parent: H5Object, name: str) -> None:
@@ -394,14 +398,27 @@ class TreeEditor:
         return False
 
     def _unref(self, txn: Transaction, touched: set[int], address: int, path: str) -> int:
-        """One hard link fewer to the object at `address`, freed at none; the links left."""
+        """One hard link fewer to the object at `address`, freed at none; the links left, less
+        those whose removal waits to land (an object left with none of those is gone from the
+        tree: an orphan if open)."""
         edit = HeaderEdit(txn, read_header(txn.reader, address, path))
         count = edit.refcount - 1
         touched.add(address)
         if count > 0:
             edit.refcount = count
             _set_times(edit, txn.sizes, ctime=_now())
-            return count
+            return self._visible(txn, address, path, count)
+        return self._free(txn, touched, edit, address, path)
+
+    def _visible(self, txn: Transaction, address: int, path: str, count: int) -> int:
+        """`count` links of the object at `address`, less those whose removal waits."""
+        left = max(0, count - txn.deferred_unrefs(address))
+        if left == 0 and self.in_use(address):   # open still, no link left (as fstat says): freed after
+            txn.on_commit(lambda: self.orphans.__setitem__(address, path))
+        return left
+
+    def _free(self, txn: Transaction, touched: set[int], edit: HeaderEdit, address: int, path: str) -> int:
+        """The object's last link went: freed, or kept while it is open (an orphan)."""
         if self.in_use(address):   # its header keeps counting the link that went
             self.orphans[address] = path
             return 0

@@ -296,8 +296,10 @@ class Writeback:
         meanwhile (into new dirty chunks: those being flushed are not changed again)."""
         with self.commit_lock:
             broken = self._commit_dirty(None)
-            self.f.land_links()
-            self.f.store.settle()   # the file alone holds every commit: no journal record left
+            try:
+                self.f.land_links()
+            finally:   # what is committed becomes durable even when link edits could not land
+                self.f.store.settle()   # the file alone holds every commit: no journal record left
         if broken:
             raise broken[0]
 

@@ -10,7 +10,10 @@ entries (absolute file position, length, bytes), deferred edits (length, bytes: 
 commit acknowledged and left out of the file's structures, storage/pending_links.py), CRC-32 of
 all that. A record flagged LANDS holds every deferred edit of the records before it (applied, or
 deferred again among its own): a replay lands the deferred edits of the last such record and of
-those after it (`deferred`), through the engine, at the next read-write open. A record is appended without waiting for the disk (`append`: a
+those after it (`deferred`), through the engine, at the next read-write open. A group commit
+while edits wait cannot empty the journal (only memory would hold them for an instant): it
+appends a CHECKPOINT instead, a LANDS record saying the file holds every update before it, and
+a replay starts there (space those updates wrote may hold newer bytes since). A record is appended without waiting for the disk (`append`: a
 `kill -9` of the daemon leaves every record to the kernel) and made durable with the group commit
 (`sync`, then `Store.settle` applies the batch). Replay applies every complete record in order,
 stopping at the first that is incomplete, fails its CRC or names data the file does not hold
@@ -67,7 +70,8 @@ _ENTRY = struct.Struct("<QI")
 _CHECK = struct.Struct("<QII")     # position, length, CRC-32 of bytes written into the file directly
 _CRC = struct.Struct("<I")
 _OP = struct.Struct("<I")          # the length of a deferred edit
-LANDS = 1   # flag: the record lands every deferred edit of the records before it
+LANDS = 1        # flag: the record lands every deferred edit of the records before it
+CHECKPOINT = 2   # flag: the file holds every update of the records before it (they are not replayed)
 SUFFIX = ".h5fs-journal"
 TAG = 1   # the journal's tag in a write recording (the .h5 file is 0)
 LIMIT = 8 << 20   # bytes of records kept before the file is fsynced and the journal emptied
@@ -90,6 +94,7 @@ class Record:
     # hold every deferred edit of the records before it
     ops: list[bytes] = ()
     lands: bool = False
+    checkpoint: bool = False   # the records before it are applied and durable: never replayed again
     end: int = 0   # where it ends in the journal (as read)
 
 
@@ -98,13 +103,14 @@ def journal_path(path: str) -> str:
 
 
 def encode(entries: list[tuple[int, bytes]], eoa: tuple[int, int], checks: list[tuple[int, int, int]] = (),
-           ops: list[bytes] = (), lands: bool = False) -> bytes:
+           ops: list[bytes] = (), lands: bool = False, checkpoint: bool = False) -> bytes:
     """A record of `entries` that takes the superblock's end of allocation from eoa[0] to eoa[1],
     valid only where the file holds the data `checks` describe; `ops`: edits it defers, `lands`:
     it holds those of the records before it."""
     length = _HEAD.size + _CHECK.size * len(checks) + sum(_ENTRY.size + len(data) for _, data in entries) \
         + sum(_OP.size + len(op) for op in ops)
-    parts = [_HEAD.pack(MAGIC, len(entries), len(checks), len(ops), LANDS if lands else 0, length, *eoa)]
+    flags = (LANDS if lands else 0) | (CHECKPOINT if checkpoint else 0)
+    parts = [_HEAD.pack(MAGIC, len(entries), len(checks), len(ops), flags, length, *eoa)]
     parts += [_CHECK.pack(*c) for c in checks]
     for position, data in entries:
         parts += [_ENTRY.pack(position, len(data)), data]
@@ -149,7 +155,8 @@ def _record(buf: bytes, at: int) -> tuple[Record, int] | None:
         (n,) = _OP.unpack_from(buf, pos)
         ops.append(bytes(buf[pos + _OP.size:pos + _OP.size + n]))
         pos += _OP.size + n
-    return Record(entries, tuple(eoa) or None, checks, ops=ops, lands=bool(flags & LANDS)), end + _CRC.size
+    return Record(entries, tuple(eoa) or None, checks, ops=ops, lands=bool(flags & LANDS),
+                  checkpoint=bool(flags & CHECKPOINT)), end + _CRC.size
 
 
 def _scan(buf: bytes) -> tuple[list[Record], int]:
@@ -218,7 +225,11 @@ def holding(recs: list[Record], fd: int) -> list[Record]:
 
 def replayable(recs: list[Record], eoa: Callable[[], int | None], fd: int) -> list[Record]:
     """The records of `recs` a replay applies to the file open at `fd`, whose recorded end of
-    allocation `eoa()` reads (`holding` their data); Stale when they belong to another state of it."""
+    allocation `eoa()` reads: from the last checkpoint on (the file holds what came before it,
+    and space written then may hold newer bytes since), up to the first whose data the file does
+    not hold (`holding`); Stale when they belong to another state of it."""
+    start = max((i for i, rec in enumerate(recs) if rec.checkpoint), default=0)
+    recs = recs[start:]
     if recs and not belongs(recs, now := eoa()):
         raise Stale(stale_reason(recs, now))
     return holding(recs, fd)
@@ -335,7 +346,15 @@ class Journal:
                checks: list[tuple[int, int, int]] = (), ops: list[bytes] = (), lands: bool = False) -> None:
         """Append a record without waiting: the kernel holds it (a `kill -9` of the daemon loses
         nothing), a power loss may take it and every record after it (`sync`)."""
-        record = encode(entries, eoa, checks, ops, lands)
+        self._append(encode(entries, eoa, checks, ops, lands))
+
+    def checkpoint(self, eoa: int, ops: list[bytes]) -> None:
+        """The file holds every record's updates, durably, but deferred edits wait (`ops`):
+        a record saying so, made durable, stands for all before it (none is replayed again)."""
+        self._append(encode([], (eoa, eoa), ops=ops, lands=True, checkpoint=True))
+        self.sync()
+
+    def _append(self, record: bytes) -> None:
         self.writer.pwrite(self.size, record)
         self.size += len(record)
         self.unsynced = True

@@ -319,6 +319,10 @@ def land_links(txn: Transaction, redo: bool = False) -> None:
         return
     txn.lands = True
     for group in pending.groups():
+        if group in txn.store.damaged:   # a walk found it damaged since: its edits would build on that
+            log.error("group at %d: %d link edits given up: the file is damaged there (%s)", group,
+                      len(pending.of(group)) + len(pending.gone(group)), txn.store.damaged[group])
+            continue
         txn.owners.add(group)
         GroupLinks(txn, group, f"group at {group}").land(pending.of(group), pending.gone(group), redo)
     for address, path in pending.unrefs:

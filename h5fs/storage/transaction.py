@@ -160,12 +160,11 @@ class Store:
             if self.journal.pending:
                 self.writer.sync()
                 if self.pending:
-                    # still acknowledged and only the journal holds them: its records are kept
-                    # (replayed, they write what the file holds now) and one more says what
-                    # waits; the next group commit with none waiting empties it
-                    eoa = self.superblock.eof_address
-                    self.journal.append([], (eoa, eoa), ops=self.pending.encoded(), lands=True)
-                    self.journal.sync()
+                    # still acknowledged and only the journal holds them: a checkpoint lists them
+                    # and retires every record before it (emptying the journal first would leave
+                    # an instant where only memory holds them); the next group commit with none
+                    # waiting empties it
+                    self.journal.checkpoint(self.superblock.eof_address, self.pending.encoded())
                 else:
                     self.journal.clear()
             self.unsettled = Spans()
