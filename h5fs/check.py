@@ -113,11 +113,12 @@ def check(path: str, progress: Progress | None = None, remote: RemoteOptions | N
 
 def _journal(path: str, eoa: int | None) -> list[Problem]:
     """What a journal beside the file holds (`eoa`: the end of allocation its superblock records)."""
-    recs = journal.left_in(journal.journal_path(path))
-    entries = sum(len(r.entries) for r in recs)
-    if not entries:
+    recs = journal.since_checkpoint(journal.left_in(journal.journal_path(path)))
+    entries, edits = sum(len(r.entries) for r in recs), len(journal.deferred(recs))
+    if not entries and not edits:
         return []
-    where = f"{_count(entries, 'metadata update')} in {journal.journal_path(path)}"
+    where = " and ".join(([_count(entries, "metadata update")] if entries else [])
+                         + ([_count(edits, "deferred link edit")] if edits else [])) + f" in {journal.journal_path(path)}"
     if not journal.belongs(recs, eoa):
         verb = "belongs" if entries == 1 else "belong"
         return [Problem(FILE, "journal", f"{where} {verb} to another state of the file ({journal.stale_reason(recs, eoa)}): "

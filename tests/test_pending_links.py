@@ -233,6 +233,8 @@ def test_links_a_kill_left_deferred_are_landed_by_the_next_open(tmp_path, caplog
     proc = subprocess.run([sys.executable, "-c", _KILLED.format(root=root, path=str(path))])
     assert proc.returncode == -9
     assert deferred(records(open(journal_path(str(path)), "rb").read()))
+    report = run_h5fs("check", path)
+    assert report.returncode != 0 and "40 deferred link edits" in report.stdout + report.stderr
     copy = tmp_path / "copy.h5"
     shutil.copy(path, copy)
     shutil.copy(journal_path(str(path)), journal_path(str(copy)))

@@ -228,11 +228,15 @@ def replayable(recs: list[Record], eoa: Callable[[], int | None], fd: int) -> li
     allocation `eoa()` reads: from the last checkpoint on (the file holds what came before it,
     and space written then may hold newer bytes since), up to the first whose data the file does
     not hold (`holding`); Stale when they belong to another state of it."""
-    start = max((i for i, rec in enumerate(recs) if rec.checkpoint), default=0)
-    recs = recs[start:]
+    recs = since_checkpoint(recs)
     if recs and not belongs(recs, now := eoa()):
         raise Stale(stale_reason(recs, now))
     return holding(recs, fd)
+
+
+def since_checkpoint(recs: list[Record]) -> list[Record]:
+    """The records from the last checkpoint on: those a replay considers."""
+    return recs[max((i for i, rec in enumerate(recs) if rec.checkpoint), default=0):]
 
 
 def updates(recs: list[Record]) -> list[tuple[int, bytes]]:
