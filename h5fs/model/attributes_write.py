@@ -205,13 +205,13 @@ class Attributes:
         to past its phase change, or for a message too large for a header)."""
         key = name.encode("utf-8", "surrogateescape")
         raw = _encode(msg, self.txn.sizes)
-        order = 0
+        order, first = 0, False
         if self.edit.header.version > 1:
             if info is None:   # a version 2 header's first attribute brings the attribute info
                 track = bool(self.edit.header.flags & oh.HDR_TRACK_ORDER)
                 info = ainfo_msg.AttributeInfo(track, bool(self.edit.header.flags & oh.HDR_INDEX_ORDER),
                                                0 if track else None, None, None, None)
-                self._set_info(info, add=True)
+                first = True   # added with the attribute, the header encoded once
             new_info = info
             if info.track_order:
                 order = info.max_creation_index or 0
@@ -220,17 +220,25 @@ class Attributes:
                 order = NO_ORDER
             if store is None and (len(self.edit.header.find(ATTRIBUTE)) >= self._phase()[0]
                                   or len(raw) >= MAX_MESSAGE):
+                if first:
+                    self._set_info(info, add=True)
+                    first = False
                 store = self._to_dense(info)
                 new_info = replace(new_info, heap_address=store.heap_address, name_index_address=store.name_index,
                                    order_index_address=store.corder_index)
-            if new_info != info:
+            if new_info != info and not first:
                 self._set_info(new_info)
         if store is not None:
             store.insert(key, raw, order)
             store.close()
             return
+        added = [(ATTRIBUTE, raw, 0, order if order != NO_ORDER else 0)]
+        if first:
+            w = Writer(self.txn.sizes)
+            ainfo_msg.encode(w, new_info)
+            added.insert(0, (ATTRIBUTE_INFO, w.getvalue(), 0, 0))
         try:
-            self.edit.add(ATTRIBUTE, raw, creation_order=order if order != NO_ORDER else 0)
+            self.edit.add_all(added)
         except NoRoom as exc:
             raise CannotWrite(f"{self.what}: attribute {name!r} does not fit in the object header: {exc}") from exc
 

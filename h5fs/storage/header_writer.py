@@ -553,11 +553,17 @@ class HeaderEdit:
     def add(self, mtype: int, data: bytes, flags: int = 0, *, creation_order: int = 0) -> RawMessage:
         """A new message (H5O_msg_append_oh): returns it as placed (valid until the next edit).
         `creation_order` is stored where the header tracks it (attributes: theirs)."""
-        self._editable(mtype)
+        return self.add_all([(mtype, data, flags, creation_order)])[0]
+
+    def add_all(self, messages: list[tuple[int, bytes, int, int]]) -> list[RawMessage]:
+        """New messages (type, body, flags, creation order), placed one after another as `add`
+        would place them, the header encoded once."""
+        for mtype, *_ in messages:
+            self._editable(mtype)
         lay = self._layout()
-        m = lay.alloc(mtype, data, flags, creation_order)
+        placed = [lay.alloc(mtype, data, flags, corder) for mtype, data, flags, corder in messages]
         self._publish(lay)
-        return self._placed(m)
+        return [self._placed(m) for m in placed]
 
     def remove(self, raw: RawMessage) -> None:
         """The message becomes NIL and the header is condensed (H5O_msg_remove)."""
