@@ -457,3 +457,21 @@ def test_a_group_commit_with_edits_waiting_retires_the_records_before_it(tmp_pat
         assert g.resolve("/g").link("waiting") is not None
     wb.close()
     f.close()
+
+
+def test_past_the_limit_deferred_edits_land_in_the_background(tmp_path, monkeypatch):
+    """More deferred edits than LAND_LIMIT: a flush in the background lands them (the editing
+    thread goes on)."""
+    from h5fs.model import tree_edit
+    monkeypatch.setattr(tree_edit, "LAND_LIMIT", 5)
+    path = tmp_path / "f.h5"
+    _dense_file(path)
+    with H5File.open(str(path), writable=True) as f:
+        wb, ed = _editor(f)
+        for i in range(6):
+            ed.mkdir(_group(f, "/g"), f"n{i}")
+        wb._background.result(timeout=30)
+        assert not f.store.pending and f.resolve("/g").link("n5") is not None
+        wb.close()
+    with h5py.File(path, "r") as h:
+        assert all(f"n{i}" in h["g"] for i in range(6))

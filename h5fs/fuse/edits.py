@@ -120,7 +120,8 @@ class EditSide(NpyArrivals):
         if entry.kind != DIR:
             raise FUSEError(errno.ENOTDIR)
         before = self.ops.table.newest
-        left = await self._quick(self.editor.rmdir, self.ops._object(parent), text)   # an empty group
+        # an empty group; one whose link edits wait lands them first (TreeEditor.land): in a worker
+        left = await self._run(self.editor.rmdir, self.ops._object(parent), text)
         await self._changed(parent, name)
         await self._forget_object(entry.address, left, before)
 

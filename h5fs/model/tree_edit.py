@@ -127,7 +127,10 @@ class TreeEditor:
             self.f.superblock = self.f.store.superblock
             self.f.root_entry = self.f.superblock.root_entry
         if len(self.f.store.pending) > LAND_LIMIT:   # memory, and what each group commit logs again
-            self.land()
+            if self.wb is not None:
+                self.wb.flush_soon()   # lands them, off the thread that edits
+            else:
+                self.land()
 
     def _links(self, txn: Transaction, group: H5Object, touched: set[int]) -> GroupLinks:
         """The links of `group`, which the edit changes: its times say so (GroupLinks counts the
