@@ -273,7 +273,6 @@ class GroupLinks:
         store.delete()
         return replace(info, heap_address=None, name_index_address=None, order_index_address=None)
 
-
     def land(self, added: dict[str, tuple[Link, bytes]], gone: set[str], redo: bool) -> None:
         """Deferred edits into the group's dense storage at once: the names in `gone` out, then
         `added` in; below the group's minimum the links go compact again, none left frees the
@@ -310,10 +309,10 @@ class GroupLinks:
 
 
 def land_links(txn: Transaction, redo: bool = False) -> None:
-    """Every link edit the store defers into its group's dense storage, in `txn`: each group's
-    heap and indexes edited once (GroupLinks.land). The objects to count down stay deferred, in
-    `txn`'s record (whose record says it holds every deferred edit before it): a later commit
-    counts them down (`take_unrefs`), once what is freed is no longer named."""
+    """Every link edit the store defers into its group's dense storage, in `txn` (whose record
+    then says it holds every deferred edit before it): each group's heap and indexes edited once
+    (GroupLinks.land). The objects to count down are deferred again, in `txn`: a later commit
+    counts them down (`take_unrefs`), once no link in the file names what it frees."""
     pending = txn.store.pending
     if txn.lands or not pending:
         return

@@ -8,9 +8,10 @@ space.
 A deferred edit is acknowledged once the journal holds it, as a deferred edit of the record of
 the transaction that made it (that record also holds what the edit builds on: a new object's
 header); a `kill -9` loses none, the next read-write open lands them (journal.deferred). Reads see
-them at once (`links_write.GroupLinks` in transactions, `model.group.Group` outside). A change to
-a group holding some that is not itself deferred lands them all first, in the same transaction,
-whose record then says so (`Transaction.lands`).
+them at once (`links_write.GroupLinks` in transactions, `model.group.Group` outside). They land
+at the group commit (`model.tree_edit.TreeEditor.land`: the link edits in one commit whose record
+says it holds every deferred edit before it, `Transaction.lands`; the countdowns in the next),
+and first when an edit would free a group holding some.
 
 Edits are kept as their net effect: links added (by group, then name), names whose stored link
 goes (a name can be both: removed, then added anew), and the objects to count down, in order; a
