@@ -46,8 +46,9 @@ def test_corpus_file_through_a_mount(h5: Path, read_mount, tmp_path):
         return
     read_mount.mounts.append((mp, tmp_path / "log"))  # the fixture unmounts it and checks the log
     pid = _daemon_pid(mp)
-    walk = subprocess.run(["sh", "-c", WALK, "walk", str(mp)], capture_output=True, timeout=120)
-    assert walk.returncode == 0
+    # every step of the walk may fail (EIO is the answer to a malformed object); a request the
+    # daemon never answers fails here, as TimeoutExpired
+    subprocess.run(["sh", "-c", WALK, "walk", str(mp)], capture_output=True, timeout=120)
     assert pid is not None and os.path.exists(f"/proc/{pid}"), "the daemon died during the walk"
     try:  # and still answers: a listing, or EIO when the root group itself is broken
         os.listdir(mp)

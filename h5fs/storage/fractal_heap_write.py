@@ -1,8 +1,8 @@
 """Fractal heap edits (spec III.G) as libhdf5 makes them (H5HF*.c): new heaps, objects inserted,
 removed and replaced, the heap's own free-space manager kept exact.
 
-`create(txn, params)` makes an empty heap, `delete` frees all of one; `insert`, `remove` and
-`replace_object` edit one object;
+`create(txn, params)` makes an empty heap, `delete` frees all of one; `insert` and `remove` edit
+one object;
 `HeapWriter` chains several edits of one heap in one transaction (each block read and written
 once). Nothing is committed here: new blocks go to fresh space (`txn.write_new`), live blocks are
 rewritten whole (`txn.write_in_place`), replaced blocks are freed (`txn.free`).
@@ -91,13 +91,6 @@ def insert(txn: Transaction, heap_address: int, data: bytes) -> bytes:
 def remove(txn: Transaction, heap_address: int, heap_id: bytes) -> None:
     with HeapWriter(txn, heap_address) as w:
         w.remove(heap_id)
-
-
-def replace_object(txn: Transaction, heap_address: int, heap_id: bytes, data: bytes) -> bytes:
-    """New bytes for an object: in place when a managed or huge object keeps its size (its ID
-    unchanged, as H5HF_write), else removed and inserted anew (the new ID)."""
-    with HeapWriter(txn, heap_address) as w:
-        return w.replace(heap_id, data)
 
 
 def delete(txn: Transaction, heap_address: int) -> None:

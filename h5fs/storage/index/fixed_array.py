@@ -51,15 +51,6 @@ def max_grid(ctx: IndexContext) -> tuple[int, ...]:
     return grid(ctx.maxdims, ctx.layout.chunk_dims)  # type: ignore[arg-type]
 
 
-def down(extents: tuple[int, ...]) -> tuple[int, ...]:
-    """H5VM_array_down: elements spanned by one step in each dimension (row-major)."""
-    out, acc = [], 1
-    for e in reversed(extents):
-        out.append(acc)
-        acc *= e
-    return tuple(reversed(out))
-
-
 def ravel(coords: tuple[int, ...], extents: tuple[int, ...]) -> int | None:
     """Row-major linear index of `coords` in a grid of `extents`, None when outside it."""
     if len(coords) != len(extents) or any(not 0 <= c < e for c, e in zip(coords, extents)):
