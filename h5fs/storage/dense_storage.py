@@ -28,7 +28,6 @@ from ..format.messages import attribute as attr_msg
 from ..format.messages import link as link_msg
 from . import fractal_heap_write as heap_write
 from .btree_v2_edit import BTreeV2Edit, delete as delete_tree, new_header
-from .index.btree_batch import changes
 from .readers import btree_v2 as bt_reader
 from .readers.fractal_heap import FractalHeap
 
