@@ -45,7 +45,8 @@ from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.storage import symbol_table_write as stw
 from h5fs.storage.header_create import create_header
-from h5fs.storage.header_writer import HeaderEdit, NoRoom
+from h5fs.storage.header_edit import HeaderEdit
+from h5fs.storage.header_writer import NoRoom
 from h5fs.storage.readers.object_header import read as read_header
 from roundtrip_support import LIBVERS, c_call, new_file
 

@@ -30,7 +30,7 @@ from h5fs.format.codec import Writer
 from h5fs.format.messages import layout as L
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage.header_writer import HeaderEdit
+from h5fs.storage.header_edit import HeaderEdit
 from h5fs.storage.index import ChunkRecord, IndexContext, open_index
 from h5fs.storage.readers.extensible_array import ExtensibleArray
 from h5fs.storage.readers.fixed_array import FixedArray

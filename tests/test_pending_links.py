@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import pytest
@@ -38,6 +39,17 @@ def _editor(f: H5File) -> tuple[Writeback, TreeEditor]:
 
 def _group(f: H5File, path: str):
     return f.resolve(path)
+
+
+def _mkdirs(tmp_path, names) -> tuple[Path, H5File, Writeback, TreeEditor]:
+    """A dense group /g in a new file, open writable, given the groups `names` (deferred)."""
+    path = tmp_path / "f.h5"
+    _dense_file(path)
+    f = H5File.open(str(path), writable=True)
+    wb, ed = _editor(f)
+    for name in names:
+        ed.mkdir(_group(f, "/g"), name)
+    return path, f, wb, ed
 
 
 def test_records_keep_deferred_edits_and_which_record_lands_them():
@@ -80,12 +92,8 @@ def test_a_replay_keeps_deferred_edits_and_cuts_what_never_happened(tmp_path):
 def test_links_of_a_dense_group_are_deferred_seen_and_landed_once(tmp_path):
     """mkdir in a dense group: the link waits in the store (its record in the journal), every
     read sees it, the flush lands all of them in one commit; libhdf5 lists them all."""
-    path = tmp_path / "f.h5"
-    _dense_file(path)
-    with H5File.open(str(path), writable=True) as f:
-        wb, ed = _editor(f)
-        for i in range(50):
-            ed.mkdir(_group(f, "/g"), f"new{i:02d}")
+    path, f, wb, ed = _mkdirs(tmp_path, [f"new{i:02d}" for i in range(50)])
+    with f:
         assert len(f.store.pending.of(f.resolve("/g").address)) == 50
         g = _group(f, "/g")
         assert g.link("new07") is not None and g.link("new07").address is not None
@@ -464,12 +472,8 @@ def test_past_the_limit_deferred_edits_land_in_the_background(tmp_path, monkeypa
     thread goes on)."""
     from h5fs.model import tree_edit
     monkeypatch.setattr(tree_edit, "LAND_LIMIT", 5)
-    path = tmp_path / "f.h5"
-    _dense_file(path)
-    with H5File.open(str(path), writable=True) as f:
-        wb, ed = _editor(f)
-        for i in range(6):
-            ed.mkdir(_group(f, "/g"), f"n{i}")
+    path, f, wb, ed = _mkdirs(tmp_path, [f"n{i}" for i in range(6)])
+    with f:
         wb._background.result(timeout=30)
         assert not f.store.pending and f.resolve("/g").link("n5") is not None
         wb.close()

@@ -35,7 +35,7 @@ from h5fs.format.codec import Reader, Writer
 from h5fs.format.messages import file_space_info as fsi
 from h5fs.model.file import H5File
 from h5fs.model.writeback import Writeback
-from h5fs.storage.header_writer import rewrite_message
+from h5fs.storage.header_edit import rewrite_message
 from h5fs.storage.index import IndexContext, open_index
 
 STRATEGIES = {"fsm": h5py.h5f.FSPACE_STRATEGY_FSM_AGGR, "page": h5py.h5f.FSPACE_STRATEGY_PAGE}

@@ -38,7 +38,7 @@ from h5fs.format.symbol_table_entry import CACHE_SOFTLINK, CACHE_STAB
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.storage import symbol_table_write as stw
-from h5fs.storage.header_writer import rewrite_message
+from h5fs.storage.header_edit import rewrite_message
 from h5fs.storage.readers import btree_v1 as b1_reader
 from h5fs.storage.readers import local_heap as lh_reader
 from h5fs.storage.readers import symbol_table_node as snod_reader

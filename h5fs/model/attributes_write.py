@@ -25,7 +25,8 @@ from ..format.messages import dataspace as S
 from ..format.messages import datatype as T
 from ..format.messages import shared as shared_msg
 from ..storage.dense_storage import ATTRIBUTES, DenseStore, is_shared
-from ..storage.header_writer import HeaderEdit, NoRoom
+from ..storage.header_edit import HeaderEdit
+from ..storage.header_writer import NoRoom
 from ..storage.readers.object_header import read as read_header
 from ..storage.sohm_write import SharedMessages
 from ..storage.transaction import Transaction

@@ -28,7 +28,7 @@ from ..errors import H5fsError
 from ..format.messages import layout as L
 from ..storage.chunked import ChunkedSource
 from ..storage.filters import ChunkInfo
-from ..storage.header_writer import HeaderEdit
+from ..storage.header_edit import HeaderEdit
 from ..storage.index import ChunkRecord, IndexContext, open_index
 from ..storage.transaction import Transaction
 from . import messages as M

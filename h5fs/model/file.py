@@ -228,7 +228,7 @@ class H5File:
 
     def forget(self, txn, addresses=()) -> None:
         """Drop what the committed transaction made stale: rewritten and freed blocks, and the
-        state of the objects whose headers it changed (header_writer counts them)."""
+        state of the objects whose headers it changed (header_edit counts them)."""
         for address, size in txn.rewritten + txn.freed:
             self.invalidate_range(address, address + size)
         for address in set(addresses) | txn.owners:

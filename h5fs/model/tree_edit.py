@@ -38,7 +38,7 @@ from ..format.messages.link import Link
 from ..format.object_header import RawMessage
 from ..storage import symbol_table_write as stab_write
 from ..storage.header_create import create_header
-from ..storage.header_writer import HeaderEdit, refcount_of
+from ..storage.header_edit import HeaderEdit, refcount_of
 from ..storage.links_write import (GROUP_INFO, LINK_INFO, SYMBOL_TABLE, GroupLinks, encode_link, land_links,
                                    take_unrefs)
 from ..storage.object_delete import free_object, free_storage, shared_headers

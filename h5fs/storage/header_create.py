@@ -17,7 +17,8 @@ import time
 from ..format import object_header as oh
 from ..format.codec import Sizes
 from ..format.object_header import NIL, REFCOUNT, HeaderBlock, ObjectHeader, RawMessage
-from .header_writer import Layout, refcount_body
+from .header_edit import refcount_body
+from .header_writer import Layout
 from .transaction import Transaction
 
 DEFAULT_ATTR_PHASE = (8, 6)   # libhdf5's max compact / min dense attributes, left out of the prefix

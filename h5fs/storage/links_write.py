@@ -27,7 +27,7 @@ from ..format.symbol_table_entry import CACHE_NONE, CACHE_STAB
 from . import symbol_table_write as stab_write
 from .dense_storage import LINKS, DenseStore
 from .dense_storage import lookup as dense_lookup
-from .header_writer import HeaderEdit
+from .header_edit import HeaderEdit
 from .readers import local_heap, symbol_table_node
 from .readers.object_header import read as read_header
 from .transaction import Transaction

@@ -249,7 +249,7 @@ class PersistentSpace:
 
     def _rewrite_message(self, txn, info: fsi.FileSpaceInfo) -> None:
         # imported here: the header writer builds on transactions, which build on this module
-        from .header_writer import rewrite_message
+        from .header_edit import rewrite_message
         header = header_reader.read(txn.reader, self.extension, "superblock extension")
         w = Writer(self.sizes)
         fsi.encode(w, info)

@@ -491,7 +491,8 @@ class Transaction:
         # leaves a file libhdf5 takes for truncated)
         batched = sum(len(d) for _, d in new) <= MAX_LOGGED_NEW \
             and max(reach, batch.end, os.fstat(writer.fd).st_size) >= base + store.allocator.eoa
-        ops = self.deferred.encoded()
+        deferred = self.deferred.encoded_ops()   # its net effect (storage/pending_links.py)
+        ops = [op.encode() for op in deferred]
         # a group commit from another thread (a contiguous write's `Store.write`) finds the
         # record, the batch, the superblock and the deferred edits all as before or all as after
         with store.lock:
@@ -517,7 +518,7 @@ class Transaction:
                 hook()
             if self.lands:
                 store.pending.clear()
-            for op in self.deferred.encoded_ops():
+            for op in deferred:
                 store.pending.apply(op)
             if self.deferred.removed:   # objects hidden while still in the file: a walk under them is not trusted
                 store.relinks += 1
