@@ -114,10 +114,7 @@ class Dataset(H5Object):
         # the generation before the header is read: chunks cached under it come from this
         # version's index or a later one, never an earlier one
         generation = self.file.generation(self.address)
-        space, lay = self.dataspace, self.layout
-        size = space.count * self.itemsize
-        if size > MAX_VIEW_BYTES:
-            raise Unsupported(f"{self.path}: {size} bytes of data, more than a file can show ({MAX_VIEW_BYTES})")
+        space, lay, size = self.dataspace, self.layout, self._data_bytes()
         if lay.layout_class == L.COMPACT:
             return CompactSource(size, lay.compact_data, self.path)
         if lay.layout_class == L.CONTIGUOUS:
@@ -137,6 +134,20 @@ class Dataset(H5Object):
         if lay.layout_class == L.STRUCTURED:
             return self._sparse_source(space, lay, generation)
         raise Unsupported(f"{self.path}: layout class {lay.layout_class}")
+
+    def _data_bytes(self) -> int:
+        size = self.dataspace.count * self.itemsize
+        if size > MAX_VIEW_BYTES:
+            raise Unsupported(f"{self.path}: {size} bytes of data, more than a file can show ({MAX_VIEW_BYTES})")
+        return size
+
+    def _source_size(self) -> int:
+        """The source's size; a chunked one's without opening its index (a `stat` needs no more)."""
+        space, lay = self.dataspace, self.layout
+        if lay.layout_class != L.CHUNKED:
+            return self.source.size
+        self._index_context(space, lay)   # what it checks fails the views now, as the source would
+        return self._data_bytes()
 
     def _index_context(self, space: S.Dataspace, lay: L.DataLayout) -> IndexContext:
         if space.kind != S.SIMPLE:
@@ -247,7 +258,7 @@ class Dataset(H5Object):
     @guarded
     def raw_size(self) -> int:
         m = self.materialized
-        return m.raw_size if m is not None else self.source.size
+        return m.raw_size if m is not None else self._source_size()
 
     @guarded
     def read_raw(self, offset: int, size: int) -> bytes | memoryview:
@@ -293,7 +304,7 @@ class Dataset(H5Object):
         m = self.materialized
         if m is not None:
             return m.npy_body_size
-        return self.dataspace.count * self.npy_element_dtype.itemsize if self.converted else self.source.size
+        return self.dataspace.count * self.npy_element_dtype.itemsize if self.converted else self._source_size()
 
     @guarded
     def read_npy_body(self, offset: int, size: int) -> bytes | memoryview:

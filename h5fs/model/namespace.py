@@ -191,6 +191,16 @@ def links_from_header(group: Group) -> bool:
         return False
 
 
+def links_deferred(group: Group) -> bool:
+    """True when the group's link edits are deferred (dense storage: storage/pending_links.py):
+    a link removed from it frees nothing until its removal lands."""
+    try:
+        info = group.message(M.LINK_INFO)
+        return info is not None and info.heap_address is not None
+    except Exception:  # noqa: BLE001 - the edit reading the links reports it
+        return False
+
+
 def view_base(name: bytes, entry: Entry) -> bytes:
     """The link name behind a view's file name (`D` for `D.npy` and `D.points.npy`, soft link
     `L` for the symlink `L.npy`)."""
