@@ -233,6 +233,10 @@ class H5File:
             self.invalidate_range(address, address + size)
         for address in set(addresses) | txn.owners:
             self.invalidate(address)
+        freed = txn.freed
+        for address, header in txn.headers.items():   # as decoded once staged: not decoded again
+            if not any(a <= address < a + n for a, n in freed):
+                self.reader.meta.get(address, header_reader.HEADER, lambda: header, header_reader.nbytes)
         self.store.forgotten = self.store.commits
 
     def close(self) -> None:
