@@ -14,10 +14,9 @@ class IBlock:
     """An indirect block being edited: entries hold child addresses (direct rows, then indirect)."""
 
     def __init__(self, address: int, nrows: int, block_off: int, entries: list[int | None],
-                 parent: IBlock | None, par_entry: int, max_rows: int, new: bool):
+                 parent: IBlock | None, dirty: bool):
         self.address, self.nrows, self.block_off, self.entries = address, nrows, block_off, entries
-        self.parent, self.par_entry, self.max_rows = parent, par_entry, max_rows
-        self.new, self.dirty = new, new
+        self.parent, self.dirty = parent, dirty
 
 
 class ManagedBlocks(HeapPart):
@@ -113,12 +112,12 @@ class ManagedBlocks(HeapPart):
         if self._root is None:
             h = self.h
             ib = self.reader.read_indirect(h.root_address, h.root_rows, 0)
-            self._root = self._adopt(ib, None, 0, self.g.max_root_rows)
+            self._root = self._adopt(ib, None)
         return self._root
 
-    def _adopt(self, ib: IndirectBlock, parent: IBlock | None, par_entry: int, max_rows: int) -> IBlock:
+    def _adopt(self, ib: IndirectBlock, parent: IBlock | None) -> IBlock:
         entries = [e.address for e in ib.direct] + list(ib.indirect)
-        out = IBlock(ib.address, ib.nrows, ib.block_offset, entries, parent, par_entry, max_rows, False)
+        out = IBlock(ib.address, ib.nrows, ib.block_offset, entries, parent, False)
         self._iblocks[ib.block_offset] = out
         return out
 
@@ -131,13 +130,13 @@ class ManagedBlocks(HeapPart):
         if addr is None:
             raise FormatError(f"{self.what}: heap offset {off} lies in an unallocated indirect block")
         nrows = rows_for_block(self.g, self.g.row_block_size[entry // self.W])
-        return self._adopt(self.reader.read_indirect(addr, nrows, off), ib, entry, nrows)
+        return self._adopt(self.reader.read_indirect(addr, nrows, off), ib)
 
-    def new_iblock(self, parent: IBlock | None, entry: int, nrows: int, max_rows: int) -> IBlock:
+    def new_iblock(self, parent: IBlock | None, entry: int, nrows: int) -> IBlock:
         """H5HF__man_iblock_create; without a parent, the new root."""
         addr = self.state.alloc(indirect_block_size(self.g, nrows))
         block_off = 0 if parent is None else entry_offset(self.h, self.g, parent.block_off, entry)
-        ib = IBlock(addr, nrows, block_off, [None] * (nrows * self.W), parent, entry, max_rows, True)
+        ib = IBlock(addr, nrows, block_off, [None] * (nrows * self.W), parent, True)
         if parent is not None:
             parent.entries[entry] = addr
             parent.dirty = True
@@ -157,7 +156,7 @@ class ManagedBlocks(HeapPart):
                 raise FormatError(f"{self.what}: no indirect block at heap offset {block_off}")
             if ib.entries[entry] is None:
                 nrows = rows_for_block(self.g, self.g.row_block_size[row])
-                ib = self.new_iblock(ib, entry, nrows, nrows)
+                ib = self.new_iblock(ib, entry, nrows)
             else:
                 ib = self.child(ib, entry)
         return ib
@@ -182,4 +181,4 @@ class ManagedBlocks(HeapPart):
                 self.state.put(ib.address, image)
         self._dirty.clear()
         for ib in self._iblocks.values():
-            ib.new = ib.dirty = False
+            ib.dirty = False

@@ -124,7 +124,7 @@ class ManagedSpace(HeapPart):
                     end = min((row + needed - child_rows) * W, ib.nrows * W)
                     self._skip(ib, entry, end - entry)
                 else:
-                    child = self.blocks.new_iblock(ib, entry, child_rows, child_rows)
+                    child = self.blocks.new_iblock(ib, entry, child_rows)
                     it.append([child, 0])
                     if min_size > self.h.start_block_size:
                         self._skip(child, 0, W * min_row)
@@ -142,7 +142,7 @@ class ManagedSpace(HeapPart):
         else:
             block_row_off = log2(min_size) - log2(h.start_block_size)
             nrows = max(h.start_root_rows, 1 + block_row_off + (1 if block_row_off > 0 else 0))
-        ib = self.blocks.new_iblock(None, 0, nrows, g.max_root_rows)
+        ib = self.blocks.new_iblock(None, 0, nrows)
         have = 1 if h.root_address is not None else 0
         if have:
             ib.entries[0] = h.root_address
@@ -163,10 +163,10 @@ class ManagedSpace(HeapPart):
         if old < g.max_direct_rows and min_size > g.row_block_size[next_entry // W]:
             min_rows = 1 + size_to_row(h, min_size)
             skip_to = (min_rows - 1) * W
-        new_rows = max(min_rows, min(2 * old, ib.max_rows))
+        new_rows = max(min_rows, min(2 * old, g.max_root_rows))
         self.blocks.drop_iblock(ib)
         ib.address = self.state.alloc(indirect_block_size(g, new_rows))
-        ib.nrows, ib.new, ib.dirty = new_rows, True, True
+        ib.nrows, ib.dirty = new_rows, True
         ib.entries += [None] * ((new_rows - old) * W)
         if skip_to is not None:
             self._skip(ib, next_entry, skip_to - next_entry)
