@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from ...errors import FormatError, Unsupported
 from ...format import free_space_manager as fsm
 from ...format.fractal_heap import entry_offset, rows_for_block, span_size
-from .heap_state import HeapPart
+from .heap_state import HeapPart, HeapState
 
 FSM_SHRINK, FSM_EXPAND = 80, 120          # H5HF_FSPACE_SHRINK / _EXPAND
 
@@ -57,7 +57,7 @@ class FreeSections(HeapPart):
     """Single sections (heap offset -> size) and ranges, read from the heap's manager on first use;
     `changed` once they differ from what the manager holds."""
 
-    def __init__(self, state):
+    def __init__(self, state: HeapState):
         super().__init__(state)
         self._free: tuple[dict[int, int], set[Range]] | None = None   # singles, ranges
         self._row_cache: list[Row] | None = None
