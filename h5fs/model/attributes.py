@@ -145,7 +145,7 @@ def table_nbytes(table: tuple[Attribute, ...]) -> int:
 
 def _dense(obj: H5Object, info) -> list[attr_msg.AttributeMessage]:
     from ..storage.readers import btree_v2
-    from ..storage.readers.fractal_heap import FractalHeap
+    from ..storage.fractal_heap.reader import FractalHeap
     what = f"{obj.path}: dense attributes"
     heap = FractalHeap(obj.file.reader, info.heap_address, what)
     by_order = info.index_order and info.order_index_address is not None

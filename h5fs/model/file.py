@@ -419,7 +419,7 @@ class H5File:
         raise FormatError(f"{what}: shared in the file's message heap, but no shared message index holds its type")
 
     def _sohm_heap(self, address: int):
-        from ..storage.readers.fractal_heap import FractalHeap
+        from ..storage.fractal_heap.reader import FractalHeap
         return self.cached(address, "shared message heap", lambda: FractalHeap(self.reader, address, "shared message heap"),
                            lambda heap: 1024 + approx_size(heap.header) + approx_size(heap.geometry))
 

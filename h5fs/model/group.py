@@ -119,7 +119,7 @@ class Group(H5Object):
 
     def _dense_links(self, info) -> list[Link]:
         from ..storage.readers import btree_v2
-        from ..storage.readers.fractal_heap import FractalHeap
+        from ..storage.fractal_heap.reader import FractalHeap
         what = f"{self.path}: dense links"
         heap = FractalHeap(self.file.reader, info.heap_address, what)
         by_order = info.index_order and info.order_index_address is not None
