@@ -360,7 +360,7 @@ def test_random_edits(tmp_path_factory, ops):
 def test_delete_frees_every_block(tmp_path):
     """A deleted heap leaves no byte in use (h5fs check: the freed extents are gaps no
     structure claims) while the rest of the file stays whole."""
-    from h5fs.storage.space_map import used_extents
+    from h5fs.storage.space_walk import used_extents
     p = tmp_path / "d.h5"
     dense_group(p, 9, target=700)                          # a huge object too
     with h5py.File(p, "r") as f:
