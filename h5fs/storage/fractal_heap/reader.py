@@ -115,6 +115,7 @@ class FractalHeap:
         return db
 
     def _defilter(self, raw: bytes, mask: int, size: int, label: str) -> bytes:
+        # at the first filtered block: the codecs take 0.1 s to import
         from ..filters import ChunkInfo
         from ..filters.pipeline import decode_chunk
         filters = getattr(self.filters, "filters", self.filters)
