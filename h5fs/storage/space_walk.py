@@ -21,8 +21,8 @@ walk goes on with the rest. With `chunks=True` every filtered chunk is also deco
 time), and every attribute's value, as the mount reads it; chunks of variable-length data are
 always decoded, to find the global heap objects they name.
 
-The walk reads objects through the file (a model H5File, duck-typed: `header`, `get`, `root_address`,
-...) and never imports the model: the layers stay one-way. `used_extents(file)` is what the
+The walk reads objects through the file (a model H5File, duck-typed as `WalkedFile`: `header`,
+`get`, `root_address`, ...) and never imports the model: the layers stay one-way. `used_extents(file)` is what the
 write side needs to find free space after mount.
 """
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 from collections import Counter, deque
 from math import prod
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
@@ -55,8 +55,20 @@ from .readers import symbol_table_node as symbol_table
 from .sohm_uses import SharedUses
 from .space_map import FILE, UNEXPECTED, Extent, Problem, Progress, SpaceMap
 
-if TYPE_CHECKING:
-    from ..model.file import H5File
+
+
+class WalkedFile(Protocol):
+    """What the walk asks of the file it walks (the model's H5File, a layer above: never imported)."""
+
+    reader: Any
+    sizes: Any
+    superblock: Any
+    root_address: int | None
+    global_heap: Any
+
+    def header(self, address: int, what: str) -> Any: ...
+
+    def get(self, address: int, path: str) -> Any: ...
 
 # Object header message types the walk follows (IV.A.2; h5fs.model.messages has the whole table,
 # a layer above this one).
@@ -66,7 +78,7 @@ SCAN_BYTES = 4 << 20   # contiguous variable-length data is scanned for heap IDs
 MAX_NESTING = 8        # vlen data inside vlen data followed this deep
 
 
-def walk(file: H5File, chunks: bool = False, progress: Progress | None = None,
+def walk(file: WalkedFile, chunks: bool = False, progress: Progress | None = None,
          clock: Callable[[], int] = lambda: 0) -> SpaceMap:
     """The space map of an open file (see the module docstring); `chunks`: decode every
     filtered chunk too; `progress(objects, chunks)` is called as the walk goes; each extent
@@ -74,7 +86,7 @@ def walk(file: H5File, chunks: bool = False, progress: Progress | None = None,
     return SpaceWalk(file, chunks, progress, clock).run()
 
 
-def used_extents(file: H5File) -> list[Extent]:
+def used_extents(file: WalkedFile) -> list[Extent]:
     """Every extent the file uses, by address; H5fsError when the walk met a broken structure
     (what it names could not be followed: the gaps would not all be free)."""
     smap = walk(file)
@@ -87,7 +99,7 @@ def used_extents(file: H5File) -> list[Extent]:
 class SpaceWalk:
     """The walk, and the sink (storage/extent_sink.py) the structures report their blocks to."""
 
-    def __init__(self, file: H5File, chunks: bool, progress: Progress | None, clock: Callable[[], int] = lambda: 0):
+    def __init__(self, file: WalkedFile, chunks: bool, progress: Progress | None, clock: Callable[[], int] = lambda: 0):
         self.f, self.reader, self.sizes = file, file.reader, file.sizes
         self.clock = clock
         self.sb = sb = file.superblock
