@@ -113,19 +113,27 @@ def test_second_client_sees_writes(hsds):
         b.close()
 
 
-def test_h5pyd_sends_no_deletes_for_links_or_attributes(hsds):
-    """What the issue found: `del group[name]` and `del attrs[name]` change only h5pyd's client;
-    a removal made through a mount has to be checked through the REST API."""
+def test_h5pyd_sends_deletes_only_after_a_flush(hsds):
+    """What the issue found: `del group[name]` and `del attrs[name]` on a file just opened change
+    only h5pyd's client. h5pyd 1.0.0 sends a DELETE only for what was created before its last
+    flush, and its last flush time starts at 0: a flush() right after opening is the workaround.
+    Removals are checked through the REST API."""
     domain = hsds.domain("h5pyd_deletes.h5")
     write_sample(hsds, domain)
+    gid = rest(hsds, "GET", "/", domain, h5path="/g1")[1]["id"]
     with h5pyd.File(domain, "a", **hsds.h5pyd_kwargs()) as f:
         root = f.id.id
         del f["g1"]["g2"]
         del f.attrs["title"]
         assert "g2" not in f["g1"] and "title" not in f.attrs
-    gid = rest(hsds, "GET", "/", domain, h5path="/g1")[1]["id"]
     assert links(hsds, domain, gid) == ["d", "g2"]
     assert attr_names(hsds, domain, root) == ["title"]
+    with h5pyd.File(domain, "a", **hsds.h5pyd_kwargs()) as f:
+        f.flush()
+        del f["g1"]["g2"]
+        del f.attrs["title"]
+    assert links(hsds, domain, gid) == ["d"]
+    assert attr_names(hsds, domain, root) == []
 
 
 # the REST API, as an HSDS engine would use it -------------------------------------------------
