@@ -23,28 +23,23 @@ What a group shows (`entries`, in the group's link order; `lookup` answers one n
 
 Stat numbers (`Numbers`): hard-link count, modification time, the file's size, st_blocks (bytes
 allocated in the file / 512; None when only walking the chunk index can tell: `storage_blocks`),
-and the `.npy` view's size, derived from dtype and shape (`npy_header_size`) without building
-the header. `npy_header` builds exactly the header `numpy.save` writes (format 1.0, 2.0 when it
-is longer than 64 KiB, 3.0 for non-latin-1 field names; spare room to grow the first
-dimension; padded to 64 bytes), so a `D.npy` is byte for byte what `np.save` makes of the data.
+and the `.npy` view's size, derived from dtype and shape (`npy_header.npy_header_size`)
+without building the header.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 from dataclasses import dataclass, replace
-from functools import lru_cache, partial
+from functools import partial
 from typing import TYPE_CHECKING, Callable
-
-import numpy as np
-from numpy.lib.format import dtype_to_descr
 
 from ..errors import FormatError
 from ..format.messages import layout as L
 from ..format.messages.link import HARD, Link
 from . import messages as M
 from .dtypes import is_converted
+from .npy_header import npy_header, npy_header_size  # noqa: F401 - npy_header: the FUSE layer's name for it
 
 if TYPE_CHECKING:
     from .attributes import Attribute
@@ -384,55 +379,6 @@ def _walks_index(ds) -> bool:
 
 def _blocks(nbytes: int) -> int:
     return (int(nbytes) + 511) // 512
-
-
-# -- the .npy header --------------------------------------------------------------------------
-
-_MAGIC = b"\x93NUMPY"
-_ALIGN = 64
-_GROWTH_DIGITS = 21  # numpy leaves room for the first dimension to grow to 21 digits
-_FIXED_TEXT = len("{'descr': , 'fortran_order': False, 'shape': , }")
-
-
-def _npy_parts(dtype, shape) -> tuple[str, str, int]:
-    """The descr and shape texts of numpy's header dict, and its trailing spare room."""
-    shape = tuple(int(n) for n in shape)
-    growth = _GROWTH_DIGITS - len(repr(shape[0])) if shape else 0
-    return repr(dtype_to_descr(np.dtype(dtype))), repr(shape), growth
-
-
-def _npy_format(text_bytes: int, latin1: bool) -> tuple[int, str, int]:
-    """(version, length format, padding) of a header whose dict text has `text_bytes` bytes."""
-    for version, fmt in (((1, "<H"), (2, "<I")) if latin1 else ((3, "<I"),)):
-        hlen = text_bytes + 1  # the final newline
-        pad = _ALIGN - (len(_MAGIC) + 2 + struct.calcsize(fmt) + hlen) % _ALIGN
-        if fmt == "<I" or hlen + pad < 1 << 16:
-            return version, fmt, pad
-    raise AssertionError("unreachable: format 2.0 holds any header")
-
-
-def _latin1(descr: str) -> bool:
-    return descr.isascii() or all(ord(c) < 256 for c in descr)
-
-
-@lru_cache(maxsize=1024)  # datasets of a file share a few dtypes and shapes
-def npy_header_size(dtype, shape) -> int:
-    """len(npy_header(dtype, shape)), computed from the text lengths alone."""
-    descr, shape_text, growth = _npy_parts(dtype, shape)
-    latin1 = _latin1(descr)
-    text = _FIXED_TEXT + (len(descr) if latin1 else len(descr.encode("utf8"))) + len(shape_text) + growth
-    _, fmt, pad = _npy_format(text, latin1)
-    return len(_MAGIC) + 2 + struct.calcsize(fmt) + text + pad + 1
-
-
-def npy_header(dtype, shape) -> bytes:
-    """The header `numpy.save` writes for a C-ordered array of this dtype and shape."""
-    descr, shape_text, growth = _npy_parts(dtype, shape)
-    latin1 = _latin1(descr)
-    text = ("{'descr': %s, 'fortran_order': False, 'shape': %s, }" % (descr, shape_text) + " " * growth)
-    body = text.encode("latin1" if latin1 else "utf8")
-    version, fmt, pad = _npy_format(len(body), latin1)
-    return _MAGIC + bytes((version, 0)) + struct.pack(fmt, len(body) + 1 + pad) + body + b" " * pad + b"\n"
 
 
 # -- facts and attributes ---------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The header of a `.npy` stream (format versions 1.0, 2.0, 3.0), parsed from its first bytes.
+"""The header of a `.npy` stream (format versions 1.0, 2.0, 3.0), parsed from its first bytes,
+and the one `numpy.save` writes for a dataset's `.npy` view (`npy_header`).
 
 Layout: the magic b"\\x93NUMPY", major and minor version bytes, the header length (2 bytes
 little-endian in 1.0, 4 in 2.0 and 3.0), then the header: a Python dict literal with exactly the
@@ -28,8 +29,10 @@ from __future__ import annotations
 import ast
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+from numpy.lib.format import dtype_to_descr
 
 from ..errors import InvalidWrite
 from .dtype_encode import datatype_of
@@ -152,3 +155,53 @@ def _short(value, limit: int = 200) -> str:
     """repr(value), cut for an error message (a header holds up to MAX_HEADER_BYTES)."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+# -- the header numpy.save writes -------------------------------------------------------------
+# (format 1.0, 2.0 when it is longer than 64 KiB, 3.0 for non-latin-1 field names; spare room to
+# grow the first dimension; padded to 64 bytes): a `D.npy` is byte for byte what `np.save` makes
+
+_ALIGN = 64
+_GROWTH_DIGITS = 21  # numpy leaves room for the first dimension to grow to 21 digits
+_FIXED_TEXT = len("{'descr': , 'fortran_order': False, 'shape': , }")
+
+
+def _npy_parts(dtype, shape) -> tuple[str, str, int]:
+    """The descr and shape texts of numpy's header dict, and its trailing spare room."""
+    shape = tuple(int(n) for n in shape)
+    growth = _GROWTH_DIGITS - len(repr(shape[0])) if shape else 0
+    return repr(dtype_to_descr(np.dtype(dtype))), repr(shape), growth
+
+
+def _npy_format(text_bytes: int, latin1: bool) -> tuple[int, str, int]:
+    """(version, length format, padding) of a header whose dict text has `text_bytes` bytes."""
+    for version, fmt in (((1, "<H"), (2, "<I")) if latin1 else ((3, "<I"),)):
+        hlen = text_bytes + 1  # the final newline
+        pad = _ALIGN - (len(MAGIC) + 2 + struct.calcsize(fmt) + hlen) % _ALIGN
+        if fmt == "<I" or hlen + pad < 1 << 16:
+            return version, fmt, pad
+    raise AssertionError("unreachable: format 2.0 holds any header")
+
+
+def _latin1(descr: str) -> bool:
+    return descr.isascii() or all(ord(c) < 256 for c in descr)
+
+
+@lru_cache(maxsize=1024)  # datasets of a file share a few dtypes and shapes
+def npy_header_size(dtype, shape) -> int:
+    """len(npy_header(dtype, shape)), computed from the text lengths alone."""
+    descr, shape_text, growth = _npy_parts(dtype, shape)
+    latin1 = _latin1(descr)
+    text = _FIXED_TEXT + (len(descr) if latin1 else len(descr.encode("utf8"))) + len(shape_text) + growth
+    _, fmt, pad = _npy_format(text, latin1)
+    return len(MAGIC) + 2 + struct.calcsize(fmt) + text + pad + 1
+
+
+def npy_header(dtype, shape) -> bytes:
+    """The header `numpy.save` writes for a C-ordered array of this dtype and shape."""
+    descr, shape_text, growth = _npy_parts(dtype, shape)
+    latin1 = _latin1(descr)
+    text = ("{'descr': %s, 'fortran_order': False, 'shape': %s, }" % (descr, shape_text) + " " * growth)
+    body = text.encode("latin1" if latin1 else "utf8")
+    version, fmt, pad = _npy_format(len(body), latin1)
+    return MAGIC + bytes((version, 0)) + struct.pack(fmt, len(body) + 1 + pad) + body + b" " * pad + b"\n"

@@ -17,7 +17,7 @@ from itertools import groupby
 import numpy as np
 
 from ..errors import Unsupported
-from .namespace import npy_header
+from .npy_header import npy_header
 
 
 class PointsView:
