@@ -19,6 +19,18 @@ import h5py  # noqa: E402
 import hdf5plugin  # noqa: F401,E402
 
 H5FS = [sys.executable, "-m", "h5fs.cli"]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def bad_corpus() -> list[Path]:
+    """The malformed files of `../shared/corpus/bad` (or $H5FS_BAD_CORPUS). CI puts `../shared`
+    beside the checkout: a corpus missing fails the collection loudly, never skips."""
+    corpus = Path(os.environ.get("H5FS_BAD_CORPUS", REPO.parent / "shared" / "corpus" / "bad"))
+    files = sorted(corpus.glob("*.h5"))
+    if not files:
+        raise RuntimeError(f"no malformed-file corpus at {corpus}: put ../shared beside the checkout "
+                           "or set H5FS_BAD_CORPUS")
+    return files
 LIBVERS = ("earliest", "latest")
 
 

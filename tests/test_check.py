@@ -25,7 +25,7 @@ h5py = pytest.importorskip("h5py")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import roundtrip_support as R  # noqa: E402
-from conftest import H5FS, run_h5fs  # noqa: E402
+from conftest import H5FS, bad_corpus, run_h5fs  # noqa: E402
 from walk import default_limit_as  # noqa: E402
 
 from h5fs.check import check  # noqa: E402
@@ -44,8 +44,7 @@ from h5fs.storage.space_map import gaps  # noqa: E402
 from h5fs.storage.space_walk import used_extents, walk  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = Path(os.environ.get("H5FS_BAD_CORPUS", REPO.parent / "shared" / "corpus" / "bad"))
-BAD_FILES = sorted(CORPUS.glob("*.h5")) + sorted((REPO / "tests" / "data").glob("*.h5"))
+BAD_FILES = bad_corpus() + sorted((REPO / "tests" / "data").glob("*.h5"))
 TIMEOUT = 20.0
 S = h5py.string_dtype()
 
@@ -619,7 +618,6 @@ def _outcome(path: str) -> list[str] | str:
         return traceback.format_exc()
 
 
-@pytest.mark.skipif(not BAD_FILES, reason=f"no corpus at {CORPUS}")
 def test_malformed_files_never_crash_the_checker():
     """Each file checked in a child process under RLIMIT_AS, answering within TIMEOUT."""
     fork = multiprocessing.get_context("fork")

@@ -21,13 +21,14 @@ from h5fs.format.checksum import lookup3
 from h5fs.model.file import H5File
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import bad_corpus  # noqa: E402
 from walk import walk, walk_isolated  # noqa: E402
 
 h5py = pytest.importorskip("h5py")
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = Path(os.environ.get("H5FS_BAD_CORPUS", REPO.parent / "shared" / "corpus" / "bad"))
-CORPUS_FILES = sorted(p.name for p in CORPUS.glob("*.h5")) if CORPUS.is_dir() else []
+CORPUS_PATHS = bad_corpus()
+CORPUS, CORPUS_FILES = CORPUS_PATHS[0].parent, [p.name for p in CORPUS_PATHS]
 TIMEOUT = float(os.environ.get("H5FS_WALK_TIMEOUT", "20"))
 
 # Corpus files that still fail because of a module another developer owns: name -> reason.
@@ -46,7 +47,6 @@ def _corpus_params():
     return out
 
 
-@pytest.mark.skipif(not CORPUS_FILES, reason=f"no corpus at {CORPUS}")
 @pytest.mark.parametrize("name", _corpus_params())
 def test_corpus_file(name):
     run = walk_isolated(str(CORPUS / name), timeout=TIMEOUT)

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _daemon_pid, run_h5fs
+from conftest import _daemon_pid, bad_corpus, run_h5fs
 from remote_support import range_server, read_mount, s3_server  # noqa: F401 (fixtures)
 
-CORPUS = Path(os.environ.get("H5FS_BAD_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "bad"))
-FILES = sorted(CORPUS.glob("*.h5")) if CORPUS.is_dir() else []
+FILES = bad_corpus()
 WALK = r"""
 set -u
 find "$1" > /dev/null 2>&1
@@ -33,7 +32,6 @@ CASES = [pytest.param(source, h5, id=f"{source}-{h5.name}") for source in ("loca
          for h5 in {"local": FILES, "http": FILES[::3], "s3": FILES[1::8]}[source]]
 
 
-@pytest.mark.skipif(not FILES, reason="no corpus at ../shared/corpus/bad")
 @pytest.mark.parametrize("read_mount, h5", CASES, indirect=["read_mount"])
 def test_corpus_file_through_a_mount(h5: Path, read_mount, tmp_path):
     mp = tmp_path / "mnt"
