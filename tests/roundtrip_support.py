@@ -42,7 +42,6 @@ from hypothesis import strategies as st
 # reach them only through here; every other builder they use lives in this module
 from test_datatype import PLAIN, bfloat16, custom_float, opaque, partial_int, py, vax_float  # noqa: F401
 from test_datatype import _write_revised_refs as write_revised_refs  # noqa: F401
-from test_engine import build_everything  # noqa: F401
 
 from h5fs.format import btree_v1 as B1
 from h5fs.format import btree_v2 as bt
@@ -1203,3 +1202,86 @@ def check_all(found) -> tuple[Counter, Counter]:
             check(s)
             done[s.kind] += 1
     return done, missing
+
+
+def build_everything(path, libver: str) -> None:
+    """One file with a broad mix of groups, links, datatypes, layouts, fills and attributes."""
+    rng = np.random.default_rng(1)
+    with h5py.File(path, "w", libver=libver) as f:
+        f.attrs["title"] = "engine test"
+        f.attrs["ints"] = np.arange(5, dtype=">i8")
+        f.attrs["empty_str"] = ""
+        f.attrs["fixed"] = np.bytes_("fixed-bytes")
+        f.attrs["strings"] = ["a", "bb", "ccc"]
+        f.attrs["scalar_f"] = np.float32(2.5)
+        for name, dt in [("u1", "u1"), ("i1", "i1"), ("u2be", ">u2"), ("i2", "<i2"), ("u4", "<u4"), ("i4be", ">i4"),
+                         ("u8", "<u8"), ("i8be", ">i8"), ("f2", "<f2"), ("f4be", ">f4"), ("f8", "<f8"),
+                         ("f8be", ">f8"), ("c8", "<c8"), ("c16", "<c16")]:
+            f.create_dataset(f"types/{name}", data=(rng.normal(0, 100, (4, 5))).astype(dt))
+        f["types/bool"] = np.array([True, False, True])
+        f["types/fixed_str"] = np.array([b"ab", b"cdef", b""], dtype="S6")
+        f.create_dataset("types/vlen_str", data=["x", "üñî", "longer string"], dtype=h5py.string_dtype())
+        f.create_dataset("types/ascii_str", data=["p", "qq"], dtype=h5py.string_dtype("ascii"))
+        cmp = np.dtype([("a", "<i4"), ("b", ">f8"), ("c", "S3"), ("d", [("x", "u1"), ("y", "<i2", (2,))])])
+        f["types/compound"] = np.array([(1, 2.0, b"xy", (3, (4, 5))), (6, 7.5, b"z", (8, (9, 10)))], dtype=cmp)
+        f["types/array"] = np.arange(24, dtype="<i4").reshape(2, 3, 4)
+        f.create_dataset("types/array_dt", data=np.zeros(3, dtype=np.dtype(("<f4", (2, 2)))) + 1.5)
+        enum = h5py.enum_dtype({"RED": 0, "GREEN": 1, "BLUE": 42}, basetype="u1")
+        f.create_dataset("types/enum", data=np.array([0, 1, 42], dtype="u1"), dtype=enum)
+        f["types/opaque"] = np.array([b"\x01\x02\x03", b"\x04\x05\x06"], dtype="V3")
+        f["types/scalar"] = 3.25
+        f.create_dataset("types/null", data=h5py.Empty("f4"))
+        f.create_dataset("types/zero_size", shape=(0, 4), dtype="i4")
+        # layouts
+        f.create_dataset("layout/contiguous", data=rng.random((30, 20)))
+        f.create_dataset("layout/compact", data=np.arange(10, dtype="i2"),
+                         **({} if libver == "earliest" else {}))
+        f.create_dataset("layout/chunked", data=rng.random((33, 17)).astype("f4"), chunks=(8, 5))
+        f.create_dataset("layout/gzip", data=rng.integers(0, 50, (40, 30)), chunks=(16, 7),
+                         compression="gzip", compression_opts=6)
+        f.create_dataset("layout/shuffle_gzip_f32", data=rng.random(5000).astype("f4"), chunks=(1000,),
+                         compression="gzip", shuffle=True)
+        f.create_dataset("layout/fletcher", data=np.arange(1000, dtype="i8"), chunks=(128,), fletcher32=True)
+        f.create_dataset("layout/unallocated", shape=(100,), dtype="i4", chunks=(10,), fillvalue=-7)
+        part = f.create_dataset("layout/partial", shape=(100, 10), dtype="f8", chunks=(10, 10), fillvalue=1.5)
+        part[20:30] = 2.0
+        part[95] = 3.0
+        f.create_dataset("layout/empty_contig", shape=(10,), dtype="u2", fillvalue=9)
+        ext = f.create_dataset("layout/resizable", shape=(5, 4), maxshape=(None, 4), chunks=(2, 4), dtype="i4")
+        ext[...] = np.arange(20).reshape(5, 4)
+        ext.resize((9, 4))
+        ext[7] = 99
+        two = f.create_dataset("layout/two_unlimited", shape=(5, 6), maxshape=(None, None), chunks=(2, 4),
+                               dtype="i2", compression="gzip")
+        two[...] = np.arange(30).reshape(5, 6)
+        f.create_dataset("layout/single_chunk", data=np.arange(60).reshape(6, 10), chunks=(6, 10))
+        f.create_dataset("layout/single_chunk_gzip", data=np.arange(60).reshape(6, 10), chunks=(6, 10),
+                         compression="gzip")
+        many = f.create_dataset("layout/many_chunks", shape=(3000,), chunks=(2,), dtype="u1")
+        many[::3] = 7
+        f.create_dataset("layout/3d", data=rng.integers(0, 1000, (7, 8, 9)), chunks=(3, 4, 5))
+        f.create_dataset("layout/full_rows", data=rng.random((30, 20)), chunks=(4, 20), compression="gzip")
+        f.create_dataset("layout/full_planes", data=rng.integers(0, 9, (9, 6, 5), dtype="i2"), chunks=(2, 6, 5))
+        # links and groups
+        g = f.create_group("links")
+        g["target"] = np.arange(3)
+        g["hard"] = g["target"]
+        g["soft_abs"] = h5py.SoftLink("/links/target")
+        g["soft_rel"] = h5py.SoftLink("target")
+        g["dangling"] = h5py.SoftLink("/nowhere")
+        g["external"] = h5py.ExternalLink("other.h5", "/some/path")
+        deep = f.create_group("a/b/c/d")
+        deep.attrs["depth"] = 4
+        big = f.create_group("biggroup")
+        for i in range(40):
+            big.create_group(f"g{i:03d}")
+        ordered = f.create_group("ordered", track_order=True)
+        for name in ["zeta", "alpha", "mid"]:
+            ordered[name] = np.arange(2)
+        f["committed_t"] = np.dtype("<i4")
+        f.create_dataset("uses_committed", data=np.arange(4, dtype="<i4"), dtype=f["committed_t"])
+        many_attrs = f.create_group("many_attrs")
+        for i in range(30):
+            many_attrs.attrs[f"attr{i:02d}"] = i * 1.5
+        if libver == "latest":  # the earliest format cannot hold a 64 KiB+ attribute
+            many_attrs.attrs["big"] = np.arange(20000, dtype="i4")

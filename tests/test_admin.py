@@ -34,9 +34,9 @@ from crash_support import kill_daemon
 from h5fs import mount_helper, utab
 from h5fs.fuse.mounts import find_mount, process_alive
 from write_support import verify_file
+from units import UNITS, unit_command
 
 ROOT = Path(__file__).resolve().parent.parent
-UNITS = ROOT / "systemd"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mount(8), utab and fstab need root")
 
 
@@ -370,16 +370,6 @@ def test_check_shows_progress_on_a_terminal(h5):
 
 
 # -- systemd --------------------------------------------------------------------------------------
-
-def unit_command(key: str, mountpoint: Path, file: Path, options: str) -> list[str]:
-    """The unit's `key=` command line as systemd runs it for `mountpoint` (specifiers and the
-    configuration's variables substituted)."""
-    text = (UNITS / "h5fs@.service").read_text()
-    line = next(ln for ln in text.splitlines() if ln.startswith(key + "="))
-    words = shlex.split(line[len(key) + 1:].lstrip("-"))
-    subst = {"%f": str(mountpoint), "${FILE}": str(file), "${OPTIONS}": options}
-    return [subst.get(w, w) for w in words]
-
 
 def test_units_pass_systemd_analyze_verify(tmp_path):
     analyze = shutil.which("systemd-analyze")

@@ -20,7 +20,7 @@ import pytest
 from h5py import h5d, h5p, h5s, h5t, h5z
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_filters import pipeline
+from oracle import pipeline
 
 from h5fs.errors import CannotWrite, Unsupported
 from h5fs.format.messages.filter_pipeline import FilterSpec

@@ -21,6 +21,7 @@ from h5fs.storage.filters import ChunkInfo
 from h5fs.storage.filters.fletcher32 import fletcher32
 from h5fs.storage.filters.pipeline import decode_chunk
 from h5fs.storage.filters.shuffle import unshuffle
+from oracle import pipeline
 
 SHAPE, CHUNKS = (50, 70), (16, 32)  # 4 x 3 chunks, the last row and column partial
 RNG = np.random.default_rng(20240601)
@@ -29,15 +30,6 @@ RNG = np.random.default_rng(20240601)
 def walk(shape=SHAPE, dtype="f4") -> np.ndarray:
     """Random-walk data: compressible like real measurements, unlike noise."""
     return (np.cumsum(RNG.normal(size=shape), axis=-1) * 100).astype(dtype)
-
-
-def pipeline(ds: h5py.Dataset) -> tuple[FilterSpec, ...]:
-    pl = ds.id.get_create_plist()
-    out = []
-    for i in range(pl.get_nfilters()):
-        fid, flags, cd, name = pl.get_filter(i)
-        out.append(FilterSpec(fid, flags, name.decode(), tuple(cd)))
-    return tuple(out)
 
 
 def raw_read(ds: h5py.Dataset) -> np.ndarray:

@@ -19,6 +19,7 @@ from conftest import run_h5fs, wait_until
 from write_support import verify_file
 
 from h5fs.model.file import H5File
+from oracle import tree
 
 LAYOUTS = ("earliest", "latest", "earliest-4byte")
 
@@ -38,31 +39,6 @@ def make_file(path, layout: str) -> None:
         f.create_dataset("x", data=np.arange(100.0).reshape(10, 10), chunks=(5, 5), compression="gzip")
         f.create_dataset("c", data=np.arange(1000, dtype="<f4"))
         f["g"].attrs["note"] = "keep"
-
-
-def tree(path) -> dict[str, object]:
-    """Every link of the file by path: ("group", nlink) / ("dataset", nlink, values) /
-    ("soft", target) / ("external", file, path)."""
-    out: dict[str, object] = {}
-    with h5py.File(path, "r") as f:
-        def visit(group, prefix):
-            for name in group:
-                p = f"{prefix}/{name}"
-                link = group.get(name, getlink=True)
-                if isinstance(link, h5py.SoftLink):
-                    out[p] = ("soft", link.path)
-                elif isinstance(link, h5py.ExternalLink):
-                    out[p] = ("external", link.filename, link.path)
-                else:
-                    obj = group[name]
-                    rc = h5py.h5o.get_info(obj.id).rc
-                    if isinstance(obj, h5py.Group):
-                        out[p] = ("group", rc)
-                        visit(obj, p)
-                    else:
-                        out[p] = ("dataset", rc, obj[()].tolist())
-        visit(f, "")
-    return out
 
 
 def errno_of(*cmd: str) -> str:

@@ -22,6 +22,7 @@ import pytest
 from conftest import H5FS, _daemon_pid, force_unmount, is_mounted, make_h5, run_h5fs, saved, wait_until
 from h5fs import mount_helper
 from h5fs.fuse.mounts import find_mount
+from units import unit_command
 from remote_support import fresh, publish, range_server, s3_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mount(8) and its helpers need root")
@@ -420,7 +421,6 @@ def test_fstab_line_with_an_s3_url(helpers, urls, original, tmp_path):
 
 def test_systemd_unit_command_with_a_url(helpers, urls, original, tmp_path):
     """The service's ExecStart as systemd runs it with FILE=URL in the instance's conf."""
-    from test_admin import unit_command
     mp = tmp_path / "mp"
     mp.mkdir()
     cmd = unit_command("ExecStart", mp, urls["http"], f"ro,cache_dir={tmp_path / 'cache'}")
