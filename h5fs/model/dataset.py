@@ -13,7 +13,8 @@ from ..storage.chunked import ChunkedSource
 from ..storage.index import IndexContext, open_index
 from ..storage.sources import CompactSource, ContiguousSource, FillSource, RawSource
 from . import messages as M
-from .objects import H5Object, derived, guarded
+from .objects import H5Object, derived
+from .safety_net import guarded
 
 # Views whose bytes must be computed as a whole (variable-length data) are refused above this size.
 MAX_MATERIALIZED = 256 * 1024 * 1024

@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import deque
+from functools import partial
 from typing import Any, Callable, Hashable
 
 from ..errors import FormatError, H5fsError, NotFound, ReadOnly
@@ -35,6 +37,7 @@ from ..storage.locking import take_lock
 from ..storage.metadata_cache import MetadataCache
 from ..storage.readers import object_header as header_reader
 from ..storage.readers import superblock as superblock_reader
+from ..storage.readers.fractal_heap import FractalHeap
 from ..storage.readers.global_heap import GlobalHeapReader
 from ..storage.readers.sohm_table import read_table
 from ..storage.remote import RemoteOptions, open_remote
@@ -44,13 +47,16 @@ from ..storage.writer import open_recorder
 from . import messages as M
 from .dataset import Dataset
 from .group import Group
-from .objects import ENTRY, UNEXPECTED, H5Object, NamedDatatype, ObjectState, approx_size, internal_error
+from .cache_size import ENTRY, approx_size
+from .objects import H5Object, NamedDatatype, ObjectState
+from .safety_net import UNEXPECTED, internal_error
 
 log = logging.getLogger("h5fs")
 
 STATE, CLASS = "object", "object class"
 VALUE = 50      # bytes a value kept in an object's state costs beyond its own (its dict slot)
 FILE_WIDE = 0   # the superblock's address: values derived from the whole file are kept there
+MAX_WALK = 1_000_000   # objects visited to turn reference addresses into paths
 
 
 def _journal_overlay(path: str, fd: int) -> PageOverlay | None:
@@ -222,7 +228,9 @@ class H5File:
         if self.store is None or not self.store.pending:
             return
         if self.editor is None:
-            from .tree_edit import TreeEditor   # it builds on this module
+            # imported on first use: the editor builds on this module and loads the write side
+            # (~60 ms), which a read-only open never needs
+            from .tree_edit import TreeEditor
             TreeEditor(self, None)
         self.editor.land(redo)
 
@@ -378,6 +386,17 @@ class H5File:
             obj = self.get(link.address, walked)
         return obj
 
+    def path_of(self, address: int | None) -> str | None:
+        """The shortest path by hard links to the object at `address` (how references are
+        shown), or None when no walk from the root reaches it."""
+        if address is None:
+            return None
+        # built whole, once, by one thread; cached file-wide: any invalidation forgets it
+        with _walk_lock:
+            paths = self.cached(FILE_WIDE, "reference paths", partial(_walk, self),
+                                lambda paths: 140 * len(paths) + sum(map(len, paths.values())))
+        return paths.get(address)
+
     # -- shared object header messages ----------------------------------------------------------
     @property
     def extension(self) -> object_header.ObjectHeader | None:
@@ -415,9 +434,39 @@ class H5File:
         raise FormatError(f"{what}: shared in the file's message heap, but no shared message index holds its type")
 
     def _sohm_heap(self, address: int):
-        from ..storage.readers.fractal_heap import FractalHeap
         return self.cached(address, "shared message heap", lambda: FractalHeap(self.reader, address, "shared message heap"),
                            lambda heap: 1024 + approx_size(heap.header) + approx_size(heap.geometry))
+
+
+_walk_lock = threading.Lock()
+
+
+def _walk(file: H5File) -> dict[int, str]:
+    """Breadth-first over hard links, so each address gets its shortest path."""
+    paths = {file.root_address: "/"}
+    queue = deque([file.root])
+    while queue and len(paths) < MAX_WALK:
+        group = queue.popleft()
+        try:
+            links = group.links()
+        except H5fsError as e:
+            if e.transient:   # a table with holes would be kept: fail now, build it next time
+                raise
+            continue
+        for link in links:
+            if link.address is None or link.address in paths:
+                continue
+            path = f"{group.path.rstrip('/')}/{link.name}"
+            paths[link.address] = path
+            try:
+                obj = file.get(link.address, path)
+            except H5fsError as e:
+                if e.transient:
+                    raise
+                continue
+            if isinstance(obj, Group):
+                queue.append(obj)
+    return paths
 
 
 def _retire(forgotten: list[object]) -> None:
