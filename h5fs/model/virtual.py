@@ -11,7 +11,7 @@ per dimension (hyperslabs, "all" and product-shaped block lists are products of 
 ordinals are turned into source coordinates, and only those source elements are read, in
 bounded boxes (chunk by chunk for chunked sources, row runs otherwise). Nothing proportional to
 the dataset is held in memory, except for irregular block lists and point selections, which are
-enumerated (at most MAX_EXPLICIT elements, else Unsupported: model/virtual_selection.py).
+enumerated (at most MAX_EXPLICIT elements, else Unsupported: storage/selection_geometry.py).
 
 Behaviours (libhdf5 2.0 is the reference, default access properties):
 - Source file "." is the file holding the virtual dataset. Other names: an absolute name is
@@ -60,7 +60,6 @@ Either refusal comes before any write.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 import posixpath
 import threading
@@ -74,17 +73,17 @@ from ..format import selection as S
 from ..format import vds_mapping
 from ..storage.chunk_grid import linear_boxes
 from ..storage.remote.siblings import LocalPathRefused, canonical, same_object
+from ..storage.selection_geometry import (RegDim, build_selection, clip_extent_match, paired_boxes,
+                                          selection_ends, selection_nbytes)
 from ..storage.sources import NOWAIT, RawSource
 from ..storage.unfiltered_read import Miss
-from .objects import approx_size
+from .cache_size import approx_size
 from .virtual_files import POOL, PoolEntry, has_printf, remote_source_candidates, source_candidates, substitute
 from .virtual_read import gather, read_into
-from .virtual_selection import ExplicitSel, IntDim, ProductSel, RegDim, build_selection
 
 MAX_DEPTH = 16                 # nesting of virtual datasets whose sources are virtual
 MAX_PRINTF_BLOCKS = 1 << 20    # source blocks probed for one printf mapping
 MAX_CHECKED = 4096             # source datasets whose type a virtual source remembers as checked
-MAX_PIECES = 4096              # boxes one mapping's part of a read box may pair as, else elements
 
 
 _active = threading.local()
@@ -303,7 +302,7 @@ class VirtualSource(RawSource):
                 if src is None:
                     continue                            # missing source: fill value
                 sshape = src.shape if src.shape else (1,)
-                found = _pieces(m.vsel, _source_selection(m, sshape), start, count)
+                found = paired_boxes(m.vsel, _source_selection(m, sshape), start, count)
                 if found is None and flags:
                     raise Miss
                 plans.append((m, src, sshape, found))
@@ -343,50 +342,6 @@ def _source_selection(m: _Resolved, sshape: tuple[int, ...]):
     return ssel
 
 
-def _pieces(vsel, ssel, start: tuple[int, ...], count: tuple[int, ...]):
-    """[(slices into the box, source start, source count)]: where the mapping pairs a box of
-    the read box with a box of its source. Selections of the same per-dimension sizes pair
-    dimension by dimension (the k-th selected index of a dimension with the k-th), so each
-    dimension's runs, consecutive on both sides, multiply into boxes. None when they do not
-    pair that way, or would make more than MAX_PIECES boxes: the caller pairs elements."""
-    if not isinstance(vsel, ProductSel) or not isinstance(ssel, ProductSel) or vsel.sizes != ssel.sizes:
-        return None
-    per, total = [], 1
-    for vd, sd, s, c in zip(vsel.dims, ssel.dims, start, count):
-        runs = _runs(vd, sd, s, c)
-        if not runs:
-            return []
-        per.append(runs)
-        total *= len(runs)
-        if total > MAX_PIECES:
-            return None
-    return [(tuple(slice(v, v + n) for v, _, n in runs), tuple(x for _, x, _ in runs), tuple(n for _, _, n in runs))
-            for runs in itertools.product(*per)]
-
-
-def _single(d) -> int | None:
-    """The first coordinate of a 1-D set that is one block (of d.n coordinates), else None."""
-    if isinstance(d, RegDim):
-        return d.start if d.count == 1 else None
-    return int(d.starts[0]) if len(d.starts) == 1 else None
-
-
-def _runs(vd, sd, s: int, c: int) -> list[tuple[int, int, int]]:
-    """[(offset in [s, s+c), source coordinate, length)]: the runs of one dimension's selected
-    coordinates in [s, s+c) that are consecutive on both sides. Single blocks pair by arithmetic."""
-    v1, s1 = _single(vd), _single(sd)
-    if v1 is not None and s1 is not None:
-        a, b = max(s, v1), min(s + c, v1 + vd.n)
-        return [(a - s, s1 + a - v1, b - a)] if a < b else []
-    vc, ords = vd.within(s, s + c)
-    if not len(vc):
-        return []
-    sc = sd.coords(ords)
-    cuts = np.flatnonzero((np.diff(vc) != 1) | (np.diff(sc) != 1)) + 1
-    a, b = np.concatenate(([0], cuts)), np.concatenate((cuts, [len(vc)]))
-    return list(zip((vc[a] - s).tolist(), sc[a].tolist(), (b - a).tolist()))
-
-
 def _pair(m: _Resolved, src, pos: np.ndarray, ords: np.ndarray):
     """The source's shape, and the box positions and source coordinates of the located elements
     (pos, ords) the mapping pairs with a source element; None when it pairs none of them."""
@@ -411,31 +366,6 @@ def mapping_block(ds) -> vds_mapping.MappingBlock:
     return vds_mapping.decode(data, ds.file.sizes, f"{ds.path}: virtual dataset mapping")
 
 
-def _bounds_end(sel: S.Selection, skip: int | None) -> list[int | None]:
-    """Per dimension, the last selected coordinate (None for the unlimited dimension `skip`)."""
-    if sel.regular is not None:
-        out = []
-        for d, (s, st, c, b) in enumerate(zip(*sel.regular)):
-            out.append(None if d == skip else s + (c - 1) * st + b - 1)
-        return out
-    if sel.kind == "points":
-        return [int(v) for v in sel.points.max(0)] if len(sel.points) else [None] * sel.rank
-    if sel.blocks is not None and len(sel.blocks):
-        return [int(v) for v in sel.blocks[:, 1, :].max(0)]
-    return [None] * sel.rank
-
-
-def _clip_match(start: int, stride: int, block: int | None, slices: int) -> int:
-    """The virtual extent whose unlimited dimension holds exactly `slices` selected coordinates
-    (libhdf5 H5S_hyper_get_clip_extent_match without trailing space)."""
-    if slices == 0:
-        return 0
-    if block is None:                  # unlimited block
-        return start + slices
-    q, r = divmod(slices - 1, block)
-    return start + q * stride + r + 1
-
-
 class _Plan:
     """The mapping list resolved against the sources: extent and concrete mappings."""
 
@@ -457,7 +387,7 @@ class _Plan:
                 raise FormatError(f"{label}: virtual selection of rank {vs.rank} in a rank-{rank} dataset")
             vu = vs.unlimited_dim if vs.regular is not None else None
             if vs.kind not in ("all", "none"):
-                for d, e in enumerate(_bounds_end(vs, vu)):
+                for d, e in enumerate(selection_ends(vs, vu)):
                     if e is not None and e + 1 > min_dims[d]:
                         min_dims[d] = e + 1
             if vu is None:
@@ -475,7 +405,7 @@ class _Plan:
                     else:
                         sshape = src.shape if src.shape else (1,)
                         sdim = RegDim(*(v[su] for v in ss.regular), limit=sshape[su])
-                        clip = _clip_match(start, stride, blk, sdim.n)
+                        clip = clip_extent_match(start, stride, blk, sdim.n)
                 finally:
                     if entry is not None:
                         POOL.release(entry)
@@ -553,18 +483,8 @@ def _build_plan(ds) -> _Plan:
         return _Plan(ds)
 
 
-def _selection_nbytes(sel) -> int:
-    """Memory of a built selection, with room for what it computes on first use (the sorted
-    index of an ExplicitSel, a source selection built per source shape)."""
-    if isinstance(sel, ExplicitSel):
-        return 300 + 3 * sel.points.nbytes
-    if isinstance(sel, ProductSel):
-        return 300 + sum(300 + (d.starts.nbytes * 4 if isinstance(d, IntDim) else 0) for d in sel.dims)
-    return 0
-
-
 def _maps_nbytes(maps: list[_Resolved]) -> int:
-    return sum(600 + _selection_nbytes(m.vsel) + 2 * approx_size(m.src_spec) for m in maps)
+    return sum(600 + selection_nbytes(m.vsel) + 2 * approx_size(m.src_spec) for m in maps)
 
 
 def _plan(ds) -> _Plan:
