@@ -50,6 +50,7 @@ from .group import Group
 from .cache_size import ENTRY, approx_size
 from .objects import H5Object, NamedDatatype, ObjectState
 from .safety_net import UNEXPECTED, internal_error
+from .virtual_files import POOL
 
 log = logging.getLogger("h5fs")
 
@@ -193,7 +194,6 @@ class H5File:
         """What `h5fs status` shows of the objects a remote file names beside itself: its
         external data files, the virtual-dataset source files open (one process serves one
         mount: the pool's) and theirs, one entry per URL."""
-        from .virtual_files import POOL
         found: dict[str, dict] = {}
         files = [self, *POOL.remote_files()]
         for f in files:
@@ -207,7 +207,6 @@ class H5File:
     def stop(self) -> None:
         """The mount is going: reads of remote objects (this file, the objects beside it, the
         virtual-dataset source files open) stop retrying and stop waiting for the network."""
-        from .virtual_files import POOL
         for f in [self, *(POOL.remote_files() if self.remote is not None else [])]:
             f.source.stop()
             if f.siblings is not None:
