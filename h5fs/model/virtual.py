@@ -65,6 +65,8 @@ Either refusal comes before any write.
 from __future__ import annotations
 
 from ..errors import H5fsError
+from ..format.messages import layout as L
+from ..storage.source_registry import SourceContext, register_source
 from ..storage.sources import RawSource
 from .virtual_mapping import mapping_block
 from .virtual_plan import check_type, plan_of
@@ -77,12 +79,16 @@ def virtual_extent(ds) -> tuple[int, ...]:
     return plan_of(ds).shape
 
 
-def virtual_source(ds, size: int) -> RawSource:
-    """The RawSource of a virtual dataset. `size` (from the stored dataspace) is only a hint:
-    the source's size follows virtual_extent(ds)."""
+def virtual_source(ctx: SourceContext) -> RawSource:
+    """The RawSource of a virtual dataset. Its size follows virtual_extent(ds), not the stored
+    dataspace (`ctx.size`)."""
+    ds = ctx.data
     check_type(ds)
     plan = plan_of(ds)
     return VirtualSource(ds.detached(), plan.shape, plan.maps)  # kept in ds's state
+
+
+register_source(L.VIRTUAL, virtual_source)
 
 
 def virtual_facts(ds) -> dict[str, str]:
