@@ -1,6 +1,6 @@
 """`h5fs check FILE`: verify an HDF5 file without mounting it.
 
-`check(path)` walks the file's space map with every chunk and attribute value decoded (h5fs.storage.space_map: every
+`check(path)` walks the file's space map with every chunk and attribute value decoded (h5fs.storage.space_walk: every
 structure reachable from the superblock is read, its checksum verified, every B-tree and array
 index walked, each object's errors caught and recorded, each object's reference count compared
 with the hard links and shared-datatype uses that lead to it, the shared-message table's records
@@ -41,7 +41,8 @@ from .storage.locking import take_lock
 from .storage.readers import superblock as superblock_reader
 from .storage.remote import RemoteOptions, open_remote
 from .storage.space import LARGE, RAW
-from .storage.space_map import FILE, UNEXPECTED, Extent, Problem, Progress, gaps, space_problems, walk
+from .storage.space_map import FILE, UNEXPECTED, Extent, Problem, Progress, gaps, space_problems
+from .storage.space_walk import walk
 
 @dataclass(frozen=True)
 class Report:

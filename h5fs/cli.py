@@ -33,12 +33,15 @@ import time
 from urllib.parse import urlsplit
 
 from . import __version__, mount_options
+from .errors import H5fsError
 from .fuse import mounts
 from .logs import Logs, default_file
 from .progress import Line, flush_text
 from .status import ask
 from .storage.byte_source import is_url
 
+# The engine (numpy, the model) is imported inside the commands that use it: umount, status and
+# --help answer without loading it.
 PROG = "h5fs"
 COMMANDS = ("mount", "umount", "unmount", "status", "check", "create", "attr", "install-helpers")
 
@@ -136,7 +139,7 @@ def _setup_logging(cfg: MountConfig, logs: Logs) -> None:
 
 
 def _open_file(cfg: MountConfig):
-    from .errors import H5fsError
+    # the engine, lazily (see PROG)
     from .model.file import H5File
     try:
         return H5File.open(cfg.source, writable=not cfg.options.readonly, lock=True, remote=cfg.options.remote)
@@ -152,6 +155,7 @@ def _run_daemon(cfg: MountConfig, logs: Logs, on_ready, on_fail) -> int:
         on_fail(str(exc))
         return 1
     try:
+        # the engine, lazily (see PROG)
         from .fuse.daemon import serve
         from .model.writeback import Writeback
         opts = cfg.options
@@ -342,11 +346,13 @@ def cmd_umount(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    # the engine, lazily (see PROG)
     from .status import run
     return run(args.mountpoint, args.json)
 
 
 def cmd_install_helpers(args: argparse.Namespace) -> int:
+    # the engine, lazily (see PROG)
     from .mount_helper import install
     for path in install(args.root):
         print(path)
@@ -357,6 +363,7 @@ def cmd_install_helpers(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    # the engine, lazily (see PROG)
     from .check import run
     url = is_url(args.file)
     opts = _options(args.options, args.file, url)
@@ -368,7 +375,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(f"check --repair {args.file}: a remote object is only read (a crash leaves nothing to "
                          f"repair in it)")
     if args.repair:   # what the next read-write mount would do: finish interrupted updates
-        from .errors import H5fsError
+        # the engine, lazily (see PROG)
         from .model.file import H5File
         try:
             H5File.open(args.file, writable=True, lock=True).close()
@@ -412,6 +419,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     try:
         os.setxattr(parent, CREATE_XATTR, json.dumps(request).encode())
     except OSError as exc:
+        # the engine, lazily (see PROG)
         from .model.dataset import MAX_VIEW_BYTES
         why = (f"its data would be more than the {MAX_VIEW_BYTES} bytes a file can show" if exc.errno == errno.EFBIG
                else "the mount's log says why")

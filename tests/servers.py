@@ -444,7 +444,7 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 REGION = "us-east-1"
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # PR_SET_PDEATHSIG: the server goes when the test process goes, even on kill -9 (the signal
     # follows the thread that started it: start servers from the main thread)
     import ctypes
@@ -469,7 +469,7 @@ class S3Server:
         env = {**os.environ, **CREDENTIALS}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent)
         atexit.register(self.stop)
         deadline = time.monotonic() + timeout
         while True:

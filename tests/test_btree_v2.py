@@ -17,8 +17,8 @@ from h5fs.format.checksum import lookup3
 from h5fs.format.codec import Reader, Sizes
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
+from h5fs.storage.fractal_heap.reader import FractalHeap
 from h5fs.storage.readers import btree_v2 as rbt
-from h5fs.storage.readers.fractal_heap import FractalHeap
 from message_names import attr_name, link_name
 
 N_LINKS = 3000

@@ -40,7 +40,8 @@ from h5fs.model.file import H5File  # noqa: E402
 from h5fs.storage import journal  # noqa: E402
 from h5fs.storage.header_edit import HeaderEdit, rewrite_message  # noqa: E402
 from h5fs.storage.index import IndexContext, open_index  # noqa: E402
-from h5fs.storage.space_map import gaps, used_extents, walk  # noqa: E402
+from h5fs.storage.space_map import gaps  # noqa: E402
+from h5fs.storage.space_walk import used_extents, walk  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("H5FS_BAD_CORPUS", REPO.parent / "shared" / "corpus" / "bad"))

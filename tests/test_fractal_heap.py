@@ -17,8 +17,8 @@ from h5fs.format.codec import Sizes
 from h5fs.storage.metadata_cache import MetadataCache
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
+from h5fs.storage.fractal_heap.reader import FractalHeap
 from h5fs.storage.readers.btree_v2 import iterate, read_header
-from h5fs.storage.readers.fractal_heap import FractalHeap
 from message_names import attr_name, link_name
 
 

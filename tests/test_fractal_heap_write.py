@@ -1,4 +1,4 @@
-"""Fractal heap edits (h5fs.storage.fractal_heap_write) against libhdf5: heaps grown object by
+"""Fractal heap edits (h5fs.storage.fractal_heap) against libhdf5: heaps grown object by
 object compared with the heaps libhdf5 builds from the same objects (header, block layout, free
 sections), edits of heaps h5py made followed by libhdf5 editing the same heap, huge objects, and
 random edit sequences; every heap audited: its free sections cover exactly the bytes no object
@@ -21,9 +21,9 @@ from h5fs.format.codec import Writer
 from h5fs.format.messages import filter_pipeline
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage import fractal_heap_write as fw
+from h5fs.storage.fractal_heap import writer as fw
+from h5fs.storage.fractal_heap.reader import FractalHeap
 from h5fs.storage.readers.btree_v2 import iterate, read_header
-from h5fs.storage.readers.fractal_heap import FractalHeap
 from message_names import link_name
 
 
@@ -360,7 +360,7 @@ def test_random_edits(tmp_path_factory, ops):
 def test_delete_frees_every_block(tmp_path):
     """A deleted heap leaves no byte in use (h5fs check: the freed extents are gaps no
     structure claims) while the rest of the file stays whole."""
-    from h5fs.storage.space_map import used_extents
+    from h5fs.storage.space_walk import used_extents
     p = tmp_path / "d.h5"
     dense_group(p, 9, target=700)                          # a huge object too
     with h5py.File(p, "r") as f:
@@ -373,7 +373,7 @@ def test_delete_frees_every_block(tmp_path):
         txn.commit()
         with H5File.open(str(p)) as ro:
             heap = FractalHeap(ro.reader, addr)
-            mine = list(fw._heap_extents(heap))
+            mine = list(heap.block_extents())
             assert heap.header.huge_btree_address is not None and heap.header.free_space_manager_address is not None
         txn = hf.store.begin()
         fw.delete(txn, addr)

@@ -31,8 +31,8 @@ from h5fs.format.checksum import lookup3
 from h5fs.format.codec import Reader, Sizes
 from h5fs.format.messages import layout as L
 from h5fs.model.file import H5File
+from h5fs.storage.fractal_heap.reader import FractalHeap
 from h5fs.storage.index import IndexContext, open_index
-from h5fs.storage.readers.fractal_heap import FractalHeap
 
 
 def checked_kinds(found) -> set[tuple]:

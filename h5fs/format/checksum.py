@@ -50,7 +50,7 @@ def _native():
     """imagecodecs' C lookup3 (~1000x faster: a hostile 64 MiB header checksums in ms, not a
     minute), or None; `lookup3` above stays the reference and the fallback."""
     try:
-        from imagecodecs import h5checksum_lookup3
+        from imagecodecs import h5checksum_lookup3   # optional: the pure-Python fallback serves without it
         if h5checksum_lookup3(b"h5fs lookup3 self-test", 7) != lookup3(b"h5fs lookup3 self-test", 7):
             return None
         return h5checksum_lookup3

@@ -18,7 +18,7 @@ Derived sizes follow libhdf5 (H5HFhdr.c, H5HFdtable.c, H5HFtiny.c, H5HFhuge.c):
   address + length (+ filter mask + de-filtered size when the heap is filtered), otherwise the
   ID holds a key (``min(id_len - 1, 8)`` bytes) into the huge-object v2 B-tree (types 1/2).
 
-Pure bytes <-> records and doubling-table arithmetic; h5fs.storage.readers.fractal_heap reads
+Pure bytes <-> records and doubling-table arithmetic; h5fs.storage.fractal_heap reads
 heaps from the file, bounding everything before use: block sizes must be powers of two within
 MAX_BLOCK, row counts within the doubling table, addresses and ranges inside the file, block
 offsets must match the position a block is reached from (which also makes cycles impossible: each

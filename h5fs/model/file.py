@@ -30,6 +30,7 @@ from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
 from ..storage.byte_source import ByteSource, LocalSource, is_url
 from ..storage.chunk_cache import ChunkCache
+from ..storage.fractal_heap.reader import FractalHeap
 from ..storage.pending_links import Op
 from ..storage.journal import Journal, Stale, journal_path, overlay as journal_overlay
 from ..storage.page_overlay import PageOverlay
@@ -37,7 +38,6 @@ from ..storage.locking import take_lock
 from ..storage.metadata_cache import MetadataCache
 from ..storage.readers import object_header as header_reader
 from ..storage.readers import superblock as superblock_reader
-from ..storage.readers.fractal_heap import FractalHeap
 from ..storage.readers.global_heap import GlobalHeapReader
 from ..storage.readers.sohm_table import read_table
 from ..storage.remote import RemoteOptions, open_remote
@@ -240,6 +240,10 @@ class H5File:
             self.invalidate_range(address, address + size)
         for address in set(addresses) | txn.owners:
             self.invalidate(address)
+        freed = txn.freed
+        for address, header in txn.headers.items():   # as decoded once staged: not decoded again
+            if not any(a <= address < a + n for a, n in freed):
+                self.reader.meta.get(address, header_reader.HEADER, lambda: header, header_reader.nbytes)
         self.store.forgotten = self.store.commits
 
     def close(self) -> None:

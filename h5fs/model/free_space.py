@@ -19,7 +19,8 @@ import logging
 from contextlib import nullcontext
 
 from ..storage.object_delete import GRAVE
-from ..storage.space_map import gaps, space_problems, walk
+from ..storage.space_map import gaps, space_problems
+from ..storage.space_walk import walk
 
 log = logging.getLogger("h5fs")
 

@@ -25,6 +25,31 @@ FILL = "fill"   # the coordinates under which a source caches its chunk of fill 
 RECORD_BYTES = 300   # a chunk record kept by grid coordinates
 
 
+def is_edge(coords: tuple[int, ...], chunk: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether the chunk at grid `coords` reaches past the dataset's extent (a partial edge chunk)."""
+    return any((c + 1) * k > d for c, k, d in zip(coords, chunk, shape))
+
+
+def chunk_elements(filters: tuple[FilterSpec, ...], stored: bytes, filter_mask: int, info: ChunkInfo,
+                   unfiltered: bool = False) -> bytes:
+    """A chunk's elements from its stored bytes: the pipeline undone, unless there is none or
+    the chunk is `unfiltered` (an edge chunk of a dataset that leaves them unfiltered)."""
+    if not filters or unfiltered:
+        return stored
+    from .filters.pipeline import decode_chunk   # at the first decode: the codecs take 0.1 s to import
+    return decode_chunk(filters, stored, filter_mask, info)
+
+
+def read_chunk(reader, rec: ChunkRecord, filters: tuple[FilterSpec, ...], nbytes: int, itemsize: int, what: str,
+               unfiltered: bool = False) -> bytes:
+    """A chunk's elements read through a BlockReader (`unfiltered` as for `chunk_elements`)."""
+    data = chunk_elements(filters, reader.read(rec.address, rec.size, what), rec.filter_mask,
+                          ChunkInfo(nbytes, itemsize, what), unfiltered)
+    if len(data) != nbytes:
+        raise FormatError(f"{what}: holds {len(data)} bytes, a chunk is {nbytes}")
+    return data
+
+
 class ChunkedSource(RawSource):
     def __init__(self, shape: tuple[int, ...], itemsize: int, chunk: tuple[int, ...], index: ChunkIndex,
                  filters: tuple[FilterSpec, ...], fill: bytes | None, cache: ChunkCache, owner: object,
@@ -72,7 +97,7 @@ class ChunkedSource(RawSource):
 
     # -- chunks ---------------------------------------------------------------------------
     def _is_edge(self, coords: tuple[int, ...]) -> bool:
-        return any((c + 1) * k > d for c, k, d in zip(coords, self.chunk, self.shape))
+        return is_edge(coords, self.chunk, self.shape)
 
     def _fill(self) -> bytes:
         """A chunk of fill values, held by the cache (it can be as large as a chunk)."""
@@ -107,11 +132,9 @@ class ChunkedSource(RawSource):
 
     def _decode(self, coords: tuple[int, ...], rec, data: bytes) -> bytes:
         """The chunk's elements from its stored bytes."""
-        if self.filters and not (self.edge_unfiltered and self._is_edge(coords)):
-            from .filters.pipeline import decode_chunk
-            data = decode_chunk(self.filters, data, rec.filter_mask,
-                                ChunkInfo(self.chunk_bytes, self.itemsize, f"{self.what} chunk {coords}"))
-        return data
+        return chunk_elements(self.filters, data, rec.filter_mask,
+                              ChunkInfo(self.chunk_bytes, self.itemsize, f"{self.what} chunk {coords}"),
+                              self.edge_unfiltered and self._is_edge(coords))
 
     def chunk_bytes_at(self, coords: tuple[int, ...]) -> bytes:
         """The decoded chunk; the shared fill chunk when it was never allocated."""

@@ -1,7 +1,7 @@
 """Global heap IDs and object references inside element bytes (vlen data, old region
 references, revised references, old-style object references), found for whole arrays of
 elements at once: what the space walk follows to global heap collections and records as the
-objects references name (storage/space_map.py)."""
+objects references name (storage/space_walk.py)."""
 
 from __future__ import annotations
 

@@ -63,6 +63,7 @@ class HeaderEdit:
         self._header = oh.decode(images[record.address], record.address, self.txn.sizes,
                                  f"object header at {record.address}", fetch)
         self._images = images
+        self.txn.headers[record.address] = self._header
 
     def _placed(self, m: Message) -> RawMessage:
         return next(r for r in self._header.all_messages() if r.block == m.chunk.address and r.offset == m.offset)

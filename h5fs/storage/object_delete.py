@@ -21,7 +21,7 @@ import logging
 
 from ..format.codec import Reader
 from ..format.messages import shared
-from .space_map import _Walk
+from .space_walk import SpaceWalk
 from .transaction import Transaction
 
 log = logging.getLogger("h5fs")
@@ -29,7 +29,7 @@ log = logging.getLogger("h5fs")
 GRAVE = 8   # bytes of a freed object header kept unused and zeroed (module docstring)
 
 
-class _ObjectWalk(_Walk):
+class _ObjectWalk(SpaceWalk):
     """The space map walk of one object, without what other objects share."""
 
     def enqueue(self, address, path, queue=None) -> None:

@@ -68,25 +68,33 @@ class PendingLinks:
         self.removed: dict[int, set[str]] = {}                      # group -> names whose stored link goes
         self.unrefs: list[tuple[int, str]] = []                     # (object address, the path it had)
         self.countdowns: Counter[int] = Counter()                  # object address -> its unrefs
+        self._size = 0   # len(self), kept as ops apply (an edit asks it each time)
 
     def __bool__(self) -> bool:
         return bool(self.unrefs) or any(self.added.values()) or any(self.removed.values())
 
     def __len__(self) -> int:
-        return len(self.unrefs) + sum(map(len, self.added.values())) + sum(map(len, self.removed.values()))
+        """The links added, the names removed and the countdowns waiting."""
+        return self._size
 
     def apply(self, op: Op) -> None:
         if op.kind == INSERT:
-            self.added.setdefault(op.group, {})[op.name] = (op.link, op.raw)
+            added = self.added.setdefault(op.group, {})
+            self._size += op.name not in added
+            added[op.name] = (op.link, op.raw)
         elif op.kind == REMOVE:
             added = self.added.get(op.group, {})
             if op.name in added:   # never in the storage (unless a removed stored one was replaced)
                 del added[op.name]
+                self._size -= 1
             else:
-                self.removed.setdefault(op.group, set()).add(op.name)
+                removed = self.removed.setdefault(op.group, set())
+                self._size += op.name not in removed
+                removed.add(op.name)
         else:
             self.unrefs.append((op.group, op.name))
             self.countdowns[op.group] += 1
+            self._size += 1
 
     def holds(self, group: int) -> bool:
         """Whether the group's storage has edits waiting."""

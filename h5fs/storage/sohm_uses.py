@@ -25,7 +25,7 @@ from ..format.messages import shared as shared_msg
 from ..format.messages import sohm_table as T
 from ..format.object_header import FLAG_SHAREABLE
 from .readers import btree_v2 as bt_reader
-from .readers.fractal_heap import FractalHeap
+from .fractal_heap.reader import FractalHeap
 from .readers.sohm_table import attribute_refs, index_for, read_records
 
 ATTRIBUTE, ATTRIBUTE_INFO = 0x0C, 0x15

@@ -31,10 +31,10 @@ from ..format.codec import Reader, Writer
 from ..format.messages import shared as shared_msg
 from ..format.messages import sohm_table as T
 from ..format.object_header import FLAG_SHAREABLE, FLAG_SHARED, RawMessage
-from . import fractal_heap_write
 from .btree_v2_edit import BTreeV2Edit
+from .fractal_heap import writer as heap_write
+from .fractal_heap.reader import FractalHeap
 from .readers import btree_v2 as bt_reader
-from .readers.fractal_heap import FractalHeap
 from .readers.sohm_table import attribute_refs, index_for, read_records, read_table
 from .transaction import Transaction
 
@@ -220,7 +220,7 @@ class SharedMessages:
                                    f"shared message index {number}")
                 edit.apply(sorted(self._btree_changes[number].items()))
         for heap_address, heap_id in self._heap_removals:
-            fractal_heap_write.remove(txn, heap_address, heap_id)
+            heap_write.remove(txn, heap_address, heap_id)
         w = Writer(sizes)
         T.encode_table(w, self._indexes)
         txn.write_in_place(self._table.table_address, w.getvalue())

@@ -39,9 +39,10 @@ from ..format.messages.symbol_table import decode as decode_stab
 from ..format.symbol_table_entry import CACHE_NONE, CACHE_SOFTLINK, CACHE_STAB, SymbolTableEntry
 from .group_btree_write import NOOP, REMOVE, RIGHT, Blocks, GroupBTree
 from .index.btree_v1_write import btree_k
+from .extent_sink import Freeing
 from .local_heap_write import HeapEdit
+from .readers import btree_v1, local_heap
 from .readers import symbol_table_node as snod_reader
-from .readers.btree_v1 import read_node
 from .readers.local_heap import read as read_heap
 from .readers.object_header import read as read_header
 
@@ -283,28 +284,13 @@ def create(txn: Transaction, est_entries: int = EST_ENTRIES, est_name_len: int =
 def delete(txn: Transaction, stab: SymbolTable, what: str = "symbol table") -> list[SymbolTableEntry]:
     """Free a group's B-tree, nodes and heap (H5G__stab_delete); the entries it held (the
     caller drops their objects' reference counts)."""
-    sizes, k = txn.sizes, btree_k(txn)
-    heap = read_heap(txn.reader, stab.heap_address, what)
+    k, out = btree_k(txn), Freeing(txn)
+    local_heap.extents(out, txn.reader, what, stab.heap_address, "symbol table local heap")
     entries: list[SymbolTableEntry] = []
-    stack: list[tuple[int, int | None]] = [(stab.btree_address, None)]
-    seen: set[int] = set()
-    while stack:
-        address, level = stack.pop()
-        if address in seen:
-            raise FormatError(f"{what}: B-tree node at {address} is reached twice")
-        seen.add(address)
-        node = read_node(txn.reader, address, bt.GROUP, 0, what)
-        if level is not None and node.level != level:
-            raise FormatError(f"{what}: B-tree node at {address} has level {node.level}, expected {level}")
-        if node.level:
-            stack += [(child, node.level - 1) for child in node.children]
-        else:
-            for leaf in node.children:
-                entries += snod_reader.read(txn.reader, leaf, what)
-                txn.free(leaf, snod.node_size(sizes, 2 * k.group_leaf))
-        txn.free(address, bt.node_size(bt.GROUP, sizes, 0, k.group_internal))
-    txn.free(stab.heap_address, lh.prefix_size(sizes))
-    txn.free(heap.data_address, len(heap.data))
+    for leaf in btree_v1.extents(out, txn.reader, what, "symbol table B-tree node", stab.btree_address, bt.GROUP, 0,
+                                 k.group_internal):
+        entries += snod_reader.read(txn.reader, leaf, what)
+        txn.free(leaf, snod.node_size(txn.sizes, 2 * k.group_leaf))
     return entries
 
 

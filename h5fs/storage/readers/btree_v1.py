@@ -1,13 +1,16 @@
 """Reads version 1 B-tree nodes (only their used part) and walks a tree's leaves in key order,
-refusing cycles, shared children and implausible depths."""
+refusing cycles, shared children and implausible depths; `extents`: the blocks a tree occupies."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ...errors import FormatError
-from ...format.btree_v1 import HEAD, MAX_DEPTH, MAX_ENTRIES, Node, decode_node, key_size
+from ...format.btree_v1 import HEAD, MAX_DEPTH, MAX_ENTRIES, Node, decode_node, key_size, node_size
 from ...format.codec import Reader
+
+if TYPE_CHECKING:
+    from ..extent_sink import ExtentSink
 
 
 def read_node(reader, address: int | None, node_type: int, rank: int, what: str) -> Node:
@@ -83,3 +86,31 @@ def find_child(reader, address: int, node_type: int, rank: int, cmp3: Callable[[
             return node.children[idx]
         address, level = node.children[idx], node.level
     raise FormatError(f"{what}: B-tree depth beyond {MAX_DEPTH}")
+
+
+def extents(out: ExtentSink, reader, path: str, label: str, root: int, node_type: int, rank: int,
+            k: int) -> list[int]:
+    """Every node's extent (room for 2K entries); the leaves' children in key order."""
+    size = node_size(node_type, reader.sizes, rank, k)
+    children: list[int] = []
+    stack: list[tuple[int, int | None]] = [(root, None)]
+    seen: set[int] = set()
+    while stack:
+        addr, level = stack.pop()
+        if addr in seen:
+            out.problem(path, label, f"node at {addr} is reached twice (cycle or shared node)")
+            continue
+        seen.add(addr)
+        if not out.add(addr, size, path, label):
+            continue
+        with out.guard(path, label):
+            node = read_node(reader, addr, node_type, rank, f"{path}: {label}")
+            if level is not None and node.level != level:
+                raise FormatError(f"{path}: {label}: node at {addr} has level {node.level}, expected {level}")
+            if node.level > MAX_DEPTH:
+                raise FormatError(f"{path}: {label}: node at {addr} has level {node.level}")
+            if node.level:
+                stack += [(child, node.level - 1) for child in reversed(node.children)]
+            else:
+                children += node.children
+    return children

@@ -1,15 +1,18 @@
 """Reads version 2 B-trees: headers and nodes through the file's metadata cache, every record in
 key order (`iterate`, refusing cycles and shared nodes, checking the header's record count) or one
-record by descending from the root (`find`)."""
+record by descending from the root (`find`); `extents`: the blocks a tree occupies."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
 from ...errors import FormatError
 from ...format.btree_v2 import (BTreeV2Header, Node, decode_header, decode_node, decode_records, header_size,
                                 node_label, record_decoder, used_size)
 from ...format.codec import Reader
+
+if TYPE_CHECKING:
+    from ..extent_sink import ExtentSink
 
 R = TypeVar("R")
 
@@ -125,3 +128,36 @@ def find_with_leaf(reader, address: int | None, compare: Callable[[R], int],
         ch = node.children[lo]
         addr, nrec, depth = ch.address, ch.nrecords, depth - 1
     raise FormatError(f"{what}: descent did not end at a leaf")  # pragma: no cover
+
+
+def extents(out: ExtentSink, reader, path: str, label: str, address: int | None, records: bool = False) -> list:
+    """The header's and every node's extent; the records of types 1-9 when `records`."""
+    hdr, found = None, []
+    if not out.add(address, header_size(reader.sizes), path, f"{label} header"):
+        return found
+    with out.guard(path, f"{label} header"):
+        hdr = read_header(reader, address, f"{path}: {label}")
+    if hdr is None or hdr.root_address is None:
+        return found
+    what, whole = f"{label} node", True   # whole: every node read (else the count cannot add up)
+    stack, seen, total = [(hdr.root_address, hdr.root_nrecords, hdr.depth)], set(), 0
+    while stack:
+        addr, nrec, depth = stack.pop()
+        if addr in seen:
+            out.problem(path, what, f"node at {addr} is reached twice (cycle or shared node)")
+            whole = False
+            continue
+        seen.add(addr)
+        read = False
+        if out.add(addr, hdr.node_size, path, what):
+            with out.guard(path, what):
+                node = read_node(reader, hdr, addr, nrec, depth, f"{path}: {label}")
+                if records:
+                    found += decode_records(hdr, node, record_decoder(hdr.type), f"{path}: {label}")
+                total += nrec
+                stack += [(ch.address, ch.nrecords, depth - 1) for ch in node.children]
+                read = True
+        whole = whole and read
+    if total != hdr.total_records and whole:
+        out.problem(path, f"{label} header", f"counts {hdr.total_records} records, the nodes hold {total}")
+    return found

@@ -1,9 +1,10 @@
 """Reads extensible arrays: the header, index block, super blocks, data blocks and pages through
-the file's metadata cache, then elements one by one or all written ones in order."""
+the file's metadata cache, then elements one by one or all written ones in order; `extents`: the
+blocks an array occupies."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format.codec import Sizes
@@ -13,6 +14,9 @@ from ...format.extensible_array import (DataBlock, ExtensibleArrayHeader, IndexB
                                         super_block_size, super_blocks)
 from ...format.fixed_array import bit_set, decode_page
 from .fixed_array import cached_header
+
+if TYPE_CHECKING:
+    from ..extent_sink import ExtentSink
 
 
 def read_header(reader, address: int | None, what: str = "extensible array") -> ExtensibleArrayHeader:
@@ -221,3 +225,37 @@ class ExtensibleArray:
                     if pbase >= limit or not bit_set(bitmap, j * npages + p):
                         continue
                     yield from run(pbase, self.data_block_page(addr, p, False), self.page_nelmts)
+
+
+def extents(out: ExtentSink, arr: ExtensibleArray, path: str, label: str = "chunk index extensible array") -> None:
+    """The header's, index block's, super blocks' and data blocks' extents (a paged data block
+    with all its pages)."""
+    s, h = arr.sizes, arr.header
+    out.add(h.address, header_size(s), path, f"{label} header")
+    if h.iblock_address is None:
+        return
+    ib = None
+    what = f"{label} index block"
+    if out.add(h.iblock_address, index_block_size(h, s, arr.iblock_ndblk_addrs, arr.iblock_nsblk_addrs), path, what):
+        with out.guard(path, what):
+            ib = arr.index_block_record()
+    if ib is None:
+        return
+    blocks = [(u, addr) for u in range(arr.iblock_nsblks) for addr in
+              ib.dblock_addresses[arr.sblk_info[u].start_dblk:][:arr.sblk_info[u].ndblks]]
+    for k, saddr in enumerate(ib.sblock_addresses):
+        u = arr.iblock_nsblks + k
+        what = f"{label} super block"
+        if saddr is None or not out.add(saddr, super_block_size(h, s, arr.bitmap_size(u), arr.sblk_info[u].ndblks),
+                                        path, what):
+            continue
+        with out.guard(path, what):
+            blocks += [(u, addr) for addr in arr.super_block_record(u, saddr).dblock_addresses]
+    page = arr.page_nelmts * h.element_size + 4
+    what = f"{label} data block"
+    for u, addr in blocks:
+        npages, nelmts = arr.npages(u), arr.sblk_info[u].dblk_nelmts
+        stored = 0 if npages else nelmts
+        if addr is not None and out.add(addr, data_block_size(h, s, stored) + npages * page, path, what):
+            with out.guard(path, what):
+                arr.data_block_record(addr, stored)

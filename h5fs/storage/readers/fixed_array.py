@@ -1,14 +1,18 @@
 """Reads fixed arrays: the header and data block through the file's metadata cache, then elements
-one by one or all written ones in order, reading only the pages that were written."""
+one by one or all written ones in order, reading only the pages that were written; `extents`: the
+blocks an array occupies."""
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format.codec import Sizes
 from ...format.fixed_array import (FixedArrayDataBlock, FixedArrayHeader, bit_set, dblock_size, decode_dblock,
                                    decode_header, decode_page, header_size)
+
+if TYPE_CHECKING:
+    from ..extent_sink import ExtentSink
 
 
 def cached_header(reader, address: int | None, label: str, kind: str, size: int, decode):
@@ -114,3 +118,16 @@ class FixedArray:
             base = page * self.page_nelmts
             for j in range(h.page_count(page)):
                 yield base + j, data[j * es:(j + 1) * es]
+
+
+def extents(out: ExtentSink, arr: FixedArray, path: str, label: str = "chunk index fixed array") -> None:
+    """The header's and the data block's extent (with all its pages)."""
+    s, h = arr.sizes, arr.header
+    out.add(h.address, header_size(s), path, f"{label} header")
+    if h.dblock_address is None:
+        return
+    pages = sum(h.page_count(p) * h.element_size + 4 for p in range(h.npages))
+    what = f"{label} data block"
+    if out.add(h.dblock_address, dblock_size(h, s) + pages, path, what):
+        with out.guard(path, what):
+            arr.dblock()   # its pages are read with the records

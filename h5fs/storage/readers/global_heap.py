@@ -1,10 +1,16 @@
-"""Reads global heap objects, keeping decoded collections in the file's metadata cache."""
+"""Reads global heap objects, keeping decoded collections in the file's metadata cache;
+`extents`: the block a collection occupies."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from ...errors import FormatError
 from ...format.codec import Sizes
 from ...format.global_heap import Collection, HeapID, collection_size, decode_collection, header_size
+
+if TYPE_CHECKING:
+    from ..extent_sink import ExtentSink
 
 
 class GlobalHeapReader:
@@ -34,3 +40,13 @@ class GlobalHeapReader:
 
     def get_id(self, hid: HeapID) -> bytes:
         return self.get(hid.address, hid.index)
+
+
+def extents(out: ExtentSink, heap: GlobalHeapReader, path: str, label: str, address: int) -> Collection | None:
+    """The collection's extent, raw data (libhdf5's _GHEAP allocations); the collection, None
+    when it cannot be read."""
+    with out.guard(path, label):
+        col = heap.collection(address)
+        out.add(address, col.size, path, "global heap collection", raw=True)
+        return col
+    return None

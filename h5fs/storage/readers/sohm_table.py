@@ -1,7 +1,10 @@
 """Reads the shared object header message table (SMTB) a 0x000F message points to, the records
-of its indexes, and what an attribute message shares through it."""
+of its indexes, and what an attribute message shares through it; `extents`: the blocks the table
+and its indexes occupy."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from ...errors import FormatError
 from ...format import btree_v2 as bt
@@ -11,6 +14,10 @@ from ...format.messages import shared as shared_msg
 from ...format.messages.sohm_table import (LIST, MAX_INDEXES, SohmIndex, SohmTableMessage, decode_list, decode_table,
                                            list_size, table_size, type_bit)
 from . import btree_v2 as bt_reader
+from ..fractal_heap import reader as fractal_heap
+
+if TYPE_CHECKING:
+    from ..extent_sink import ExtentSink
 
 DATASPACE, DATATYPE = 0x01, 0x03
 
@@ -21,6 +28,33 @@ def read_table(reader, msg: SohmTableMessage) -> list[SohmIndex]:
         raise FormatError(f"shared message table: {msg.nindexes} indexes")
     data = reader.read(msg.table_address, table_size(reader.sizes, msg.nindexes), "shared message table")
     return decode_table(Reader(data, 0, reader.sizes, "shared message table"), msg.nindexes)
+
+
+def extents(out: ExtentSink, reader, path: str, msg: SohmTableMessage) -> list[SohmIndex] | None:
+    """The table's and each index's extents (a list with room for its cutoff, or a v2 B-tree,
+    and the index's fractal heap); the table's indexes, None when it cannot be read."""
+    s, what = reader.sizes, "shared message table"
+    if msg.nindexes > MAX_INDEXES or not out.add(msg.table_address, table_size(s, msg.nindexes), path, what):
+        return None
+    indexes = None
+    with out.guard(path, what):
+        indexes = read_table(reader, msg)
+    for index in indexes or ():
+        if index.index_address is None and index.num_messages == 0:
+            continue   # emptied: libhdf5 deletes an index (and its heap) with its last message
+        if index.index_type == LIST:
+            what = "shared message list"
+            if out.add(index.index_address, list_size(s, index.list_cutoff), path, what):
+                with out.guard(path, what):
+                    if index.num_messages > index.list_cutoff:
+                        raise FormatError(f"{index.num_messages} messages in a list of {index.list_cutoff}")
+                    decode_list(reader.cursor(index.index_address, list_size(s, index.num_messages), what),
+                                index.num_messages)
+        else:
+            bt_reader.extents(out, reader, path, "shared message index", index.index_address)
+        if index.heap_address is not None:
+            fractal_heap.extents(out, reader, path, "shared message heap", index.heap_address)
+    return indexes
 
 
 def read_records(reader, index: SohmIndex, label: str) -> list[bt.SharedMessageRecord]:

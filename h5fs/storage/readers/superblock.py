@@ -1,15 +1,18 @@
 """Finds the superblock in a file (at 0, 512, 1024, ...) and reads it with its driver information
-block."""
+block; `extents`: the blocks they occupy."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ...errors import NotHDF5
 from ...format.superblock import (DRIVER_HEAD_SIZE, MAX_SEARCH, SIGNATURE, Superblock, decode,
-                                  decode_driver_info, driver_info_length)
+                                  decode_driver_info, driver_info_length, encode)
 from ..byte_source import ByteSource, as_source
+
+if TYPE_CHECKING:
+    from ..extent_sink import ExtentSink
 
 Pread = Callable[[int, int], bytes]   # (size, position) -> bytes
 
@@ -39,6 +42,14 @@ def read(source: int | ByteSource, pread: Pread | None = None) -> Superblock:
     at = loc + sb.driver_info_address
     length = driver_info_length(pread(DRIVER_HEAD_SIZE, at), sb.driver_info_address)
     return replace(sb, driver_info=decode_driver_info(pread(length, at)))
+
+
+def extents(out: ExtentSink, sb: Superblock, path: str) -> None:
+    """The superblock's and its driver information block's extents (the extension is an object
+    header)."""
+    out.add(0, len(encode(sb)), path, "superblock")
+    if sb.driver_info is not None:
+        out.add(sb.driver_info_address, DRIVER_HEAD_SIZE + len(sb.driver_info.data), path, "driver information block")
 
 
 def recorded_eoa(fd: int) -> int | None:

@@ -92,7 +92,7 @@ def _modified(meta: dict):
 
 def _store(url: str, options: RemoteOptions) -> tuple[Any, str]:
     """(obstore store, path inside it) for `url`."""
-    from obstore.store import HTTPStore, S3Store
+    from obstore.store import HTTPStore, S3Store   # the Rust extension loads for remote mounts only
     parts = urlsplit(url)
     client: dict[str, Any] = {"timeout": timedelta(seconds=options.timeout),
                               "connect_timeout": timedelta(seconds=min(options.timeout, 10.0))}

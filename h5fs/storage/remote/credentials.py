@@ -47,7 +47,7 @@ def profile_config(profile: str | None) -> tuple[dict[str, Any], Any]:
         config.update({ours: merged[theirs] for theirs, ours in KEYS.items() if theirs in merged})
         return config, None
     if any(k in merged for k in DELEGATED):
-        try:
+        try:   # optional: boto3 resolves profiles, SSO and roles, only when the credentials ask for it
             import boto3
             from obstore.auth.boto3 import Boto3CredentialProvider
         except ImportError as e:

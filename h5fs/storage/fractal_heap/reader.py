@@ -1,18 +1,26 @@
 """Reads fractal heap objects: the header, then down the doubling table's indirect blocks to the
 direct block holding a managed object (blocks through the file's metadata cache), a huge object
-through its B-tree or its ID; tiny objects are in their IDs."""
+through its B-tree or its ID; tiny objects are in their IDs. `block_extents` lists the blocks the
+heap occupies; `extents` reports them, its huge objects' and its free-space manager's to a walk."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from ...errors import FormatError
 from ...format import btree_v2
 from ...format.codec import Reader, Sizes
 from ...format.fractal_heap import (HEADER_PREFIX, MAX_BLOCK, DirectBlock, DirectEntry, HeapGeometry, HugeId,
                                     IndirectBlock, ManagedId, TinyId, check_direct_block_size, decode_direct,
-                                    decode_header, decode_id, decode_indirect, derive, filter_length, header_size,
-                                    indirect_block_size, row_col, row_offset, rows_for_block)
+                                    decode_header, decode_id, decode_indirect, derive, entry_offset, filter_length,
+                                    header_size, indirect_block_size, row_col, row_offset, rows_for_block)
+from ...format.free_space_manager import CLIENT_HEAP
 from ...format.messages import filter_pipeline
-from . import btree_v2 as bt
+from ..readers import btree_v2 as bt
+from ..readers import free_space_manager
+
+if TYPE_CHECKING:
+    from ..extent_sink import ExtentSink
 
 
 class FractalHeap:
@@ -107,6 +115,7 @@ class FractalHeap:
         return db
 
     def _defilter(self, raw: bytes, mask: int, size: int, label: str) -> bytes:
+        # at the first filtered block: the codecs take 0.1 s to import
         from ..filters import ChunkInfo
         from ..filters.pipeline import decode_chunk
         filters = getattr(self.filters, "filters", self.filters)
@@ -147,6 +156,28 @@ class FractalHeap:
     def _row_offset(self, row: int) -> int:
         """Offset of a row's first block from the start of its indirect block."""
         return row_offset(self.header, row)
+
+    def block_extents(self):
+        """(address, size) of the heap's direct and indirect blocks."""
+        h, g = self.header, self.geometry
+        if h.root_address is None:
+            return
+        if h.root_rows == 0:
+            yield h.root_address, h.root_filtered_size if h.filter_len else h.start_block_size
+            return
+        stack = [(h.root_address, h.root_rows, 0)]
+        while stack:
+            addr, nrows, off = stack.pop()
+            ib = self.read_indirect(addr, nrows, off)
+            yield addr, indirect_block_size(g, nrows)
+            for entry, e in enumerate(ib.direct):
+                if e.address is not None:
+                    yield e.address, e.filtered_size if h.filter_len else g.row_block_size[entry // h.width]
+            for j, child in enumerate(ib.indirect):
+                if child is not None:
+                    entry = j + g.max_direct_rows * h.width
+                    size = g.row_block_size[entry // h.width]
+                    stack.append((child, rows_for_block(g, size), entry_offset(h, g, off, entry)))
 
     # -- objects --------------------------------------------------------------------------------
 
@@ -210,3 +241,64 @@ class FractalHeap:
     def kind(self, heap_id: bytes) -> int:
         """ID_MANAGED, ID_HUGE or ID_TINY."""
         return (bytes(heap_id[:1]) or b"\0")[0] >> 4 & 0x3
+
+
+# -- the blocks a heap occupies ---------------------------------------------------------------------
+
+
+def extents(out: ExtentSink, reader, path: str, label: str, address: int | None) -> None:
+    """The header's, every direct and indirect block's, the huge objects' (raw data) with their
+    B-tree's, and the heap's free-space manager's extents."""
+    if not out.first_time(("fractal heap", address)):
+        return
+    heap = None
+    with out.guard(path, label):
+        heap = FractalHeap(reader, address, f"{path}: {label}")
+    if heap is None:
+        return
+    h = heap.header
+    out.add(address, header_size(reader.sizes, h.filter_len), path, f"{label} header")
+    if h.root_address is not None and h.root_rows == 0:
+        entry = DirectEntry(h.root_address, h.root_filtered_size, h.root_filter_mask)
+        _direct(out, heap, path, label, entry, h.start_block_size, 0)
+    elif h.root_address is not None:
+        _indirect(out, heap, path, label)
+    if h.huge_btree_address is not None:
+        for rec in bt.extents(out, reader, path, f"{label} huge-object index", h.huge_btree_address, records=True):
+            out.add(rec.address, rec.length, path, f"{label} huge object", raw=True)
+    if h.free_space_manager_address is not None:
+        free_space_manager.extents(out, reader, path, f"{label} free-space manager", h.free_space_manager_address,
+                                   CLIENT_HEAP)
+
+
+def _direct(out: ExtentSink, heap: FractalHeap, path: str, label: str, entry: DirectEntry, size: int,
+            offset: int) -> None:
+    what = f"{label} direct block"
+    if out.add(entry.address, entry.filtered_size if heap.geometry.filtered else size, path, what):
+        with out.guard(path, what):
+            heap.read_direct(entry.address, size, offset, entry.filtered_size, entry.filter_mask)
+
+
+def _indirect(out: ExtentSink, heap: FractalHeap, path: str, label: str) -> None:
+    h, g = heap.header, heap.geometry
+    what = f"{label} indirect block"
+    stack = [(h.root_address, h.root_rows, 0)]
+    while stack:
+        addr, nrows, offset = stack.pop()
+        ib = None
+        if out.add(addr, indirect_block_size(g, nrows), path, what):
+            with out.guard(path, what):
+                ib = heap.read_indirect(addr, nrows, offset)   # each step down is smaller: no cycle
+        if ib is None:
+            continue
+        for i, entry in enumerate(ib.direct):
+            row, col = divmod(i, g.width)
+            size = g.row_block_size[row]
+            if entry.address is not None:
+                _direct(out, heap, path, label, entry, size, offset + row_offset(h, row) + col * size)
+        for j, child in enumerate(ib.indirect):
+            row, col = divmod(j, g.width)
+            row += g.max_direct_rows
+            size = g.row_block_size[row]
+            if child is not None:
+                stack.append((child, rows_for_block(g, size), offset + row_offset(h, row) + col * size))
