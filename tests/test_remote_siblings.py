@@ -18,7 +18,7 @@ import pytest
 from h5fs.errors import FormatError, ReadOnly
 from h5fs.model.external import external_write
 from h5fs.model.file import H5File
-from h5fs.model.virtual import virtual_write
+from h5fs.model.virtual_write import virtual_write
 from h5fs.model.virtual_files import POOL
 from h5fs.storage.byte_source import WouldBlock, mark_event_loop_thread
 from h5fs.storage.remote import RemoteOptions

@@ -17,7 +17,7 @@ from h5fs.errors import CannotWrite, ReadOnly, TooLarge
 from h5fs.model import external
 from h5fs.model.external import external_close_all, external_sync_all, external_write
 from h5fs.model.file import H5File
-from h5fs.model.virtual import virtual_write
+from h5fs.model.virtual_write import virtual_write
 from h5fs.model.writeback import Writeback
 from write_support import read_everything
 

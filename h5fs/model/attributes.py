@@ -18,8 +18,13 @@ from ..format.messages import attribute as attr_msg
 from ..format.messages import dataspace as S
 from ..format.messages.shared import IN_SOHM_HEAP, SharedRef
 from ..format.object_header import RawMessage
+from ..storage.fractal_heap.reader import FractalHeap
+from ..storage.readers import btree_v2
 from . import messages as M
-from .objects import approx_size, guarded
+from .cache_size import approx_size
+from .dtypes import npy_dtype
+from .safety_net import guarded
+from .varlen_views import decode_elements, needs_decoding
 
 if TYPE_CHECKING:
     from .objects import H5Object
@@ -64,7 +69,6 @@ class Attribute:
     @property
     def value_in_header(self) -> bool:
         """A small value decoded from the message alone (no shared type, no global heap)."""
-        from .varlen_views import needs_decoding
         if self.msg.datatype_shared or self.msg.dataspace_shared or len(self.msg.data) > 4096:
             return False
         try:
@@ -83,8 +87,6 @@ class Attribute:
 
     @guarded
     def _decode_value(self) -> np.ndarray:
-        from .dtypes import npy_dtype
-        from .varlen_views import decode_elements, needs_decoding
         space, dt = self.dataspace, self.datatype
         count = space.count
         nbytes = count * dt.size
@@ -144,8 +146,6 @@ def table_nbytes(table: tuple[Attribute, ...]) -> int:
 
 
 def _dense(obj: H5Object, info) -> list[attr_msg.AttributeMessage]:
-    from ..storage.readers import btree_v2
-    from ..storage.fractal_heap.reader import FractalHeap
     what = f"{obj.path}: dense attributes"
     heap = FractalHeap(obj.file.reader, info.heap_address, what)
     by_order = info.index_order and info.order_index_address is not None

@@ -28,6 +28,7 @@ from ..errors import H5fsError
 from ..format.messages import layout as L
 from ..storage.chunked import ChunkedSource
 from ..storage.filters import ChunkInfo
+from ..storage.filters.pipeline import encode_chunk
 from ..storage.header_edit import HeaderEdit
 from ..storage.index import ChunkRecord, IndexContext, open_index
 from ..storage.transaction import Transaction
@@ -140,7 +141,6 @@ def chunk_encoder(ds: Dataset, source: ChunkedSource):
             made = codec.encode(buf, source._is_edge(coords), f"{ds.path} chunk {coords}")
             return (None, 0, None) if made is None else (made[0], 0, made[1])
         return encode_sparse
-    from ..storage.filters.pipeline import encode_chunk
     filters, info = ds.filters, ChunkInfo(source.chunk_bytes, ds.itemsize, ds.path)
     skip_edges = bool(ds.layout.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS)
 

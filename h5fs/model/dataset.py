@@ -9,11 +9,19 @@ import numpy as np
 from ..errors import FormatError, H5fsError, Unsupported
 from ..format.messages import dataspace as S
 from ..format.messages import layout as L
+from ..format.messages.filter_pipeline import FilterPipeline
+from ..format.structured_chunk import SPARSE
 from ..storage.chunked import ChunkedSource
-from ..storage.index import IndexContext, open_index
-from ..storage.sources import CompactSource, ContiguousSource, FillSource, RawSource
+from ..storage.source_registry import chunks_filtered, index_context, open_source
+from ..storage.sources import RawSource
 from . import messages as M
-from .objects import H5Object, derived, guarded
+from .dtypes import describe, is_converted, needs_conversion, npy_dtype, numpy_dtype, split_subarray
+from .external import external_facts
+from .objects import H5Object, derived
+from .points_view import PointsView
+from .safety_net import guarded
+from .varlen_views import dataset_views, decode_elements
+from .virtual import virtual_extent, virtual_facts
 
 # Views whose bytes must be computed as a whole (variable-length data) are refused above this size.
 MAX_MATERIALIZED = 256 * 1024 * 1024
@@ -49,7 +57,6 @@ class Dataset(H5Object):
 
     @derived(lambda dt: DTYPE_NBYTES + 200 * len(dt.fields or ()) if dt.fields is not None or dt.kind in "SUVO" else 0)
     def dtype(self) -> np.dtype:
-        from .dtypes import numpy_dtype
         return numpy_dtype(self.datatype)
 
     @property
@@ -60,7 +67,6 @@ class Dataset(H5Object):
     def shape(self) -> tuple[int, ...]:
         if self.layout.layout_class == L.VIRTUAL:
             # an unlimited virtual dataset's extent follows its sources, as h5py shows it
-            from .virtual import virtual_extent
             return virtual_extent(self)
         return self.dataspace.dims
 
@@ -76,8 +82,12 @@ class Dataset(H5Object):
         return lay
 
     @property
+    def pipeline(self) -> FilterPipeline | None:
+        return self.message(M.FILTERS)
+
+    @property
     def filters(self):
-        pipe = self.message(M.FILTERS)
+        pipe = self.pipeline
         return pipe.filters if pipe is not None else ()
 
     @property
@@ -87,10 +97,13 @@ class Dataset(H5Object):
 
     @property
     def index_filtered(self) -> bool:
-        """Whether the chunk index records filtered chunks: a pipeline for the whole chunk, or
-        (structured chunks) for any of its sections."""
-        pipe = self.message(M.FILTERS)
-        return pipe is not None and bool(pipe.filters or pipe.sections)
+        """Whether the chunk index records filtered chunks."""
+        return chunks_filtered(self.pipeline)
+
+    @property
+    def stored_externally(self) -> bool:
+        """Contiguous storage in external data files (an External Data Files message)."""
+        return self.header.first(M.EXTERNAL) is not None
 
     @property
     def fill_value(self) -> bytes | None:
@@ -111,31 +124,15 @@ class Dataset(H5Object):
     # -- storage ----------------------------------------------------------------------------
     @derived(lambda source: source.footprint())
     def source(self) -> RawSource:
+        """The raw bytes, from the source its layout opens (storage/source_registry.py)."""
         # the generation before the header is read: chunks cached under it come from this
         # version's index or a later one, never an earlier one
         generation = self.file.generation(self.address)
-        space, lay, size = self.dataspace, self.layout, self._data_bytes()
-        if lay.layout_class == L.COMPACT:
-            return CompactSource(size, lay.compact_data, self.path)
-        if lay.layout_class == L.CONTIGUOUS:
-            if self.header.first(M.EXTERNAL) is not None:
-                from .external import external_source
-                return external_source(self, size)
-            if lay.address is None or size == 0:
-                return FillSource(size, self.fill_value, self.itemsize)
-            if lay.size >= 0 and lay.size < size:
-                raise FormatError(f"{self.path}: contiguous storage of {lay.size} bytes for {size} bytes of data")
-            return ContiguousSource(size, self.file.reader, lay.address, self.path)
-        if lay.layout_class == L.CHUNKED:
-            return self._chunked_source(space, lay, generation)
-        if lay.layout_class == L.VIRTUAL:
-            from .virtual import virtual_source
-            return virtual_source(self, size)
-        if lay.layout_class == L.STRUCTURED:
-            return self._sparse_source(space, lay, generation)
-        raise Unsupported(f"{self.path}: layout class {lay.layout_class}")
+        return open_source(self, (self.address, generation))
 
-    def _data_bytes(self) -> int:
+    @property
+    def data_bytes(self) -> int:
+        """The dataspace's elements times the element size."""
         size = self.dataspace.count * self.itemsize
         if size > MAX_VIEW_BYTES:
             raise Unsupported(f"{self.path}: {size} bytes of data, more than a file can show ({MAX_VIEW_BYTES})")
@@ -146,41 +143,14 @@ class Dataset(H5Object):
         space, lay = self.dataspace, self.layout
         if lay.layout_class != L.CHUNKED:
             return self.source.size
-        self._index_context(space, lay)   # what it checks fails the views now, as the source would
-        return self._data_bytes()
-
-    def _index_context(self, space: S.Dataspace, lay: L.DataLayout) -> IndexContext:
-        if space.kind != S.SIMPLE:
-            raise FormatError(f"{self.path}: chunked dataset with a {('scalar', 'simple', 'null')[space.kind]} dataspace")
-        if lay.element_size != self.itemsize:
-            raise FormatError(f"{self.path}: chunk element size {lay.element_size} differs from datatype size {self.itemsize}")
-        pipe = self.message(M.FILTERS)
-        if pipe is not None and (pipe.version == 3) != (lay.layout_class == L.STRUCTURED):
-            raise FormatError(f"{self.path}: filter pipeline version {pipe.version} with {lay.class_name} storage")
-        return IndexContext(self.file.reader, lay, space.dims, space.maxdims, self.index_filtered, self.path)
-
-    def _sparse_source(self, space: S.Dataspace, lay: L.DataLayout, generation: int) -> RawSource:
-        from ..storage.sparse_chunk import SparseCodec
-        from ..storage.sparse_source import SparseSource
-        ctx = self._index_context(space, lay)
-        codec = SparseCodec(lay.chunk_dims, self.itemsize, lay.composition, lay.structured_type,
-                            self.message(M.FILTERS), self.fill_value, self.path,
-                            bool(lay.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS))
-        return SparseSource(space.dims, self.itemsize, lay.chunk_dims, open_index(ctx), codec, self.fill_value,
-                            self.file.chunk_cache, (self.address, generation), self.path)
-
-    def _chunked_source(self, space: S.Dataspace, lay: L.DataLayout, generation: int) -> RawSource:
-        ctx = self._index_context(space, lay)
-        return ChunkedSource(space.dims, self.itemsize, lay.chunk_dims, open_index(ctx), self.filters,
-                             self.fill_value, self.file.chunk_cache, (self.address, generation), self.path,
-                             edge_unfiltered=bool(lay.flags & L.DONT_FILTER_PARTIAL_BOUND_CHUNKS))
+        index_context(self, space, lay)   # what it checks fails the views now, as the source would
+        return self.data_bytes
 
     @property
     def facts_from_header(self) -> bool:
         """Compact and contiguous storage: the facts need no I/O (chunked storage sizes walk the
         index, external and virtual facts read heaps)."""
-        return (self.layout.layout_class in (L.COMPACT, L.CONTIGUOUS)
-                and self.header.first(M.EXTERNAL) is None)
+        return self.layout.layout_class in (L.COMPACT, L.CONTIGUOUS) and not self.stored_externally
 
     @property
     def prefetchable(self) -> bool:
@@ -211,7 +181,6 @@ class Dataset(H5Object):
     def points_view(self):
         """A sparse dataset's defined elements as a `.npy` (model/points_view.py), kept in the
         object's state; making it reads the selection of every stored chunk."""
-        from .points_view import PointsView
         if not self.sparse:
             raise Unsupported(f"{self.path}: not a sparse dataset")
         return self.cached("points view", lambda: PointsView(self), lambda view: 1000 + 200 * len(view.rows))
@@ -225,7 +194,6 @@ class Dataset(H5Object):
     @derived(100)
     def _view_kind(self) -> tuple[MaterializedView | None, bool]:
         """(`materialized`, `converted`): what the views of this datatype are made of."""
-        from .dtypes import is_converted, needs_conversion
         if is_converted(self.datatype):
             return MaterializedView(self.detached()), False
         return None, needs_conversion(self.datatype)
@@ -242,7 +210,6 @@ class Dataset(H5Object):
         return self._view_kind[1]
 
     def _converted_range(self, offset: int, size: int) -> bytes:
-        from .varlen_views import decode_elements
         out_size = self.npy_element_dtype.itemsize
         offset = max(0, offset)
         size = max(0, min(size, self.npy_body_size - offset))
@@ -278,14 +245,12 @@ class Dataset(H5Object):
     def npy_element_dtype(self) -> np.dtype:
         """The `.npy` dtype of one dataset element: a subarray dtype for an array datatype (a
         sparse dataset's points hold such values whole)."""
-        from .dtypes import npy_dtype
         m = self.materialized
         return m.npy_dtype if m is not None else npy_dtype(self.datatype)
 
     @property
     def npy_dtype(self) -> np.dtype:
         """The `.npy` view's dtype: an array datatype's base type, as h5py reads it."""
-        from .dtypes import split_subarray
         return split_subarray(self.npy_element_dtype)[0]
 
     @property
@@ -293,7 +258,6 @@ class Dataset(H5Object):
     def npy_shape(self) -> tuple[int, ...]:
         """The `.npy` view's shape: an array datatype's dims follow the dataspace's, as h5py
         reads it (the bytes are the same elements in the same order)."""
-        from .dtypes import split_subarray
         # a null dataspace holds no element: shape () would claim one, (0,) claims none
         shape = (0,) if self.dataspace.kind == S.NULL else self.shape
         return shape + split_subarray(self.npy_element_dtype)[1]
@@ -326,7 +290,6 @@ class Dataset(H5Object):
         return np.frombuffer(body, self.npy_dtype).reshape(self.npy_shape)
 
     def _compute_facts(self) -> dict[str, str]:
-        from .dtypes import describe
         out = super()._compute_facts()
         out["dtype"] = describe(self.datatype)
         out["shape"] = _tuple(self.shape)
@@ -341,15 +304,12 @@ class Dataset(H5Object):
         out["fill_value"] = self._fill_text()
         out["storage_size"] = str(self.storage_size)
         if self.layout.layout_class == L.VIRTUAL:
-            from .virtual import virtual_facts
             out.update(virtual_facts(self))
-        elif self.header.first(M.EXTERNAL) is not None:
-            from .external import external_facts
+        elif self.stored_externally:
             out.update(external_facts(self))
         return out
 
     def _sparse_facts(self) -> dict[str, str]:
-        from ..format.structured_chunk import SPARSE
         lay, pipe = self.layout, self.message(M.FILTERS)
         kind = "sparse" if lay.structured_type & SPARSE else f"type {lay.structured_type:#x}"
         names = ("selection", "values")
@@ -364,7 +324,6 @@ class Dataset(H5Object):
             return "0 (default)"
         try:
             if self.converted:
-                from .varlen_views import decode_elements
                 return str(decode_elements(self.file, self.datatype, fill, 1, self.path)[0])
             return str(np.frombuffer(fill, self.dtype)[0])
         except H5fsError as e:
@@ -395,7 +354,6 @@ class MaterializedView:
 
     @property
     def _views(self) -> tuple[bytes, np.dtype, bytes]:
-        from .varlen_views import dataset_views
         return self.ds.cached(VIEWS, lambda: dataset_views(self.ds), _views_nbytes)
 
     @property

@@ -32,7 +32,7 @@ from ..storage import global_heap_write as ghw
 from ..storage.sohm_write import SharedMessages
 from ..storage.transaction import Transaction
 from .attributes_write import Attributes
-from .objects import UNEXPECTED
+from .safety_net import UNEXPECTED
 
 log = logging.getLogger("h5fs")
 

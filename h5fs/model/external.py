@@ -50,6 +50,7 @@ from ..storage.byte_source import ByteSource, LocalSource
 from ..storage.readers import local_heap
 from ..storage.remote.client import RemoteError
 from ..storage.remote.siblings import Siblings
+from ..storage.source_registry import EXTERNAL, SourceContext, register_source
 from ..storage.sources import RawSource
 from . import messages as M
 
@@ -214,9 +215,13 @@ def external_extents(ds, size: int) -> list[Extent]:
     return out
 
 
-def external_source(ds, size: int) -> RawSource:
+def external_source(ctx: SourceContext) -> RawSource:
     """The RawSource for a contiguous dataset stored in external files."""
+    ds, size = ctx.data, ctx.size
     return ExternalSource(size, external_extents(ds, size), ds.path, ds.file.siblings)
+
+
+register_source(EXTERNAL, external_source)
 
 
 def external_facts(ds) -> dict[str, str]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import deque
+from functools import partial
 from typing import Any, Callable, Hashable
 
 from ..errors import FormatError, H5fsError, NotFound, ReadOnly
@@ -28,6 +30,7 @@ from ..format.object_header import RawMessage
 from ..storage.blockio import BlockReader, open_regular
 from ..storage.byte_source import ByteSource, LocalSource, is_url
 from ..storage.chunk_cache import ChunkCache
+from ..storage.fractal_heap.reader import FractalHeap
 from ..storage.pending_links import Op
 from ..storage.journal import Journal, Stale, journal_path, overlay as journal_overlay
 from ..storage.page_overlay import PageOverlay
@@ -44,13 +47,17 @@ from ..storage.writer import open_recorder
 from . import messages as M
 from .dataset import Dataset
 from .group import Group
-from .objects import ENTRY, UNEXPECTED, H5Object, NamedDatatype, ObjectState, approx_size, internal_error
+from .cache_size import ENTRY, approx_size
+from .objects import H5Object, NamedDatatype, ObjectState
+from .safety_net import UNEXPECTED, internal_error
+from .virtual_files import POOL
 
 log = logging.getLogger("h5fs")
 
 STATE, CLASS = "object", "object class"
 VALUE = 50      # bytes a value kept in an object's state costs beyond its own (its dict slot)
 FILE_WIDE = 0   # the superblock's address: values derived from the whole file are kept there
+MAX_WALK = 1_000_000   # objects visited to turn reference addresses into paths
 
 
 def _journal_overlay(path: str, fd: int) -> PageOverlay | None:
@@ -187,7 +194,6 @@ class H5File:
         """What `h5fs status` shows of the objects a remote file names beside itself: its
         external data files, the virtual-dataset source files open (one process serves one
         mount: the pool's) and theirs, one entry per URL."""
-        from .virtual_files import POOL
         found: dict[str, dict] = {}
         files = [self, *POOL.remote_files()]
         for f in files:
@@ -201,7 +207,6 @@ class H5File:
     def stop(self) -> None:
         """The mount is going: reads of remote objects (this file, the objects beside it, the
         virtual-dataset source files open) stop retrying and stop waiting for the network."""
-        from .virtual_files import POOL
         for f in [self, *(POOL.remote_files() if self.remote is not None else [])]:
             f.source.stop()
             if f.siblings is not None:
@@ -222,7 +227,9 @@ class H5File:
         if self.store is None or not self.store.pending:
             return
         if self.editor is None:
-            from .tree_edit import TreeEditor   # it builds on this module
+            # imported on first use: the editor builds on this module and loads the write side
+            # (~60 ms), which a read-only open never needs
+            from .tree_edit import TreeEditor
             TreeEditor(self, None)
         self.editor.land(redo)
 
@@ -382,6 +389,17 @@ class H5File:
             obj = self.get(link.address, walked)
         return obj
 
+    def path_of(self, address: int | None) -> str | None:
+        """The shortest path by hard links to the object at `address` (how references are
+        shown), or None when no walk from the root reaches it."""
+        if address is None:
+            return None
+        # built whole, once, by one thread; cached file-wide: any invalidation forgets it
+        with _walk_lock:
+            paths = self.cached(FILE_WIDE, "reference paths", partial(_walk, self),
+                                lambda paths: 140 * len(paths) + sum(map(len, paths.values())))
+        return paths.get(address)
+
     # -- shared object header messages ----------------------------------------------------------
     @property
     def extension(self) -> object_header.ObjectHeader | None:
@@ -419,9 +437,39 @@ class H5File:
         raise FormatError(f"{what}: shared in the file's message heap, but no shared message index holds its type")
 
     def _sohm_heap(self, address: int):
-        from ..storage.fractal_heap.reader import FractalHeap
         return self.cached(address, "shared message heap", lambda: FractalHeap(self.reader, address, "shared message heap"),
                            lambda heap: 1024 + approx_size(heap.header) + approx_size(heap.geometry))
+
+
+_walk_lock = threading.Lock()
+
+
+def _walk(file: H5File) -> dict[int, str]:
+    """Breadth-first over hard links, so each address gets its shortest path."""
+    paths = {file.root_address: "/"}
+    queue = deque([file.root])
+    while queue and len(paths) < MAX_WALK:
+        group = queue.popleft()
+        try:
+            links = group.links()
+        except H5fsError as e:
+            if e.transient:   # a table with holes would be kept: fail now, build it next time
+                raise
+            continue
+        for link in links:
+            if link.address is None or link.address in paths:
+                continue
+            path = f"{group.path.rstrip('/')}/{link.name}"
+            paths[link.address] = path
+            try:
+                obj = file.get(link.address, path)
+            except H5fsError as e:
+                if e.transient:
+                    raise
+                continue
+            if isinstance(obj, Group):
+                queue.append(obj)
+    return paths
 
 
 def _retire(forgotten: list[object]) -> None:

@@ -9,7 +9,8 @@ from ..format.messages import link as link_msg
 from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
 from ..storage import dense_storage
-from ..storage.readers import local_heap, symbol_table_node
+from ..storage.fractal_heap.reader import FractalHeap
+from ..storage.readers import btree_v2, local_heap, symbol_table_node
 from ..storage.readers.btree_v1 import find_child
 from . import messages as M
 from .objects import H5Object, derived
@@ -118,8 +119,6 @@ class Group(H5Object):
                 for entry in symbol_table_node.group_entries(self.file.reader, btree_addr, what)]
 
     def _dense_links(self, info) -> list[Link]:
-        from ..storage.readers import btree_v2
-        from ..storage.fractal_heap.reader import FractalHeap
         what = f"{self.path}: dense links"
         heap = FractalHeap(self.file.reader, info.heap_address, what)
         by_order = info.index_order and info.order_index_address is not None

@@ -13,113 +13,23 @@ lives there.
 
 from __future__ import annotations
 
-import errno
-import functools
-import itertools
-import logging
-import struct
-import sys
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Hashable, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from ..errors import FormatError, H5fsError, NotFound
 from ..format import object_header
 from ..format.codec import Reader
 from ..format.messages import shared
 from . import messages as M
+from .attributes import Attribute, read_attributes, table_nbytes
+from .cache_size import approx_size
+from .dtypes import describe
+from .safety_net import UNEXPECTED, guarded, internal_error
 
 if TYPE_CHECKING:
-    from .attributes import Attribute
     from .file import H5File
 
 MAX_SHARED_DEPTH = 8
-
-log = logging.getLogger("h5fs.model")
-
-# What decoding a hostile file can raise where a bounds check was missed. Programming errors
-# (NameError, AttributeError, ImportError) are not in the list: they stay loud.
-UNEXPECTED = (ArithmeticError, LookupError, ValueError, TypeError, struct.error, MemoryError,
-              RecursionError, AssertionError, BufferError)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def internal_error(what: str, exc: BaseException) -> FormatError:
-    """The FormatError (EIO) that stands for an unexpected exception while decoding `what`.
-
-    It carries `safety_net = True`: the tests treat it as a bug to fix at its root, the mount
-    as one broken object.
-    """
-    log.debug("%s: unexpected %s while decoding", what, type(exc).__name__, exc_info=exc)
-    err = FormatError(f"{what}: malformed structure ({type(exc).__name__}: {exc})"[:1000])
-    err.safety_net = True  # type: ignore[attr-defined]
-    return err
-
-
-def guarded(method: F) -> F:
-    """Per-object entry point: unexpected exceptions become a FormatError naming the object."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except UNEXPECTED as e:
-            raise internal_error(self.path, e) from e
-        except OSError as e:
-            if e.errno != errno.EINVAL:
-                raise  # a real I/O error keeps its errno
-            raise internal_error(self.path, e) from e  # e.g. a pread at a negative offset
-
-    return wrapper  # type: ignore[return-value]
-
-
-ENTRY = 300       # bytes of a metadata cache entry's own bookkeeping (key, LRU node, kind set)
-_SAMPLE = 16      # elements of a long container measured; the others are taken to be alike
-_ATOMS = (str, bytes, bytearray, int, float, complex, memoryview)
-
-
-def approx_size(value: object) -> int:
-    """Bytes of memory `value` holds, for the metadata cache's budget: tuples, lists, dicts, sets,
-    dataclass records and NumPy arrays are followed (a long container through its first _SAMPLE
-    elements), anything else counts for itself alone (handles, readers and files are owned
-    elsewhere). An object met twice counts once."""
-    seen: set[int] = set()
-    total = 0.0
-    stack: list[tuple[object, float]] = [(value, 1.0)]
-    getsizeof, push = sys.getsizeof, stack.append
-    while stack:
-        obj, weight = stack.pop()
-        if obj is None or id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        size = getsizeof(obj)
-        if isinstance(obj, _ATOMS):
-            total += size * weight
-            continue
-        if isinstance(obj, (tuple, list, set, frozenset)):
-            items, n = obj, len(obj)
-        elif isinstance(obj, dict):
-            items, n = [x for kv in itertools.islice(obj.items(), _SAMPLE // 2) for x in kv], 2 * len(obj)
-        elif isinstance(obj, np.ndarray):
-            items, n = [obj.base], 1
-            if obj.dtype.hasobject and obj.size:
-                items, n = [obj.base, *obj.flat[:_SAMPLE]], obj.size
-        else:
-            fields = getattr(type(obj), "__dataclass_fields__", None)
-            if fields is None:
-                total += size * weight
-                continue
-            # the instance's attribute values (reading __dict__ would make Python build it)
-            size += 8 * len(fields) + 16
-            items, n = [getattr(obj, name, None) for name in fields], len(fields)
-        total += size * weight
-        if n > _SAMPLE:
-            weight *= n / _SAMPLE
-        for x in itertools.islice(items, _SAMPLE):
-            push((x, weight))
-    return int(total)
 
 
 class ObjectState:
@@ -165,11 +75,6 @@ class derived:
         if value is _MISSING:  # computed from the state's header: the state is fetched once
             value = obj.cached(self.kind, partial(self.compute, obj), self.nbytes)
         return value
-
-
-def _attribute_table_nbytes(table: tuple[Attribute, ...]) -> int:
-    from .attributes import table_nbytes
-    return table_nbytes(table)
 
 
 class H5Object:
@@ -309,9 +214,8 @@ class H5Object:
     def attributes(self) -> list[Attribute]:
         return list(self._attributes)
 
-    @derived(_attribute_table_nbytes)
+    @derived(table_nbytes)
     def _attributes(self) -> tuple[Attribute, ...]:
-        from .attributes import read_attributes
         return read_attributes(self)
 
     def facts(self) -> dict[str, str]:
@@ -338,7 +242,6 @@ class NamedDatatype(H5Object):
         return self.message(M.DATATYPE)
 
     def _compute_facts(self) -> dict[str, str]:
-        from .dtypes import describe
         out = super()._compute_facts()
         out["dtype"] = describe(self.datatype)
         return out

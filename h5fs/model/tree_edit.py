@@ -45,6 +45,7 @@ from ..storage.object_delete import free_object, free_storage, shared_headers
 from ..storage.sohm_write import SharedMessages
 from ..storage.readers.object_header import read as read_header
 from ..storage.transaction import Transaction
+from . import attributes_write
 from . import messages as M
 from .dataset_create import NewDataset, dataset_messages
 from .dimension_scales import detach as detach_scales
@@ -457,20 +458,17 @@ class TreeEditor:
     def set_attribute(self, obj: H5Object, name: str, text: bytes) -> None:
         with self._edit() as (txn, touched):
             touched.add(obj.address)
-            from .attributes_write import set_attribute
-            set_attribute(txn, self.f, obj, name, text, self.shared)
+            attributes_write.set_attribute(txn, self.f, obj, name, text, self.shared)
 
     def create_attribute(self, obj: H5Object, name: str, dtype, text: bytes) -> None:
         with self._edit() as (txn, touched):
             touched.add(obj.address)
-            from .attributes_write import create_attribute
-            create_attribute(txn, self.f, obj, name, dtype, text, self.shared)
+            attributes_write.create_attribute(txn, self.f, obj, name, dtype, text, self.shared)
 
     def remove_attribute(self, obj: H5Object, name: str) -> None:
         with self._edit() as (txn, touched):
             touched.add(obj.address)
-            from .attributes_write import remove_attribute
-            remove_attribute(txn, self.f, obj, name, self.shared)
+            attributes_write.remove_attribute(txn, self.f, obj, name, self.shared)
 
     def touch(self, obj: H5Object, mtime_ns: int | None = None) -> None:
         """The object's modification time (`_set_times`; its change time: now); an object

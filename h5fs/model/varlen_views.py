@@ -8,28 +8,22 @@ numbers NumPy cannot hold as stored (non-IEEE floats, integers with padding bits
 - raw view of vlen/reference data: for text-valued data (vlen strings, references) the values
   as UTF-8 text, one per line, so `cat` shows them; for other vlen data (vlen sequences,
   compounds holding vlen members) the `.npy` body.
-References are shown as the path of the object they point to (the first path found by a walk
-from the root), with `[selection]` for region and `@name` for attribute references.
+References are shown as the path of the object they point to (the shortest path found by a walk
+from the root: H5File.path_of), with `[selection]` for region and `@name` for attribute references.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import deque
-from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import H5fsError
 from .dtypes import is_converted, needs_conversion
 from .values import Ref, selection_text, to_npy
 
 if TYPE_CHECKING:
     from .dataset import Dataset
     from .file import H5File
-
-MAX_WALK = 1_000_000   # objects visited to turn reference addresses into paths
 
 
 def needs_decoding(dt) -> bool:
@@ -59,53 +53,10 @@ def ref_text(file: H5File, ref: Ref | None) -> str:
     if ref is None:
         return ""
     prefix = f"{ref.file}:" if ref.file else ""
-    target = _path_of(file, ref.address) if not ref.file else None
+    target = file.path_of(ref.address) if not ref.file else None
     text = prefix + (target or f"<object at {ref.address}>")
     if ref.kind == "region" and ref.selection is not None:
         text += f"[{selection_text(ref.selection)}]"
     elif ref.kind == "attribute":
         text += f"@{ref.attribute}"
     return text
-
-
-_walk_lock = threading.Lock()
-
-
-def _path_of(file: H5File, address: int | None) -> str | None:
-    from .file import FILE_WIDE
-    if address is None:
-        return None
-    # built whole, once, by one thread; cached file-wide: any invalidation forgets it
-    with _walk_lock:
-        paths = file.cached(FILE_WIDE, "reference paths", partial(_walk, file),
-                            lambda paths: 140 * len(paths) + sum(map(len, paths.values())))
-    return paths.get(address)
-
-
-def _walk(file: H5File) -> dict[int, str]:
-    """Breadth-first over hard links, so each address gets its shortest path."""
-    from .group import Group
-    paths = {file.root_address: "/"}
-    queue = deque([file.root])
-    while queue and len(paths) < MAX_WALK:
-        group = queue.popleft()
-        try:
-            links = group.links()
-        except H5fsError as e:
-            if e.transient:   # a table with holes would be kept: fail now, build it next time
-                raise
-            continue
-        for link in links:
-            if link.address is None or link.address in paths:
-                continue
-            path = f"{group.path.rstrip('/')}/{link.name}"
-            paths[link.address] = path
-            try:
-                obj = file.get(link.address, path)
-            except H5fsError as e:
-                if e.transient:
-                    raise
-                continue
-            if isinstance(obj, Group):
-                queue.append(obj)
-    return paths

@@ -10,6 +10,7 @@ import posixpath
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 from ..errors import FormatError, H5fsError
 from ..storage.byte_source import WouldBlock, on_event_loop_thread
@@ -19,6 +20,9 @@ from ..storage.remote.siblings import canonical, sibling_url
 from ..storage.unfiltered_read import Miss
 
 POOL_SIZE = 64                 # source files kept open
+# How the pool opens a source file (H5File.open): given by its users, as the file module reaches
+# this one (through Dataset and the virtual dataset's source)
+OpenFile = Callable[..., Any]
 
 
 def _identity(st: os.stat_result) -> tuple:
@@ -44,12 +48,13 @@ class _Pool:
         self._opening: dict[tuple, threading.Lock] = {}   # one open per remote key (see _acquire_remote)
         self._pinned: dict[tuple, str | None] = {}   # remote key -> version first seen (None: missing)
 
-    def acquire(self, path: str, opened_only: bool = False, remote: RemoteOptions | None = None) -> PoolEntry | None:
+    def acquire(self, path: str, open_file: OpenFile, opened_only: bool = False,
+                remote: RemoteOptions | None = None) -> PoolEntry | None:
         """The open file at `path` (its use count raised), or None when there is no such file
-        (`opened_only`: Miss rather than open it, for a read that must not wait); `remote`: the
-        options `path`, a URL, is fetched with."""
+        (`open_file` opens it; `opened_only`: Miss rather than open it, for a read that must not
+        wait); `remote`: the options `path`, a URL, is fetched with."""
         if remote is not None:
-            return self._acquire_remote(path, remote, opened_only)
+            return self._acquire_remote(path, remote, opened_only, open_file)
         # a file replaced, changed or removed since it was opened is opened again (or missing);
         # files are told apart by device and inode (every name of one file shares its entry)
         try:
@@ -77,9 +82,8 @@ class _Pool:
             return None
         if opened_only:
             raise Miss
-        from .file import H5File
         try:
-            f = H5File.open(os.path.realpath(path))
+            f = open_file(os.path.realpath(path))
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
@@ -88,7 +92,8 @@ class _Pool:
             raise FormatError(f"virtual dataset source file {path}: {exc}") from exc
         return self._insert(key, f, ident)
 
-    def _acquire_remote(self, url: str, options: RemoteOptions, opened_only: bool) -> PoolEntry | None:
+    def _acquire_remote(self, url: str, options: RemoteOptions, opened_only: bool,
+                        open_file: OpenFile) -> PoolEntry | None:
         """A remote source file, keyed by its URL (and options) rather than a stat: while in the
         pool it is the version pinned when it was opened (checking for a newer one would cost a
         request per read; a changed object answers EIO from its conditional reads instead). A
@@ -102,10 +107,10 @@ class _Pool:
         if found is not None or opened_only:
             return self._found(found, opened_only)
         if on_event_loop_thread():
-            raise WouldBlock(lambda: self._open_remote(key, url, options, keep=False))
-        return self._open_remote(key, url, options, keep=True)
+            raise WouldBlock(lambda: self._open_remote(key, url, options, open_file, keep=False))
+        return self._open_remote(key, url, options, open_file, keep=True)
 
-    def _open_remote(self, key, url: str, options: RemoteOptions, keep: bool) -> PoolEntry | None:
+    def _open_remote(self, key, url: str, options: RemoteOptions, open_file: OpenFile, keep: bool) -> PoolEntry | None:
         """Open the remote file under `key` unless another thread did; its entry (used once
         when `keep`, else not used: for the request answered again once it is open)."""
         with self._lock:
@@ -115,9 +120,8 @@ class _Pool:
             if found is not None:
                 e = self._found(found, False)
             else:
-                from .file import H5File
                 try:
-                    f = H5File.open(url, remote=options)
+                    f = open_file(url, remote=options)
                 except RemoteNotFound:
                     f = None
                 except RemoteError as exc:    # a network fault stays one (transient): tried again next time
@@ -138,7 +142,7 @@ class _Pool:
             self.release(e)
         return e
 
-    def open_all(self, urls: list[str], options: RemoteOptions) -> None:
+    def open_all(self, urls: list[str], options: RemoteOptions, open_file: OpenFile) -> None:
         """Open these remote files together, `requests` at a time (each open costs round trips),
         and leave them in the pool unused. A failure is left for the read's own open to report,
         with the mapping that needed the file."""
@@ -148,9 +152,9 @@ class _Pool:
         if len(todo) < 2:
             return
         if on_event_loop_thread():
-            raise WouldBlock(lambda: self.open_all(urls, options))
+            raise WouldBlock(lambda: self.open_all(urls, options, open_file))
         with ThreadPoolExecutor(min(len(todo), options.requests), thread_name_prefix="h5fs-open") as pool:
-            for fut in [pool.submit(self._open_remote, k, u, options, False) for k, u in todo.items()]:
+            for fut in [pool.submit(self._open_remote, k, u, options, open_file, False) for k, u in todo.items()]:
                 try:
                     fut.result()
                 except H5fsError:

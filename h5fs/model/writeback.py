@@ -45,7 +45,7 @@ from .chunk_staging import (BrokenChunk, cost, costs, covers, dirty_chunk, encod
 from .dataset import Dataset
 from .external import external_close_all, external_sync_all, external_write
 from .resize import allocate_contiguous, grow_to
-from .virtual import virtual_write
+from .virtual_write import virtual_write
 
 log = logging.getLogger("h5fs")
 

@@ -1,10 +1,13 @@
-"""The selections of virtual-dataset mappings as index sets: a hyperslab, "all" or a
-product-shaped block list is a product of 1-D sets (RegDim, IntDim) that maps element boxes to
-ordinals and back without enumerating anything; irregular block lists and point selections are
-enumerated (ExplicitSel, at most MAX_EXPLICIT elements, else Unsupported)."""
+"""Selections as index sets, beside the chunk grid: a hyperslab, "all" or a product-shaped block
+list is a product of 1-D sets (RegDim, IntDim) that maps element boxes to ordinals and back
+without enumerating anything; irregular block lists and point selections are enumerated
+(ExplicitSel, at most MAX_EXPLICIT elements, else Unsupported). Two selections of the same
+per-dimension sizes pair box by box (`paired_boxes`); virtual datasets map their elements to
+their sources' this way (model/virtual.py)."""
 
 from __future__ import annotations
 
+import itertools
 from math import prod
 
 import numpy as np
@@ -13,6 +16,7 @@ from ..errors import FormatError, Unsupported
 from ..format import selection as S
 
 MAX_EXPLICIT = 1 << 22         # elements of an enumerated (non-product) selection
+MAX_PIECES = 4096              # boxes two selections' part of a box may pair as, else elements
 
 
 def _expand(bs: np.ndarray, lens: np.ndarray, base: np.ndarray, lo: int, hi: int):
@@ -244,3 +248,88 @@ def build_selection(sel: S.Selection, shape: tuple[int, ...], clip: int | None =
         pts.append(grid)
     points = np.unique(np.concatenate(pts), axis=0)        # row-major order, overlaps merged
     return ExplicitSel(points.astype(np.int64), shape)
+
+
+# ---------------------------------------------------------------- pairing two selections
+
+def paired_boxes(vsel, ssel, start: tuple[int, ...], count: tuple[int, ...]):
+    """[(slices into the box, source start, source count)]: where selection `vsel` (of the box
+    (start, count)'s array) pairs a box of the box with a box of selection `ssel` (of a source
+    array). Selections of the same per-dimension sizes pair dimension by dimension (the k-th
+    selected index of a dimension with the k-th), so each dimension's runs, consecutive on both
+    sides, multiply into boxes. None when they do not pair that way, or would make more than
+    MAX_PIECES boxes: the caller pairs elements."""
+    if not isinstance(vsel, ProductSel) or not isinstance(ssel, ProductSel) or vsel.sizes != ssel.sizes:
+        return None
+    per, total = [], 1
+    for vd, sd, s, c in zip(vsel.dims, ssel.dims, start, count):
+        runs = _runs(vd, sd, s, c)
+        if not runs:
+            return []
+        per.append(runs)
+        total *= len(runs)
+        if total > MAX_PIECES:
+            return None
+    return [(tuple(slice(v, v + n) for v, _, n in runs), tuple(x for _, x, _ in runs), tuple(n for _, _, n in runs))
+            for runs in itertools.product(*per)]
+
+
+def _single(d) -> int | None:
+    """The first coordinate of a 1-D set that is one block (of d.n coordinates), else None."""
+    if isinstance(d, RegDim):
+        return d.start if d.count == 1 else None
+    return int(d.starts[0]) if len(d.starts) == 1 else None
+
+
+def _runs(vd, sd, s: int, c: int) -> list[tuple[int, int, int]]:
+    """[(offset in [s, s+c), source coordinate, length)]: the runs of one dimension's selected
+    coordinates in [s, s+c) that are consecutive on both sides. Single blocks pair by arithmetic."""
+    v1, s1 = _single(vd), _single(sd)
+    if v1 is not None and s1 is not None:
+        a, b = max(s, v1), min(s + c, v1 + vd.n)
+        return [(a - s, s1 + a - v1, b - a)] if a < b else []
+    vc, ords = vd.within(s, s + c)
+    if not len(vc):
+        return []
+    sc = sd.coords(ords)
+    cuts = np.flatnonzero((np.diff(vc) != 1) | (np.diff(sc) != 1)) + 1
+    a, b = np.concatenate(([0], cuts)), np.concatenate((cuts, [len(vc)]))
+    return list(zip((vc[a] - s).tolist(), sc[a].tolist(), (b - a).tolist()))
+
+
+# -------------------------------------------------------------------- extents and memory
+
+def selection_ends(sel: S.Selection, skip: int | None) -> list[int | None]:
+    """Per dimension, the last selected coordinate (None for the unlimited dimension `skip`)."""
+    if sel.regular is not None:
+        out = []
+        for d, (s, st, c, b) in enumerate(zip(*sel.regular)):
+            out.append(None if d == skip else s + (c - 1) * st + b - 1)
+        return out
+    if sel.kind == "points":
+        return [int(v) for v in sel.points.max(0)] if len(sel.points) else [None] * sel.rank
+    if sel.blocks is not None and len(sel.blocks):
+        return [int(v) for v in sel.blocks[:, 1, :].max(0)]
+    return [None] * sel.rank
+
+
+def clip_extent_match(start: int, stride: int, block: int | None, slices: int) -> int:
+    """The extent whose unlimited dimension holds exactly `slices` coordinates of a hyperslab
+    (start, stride, unlimited count, block) (libhdf5 H5S_hyper_get_clip_extent_match without
+    trailing space)."""
+    if slices == 0:
+        return 0
+    if block is None:                  # unlimited block
+        return start + slices
+    q, r = divmod(slices - 1, block)
+    return start + q * stride + r + 1
+
+
+def selection_nbytes(sel) -> int:
+    """Memory of a built selection, with room for what it computes on first use (the sorted
+    index of an ExplicitSel, a source selection built per source shape)."""
+    if isinstance(sel, ExplicitSel):
+        return 300 + 3 * sel.points.nbytes
+    if isinstance(sel, ProductSel):
+        return 300 + sum(300 + (d.starts.nbytes * 4 if isinstance(d, IntDim) else 0) for d in sel.dims)
+    return 0
