@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import FormatError, Unsupported
-from . import selection as S
+from . import selection as SEL
 from .codec import Reader, Sizes, Writer
 from .messages import dataspace as D
 
@@ -25,7 +25,7 @@ SIZE_OF_SIZES = 8     # what we write (H5S_encode: the default file access's siz
 @dataclass(frozen=True, slots=True)
 class EncodedDataspace:
     extent: D.Dataspace | None     # None: a bare selection
-    selection: S.Selection
+    selection: SEL.Selection
 
 
 def decode(buf: bytes | memoryview, what: str) -> EncodedDataspace:
@@ -39,16 +39,16 @@ def decode(buf: bytes | memoryview, what: str) -> EncodedDataspace:
         if extent_size > c.remaining():
             raise FormatError(f"{what}: extent of {extent_size} bytes in {c.remaining()}")
         extent = D.decode(Reader(c.bytes(extent_size), 0, Sizes(8, width), what))
-        sel = S.decode(c, what)
+        sel = SEL.decode(c, what)
     else:
         c = Reader(view, 0, what=what)
-        extent, sel = None, S.decode(c, what)
+        extent, sel = None, SEL.decode(c, what)
     if c.remaining():
         raise FormatError(f"{what}: {c.remaining()} bytes after the selection")
     return EncodedDataspace(extent, sel)
 
 
-def encode(dims: tuple[int, ...], sel: S.Selection) -> bytes:
+def encode(dims: tuple[int, ...], sel: SEL.Selection) -> bytes:
     """The H5Sencode description of `sel` over a simple extent of `dims` (version 2, no maximum
     dimensions: the smallest extent libhdf5 reads back)."""
     sizes = Sizes(8, SIZE_OF_SIZES)
@@ -57,5 +57,5 @@ def encode(dims: tuple[int, ...], sel: S.Selection) -> bytes:
     w = Writer(sizes)
     w.fields("BBBI", DATASPACE_ID, ENCODE_VERSION, SIZE_OF_SIZES, len(ext.getvalue()))
     w.bytes(ext.getvalue())
-    S.encode(w, sel)
+    SEL.encode(w, sel)
     return w.getvalue()

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import FormatError, Unsupported
-from . import selection as S
+from . import selection as SEL
 from .checksum import sealed, verify
 from .codec import Reader, Sizes, Writer
 
@@ -38,8 +38,8 @@ FILE_SHARED, DSET_SHARED, SAME_FILE = 0x01, 0x02, 0x04
 class Mapping:
     source_file: str           # "." means the file holding the virtual dataset
     source_dataset: str
-    source_selection: S.Selection
-    virtual_selection: S.Selection
+    source_selection: SEL.Selection
+    virtual_selection: SEL.Selection
     flags: int = 0                      # version 1: FILE_SHARED | DSET_SHARED | SAME_FILE
     file_index: int | None = None       # FILE_SHARED: the entry whose source file name this repeats
     dataset_index: int | None = None    # DSET_SHARED: likewise for the source dataset name
@@ -100,8 +100,8 @@ def decode(data: bytes, sizes: Sizes, what: str = "virtual dataset mapping") -> 
             src_dset = entries[dset_index].source_dataset
         else:
             src_dset = _name(c.cstring())
-        src_sel = S.decode(c, f"{ew}: source selection")
-        virt_sel = S.decode(c, f"{ew}: virtual selection")
+        src_sel = SEL.decode(c, f"{ew}: source selection")
+        virt_sel = SEL.decode(c, f"{ew}: virtual selection")
         entries.append(Mapping(src_file, src_dset, src_sel, virt_sel, flags, file_index, dset_index))
     if c.remaining():
         raise FormatError(f"{what}: {c.remaining()} bytes left after {n} entries")
@@ -124,6 +124,6 @@ def encode(block: MappingBlock, sizes: Sizes) -> bytes:
             w.length(m.dataset_index)
         else:
             w.cstring(m.source_dataset.encode("utf-8"))
-        S.encode(w, m.source_selection)
-        S.encode(w, m.virtual_selection)
+        SEL.encode(w, m.source_selection)
+        SEL.encode(w, m.virtual_selection)
     return sealed(w.buf)

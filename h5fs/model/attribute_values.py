@@ -62,7 +62,7 @@ from ..errors import CannotWrite, InvalidWrite, Unsupported
 from ..format import global_heap as gh
 from ..format.codec import Reader, Sizes, Writer
 from ..format.messages import attribute as attr_msg
-from ..format.messages import dataspace as S
+from ..format.messages import dataspace as DS
 from ..format.messages import datatype as T
 from ..storage import global_heap_write as ghw
 from .dtype_encode import datatype_of
@@ -95,8 +95,8 @@ def _nested(text: str) -> str | list:
 
     def value(depth: int) -> str | list:
         nonlocal pos
-        if depth > S.MAX_RANK:
-            raise InvalidWrite(f"value text: lists nested deeper than {S.MAX_RANK}")
+        if depth > DS.MAX_RANK:
+            raise InvalidWrite(f"value text: lists nested deeper than {DS.MAX_RANK}")
         skip()
         if text.startswith("[", pos):
             pos += 1
@@ -303,29 +303,29 @@ def _fixed_strings(text: bytes, dt: T.String, count: int) -> bytes:
 
 # ----------------------------------------------------------------------------------- values
 
-def _dims(space: S.Dataspace) -> tuple[int, ...]:
-    return space.dims if space.kind == S.SIMPLE else (0,) if space.kind == S.NULL else ()
+def _dims(space: DS.Dataspace) -> tuple[int, ...]:
+    return space.dims if space.kind == DS.SIMPLE else (0,) if space.kind == DS.NULL else ()
 
 
-def fitted_types(text: bytes, datatype: T.Datatype, dataspace: S.Dataspace,
-                 empty_null: bool = False) -> tuple[T.Datatype, S.Dataspace]:
+def fitted_types(text: bytes, datatype: T.Datatype, dataspace: DS.Dataspace,
+                 empty_null: bool = False) -> tuple[T.Datatype, DS.Dataspace]:
     """The datatype and dataspace the value `text` is stored with (see the module docstring);
     `empty_null`: a scalar's empty text as a null dataspace (PyTables' "")."""
     if not isinstance(datatype, T.String):
         return datatype, dataspace
-    if empty_null and not text and dataspace.kind == S.SCALAR:
-        return datatype, S.Dataspace(S.NULL, version=2)
-    if dataspace.kind == S.NULL:
+    if empty_null and not text and dataspace.kind == DS.SCALAR:
+        return datatype, DS.Dataspace(DS.NULL, version=2)
+    if dataspace.kind == DS.NULL:
         if not text:
             return datatype, dataspace
-        dataspace = S.Dataspace(S.SCALAR, version=dataspace.version)
+        dataspace = DS.Dataspace(DS.SCALAR, version=dataspace.version)
     items = _lines(text, dataspace.count)
     if not items:
         return datatype, dataspace
     return replace(datatype, size=max(1, *map(len, items))), dataspace
 
 
-def parse_value(text: bytes, datatype: T.Datatype, dataspace: S.Dataspace) -> bytes | list[bytes]:
+def parse_value(text: bytes, datatype: T.Datatype, dataspace: DS.Dataspace) -> bytes | list[bytes]:
     """The stored element bytes `text` stands for (see the module docstring); for variable-length
     strings, each element's bytes (`store_value` puts them in the global heap)."""
     if isinstance(datatype, T.String):
@@ -373,7 +373,7 @@ def _delete(txn: Transaction, length: int, hid: gh.HeapID) -> None:
         ghw.remove(txn, hid.address, hid.index)
 
 
-def store_value(txn: Transaction, text: bytes, datatype: T.Datatype, dataspace: S.Dataspace,
+def store_value(txn: Transaction, text: bytes, datatype: T.Datatype, dataspace: DS.Dataspace,
                 old: bytes | None = None) -> bytes:
     """The attribute's new data for `text`; variable-length strings stored in the global heap,
     the objects of `old` (the value it replaces, if any) removed, as H5Awrite does."""
@@ -391,7 +391,7 @@ def store_value(txn: Transaction, text: bytes, datatype: T.Datatype, dataspace: 
 
 
 def revalued(txn: Transaction, msg: attr_msg.AttributeMessage, text: bytes, datatype: T.Datatype,
-             dataspace: S.Dataspace, keep_old: bool = False, empty_null: bool = False) -> attr_msg.AttributeMessage:
+             dataspace: DS.Dataspace, keep_old: bool = False, empty_null: bool = False) -> attr_msg.AttributeMessage:
     """`msg`, of this datatype and dataspace, holding the value `text` with the types fitted to it
     (`fitted_types`; a changed one stored in the message itself, no longer shared); the old
     value's global heap objects removed unless `keep_old`."""
@@ -401,11 +401,11 @@ def revalued(txn: Transaction, msg: attr_msg.AttributeMessage, text: bytes, data
     if dt != datatype:
         msg = replace(msg, datatype_raw=_encoded(T.encode, dt, txn.sizes), datatype_shared=False)
     if space != dataspace:
-        msg = replace(msg, dataspace_raw=_encoded(S.encode, space, txn.sizes), dataspace_shared=False)
+        msg = replace(msg, dataspace_raw=_encoded(DS.encode, space, txn.sizes), dataspace_shared=False)
     return msg
 
 
-def release_value(txn: Transaction, data: bytes, datatype: T.Datatype, dataspace: S.Dataspace) -> None:
+def release_value(txn: Transaction, data: bytes, datatype: T.Datatype, dataspace: DS.Dataspace) -> None:
     """Remove the global heap objects of a variable-length value (each once; other datatypes
     hold none this removes)."""
     if not isinstance(datatype, T.VarLen):
@@ -444,9 +444,9 @@ def new_string_attribute(name: str, text: bytes, heap_id: gh.HeapID, sizes: Size
     format bound `libver`, its value the heap object `heap_id` holding `text`."""
     _check_string_attribute(name, text)
     later = at_least(libver, "v108")
-    space = S.Dataspace(S.SCALAR, version=2 if later else 1)
+    space = DS.Dataspace(DS.SCALAR, version=2 if later else 1)
     return attr_msg.AttributeMessage(name, _encoded(T.encode, string_datatype(sizes), sizes),
-                                     _encoded(S.encode, space, sizes), _vlen_bytes([(len(text), heap_id)], sizes),
+                                     _encoded(DS.encode, space, sizes), _vlen_bytes([(len(text), heap_id)], sizes),
                                      version=3 if later else 1)
 
 
@@ -459,9 +459,9 @@ def new_fixed_string_attribute(name: str, text: bytes, charset: int, sizes: Size
     _checked([text], charset, False, "a string attribute")
     later = at_least(libver, "v108")
     datatype = T.String(1, max(1, len(text)), T.NULLTERM, charset)
-    kind = S.NULL if empty_null and not text else S.SCALAR
-    space = S.Dataspace(kind, version=2 if later or kind == S.NULL else 1)
-    return attr_msg.AttributeMessage(name, _encoded(T.encode, datatype, sizes), _encoded(S.encode, space, sizes),
+    kind = DS.NULL if empty_null and not text else DS.SCALAR
+    space = DS.Dataspace(kind, version=2 if later or kind == DS.NULL else 1)
+    return attr_msg.AttributeMessage(name, _encoded(T.encode, datatype, sizes), _encoded(DS.encode, space, sizes),
                                      _fixed_strings(text, datatype, space.count), version=3 if later else 1)
 
 
@@ -490,9 +490,9 @@ def new_attribute(name: str, dtype: np.dtype, text: bytes, sizes: Sizes,
     datatype = datatype_of(dtype, libver)
     later = at_least(libver, "v108")
     dims = value_shape(text)
-    space = S.Dataspace(S.SIMPLE if dims else S.SCALAR, dims, dims, version=2 if later else 1)
+    space = DS.Dataspace(DS.SIMPLE if dims else DS.SCALAR, dims, dims, version=2 if later else 1)
     data = parse_value(text, datatype, space)
-    return attr_msg.AttributeMessage(name, _encoded(T.encode, datatype, sizes), _encoded(S.encode, space, sizes),
+    return attr_msg.AttributeMessage(name, _encoded(T.encode, datatype, sizes), _encoded(DS.encode, space, sizes),
                                      data, version=3 if later else 1)
 
 

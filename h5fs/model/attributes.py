@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import FormatError, H5fsError
 from ..format.messages import attribute as attr_msg
-from ..format.messages import dataspace as S
+from ..format.messages import dataspace as DS
 from ..format.messages.shared import IN_SOHM_HEAP, SharedRef
 from ..format.object_header import RawMessage
 from ..storage.fractal_heap.reader import FractalHeap
@@ -61,7 +61,7 @@ class Attribute:
         return self._datatype
 
     @property
-    def dataspace(self) -> S.Dataspace:
+    def dataspace(self) -> DS.Dataspace:
         if self._dataspace is None:
             self._dataspace = self._sub(M.DATASPACE, self.msg.dataspace_raw, self.msg.dataspace_shared)
         return self._dataspace
@@ -101,8 +101,8 @@ class Attribute:
         else:
             values = np.frombuffer(raw, npy_dtype(dt), count)
         # values are (count, *dims of an array datatype): those dims follow the dataspace's, as h5py reads them
-        shape = (space.dims if space.kind == S.SIMPLE else ()) + values.shape[1:]
-        values = values[:0] if space.kind == S.NULL else values.reshape(shape)
+        shape = (space.dims if space.kind == DS.SIMPLE else ()) + values.shape[1:]
+        values = values[:0] if space.kind == DS.NULL else values.reshape(shape)
         values.flags.writeable = False
         return values
 

@@ -21,7 +21,7 @@ from ..format import object_header as oh
 from ..format.codec import Reader, Writer
 from ..format.messages import attribute as attr_msg
 from ..format.messages import attribute_info as ainfo_msg
-from ..format.messages import dataspace as S
+from ..format.messages import dataspace as DS
 from ..format.messages import datatype as T
 from ..format.messages import shared as shared_msg
 from ..storage.dense_storage import ATTRIBUTES, DenseStore, is_shared
@@ -81,12 +81,12 @@ class Attributes:
         self.shared.release(raw, self.address, self.what)
         return bool(raw.flags & (oh.FLAG_SHARED | oh.FLAG_SHAREABLE))
 
-    def _types(self, msg: attr_msg.AttributeMessage) -> tuple[T.Datatype, S.Dataspace]:
+    def _types(self, msg: attr_msg.AttributeMessage) -> tuple[T.Datatype, DS.Dataspace]:
         """The attribute's datatype and dataspace, read from the shared message table when it
         holds them there (a committed datatype is refused)."""
         parts = []
         for shared, raw, mtype, decode in ((msg.datatype_shared, msg.datatype_raw, DATATYPE, T.decode),
-                                           (msg.dataspace_shared, msg.dataspace_raw, DATASPACE, S.decode)):
+                                           (msg.dataspace_shared, msg.dataspace_raw, DATASPACE, DS.decode)):
             what = f"{self.what}: attribute {msg.name!r}"
             if shared:
                 ref = shared_msg.decode(Reader(raw, 0, self.txn.sizes, what))
@@ -126,7 +126,7 @@ class Attributes:
         empty_null = form is not None and form.empty_null
         return _encode(revalued(self.txn, msg, text, dt, space, keep_old, empty_null), self.txn.sizes)
 
-    def get(self, name: str) -> tuple[attr_msg.AttributeMessage, T.Datatype, S.Dataspace, bool] | None:
+    def get(self, name: str) -> tuple[attr_msg.AttributeMessage, T.Datatype, DS.Dataspace, bool] | None:
         """The attribute `name` (compact or dense): its message, datatype, dataspace, and whether
         the shared message table tracks it (its value's global heap objects are then the shared
         copy's too); None when the object has none of that name."""

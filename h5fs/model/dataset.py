@@ -7,7 +7,7 @@ import functools
 import numpy as np
 
 from ..errors import FormatError, H5fsError, Unsupported
-from ..format.messages import dataspace as S
+from ..format.messages import dataspace as DS
 from ..format.messages import layout as L
 from ..format.messages.filter_pipeline import FilterPipeline
 from ..format.structured_chunk import SPARSE
@@ -42,7 +42,7 @@ class Dataset(H5Object):
 
     # -- description (validated messages: cached decoded, checked on each use) ---------------
     @property
-    def dataspace(self) -> S.Dataspace:
+    def dataspace(self) -> DS.Dataspace:
         space = self.message(M.DATASPACE)
         if space is None:
             raise FormatError(f"{self.path}: dataset has no dataspace message")
@@ -259,7 +259,7 @@ class Dataset(H5Object):
         """The `.npy` view's shape: an array datatype's dims follow the dataspace's, as h5py
         reads it (the bytes are the same elements in the same order)."""
         # a null dataspace holds no element: shape () would claim one, (0,) claims none
-        shape = (0,) if self.dataspace.kind == S.NULL else self.shape
+        shape = (0,) if self.dataspace.kind == DS.NULL else self.shape
         return shape + split_subarray(self.npy_element_dtype)[1]
 
     @property

@@ -26,7 +26,7 @@ from typing import Callable
 from ..errors import H5fsError
 from ..format import global_heap as gh
 from ..format.codec import Reader, Writer
-from ..format.messages import dataspace as S
+from ..format.messages import dataspace as DS
 from ..format.messages import datatype as T
 from ..storage import global_heap_write as ghw
 from ..storage.sohm_write import SharedMessages
@@ -162,7 +162,7 @@ def _leave_reference_list(txn: Transaction, attrs: Attributes, dataset: int) -> 
         return None
     msg, dt, space, _ = found
     ref = _reference_member(dt)
-    if ref is None or space.kind != S.SIMPLE or len(space.dims) != 1:
+    if ref is None or space.kind != DS.SIMPLE or len(space.dims) != 1:
         return None
     sizes, size = txn.sizes, dt.size
     entries = [msg.data[i * size:(i + 1) * size] for i in range(space.count)]
@@ -172,7 +172,7 @@ def _leave_reference_list(txn: Transaction, attrs: Attributes, dataset: int) -> 
     if not keep:
         return (lambda: attrs.remove(REFERENCE_LIST)), set()
     w = Writer(sizes)
-    S.encode(w, replace(space, dims=(len(keep),), maxdims=(len(keep),)))
+    DS.encode(w, replace(space, dims=(len(keep),), maxdims=(len(keep),)))
     new = replace(msg, data=b"".join(keep), dataspace_raw=w.getvalue(), dataspace_shared=False)
     return (lambda: attrs.put(REFERENCE_LIST, new)), set()
 

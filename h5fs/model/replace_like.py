@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..format.messages import dataspace as S
+from ..format.messages import dataspace as DS
 from ..format.messages import layout as L
 from ..format.object_header import FLAG_SHARED
 from ..storage.sources import fill_pattern
@@ -42,7 +42,7 @@ def keeps_storage(ds: Dataset, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
     module docstring)."""
     lay, space = ds.layout, ds.dataspace
     if (lay.layout_class not in _KEPT_CLASSES or ds.header.first(M.EXTERNAL) is not None
-            or ds.materialized is not None or ds.converted or space.kind == S.NULL):
+            or ds.materialized is not None or ds.converted or space.kind == DS.NULL):
         return False
     if dtype != ds.npy_element_dtype or dtype.itemsize != ds.itemsize or len(shape) != len(space.dims):
         return False

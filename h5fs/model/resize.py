@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CannotWrite, InvalidWrite, TooLarge
-from ..format.messages import dataspace as S
+from ..format.messages import dataspace as DS
 from ..format.messages import layout as L
 from ..format.messages.fill_value import ALLOC_EARLY
 from ..storage.chunk_grid import chunks_in_box
@@ -45,7 +45,7 @@ def grow_to(wb: Writeback, ds: Dataset, size: int, whole_rows: bool) -> None:
     """Resize the raw view to `size` bytes along the first dimension (`whole_rows`: `size` must
     end a row, else the row it ends in is included), after the writes waiting are flushed."""
     space = ds.dataspace
-    if space.kind != S.SIMPLE or not space.dims:
+    if space.kind != DS.SIMPLE or not space.dims:
         raise TooLarge(f"{ds.path}: a {('scalar', 'simple', 'null')[space.kind]} dataset cannot be resized")
     row = prod(space.dims[1:]) * ds.itemsize
     rows, rest = divmod(size, row) if row else (0, 0)

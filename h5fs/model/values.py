@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import FormatError, Unsupported
-from ..format import selection as S
+from ..format import selection as SEL
 from ..format.codec import Reader, Sizes
 from ..format.messages.datatype import (
     NULLPAD, NULLTERM, REF_ATTR, REF_OBJECT1, REF_OBJECT2, REF_REGION1, REF_REGION2, SPACEPAD, UTF8,
@@ -150,7 +150,7 @@ def decode_vlen_sequences(raw: bytes | memoryview, dt: VarLen, heap: GlobalHeapR
 
 # --------------------------------------------------------------------------------- selections
 
-def selection_text(sel: S.Selection) -> str:
+def selection_text(sel: SEL.Selection) -> str:
     """How a region reference's selection reads: 'all', 'none', 'points (1,2) (3,4)',
     'hyperslab start=(..) stride=(..) count=(..) block=(..)' or 'blocks (0:2,1:3) ...'."""
     if sel.kind in ("all", "none"):
@@ -175,7 +175,7 @@ class Ref:
 
     kind: str
     address: int | None
-    selection: S.Selection | None = None
+    selection: SEL.Selection | None = None
     attribute: str | None = None
     file: str | None = None
     token: bytes = b""
@@ -209,7 +209,7 @@ def decode_references(raw: bytes | memoryview, dt: Reference, heap: GlobalHeapRe
                 raise Unsupported("region references need the global heap")
             hc = Reader(heap.get(addr, index), 0, sizes, "region reference")
             target = hc.offset()
-            out.append(Ref("region", target, S.decode(hc)))
+            out.append(Ref("region", target, SEL.decode(hc)))
         elif dt.ref_type in (REF_OBJECT2, REF_REGION2, REF_ATTR):
             out.append(_revised_ref(c, heap, sizes))
         else:
@@ -250,7 +250,7 @@ def _revised_ref(c: Reader, heap: GlobalHeapReader | None, sizes: Sizes) -> Ref 
         size = body.u32()           # of the selection serialization (rank not included)
         body.u32()                  # rank (the selection stores its own)
         sub = Reader(body.bytes(size), 0, sizes, "region reference selection")
-        sel = S.decode(sub)
+        sel = SEL.decode(sub)
     elif rtype == REF_ATTR:
         kind = "attribute"
         attr = body.bytes(body.u16()).decode("utf-8", "surrogateescape")

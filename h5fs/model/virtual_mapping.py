@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 from ..errors import FormatError
-from ..format import selection as S
+from ..format import selection as SEL
 from ..format import vds_mapping
 from ..storage.remote.siblings import canonical
 from ..storage.selection_geometry import build_selection, selection_nbytes
@@ -60,7 +60,7 @@ def mapping_block(ds) -> vds_mapping.MappingBlock:
 class SourceMapping:
     """One mapping with its (clipped) virtual selection and a concrete source name."""
 
-    def __init__(self, file_name: str, dset_name: str, vsel, src_spec: S.Selection, pairs_exact: bool, label: str):
+    def __init__(self, file_name: str, dset_name: str, vsel, src_spec: SEL.Selection, pairs_exact: bool, label: str):
         self.file_name, self.dset_name = file_name, dset_name
         self.vsel = vsel
         self.src_spec = src_spec

@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import partial
 
 from ..errors import FormatError, Unsupported
-from ..format import selection as S
+from ..format import selection as SEL
 from ..storage.selection_geometry import RegDim, build_selection, clip_extent_match, selection_ends
 from .cache_size import approx_size
 from .dtypes import describe, is_converted
@@ -114,7 +114,7 @@ class Plan:
                     c2 = list(count)
                     s2[vu] = start[vu] + j * stride[vu]
                     c2[vu] = 1
-                    sub = S.Selection("hyperslab", vs.rank, regular=(tuple(s2), tuple(stride), tuple(c2), tuple(block)))
+                    sub = SEL.Selection("hyperslab", vs.rank, regular=(tuple(s2), tuple(stride), tuple(c2), tuple(block)))
                     vsel = build_selection(sub, self.shape, None, label)
                     if vsel is not None:
                         maps.append(SourceMapping(substitute(m.source_file, j), substitute(m.source_dataset, j),

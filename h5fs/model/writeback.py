@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import CannotWrite, H5fsError
-from ..format.messages import dataspace as S
+from ..format.messages import dataspace as DS
 from ..format.messages import layout as L
 from ..storage.chunk_grid import chunks_in_box, linear_boxes, overlap
 from ..storage.chunked import ChunkedSource
@@ -468,7 +468,7 @@ class Writeback:
         """The raw bytes the dataset can reach by writes: its maximum first dimension's worth
         (chunked storage), its size (other storage or no dimension); None: unlimited."""
         space = ds.dataspace
-        if space.kind != S.SIMPLE or not space.dims or not ds.layout.chunked:
+        if space.kind != DS.SIMPLE or not space.dims or not ds.layout.chunked:
             return ds.source.size
         limit = space.maxdims[0]
         return None if limit is None else limit * prod(space.dims[1:]) * ds.itemsize

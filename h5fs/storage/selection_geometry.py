@@ -13,7 +13,7 @@ from math import prod
 import numpy as np
 
 from ..errors import FormatError, Unsupported
-from ..format import selection as S
+from ..format import selection as SEL
 
 MAX_EXPLICIT = 1 << 22         # elements of an enumerated (non-product) selection
 MAX_PIECES = 4096              # boxes two selections' part of a box may pair as, else elements
@@ -207,7 +207,7 @@ class ExplicitSel:
         return self.points[ords]
 
 
-def build_selection(sel: S.Selection, shape: tuple[int, ...], clip: int | None = None, what: str = ""):
+def build_selection(sel: SEL.Selection, shape: tuple[int, ...], clip: int | None = None, what: str = ""):
     """A ProductSel/ExplicitSel for a decoded selection in a dataspace of `shape`; the unlimited
     dimension of a regular hyperslab is clipped at `clip`. None for an empty selection."""
     rank = len(shape)
@@ -299,7 +299,7 @@ def _runs(vd, sd, s: int, c: int) -> list[tuple[int, int, int]]:
 
 # -------------------------------------------------------------------- extents and memory
 
-def selection_ends(sel: S.Selection, skip: int | None) -> list[int | None]:
+def selection_ends(sel: SEL.Selection, skip: int | None) -> list[int | None]:
     """Per dimension, the last selected coordinate (None for the unlimited dimension `skip`)."""
     if sel.regular is not None:
         out = []

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from ..errors import FormatError, Unsupported
-from ..format.messages import dataspace as S
+from ..format.messages import dataspace as DS
 from ..format.messages import layout as L
 from ..format.messages.filter_pipeline import FilterPipeline
 from .blockio import BlockReader
@@ -38,7 +38,7 @@ class StoredData(Protocol):
     file: StoringFile
 
     @property
-    def dataspace(self) -> S.Dataspace: ...
+    def dataspace(self) -> DS.Dataspace: ...
 
     @property
     def layout(self) -> L.DataLayout: ...
@@ -62,7 +62,7 @@ class StoredData(Protocol):
 @dataclass(frozen=True)
 class SourceContext:
     data: StoredData
-    space: S.Dataspace
+    space: DS.Dataspace
     layout: L.DataLayout
     size: int                     # data_bytes
     cache_key: tuple[int, int]    # the dataset's chunks in the chunk cache: (header address, generation)
@@ -95,10 +95,10 @@ def chunks_filtered(pipe: FilterPipeline | None) -> bool:
     return pipe is not None and bool(pipe.filters or pipe.sections)
 
 
-def index_context(data: StoredData, space: S.Dataspace, lay: L.DataLayout) -> IndexContext:
+def index_context(data: StoredData, space: DS.Dataspace, lay: L.DataLayout) -> IndexContext:
     """The context a chunked or structured dataset's index opens with, its messages checked
     against each other."""
-    if space.kind != S.SIMPLE:
+    if space.kind != DS.SIMPLE:
         raise FormatError(f"{data.path}: chunked dataset with a {('scalar', 'simple', 'null')[space.kind]} dataspace")
     if lay.element_size != data.itemsize:
         raise FormatError(f"{data.path}: chunk element size {lay.element_size} differs from datatype size "

@@ -13,11 +13,11 @@ from math import prod
 import numpy as np
 
 from ..errors import FormatError
-from ..format import selection as S
+from ..format import selection as SEL
 from ..format.codec import Writer
 
 
-def positions(sel: S.Selection, chunk: tuple[int, ...], what: str) -> np.ndarray:
+def positions(sel: SEL.Selection, chunk: tuple[int, ...], what: str) -> np.ndarray:
     """The sorted linear indices `sel` selects in a chunk of dimensions `chunk`."""
     n = prod(chunk)
     if sel.kind == "none":
@@ -53,28 +53,28 @@ def positions(sel: S.Selection, chunk: tuple[int, ...], what: str) -> np.ndarray
     return np.flatnonzero(mask)
 
 
-def smallest(pos: np.ndarray, chunk: tuple[int, ...]) -> S.Selection:
+def smallest(pos: np.ndarray, chunk: tuple[int, ...]) -> SEL.Selection:
     """The selection of these sorted unique positions that serializes in the fewest bytes."""
     n = prod(chunk)
     if len(pos) == 0:
-        return S.Selection("none")
+        return SEL.Selection("none")
     if len(pos) == n:
-        return S.Selection("all")
+        return SEL.Selection("all")
     rank = len(chunk)
     coords = np.stack(np.unravel_index(pos, chunk), axis=1).astype(np.int64)
     lo, hi = _blocks(coords, pos, chunk)
-    candidates = [S.Selection("points", rank, points=coords)]
+    candidates = [SEL.Selection("points", rank, points=coords)]
     regular = _regular(lo, hi)
     if regular is not None:
-        candidates.append(S.Selection("hyperslab", rank, regular=regular))
+        candidates.append(SEL.Selection("hyperslab", rank, regular=regular))
     else:
-        candidates.append(S.Selection("hyperslab", rank, blocks=np.stack([lo, hi], axis=1)))
+        candidates.append(SEL.Selection("hyperslab", rank, blocks=np.stack([lo, hi], axis=1)))
     return min(candidates, key=_size)
 
 
-def _size(sel: S.Selection) -> int:
+def _size(sel: SEL.Selection) -> int:
     w = Writer()
-    S.encode(w, sel)
+    SEL.encode(w, sel)
     return len(w.getvalue())
 
 
