@@ -42,7 +42,7 @@ class Line:
 
 
 def flush_text(status: dict) -> str | None:
-    """The flush a daemon's status (Operations.status) shows: its chunks written so far, or
+    """The flush a daemon's status (MountState.status) shows: its chunks written so far, or
     those waiting before it starts; None when nothing waits."""
     flushing = status.get("flushing")
     if flushing:

@@ -1,7 +1,7 @@
 """`h5fs status [MOUNTPOINT] [--json]`: every h5fs mount and what its daemon is doing.
 
 Each daemon answers the read-only xattr `user.h5fs.status` of its mount's root with a JSON
-object (Operations.status); a remote mount's has a "remote" object, its byte source's counters
+object (MountState.status); a remote mount's has a "remote" object, its byte source's counters
 (RemoteSource.stats), and "siblings", the same for each object the file names beside itself.
 The question is asked from a thread with a timeout, so a hung daemon is reported as such
 instead of hanging the command.

@@ -33,7 +33,7 @@ from bare_fuse import fuse_escape
 from h5fs.fuse.mounts import find_mount, set_readahead
 
 TIMEOUT = 3600.0
-BLKSIZE = 1 << 20          # as h5fs (h5fs/fuse/operations.py BLKSIZE)
+BLKSIZE = 1 << 20          # as h5fs (h5fs/fuse/stat_replies.py BLKSIZE)
 DEFAULT_READAHEAD_KB = 4096  # as h5fs (h5fs/mount_options.py DEFAULT_READAHEAD_KB)
 WRITING = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
 

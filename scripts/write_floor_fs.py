@@ -12,7 +12,7 @@ the cost of each request plus the copy into the page cache that any file system 
 
 Mounted as h5fs mounts by default (h5fs/mount_options.py `fuse_options`): `default_permissions`,
 `subtype=` and `fsname=`, no writeback_cache, entry/attr/negative timeouts of 3600 s and
-st_blksize 1 MiB (h5fs/fuse/operations.py), files opened without keep_cache or direct_io.
+st_blksize 1 MiB (h5fs/fuse/stat_replies.py), files opened without keep_cache or direct_io.
 
 Ready handshake (as scripts/passthrough_fs.py): once the mount answers a `stat`, "ready" is
 printed on stdout; a failure prints its reason on stderr and exits 1. Unmount with
@@ -36,7 +36,7 @@ import pyfuse3
 from bare_fuse import fuse_escape
 from pyfuse3 import FUSEError
 
-TIMEOUT = 3600.0          # as h5fs (h5fs/fuse/operations.py TIMEOUT)
+TIMEOUT = 3600.0          # as h5fs (h5fs/fuse/stat_replies.py TIMEOUT)
 BLKSIZE = 1 << 20         # as h5fs: cp copies in st_blksize pieces
 
 

@@ -73,10 +73,10 @@ def test_lookup_getattr_read(ops):
 
 def listing(ops, ino: int) -> dict[bytes, int]:
     """name -> inode of a directory's snapshot, handed out as readdirplus does."""
-    parent = ops.table.get(ino)
+    parent = ops.state.table.get(ino)
     out = {}
-    for entry in ops.handles.dirs[run(ops.opendir, ino, None)].entries:
-        node = ops.table.intern(parent, entry)
+    for entry in ops.state.handles.dirs[run(ops.opendir, ino, None)].entries:
+        node = ops.state.table.intern(parent, entry)
         node.lookups += 1
         out[entry.name] = node.ino
     return out
@@ -140,14 +140,14 @@ def test_error_boundary(ops, monkeypatch, caplog):
 
 
 def test_broken_object_is_listed(ops, monkeypatch):
-    real_get = ops.f.get
+    real_get = ops.state.f.get
 
     def get(address, path):
         if path == "/g/b":
             raise FormatError("/g/b: object header checksum mismatch")
         return real_get(address, path)
 
-    monkeypatch.setattr(ops.f, "get", get)
+    monkeypatch.setattr(ops.state.f, "get", get)
     g = run(ops.lookup, pyfuse3.ROOT_INODE, b"g", None)
     entries = listing(ops, g.st_ino)
     assert list(entries) == [b"b"]
@@ -171,7 +171,7 @@ def test_npy_view_failure_keeps_raw_view(ops, monkeypatch):
 def test_oversized_xattr_is_e2big_and_not_kept(ops):
     g = run(ops.lookup, pyfuse3.ROOT_INODE, b"g", None)
     assert fuse_errno(ops.getxattr, g.st_ino, b"user.huge", None) == errno.E2BIG
-    assert ops.xattr_values.get((ops.table.get(g.st_ino).address, "huge")) is None
+    assert ops.state.xattr_values.get((ops.state.table.get(g.st_ino).address, "huge")) is None
     assert run(ops.getxattr, g.st_ino, b"user.n", None) == b"5"
 
 
@@ -179,16 +179,16 @@ def test_forget_releases_inodes(ops):
     root = pyfuse3.ROOT_INODE
     a = run(ops.lookup, root, b"a", None)
     assert run(ops.lookup, root, b"a", None).st_ino == a.st_ino  # known: the same number, 2 lookups
-    before = len(ops.table)
+    before = len(ops.state.table)
     run(ops.forget, [(a.st_ino, 1)])
-    assert ops.table.get(a.st_ino) is not None
+    assert ops.state.table.get(a.st_ino) is not None
     run(ops.forget, [(a.st_ino, 1), (root, 5)])  # the root is never released
-    assert ops.table.get(a.st_ino) is None and ops.table.get(root) is not None
-    assert len(ops.table) == before - 1
+    assert ops.state.table.get(a.st_ino) is None and ops.state.table.get(root) is not None
+    assert len(ops.state.table) == before - 1
     assert fuse_errno(ops.getattr, a.st_ino, None) == errno.ESTALE
     again = run(ops.lookup, root, b"a", None)
     assert again.st_ino != a.st_ino  # numbers are never reused
-    assert run(ops.getxattr, pyfuse3.ROOT_INODE, b"user.h5fs.inodes", None) == str(len(ops.table)).encode()
+    assert run(ops.getxattr, pyfuse3.ROOT_INODE, b"user.h5fs.inodes", None) == str(len(ops.state.table)).encode()
 
 
 def test_failed_lookup_leaves_no_inode(ops, monkeypatch):
@@ -198,9 +198,9 @@ def test_failed_lookup_leaves_no_inode(ops, monkeypatch):
         raise Unsupported("no .npy form for this type")
 
     monkeypatch.setattr(Dataset, "npy_dtype", property(refuse))
-    before = len(ops.table)
+    before = len(ops.state.table)
     assert fuse_errno(ops.lookup, pyfuse3.ROOT_INODE, b"a.npy", None) == errno.EIO
-    assert len(ops.table) == before
+    assert len(ops.state.table) == before
 
 
 def test_each_open_has_its_own_handle(ops):
@@ -212,13 +212,13 @@ def test_each_open_has_its_own_handle(ops):
     assert run(ops.read, second, 396, 4) == np.int32(99).tobytes()
     assert fuse_errno(ops.read, first, 0, 4) == errno.EBADF
     one, two = run(ops.opendir, pyfuse3.ROOT_INODE, None), run(ops.opendir, pyfuse3.ROOT_INODE, None)
-    assert one != two and ops.handles.dirs[one].entries == ops.handles.dirs[two].entries
+    assert one != two and ops.state.handles.dirs[one].entries == ops.state.handles.dirs[two].entries
     run(ops.releasedir, one)
-    assert one not in ops.handles.dirs and two in ops.handles.dirs
+    assert one not in ops.state.handles.dirs and two in ops.state.handles.dirs
 
 
 def test_requests_are_counted(ops):
-    before = ops.requests
+    before = ops.state.requests
     run(ops.lookup, pyfuse3.ROOT_INODE, b"nope", None)
     run(ops.getattr, pyfuse3.ROOT_INODE, None)
     assert run(ops.getxattr, pyfuse3.ROOT_INODE, b"user.h5fs.requests", None) == str(before + 3).encode()
@@ -228,13 +228,13 @@ def test_a_listing_asked_again_reuses_what_the_kernel_holds(ops):
     """Once its listing is forgotten, a directory listed again takes the kind and stat numbers
     of children the kernel holds inodes of from those inodes: their headers are not read."""
     first = run(ops.opendir, pyfuse3.ROOT_INODE, None)
-    listed = ops.handles.dirs[first].entries
+    listed = ops.state.handles.dirs[first].entries
     a = run(ops.lookup, pyfuse3.ROOT_INODE, b"a", None)      # the kernel now holds /a
-    a_address = ops.table.get(a.st_ino).address
+    a_address = ops.state.table.get(a.st_ino).address
     g_address = next(e.address for e in listed if e.name == b"g")
-    ops.listings.pop(ops.table.root.address)
-    ops.f.meta.clear()
-    again = ops.handles.dirs[run(ops.opendir, pyfuse3.ROOT_INODE, None)].entries
+    ops.state.listings.pop(ops.state.table.root.address)
+    ops.state.f.meta.clear()
+    again = ops.state.handles.dirs[run(ops.opendir, pyfuse3.ROOT_INODE, None)].entries
     assert again == listed
-    assert ops.f.peek_state(a_address) is None                # answered by the inode
-    assert ops.f.peek_state(g_address) is not None            # unknown to the kernel: read
+    assert ops.state.f.peek_state(a_address) is None                # answered by the inode
+    assert ops.state.f.peek_state(g_address) is not None            # unknown to the kernel: read

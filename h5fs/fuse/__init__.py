@@ -4,13 +4,22 @@ What the mount shows, and every number it reports, is the engine's answer
 (h5fs/model/namespace.py: entries of a group, one name, stat numbers, facts, attributes). This
 package keeps what only an adapter can:
 
-Modules: `operations` (the pyfuse3 handlers), `inodes` (the kernel's inodes, with lookup counts:
-released on forget), `handles` (per-open file state; directory snapshots that readdir cookies
-index), `blocks` (st_blocks that take a chunk index walk, counted in the background),
-`invalidate` (telling the kernel what changed), `views` (xattr names and value text), `errors`
-(the one error boundary; it counts requests), `offload` (the one worker-thread helper),
-`prefetch` (sequential read-ahead per open file), `lru` (bounded caches), `daemon` (mount,
-serve, unmount), `mounts` (mount table helpers).
+Modules: `operations` (the pyfuse3 subclass: forwards each request, with the mount's state, to
+the module that answers it), `mount_state` (what one mount keeps, passed to every handler, and
+the helpers they share), the handlers by job: `lookups` (lookup, getattr, forget, readlink,
+statfs), `listings` (opendir, readdir, releasedir), `open_files` (open, read, write, setattr,
+flush, fsync, release), `xattrs` and `xattr_edits` (reading, and setting or removing, xattrs),
+`namespace_edits` (mkdir, rmdir, unlink, rename, link, symlink), `npy_arrivals` (create, mknod:
+new files and arrays arriving); what they share: `stat_replies` (the attributes handed to the
+kernel), `editing` (how an edit runs and what it tells), `names` (file names checked), `writes`
+(the write side: data writes, truncation, the background flush); `inodes` (the kernel's inodes,
+with lookup counts: released on forget), `handles` (per-open file state; directory snapshots
+that readdir cookies index), `blocks` (st_blocks that take a chunk index walk, counted in the
+background), `invalidate` (telling the kernel what changed), `views` (xattr names and value
+text), `errors` (the one error boundary; it counts requests), `offload` (the one worker-thread
+helper), `prefetch` (sequential read-ahead per open file), `lru` (bounded caches),
+`points_stream` (a `.points.npy` being written), `daemon` (mount, serve, unmount), `mounts`
+(mount table helpers).
 
 What the mount shows
 - Group -> directory (mode 0555 until writes exist; st_nlink = the group's hard-link count).

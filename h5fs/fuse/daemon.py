@@ -132,7 +132,7 @@ def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeb
         utab.remove(mountpoint)
     for name in deferred:
         log.warning("signal %s while writing the last changes: they were written first", name)
-    log.info("unmounted %s (%s, up %s)", mountpoint, mode, duration(time.time() - ops.started))
+    log.info("unmounted %s (%s, up %s)", mountpoint, mode, duration(time.time() - ops.state.started))
     # Python resets its handlers to the defaults as the interpreter ends: a signal now must not
     # turn a clean exit into death by signal.
     for s in (signal.SIGTERM, signal.SIGINT):
@@ -153,8 +153,8 @@ def _close(ops: Operations, source: str, foreground: bool) -> int:
             shown[0] = text
             notify.status(text)
 
-    watching = ops.writes is not None and (line is not None or notify.enabled())
-    watcher = watch(lambda: flush_text(ops.status()), done, show, line) if watching else None
+    watching = ops.state.writes is not None and (line is not None or notify.enabled())
+    watcher = watch(lambda: flush_text(ops.state.status()), done, show, line) if watching else None
     try:
         ops.close()
         return 0
@@ -205,14 +205,14 @@ async def _signals(logs: Logs, ops: Operations, early: list[str]) -> None:
         if early:
             log.info("signal %s: unmounting", early[0])
             early.clear()
-            ops.f.stop()
+            ops.state.f.stop()
             pyfuse3.terminate()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 logs.reopen()
                 continue
             log.info("signal %s: unmounting", signal.Signals(signum).name)
-            ops.f.stop()   # requests waiting for a remote server are answered now, not after retries
+            ops.state.f.stop()   # requests waiting for a remote server are answered now, not after retries
             pyfuse3.terminate()
 
 
@@ -234,4 +234,4 @@ async def _announce(ops: Operations, mountpoint: str, readahead_kb: int, on_read
     if m is not None:
         utab.add(m.source, mountpoint)
     on_ready()
-    notify.ready(f"serving {ops.source} on {mountpoint}")
+    notify.ready(f"serving {ops.state.source} on {mountpoint}")

@@ -1,13 +1,14 @@
 """The one error boundary between h5fs and pyfuse3.
 
 Any exception other than `pyfuse3.FUSEError` escaping a handler stops `pyfuse3.main` under trio,
-so every handler of `Operations` is wrapped by `boundary`: domain errors (`H5fsError`) become
-their errno, `OSError` keeps its errno, anything unexpected is logged with the object it concerns
-and answered with EIO; the daemon keeps serving. It also counts the requests served
-(`Operations.requests`, the root fact `user.h5fs.requests`): benchmarks divide the daemon's CPU
-time by it. A handler that met bytes of a remote object not fetched yet (WouldBlock: reads on
-the trio thread never wait for a network) is answered again once a worker fetched them; a remote
-mount is read-only, so running a handler again changes nothing twice.
+so every request handler (fuse/operations.py forwards each request to one) is wrapped by
+`boundary`: domain errors (`H5fsError`) become their errno, `OSError` keeps its errno, anything
+unexpected is logged with the object it concerns and answered with EIO; the daemon keeps serving.
+It also counts the requests served (`MountState.requests`, the root fact `user.h5fs.requests`):
+benchmarks divide the daemon's CPU time by it. A handler that met bytes of a remote object not
+fetched yet (WouldBlock: reads on the trio thread never wait for a network) is answered again
+once a worker fetched them; a remote mount is read-only, so running a handler again changes
+nothing twice.
 """
 
 from __future__ import annotations
@@ -38,18 +39,20 @@ def fuse_error(exc: BaseException) -> pyfuse3.FUSEError:
     return pyfuse3.FUSEError(errno.EIO)
 
 
-def boundary(fn):
-    """Decorate an async `Operations` handler: only FUSEError ever leaves it."""
-
-    name = fn.__name__
+def boundary(fn=None, *, request: str | None = None):
+    """Decorate an async request handler `fn(mount, *args)` (`mount`: the mount state): only
+    FUSEError ever leaves it. `request`: the request's name in logs, when not `fn`'s."""
+    if fn is None:
+        return functools.partial(boundary, request=request)
+    name = request or fn.__name__
 
     @functools.wraps(fn)
-    async def wrapper(self, *args):
-        self.requests += 1
+    async def wrapper(mount, *args):
+        mount.requests += 1
         try:
             for _ in range(MAX_REFETCH):
                 try:
-                    return await fn(self, *args)
+                    return await fn(mount, *args)
                 except WouldBlock as exc:   # a remote object's bytes: fetched off the trio thread
                     await trio.to_thread.run_sync(exc.wait)
             raise H5fsError(f"the request kept needing remote bytes after {MAX_REFETCH} fetches "
@@ -57,13 +60,13 @@ def boundary(fn):
         except pyfuse3.FUSEError:
             raise
         except H5fsError as exc:
-            warn_once(f"{name} {_describe(self, name, args)}: {type(exc).__name__}: {exc}")
+            warn_once(f"{name} {_describe(mount, name, args)}: {type(exc).__name__}: {exc}")
             raise fuse_error(exc) from None
         except OSError as exc:
-            log.warning("%s %s: %s", name, _describe(self, name, args), exc)
+            log.warning("%s %s: %s", name, _describe(mount, name, args), exc)
             raise fuse_error(exc) from None
         except Exception:
-            log.exception("%s %s: unexpected error, answering EIO", name, _describe(self, name, args))
+            log.exception("%s %s: unexpected error, answering EIO", name, _describe(mount, name, args))
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     return wrapper
@@ -83,9 +86,9 @@ def warn_once(message: str) -> None:
     log.warning("%s", message)
 
 
-def _describe(ops, handler: str, args) -> str:
+def _describe(mount, handler: str, args) -> str:
     """Name the object a request concerns, for the log (never raises)."""
     try:
-        return ops.describe_request(handler, args)
+        return mount.describe_request(handler, args)
     except Exception:  # pragma: no cover - logging must not fail
         return repr(args)[:200]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import trio
 
 from ..model.namespace import Entry
-from ..spans import Spans
+from ..model.npy_ingest import NpyIngest
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,29 +32,22 @@ class OpenFile:
 
 @dataclass(slots=True)
 class NpyStream:
-    """A `.npy` file being created (`cp x.npy DIR/`): its bytes are held until the header
-    parses, then dataset `name` is made from it and the rest is written into it as it comes.
-    Or one replacing an existing `D.npy` (opened with O_TRUNC): the array goes into a dataset
-    no link names, which gives D its data at close.
-    With `-o writeback_cache` the kernel sends a file's pages in parallel requests that arrive
-    in any order: `lock` makes one write at a time; until the header parses every piece goes
-    into `head` where it belongs (a later piece over an earlier one, as in any file), `held`
-    saying which bytes came; then `body` says which bytes of the array data came."""
+    """A `.npy` file being created (`cp x.npy DIR/`): once its header is whole (the model's
+    `ingest` says what came and where each piece goes: model/npy_ingest.py), dataset `name` is
+    made from it and the rest is written into it as it comes. Or one replacing an existing
+    `D.npy` (opened with O_TRUNC): the array goes into a dataset no link names, which gives D
+    its data at close. With `-o writeback_cache` the kernel sends a file's pages in parallel
+    requests that arrive in any order: `lock` makes one write at a time."""
     ino: int
     parent: object            # the directory's node (None: replacing)
     name: str                 # the dataset's link name (the file name without `.npy`)
-    head: bytearray           # the bytes written before the header was complete (then: the header)
-    header: object = None     # the parsed NpyHeader
+    ingest: NpyIngest = field(default_factory=NpyIngest)
     obj: object = None        # the dataset, once made
-    failed: BaseException | None = None   # why the file cannot become a dataset
     replaces: object = None   # the dataset D whose data it replaces
     # ... keeping D's storage when the array fits it (model/replace_like.py); a file's bytes
     # becoming its own array (`mv T x.npy`) are stored as a new array, never as the bytes were
     keeps: bool = True
     lock: trio.Lock = field(default_factory=trio.Lock)
-    held: Spans = field(default_factory=Spans)   # which bytes of `head` were written
-    body: Spans = field(default_factory=Spans)   # which bytes of the array data were written
-    fortran: object = None    # a Fortran-order array's body, held until whole (model/fortran_body.py)
     # `mv T D.npy`: T's link (group, name), removed in the transaction that gives D its data;
     # then the hard links left to T's object
     moves: tuple | None = None

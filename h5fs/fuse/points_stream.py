@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..model.points_write import read_points, replace_points
 from . import offload
+from .mount_state import MountState
 
 SPOOL_BYTES = 16 << 20   # kept in memory below this, in a temporary file above
 
@@ -40,14 +41,14 @@ class PointsStream:
         self.buffer.close()
 
 
-async def finish(ops, stream: PointsStream) -> bool:
+async def finish(mount: MountState, stream: PointsStream) -> bool:
     """At a close: the content becomes the defined set if it was written since the last time
     (a close of nothing written, such as dd's duplicate descriptor, changes nothing). True when
     the dataset changed."""
     if stream.size == 0 or not stream.dirty:
         return False
-    ds = ops.f.get(stream.address, stream.path)
-    wb = ops.writes.wb
+    ds = mount.f.get(stream.address, stream.path)
+    wb = mount.writes.wb
 
     def replace() -> None:
         indices, values = read_points(ds, stream.buffer, stream.size)

@@ -3,7 +3,7 @@
 Pure functions over engine values; no trio, no pyfuse3, no I/O. (What a directory shows, stat
 numbers, the `.npy` header and symlink text are the engine's: h5fs/model/namespace.py.)
 
-xattr naming (see also operations.Operations.listxattr):
+xattr naming (see also xattrs.listxattr):
 - HDF5 attribute `A` -> `user.A`.
 - h5fs facts -> `user.h5fs.<fact>` (dtype, shape, maxshape, chunks, filters, layout, fill_value,
   storage_size, ... plus `kind`, `address`, `path`; the mount root also has `pid`, `file`, `log`,

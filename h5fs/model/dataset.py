@@ -96,6 +96,11 @@ class Dataset(H5Object):
         return self.layout.layout_class == L.STRUCTURED
 
     @property
+    def is_virtual(self) -> bool:
+        """Its bytes are its source datasets' (a virtual dataset): writes elsewhere change them."""
+        return self.layout.layout_class == L.VIRTUAL
+
+    @property
     def index_filtered(self) -> bool:
         """Whether the chunk index records filtered chunks."""
         return chunks_filtered(self.pipeline)
