@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import make_h5, saved, wait_until
-from h5fs.model.namespace import npy_header, npy_header_size
+from h5fs.model.npy_header import npy_header, npy_header_size
 
 
 def fact(mp, name: str) -> int:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from h5fs.errors import InvalidWrite
-from h5fs.model.namespace import npy_header
+from h5fs.model.npy_header import npy_header
 from h5fs.model.npy_ingest import NpyIngest
 
 

@@ -20,6 +20,7 @@ from pyfuse3 import FUSEError
 
 from ..model import namespace
 from ..model.namespace import DIR, DTYPE, NPY, POINTS, RAW, SYMLINK
+from ..model.npy_header import npy_header
 from . import editing, npy_arrivals, offload, writes
 from .errors import boundary
 from .handles import NpyStream, OpenFile, handle_address
@@ -86,7 +87,7 @@ def _open_handle(node: Node, obj) -> OpenFile:
         text = namespace.datatype_text(obj)
         return OpenFile(node.ino, DTYPE, obj, text, 0)
     if node.kind == NPY:
-        header = namespace.npy_header(obj.npy_dtype, obj.npy_shape)
+        header = npy_header(obj.npy_dtype, obj.npy_shape)
         return OpenFile(node.ino, NPY, obj, header, int(obj.npy_body_size))
     return OpenFile(node.ino, RAW, obj, b"", int(obj.raw_size))
 

@@ -28,6 +28,7 @@ from ..model import namespace
 from ..model.free_space import find_free_space
 from ..model.namespace import NPY, RAW
 from ..model.npy_view_write import npy_view_truncate, npy_view_write
+from ..model.npy_header import npy_header
 from . import offload
 from .handles import OpenFile
 from .inodes import Node
@@ -217,5 +218,5 @@ def _reopened(handle: OpenFile) -> OpenFile:
     """The handle with the dataset's current size (and `.npy` header)."""
     ds = handle.obj
     if handle.kind == NPY:
-        return OpenFile(handle.ino, NPY, ds, namespace.npy_header(ds.npy_dtype, ds.npy_shape), int(ds.npy_body_size))
+        return OpenFile(handle.ino, NPY, ds, npy_header(ds.npy_dtype, ds.npy_shape), int(ds.npy_body_size))
     return OpenFile(handle.ino, RAW, ds, b"", int(ds.raw_size))

@@ -39,7 +39,7 @@ from ..format.messages import layout as L
 from ..format.messages.link import HARD, Link
 from . import messages as M
 from .dtypes import is_converted
-from .npy_header import npy_header, npy_header_size  # noqa: F401 - npy_header: the FUSE layer's name for it
+from .npy_header import npy_header_size
 
 if TYPE_CHECKING:
     from .attributes import Attribute

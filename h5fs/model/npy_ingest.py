@@ -25,8 +25,7 @@ from .dataset import Dataset
 from .dataset_create import npy_storage
 from .fortran_body import MAX_BYTES as FORTRAN_MAX_BYTES
 from .fortran_body import FortranBody
-from .namespace import npy_header
-from .npy_header import PREAMBLE, NpyHeader, NpyHeaderError, header_end, parse_npy_header
+from .npy_header import PREAMBLE, NpyHeader, NpyHeaderError, header_end, npy_header, parse_npy_header
 from .replace_like import keeps_storage
 from .tree_edit import TreeEditor
 from .writeback import Writeback

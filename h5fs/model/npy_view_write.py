@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..errors import CannotWrite, InvalidWrite
 from .dataset import Dataset
-from .namespace import npy_header
+from .npy_header import npy_header
 
 
 def npy_view_write(ds: Dataset, header: bytes, off: int, buf) -> tuple[int, bytes]:
