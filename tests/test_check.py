@@ -36,6 +36,7 @@ from h5fs.format import superblock as sbf  # noqa: E402
 from h5fs.format.codec import Reader, Writer  # noqa: E402
 from h5fs.format.messages import layout as L  # noqa: E402
 from h5fs.format.messages import file_space_info  # noqa: E402
+from h5fs.format.messages.types import FSINFO  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
 from h5fs.storage import journal  # noqa: E402
 from h5fs.storage.header_edit import HeaderEdit, rewrite_message  # noqa: E402
@@ -472,7 +473,7 @@ def test_space_listed_free_but_used(built, tmp_path):
 def first_manager(path: Path, slot: int | None = None):
     """(File Space Info, a manager's header, its section list) of a file."""
     with H5File.open(str(path)) as f:
-        info = file_space_info.decode(Reader(f.extension.first(file_space_info.TYPE).data, 0, f.sizes))
+        info = file_space_info.decode(Reader(f.extension.first(FSINFO).data, 0, f.sizes))
         address = next(a for i, a in enumerate(info.managers) if a is not None and slot in (None, i))
         header = fsm.decode_header(f.reader.read(address, fsm.header_size(f.sizes)), address, f.sizes, "fsm")
         raw = f.reader.read(header.sections_address, header.sections_size)
@@ -536,7 +537,7 @@ def test_end_of_allocation_before_the_managers_past_the_end(built, tmp_path):
     path = tmp_path / "eoa.h5"
     shutil.copy(built("persistent-latest"), path)
     with H5File.open(str(path), writable=True) as f:
-        raw = f.extension.first(file_space_info.TYPE)
+        raw = f.extension.first(FSINFO)
         info = file_space_info.decode(Reader(raw.data, 0, f.sizes))
         w = Writer(f.sizes)
         file_space_info.encode(w, replace(info, eoa_before_managers=info.eoa_before_managers + 4096))

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from ..errors import FormatError, Unsupported
 from . import checksum
 from .codec import Sizes
+from .messages.types import CONTINUATION, KNOWN_TYPES, NIL
 
 MAX_BLOCKS = 1024          # continuation blocks per object
 MAX_MESSAGES = 65536       # messages per object, NIL and continuation included
@@ -37,7 +38,6 @@ MAX_HEADER_BYTES = 64 * 1024 * 1024
 MESSAGE_MAX = 65536        # a message's data is smaller (libhdf5's H5O_MESG_MAX_SIZE; 16-bit size field)
 MIN_CHUNK = 22             # least message bytes of a new block: a message header and a continuation (H5O_MIN_SIZE)
 
-NIL, CONTINUATION, REFCOUNT = 0x0000, 0x0010, 0x0016
 # Message flags (IV.A.1): constant, shared (the body is a shared-message reference), not to be
 # shared, writers that do not understand the type must fail, must mark it "was unknown" when they
 # write the object, was unknown to a writer, shareable, readers that do not understand it must fail
@@ -380,7 +380,3 @@ def encode_block(header: ObjectHeader, index: int) -> bytes:
 def encode_continuation(cont: Continuation, sizes: Sizes) -> bytes:
     """A continuation message body."""
     return sizes.layout("OL").pack(sizes.raw_address(cont.address), cont.length)
-
-
-# Message types h5fs decodes or knowingly ignores (IV.A.2).
-KNOWN_TYPES = frozenset(range(0x00, 0x19))

@@ -35,12 +35,12 @@ from ..format.messages import modification_time
 from ..format.messages import shared as shared_msg
 from ..format.messages import symbol_table as stab_msg
 from ..format.messages.link import Link
+from ..format.messages.types import ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD, SYMBOL_TABLE
 from ..format.object_header import RawMessage
 from ..storage import symbol_table_write as stab_write
 from ..storage.header_create import create_header
 from ..storage.header_edit import HeaderEdit, refcount_of
-from ..storage.links_write import (GROUP_INFO, LINK_INFO, SYMBOL_TABLE, GroupLinks, encode_link, land_links,
-                                   take_unrefs)
+from ..storage.links_write import GroupLinks, encode_link, land_links, take_unrefs
 from ..storage.object_delete import free_object, free_storage, shared_headers
 from ..storage.sohm_write import SharedMessages
 from ..storage.readers.object_header import read as read_header
@@ -54,7 +54,6 @@ from .objects import H5Object
 from .replace_like import STORAGE_MESSAGES, messages_like
 
 
-MTIME_OLD, MTIME, ATTRIBUTE_INFO = 0x0E, 0x12, 0x15
 DATASET_HEADER_HINT = 256   # libhdf5's least object header for a new dataset (H5D__update_oh_info)
 # what describes a dataset's data (a replacement of the data replaces these messages)
 DATA_MESSAGES = frozenset({M.DATASPACE, M.DATATYPE, M.FILL_OLD, M.FILL, M.EXTERNAL, M.LAYOUT, M.FILTERS})

@@ -16,7 +16,8 @@ import time
 
 from ..format import object_header as oh
 from ..format.codec import Sizes
-from ..format.object_header import NIL, REFCOUNT, HeaderBlock, ObjectHeader, RawMessage
+from ..format.messages.types import NIL, REFCOUNT
+from ..format.object_header import HeaderBlock, ObjectHeader, RawMessage
 from .header_edit import refcount_body
 from .header_writer import Layout
 from .transaction import Transaction

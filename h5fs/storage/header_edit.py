@@ -13,7 +13,8 @@ from ..errors import CannotWrite
 from ..format import object_header as oh
 from ..format.codec import Reader, Sizes, Writer
 from ..format.messages import small
-from ..format.object_header import CONTINUATION, NIL, REFCOUNT, ObjectHeader, RawMessage
+from ..format.messages.types import CONTINUATION, KNOWN_TYPES, NIL, REFCOUNT
+from ..format.object_header import ObjectHeader, RawMessage
 from .header_writer import Layout, Message
 from .transaction import Transaction
 
@@ -23,7 +24,7 @@ class HeaderEdit:
 
     def __init__(self, txn: Transaction, header: ObjectHeader):
         for m in header.messages:
-            if m.type not in oh.KNOWN_TYPES and m.flags & oh.FLAG_FAIL_UNKNOWN_WRITE:
+            if m.type not in KNOWN_TYPES and m.flags & oh.FLAG_FAIL_UNKNOWN_WRITE:
                 raise CannotWrite(f"object header at {header.address}: message type {m.type:#x}, unknown, "
                                   "forbids writers that do not know it")
         self.txn = txn

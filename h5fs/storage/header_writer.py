@@ -34,9 +34,8 @@ from dataclasses import dataclass, replace
 from ..errors import H5fsError
 from ..format import object_header as oh
 from ..format.codec import Sizes
-from ..format.object_header import CONTINUATION, NIL, ObjectHeader, RawMessage
-
-ATTRIBUTE = 0x000C
+from ..format.messages.types import ATTRIBUTE, CONTINUATION, KNOWN_TYPES, NIL
+from ..format.object_header import ObjectHeader, RawMessage
 
 
 class NoRoom(H5fsError):
@@ -104,7 +103,7 @@ class Layout:
                     last.data = bytes(last.size + self.head + m.size)
                 else:
                     flags = m.flags
-                    if m.type not in oh.KNOWN_TYPES and flags & oh.FLAG_MARK_UNKNOWN:
+                    if m.type not in KNOWN_TYPES and flags & oh.FLAG_MARK_UNKNOWN:
                         flags |= oh.FLAG_WAS_UNKNOWN   # as libhdf5 marks them when it writes the object
                     self.msgs.append(Message(m.type, flags, m.data, m.creation_order or 0, c, m.offset))
         self.renumber()

@@ -23,6 +23,7 @@ from ..format.messages import small
 from ..format.messages import symbol_table as stab_msg
 from ..format.messages.link import Link
 from ..format.messages.link_info import LinkInfo
+from ..format.messages.types import GROUP_INFO, LINK, LINK_INFO, SYMBOL_TABLE
 from ..format.symbol_table_entry import CACHE_NONE, CACHE_STAB
 from . import symbol_table_write as stab_write
 from .dense_storage import LINKS, DenseStore
@@ -32,7 +33,6 @@ from .readers import local_heap, symbol_table_node
 from .readers.object_header import read as read_header
 from .transaction import Transaction
 
-LINK_INFO, LINK, GROUP_INFO, SYMBOL_TABLE = 0x02, 0x06, 0x0A, 0x11
 MAX_COMPACT, MIN_DENSE = 8, 6          # libhdf5's defaults when the group info stores none
 MAX_MESSAGE = 65536                    # H5O_MESG_MAX_SIZE: larger links live in dense storage only
 UTF8 = 1

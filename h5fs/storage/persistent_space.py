@@ -47,6 +47,7 @@ from ..format import free_space_manager as fsm
 from ..format import superblock as sbf
 from ..format.codec import Reader, Sizes, Writer
 from ..format.messages import file_space_info as fsi
+from ..format.messages.types import FSINFO
 from .readers import object_header as header_reader
 from .space import LARGE, META, RAW, Allocator, Extent
 
@@ -94,7 +95,7 @@ def _file_space_info(reader, sb: sbf.Superblock) -> fsi.FileSpaceInfo | None:
     if sb.extension_address is None:
         return None
     header = header_reader.read(reader, sb.extension_address, "superblock extension")
-    raw = header.first(fsi.TYPE)
+    raw = header.first(FSINFO)
     return None if raw is None else fsi.decode(Reader(raw.data, 0, sb.sizes, "file space info message"))
 
 
@@ -253,7 +254,7 @@ class PersistentSpace:
         header = header_reader.read(txn.reader, self.extension, "superblock extension")
         w = Writer(self.sizes)
         fsi.encode(w, info)
-        rewrite_message(txn, header, header.first(fsi.TYPE), w.getvalue())
+        rewrite_message(txn, header, header.first(FSINFO), w.getvalue())
 
     def _adopt(self, info: fsi.FileSpaceInfo, headers: dict[int, fsm.FreeSpaceHeader], lists: dict[int, bytes]) -> None:
         """The commit landed: the file's managers and message are these now."""

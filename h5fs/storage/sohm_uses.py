@@ -23,12 +23,12 @@ from ..format.codec import Reader
 from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages import shared as shared_msg
 from ..format.messages import sohm_table as T
+from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO
 from ..format.object_header import FLAG_SHAREABLE
 from .readers import btree_v2 as bt_reader
 from .fractal_heap.reader import FractalHeap
 from .readers.sohm_table import attribute_refs, index_for, read_records
 
-ATTRIBUTE, ATTRIBUTE_INFO = 0x0C, 0x15
 IN_HEAP, IN_HEADER = 0, 1
 
 Problem = Callable[[str, str, str], None]   # (path, structure, what is wrong)

@@ -30,6 +30,7 @@ from ..format import checksum
 from ..format.codec import Reader, Writer
 from ..format.messages import shared as shared_msg
 from ..format.messages import sohm_table as T
+from ..format.messages.types import ATTRIBUTE, SOHM_TABLE
 from ..format.object_header import FLAG_SHAREABLE, FLAG_SHARED, RawMessage
 from .btree_v2_edit import BTreeV2Edit
 from .fractal_heap import writer as heap_write
@@ -38,7 +39,6 @@ from .readers import btree_v2 as bt_reader
 from .readers.sohm_table import attribute_refs, index_for, read_records, read_table
 from .transaction import Transaction
 
-ATTRIBUTE, SOHM_TABLE = 0x0C, 0x0F
 IN_HEAP, IN_HEADER = 0, 1   # a record's location
 
 

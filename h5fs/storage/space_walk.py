@@ -41,6 +41,8 @@ from ..format import free_space_manager as fsm
 from ..format.codec import Reader
 from ..format.messages import file_space_info, shared, small, sohm_table
 from ..format.messages import layout as L
+from ..format.messages.types import (ATTRIBUTE_INFO, BTREE_K, DATATYPE, EXTERNAL, FSINFO, LINK_INFO, SOHM_TABLE,
+                                     SYMBOL_TABLE)
 from ..format.symbol_table_entry import CACHE_STAB
 from .chunked import is_edge, read_chunk
 from .element_refs import heap_id_fields, heap_ids, heap_reference, object_addresses
@@ -70,10 +72,6 @@ class WalkedFile(Protocol):
 
     def get(self, address: int, path: str) -> Any: ...
 
-# Object header message types the walk follows (IV.A.2; h5fs.model.messages has the whole table,
-# a layer above this one).
-LINK_INFO, DATATYPE, EXTERNAL, SOHM_TABLE, SYMBOL_TABLE = 0x02, 0x03, 0x07, 0x0F, 0x11
-BTREE_K, ATTRIBUTE_INFO, FSINFO = 0x13, 0x15, 0x17
 SCAN_BYTES = 4 << 20   # contiguous variable-length data is scanned for heap IDs this much at a time
 MAX_NESTING = 8        # vlen data inside vlen data followed this deep
 

@@ -36,6 +36,7 @@ from ..format import symbol_table_node as snod
 from ..format.codec import Reader
 from ..format.messages.symbol_table import SymbolTable
 from ..format.messages.symbol_table import decode as decode_stab
+from ..format.messages.types import SYMBOL_TABLE
 from ..format.symbol_table_entry import CACHE_NONE, CACHE_SOFTLINK, CACHE_STAB, SymbolTableEntry
 from .group_btree_write import NOOP, REMOVE, RIGHT, Blocks, GroupBTree
 from .index.btree_v1_write import btree_k
@@ -49,7 +50,6 @@ from .readers.object_header import read as read_header
 if TYPE_CHECKING:
     from .transaction import Transaction
 
-SYMBOL_TABLE_MESSAGE = 0x11
 EST_ENTRIES, EST_NAME_LEN = 4, 8     # H5G_CRT_GINFO_EST_NUM_ENTRIES, H5G_CRT_GINFO_EST_NAME_LEN
 
 
@@ -297,5 +297,5 @@ def delete(txn: Transaction, stab: SymbolTable, what: str = "symbol table") -> l
 def cached_stab(txn: Transaction, address: int, what: str = "link target") -> SymbolTable | None:
     """The symbol table of the object at `address` when it is an old-style group: what an entry
     linking it caches (H5G__ent_convert)."""
-    raw = read_header(txn.reader, address, what).first(SYMBOL_TABLE_MESSAGE)
+    raw = read_header(txn.reader, address, what).first(SYMBOL_TABLE)
     return None if raw is None else decode_stab(Reader(raw.data, 0, txn.sizes, f"{what}: symbol table message"))

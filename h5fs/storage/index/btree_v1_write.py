@@ -31,6 +31,7 @@ from ...format import btree_v1 as bt
 from ...format.codec import Reader
 from ...format.messages.layout import DataLayout
 from ...format.messages.small import BTreeK, decode_btree_k
+from ...format.messages.types import BTREE_K
 from ..readers.object_header import read as read_header
 from . import ChunkRecord
 from .btree_batch import changes, check_coords, check_size, merged, not_twice, same_view, spans
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from ..transaction import Transaction
     from .btree_v1 import BTreeV1Index
 
-BTREE_K_MESSAGE = 0x13   # superblock extension message holding K for superblocks 2 and 3
 Entry = tuple[bt.ChunkKey, int]    # a key and the child after it
 
 
@@ -49,7 +49,7 @@ def btree_k(txn: Transaction) -> BTreeK:
     sb = txn.store.superblock
     if sb.version >= 2 and sb.extension_address is not None:
         ext = read_header(txn.reader, sb.extension_address, "superblock extension")
-        raw = ext.first(BTREE_K_MESSAGE)
+        raw = ext.first(BTREE_K)   # superblocks 2 and 3 keep K in their extension
         if raw is not None:
             return decode_btree_k(Reader(raw.data, 0, txn.sizes, "B-tree 'K' values message"))
     return BTreeK(sb.indexed_storage_k, sb.group_internal_k, sb.group_leaf_k)

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from ...format.codec import Reader
 from ...format.messages.small import decode_refcount
-from ...format.object_header import REFCOUNT, ObjectHeader, block0_length, decode
+from ...format.messages.types import REFCOUNT
+from ...format.object_header import ObjectHeader, block0_length, decode
 
 if TYPE_CHECKING:
     from ..extent_sink import ExtentSink
