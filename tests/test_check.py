@@ -742,8 +742,8 @@ def _replace_sohm_record(path: Path, old, new) -> None:
     """Rewrite one record of index 0 of the file's shared-message table (checksums kept)."""
     from h5fs.format import btree_v2 as bt
     from h5fs.format.messages import sohm_table as T
-    from h5fs.storage.btree_v2_edit import BTreeV2Edit
-    from h5fs.storage.readers import btree_v2 as bt_reader
+    from h5fs.storage.btree_v2.edit import BTreeV2Edit
+    from h5fs.storage.btree_v2 import reader as bt_reader
     with H5File.open(str(path), writable=True) as f:
         index = f.sohm_indexes[0]
         with f.store.transaction() as txn:

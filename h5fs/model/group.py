@@ -10,7 +10,8 @@ from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
 from ..storage import dense_storage
 from ..storage.fractal_heap.reader import FractalHeap
-from ..storage.readers import btree_v2, local_heap, symbol_table_node
+from ..storage.btree_v2 import reader as btree_v2
+from ..storage.readers import local_heap, symbol_table_node
 from ..storage.readers.btree_v1 import find_child
 from . import messages as M
 from .objects import H5Object, derived

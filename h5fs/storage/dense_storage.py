@@ -26,10 +26,10 @@ from ..format.codec import Reader, Sizes
 from ..format.fractal_heap import ATTRIBUTE_HEAP, LINK_HEAP, HeapParams
 from ..format.messages import attribute as attr_msg
 from ..format.messages import link as link_msg
-from .btree_v2_edit import BTreeV2Edit, delete as delete_tree, new_header
+from .btree_v2.edit import BTreeV2Edit, delete as delete_tree, new_header
 from .fractal_heap import writer as heap_write
 from .fractal_heap.reader import FractalHeap
-from .readers import btree_v2 as bt_reader
+from .btree_v2 import reader as bt_reader
 
 if TYPE_CHECKING:
     from .transaction import Transaction

@@ -25,7 +25,7 @@ from ..format.messages import shared as shared_msg
 from ..format.messages import sohm_table as T
 from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO
 from ..format.object_header import FLAG_SHAREABLE
-from .readers import btree_v2 as bt_reader
+from .btree_v2 import reader as bt_reader
 from .fractal_heap.reader import FractalHeap
 from .readers.sohm_table import attribute_refs, index_for, read_records
 

@@ -32,10 +32,10 @@ from ..format.messages import shared as shared_msg
 from ..format.messages import sohm_table as T
 from ..format.messages.types import ATTRIBUTE, SOHM_TABLE
 from ..format.object_header import FLAG_SHAREABLE, FLAG_SHARED, RawMessage
-from .btree_v2_edit import BTreeV2Edit
+from .btree_v2.edit import BTreeV2Edit
 from .fractal_heap import writer as heap_write
 from .fractal_heap.reader import FractalHeap
-from .readers import btree_v2 as bt_reader
+from .btree_v2 import reader as bt_reader
 from .readers.sohm_table import attribute_refs, index_for, read_records, read_table
 from .transaction import Transaction
 

@@ -49,7 +49,8 @@ from .element_refs import heap_id_fields, heap_ids, heap_reference, object_addre
 from .index import IndexContext, open_index
 from .persistent_space import SLOTS
 from .fractal_heap import reader as fractal_heap
-from .readers import btree_v1, btree_v2, extensible_array, fixed_array, free_space_manager
+from .btree_v2 import reader as btree_v2
+from .readers import btree_v1, extensible_array, fixed_array, free_space_manager
 from .readers import global_heap, local_heap, object_header
 from .readers import sohm_table as sohm_reader
 from .readers import superblock as superblock_reader

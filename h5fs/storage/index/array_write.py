@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 from ...format.fixed_array import ChunkElement, chunk_element_encoder, client_id
 from ...format.fixed_array import element_size as element_nbytes
 from ...format.messages.layout import DataLayout
-from . import ChunkRecord
-from .btree_batch import check_coords, check_size, same_view
+from . import ChunkRecord, check_coords, check_size, same_view
 from .fixed_array import chunk_nbytes, size_width_from_element
 
 if TYPE_CHECKING:

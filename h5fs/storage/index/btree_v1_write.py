@@ -33,8 +33,8 @@ from ...format.messages.layout import DataLayout
 from ...format.messages.small import BTreeK, decode_btree_k
 from ...format.messages.types import BTREE_K
 from ..readers.object_header import read as read_header
-from . import ChunkRecord
-from .btree_batch import changes, check_coords, check_size, merged, not_twice, same_view, spans
+from ..tree_batch import changes, merged, not_twice, spans
+from . import ChunkRecord, check_coords, check_size, same_view
 
 if TYPE_CHECKING:
     from ..transaction import Transaction

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 from ...errors import FormatError
 from ...format import btree_v2 as bt
 from ...format.messages.layout import DataLayout
-from ..readers.btree_v2 import find_with_leaf, iterate, read_header
+from ..btree_v2.reader import find_with_leaf, iterate, read_header
 from . import ChunkIndex, ChunkRecord, IndexContext
 from .fixed_array import _check_rank, chunk_nbytes
 

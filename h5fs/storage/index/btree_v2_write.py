@@ -1,5 +1,5 @@
 """Writes version 2 B-tree chunk indexes: one batch of inserted, replaced and removed chunks,
-applied by the generic tree editor (storage/btree_v2_edit.py) with chunk-grid coordinates as keys.
+applied by the generic tree editor (storage/btree_v2/edit.py) with chunk-grid coordinates as keys.
 A tree the batch creates takes the layout's parameters; nothing is written for a new tree left
 empty."""
 
@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Sequence
 
 from ...format import btree_v2 as bt
 from ...format.messages.layout import DataLayout
-from ..btree_v2_edit import BTreeV2Edit, new_header
-from . import ChunkRecord
-from .btree_batch import changes, check_coords, check_size, same_view
+from ..btree_v2.edit import BTreeV2Edit, new_header
+from ..tree_batch import changes
+from . import ChunkRecord, check_coords, check_size, same_view
 from .btree_v2 import record_size_width
 
 if TYPE_CHECKING:

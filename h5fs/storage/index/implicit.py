@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format.messages.layout import DataLayout
-from . import ChunkIndex, ChunkRecord, IndexContext
-from .btree_batch import check_coords
+from . import ChunkIndex, ChunkRecord, IndexContext, check_coords
 from .fixed_array import _check_rank, chunk_nbytes, grid, iter_grid, max_grid, ravel
 
 if TYPE_CHECKING:

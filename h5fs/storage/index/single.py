@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format.messages.layout import SINGLE_INDEX_WITH_FILTER, DataLayout, single_size_width
-from . import ChunkIndex, ChunkRecord, IndexContext
-from .btree_batch import check_coords, check_size
+from . import ChunkIndex, ChunkRecord, IndexContext, check_coords, check_size
 from .fixed_array import _check_rank, chunk_nbytes
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from ...format.messages import shared as shared_msg
 from ...format.messages.sohm_table import (LIST, MAX_INDEXES, SohmIndex, SohmTableMessage, decode_list, decode_table,
                                            list_size, table_size, type_bit)
 from ...format.messages.types import DATASPACE, DATATYPE
-from . import btree_v2 as bt_reader
+from ..btree_v2 import reader as bt_reader
 from ..fractal_heap import reader as fractal_heap
 
 if TYPE_CHECKING:
