@@ -46,11 +46,12 @@ from ..format.messages.types import (ATTRIBUTE_INFO, BTREE_K, DATATYPE, EXTERNAL
 from ..format.symbol_table_entry import CACHE_STAB
 from .chunked import is_edge, read_chunk
 from .element_refs import heap_id_fields, heap_ids, heap_reference, object_addresses
-from .index import IndexContext, open_index
+from .index import IndexContext, fixed_array, open_index
+from .index.extensible_array import reader as extensible_array
 from .persistent_space import SLOTS
 from .fractal_heap import reader as fractal_heap
 from .btree_v2 import reader as btree_v2
-from .readers import btree_v1, extensible_array, fixed_array, free_space_manager
+from .readers import btree_v1, free_space_manager
 from .readers import global_heap, local_heap, object_header
 from .readers import sohm_table as sohm_reader
 from .readers import superblock as superblock_reader

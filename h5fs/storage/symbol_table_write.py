@@ -39,7 +39,7 @@ from ..format.messages.symbol_table import decode as decode_stab
 from ..format.messages.types import SYMBOL_TABLE
 from ..format.symbol_table_entry import CACHE_NONE, CACHE_SOFTLINK, CACHE_STAB, SymbolTableEntry
 from .group_btree_write import NOOP, REMOVE, RIGHT, Blocks, GroupBTree
-from .index.btree_v1_write import btree_k
+from .index.btree_v1 import btree_k
 from .extent_sink import Freeing
 from .local_heap_write import HeapEdit
 from .readers import btree_v1, local_heap
