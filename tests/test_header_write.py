@@ -43,7 +43,7 @@ from h5fs.format.messages import small
 from h5fs.format.messages.attribute_info import AttributeInfo
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage import symbol_table_write as stw
+from h5fs.storage import symbol_table as stw
 from h5fs.storage.header_create import create_header
 from h5fs.storage.header_edit import HeaderEdit
 from h5fs.storage.header_writer import NoRoom

@@ -37,7 +37,7 @@ from ..format.messages import symbol_table as stab_msg
 from ..format.messages.link import Link
 from ..format.messages.types import ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD, SYMBOL_TABLE
 from ..format.object_header import RawMessage
-from ..storage import symbol_table_write as stab_write
+from ..storage import symbol_table
 from ..storage.header_create import create_header
 from ..storage.header_edit import HeaderEdit, refcount_of
 from ..storage.links_write import GroupLinks, encode_link, land_links, take_unrefs
@@ -156,7 +156,7 @@ class TreeEditor:
         sizes = txn.sizes
         header = parent.edit.header
         if parent.symbol_table is not None:   # old style: a symbol table (H5G__stab_create)
-            stab = stab_write.create(txn)
+            stab = symbol_table.create(txn)
             w = Writer(sizes)
             stab_msg.encode(w, stab)
             return create_header(txn, sizes, 1, [(SYMBOL_TABLE, w.getvalue(), 0)],

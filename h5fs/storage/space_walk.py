@@ -51,11 +51,11 @@ from .index.extensible_array import reader as extensible_array
 from .persistent_space import SLOTS
 from .fractal_heap import reader as fractal_heap
 from .btree_v2 import reader as btree_v2
-from .readers import btree_v1, free_space_manager
-from .readers import global_heap, local_heap, object_header
+from . import btree_v1, local_heap, symbol_table
+from .readers import free_space_manager
+from .readers import global_heap, object_header
 from .readers import sohm_table as sohm_reader
 from .readers import superblock as superblock_reader
-from .readers import symbol_table_node as symbol_table
 from .sohm_uses import SharedUses
 from .space_map import FILE, UNEXPECTED, Extent, Problem, Progress, SpaceMap
 

@@ -110,7 +110,7 @@ class Store:
         # objects a walk of the file found damaged (header address -> what is wrong): edits that
         # would build on what they hold are refused
         self.damaged: dict[int, str] = {}
-        self.sound_heaps: set[int] = set()   # group local heaps checked by a first edit (symbol_table_write)
+        self.sound_heaps: set[int] = set()   # group local heaps checked by a first edit (symbol_table.py)
         # object headers made by this mount: nothing in the file can hold a reference to them
         # (h5fs writes none, and no other writer opens the file), so freeing one leaves none dangling
         self.created: set[int] = set()

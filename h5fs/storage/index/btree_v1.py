@@ -30,12 +30,8 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format import btree_v1 as bt
-from ...format.codec import Reader
 from ...format.messages.layout import DataLayout
-from ...format.messages.small import BTreeK, decode_btree_k
-from ...format.messages.types import BTREE_K
-from ..readers.btree_v1 import iterate_leaves, read_node
-from ..readers.object_header import read as read_header
+from ..btree_v1 import btree_k, iterate_leaves, read_node
 from ..tree_batch import changes, merged, not_twice, spans
 from . import ChunkIndex, ChunkRecord, IndexContext, check_coords, check_size, same_view
 
@@ -141,18 +137,6 @@ class BTreeV1Index(ChunkIndex):
 
     def remove(self, txn: Transaction, coords: Sequence[tuple[int, ...]]) -> DataLayout | None:
         return V1Writer(self, txn).apply((), coords)
-
-
-def btree_k(txn: Transaction) -> BTreeK:
-    """The file's K values: the superblock's (versions 0 and 1) or its extension's B-tree 'K'
-    values message (versions 2 and 3; libhdf5's defaults when it has none)."""
-    sb = txn.store.superblock
-    if sb.version >= 2 and sb.extension_address is not None:
-        ext = read_header(txn.reader, sb.extension_address, "superblock extension")
-        raw = ext.first(BTREE_K)   # superblocks 2 and 3 keep K in their extension
-        if raw is not None:
-            return decode_btree_k(Reader(raw.data, 0, txn.sizes, "B-tree 'K' values message"))
-    return BTreeK(sb.indexed_storage_k, sb.group_internal_k, sb.group_leaf_k)
 
 
 def chunk_k(txn: Transaction) -> int:
