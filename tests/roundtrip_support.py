@@ -76,7 +76,7 @@ from h5fs.storage import btree_v1 as b1_reader
 from h5fs.storage.btree_v2 import reader as bt_reader
 from h5fs.storage.index.extensible_array import reader as ea_reader
 from h5fs.storage.index import fixed_array as fa_reader
-from h5fs.storage.readers import global_heap as gh_reader
+from h5fs.storage import global_heap as gh_reader
 from h5fs.storage import local_heap as lh_reader
 
 # -- files libhdf5 writes ----------------------------------------------------------------------

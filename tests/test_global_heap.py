@@ -17,7 +17,7 @@ from h5fs.format.global_heap import (
     object_header_size)
 from h5fs.storage.blockio import BlockReader
 from h5fs.storage.readers import superblock
-from h5fs.storage.readers.global_heap import GlobalHeapReader
+from h5fs.storage.global_heap import GlobalHeapReader
 
 
 def _file(path, sizes):

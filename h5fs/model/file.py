@@ -38,7 +38,7 @@ from ..storage.locking import take_lock
 from ..storage.metadata_cache import MetadataCache
 from ..storage.readers import object_header as header_reader
 from ..storage.readers import superblock as superblock_reader
-from ..storage.readers.global_heap import GlobalHeapReader
+from ..storage.global_heap import GlobalHeapReader
 from ..storage.readers.sohm_table import read_table
 from ..storage.remote import RemoteOptions, open_remote
 from ..storage.remote.siblings import Siblings

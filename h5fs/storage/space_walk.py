@@ -51,9 +51,9 @@ from .index.extensible_array import reader as extensible_array
 from .persistent_space import SLOTS
 from .fractal_heap import reader as fractal_heap
 from .btree_v2 import reader as btree_v2
-from . import btree_v1, local_heap, symbol_table
+from . import btree_v1, global_heap, local_heap, symbol_table
 from .readers import free_space_manager
-from .readers import global_heap, object_header
+from .readers import object_header
 from .readers import sohm_table as sohm_reader
 from .readers import superblock as superblock_reader
 from .sohm_uses import SharedUses
