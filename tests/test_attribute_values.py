@@ -27,7 +27,7 @@ from h5fs.model import attribute_values as av
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.model.libver import libver_for_superblock
-from h5fs.storage.header_edit import rewrite_message
+from h5fs.storage.object_header.edit import rewrite_message
 from h5fs.storage.global_heap import GlobalHeapReader
 
 STR = h5py.string_dtype()

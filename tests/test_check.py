@@ -39,7 +39,7 @@ from h5fs.format.messages import file_space_info  # noqa: E402
 from h5fs.format.messages.types import FSINFO  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
 from h5fs.storage import journal  # noqa: E402
-from h5fs.storage.header_edit import HeaderEdit, rewrite_message  # noqa: E402
+from h5fs.storage.object_header.edit import HeaderEdit, rewrite_message  # noqa: E402
 from h5fs.storage.index import IndexContext, open_index  # noqa: E402
 from h5fs.storage.space_map import gaps  # noqa: E402
 from h5fs.storage.space_walk import used_extents, walk  # noqa: E402

@@ -24,7 +24,7 @@ from h5fs.format.messages import attribute as attr_msg
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.storage import global_heap as ghw
-from h5fs.storage.header_edit import rewrite_message
+from h5fs.storage.object_header.edit import rewrite_message
 from h5fs.storage.global_heap import GlobalHeapReader
 
 SIZES = [(8, 8), (4, 4), (2, 2)]

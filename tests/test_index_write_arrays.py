@@ -30,7 +30,7 @@ from h5fs.format.codec import Writer
 from h5fs.format.messages import layout as L
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage.header_edit import HeaderEdit
+from h5fs.storage.object_header.edit import HeaderEdit
 from h5fs.storage.index import ChunkRecord, IndexContext, open_index
 from h5fs.storage.index.extensible_array.reader import ExtensibleArray
 from h5fs.storage.index.fixed_array import FixedArray

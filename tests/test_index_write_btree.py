@@ -30,7 +30,7 @@ from h5fs.format.codec import Reader, Writer
 from h5fs.format.messages import layout as L
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage.header_edit import rewrite_message
+from h5fs.storage.object_header.edit import rewrite_message
 from h5fs.storage.index import ChunkRecord, IndexContext, open_index
 from h5fs.storage.btree_v1 import read_node as read_v1
 from h5fs.storage.btree_v2.reader import read_header, read_node as read_v2

@@ -36,7 +36,7 @@ from h5fs.format.messages import file_space_info as fsi
 from h5fs.format.messages.types import FSINFO
 from h5fs.model.file import H5File
 from h5fs.model.writeback import Writeback
-from h5fs.storage.header_edit import rewrite_message
+from h5fs.storage.object_header.edit import rewrite_message
 from h5fs.storage.index import IndexContext, open_index
 
 STRATEGIES = {"fsm": h5py.h5f.FSPACE_STRATEGY_FSM_AGGR, "page": h5py.h5f.FSPACE_STRATEGY_PAGE}

@@ -38,7 +38,7 @@ from h5fs.format.symbol_table_entry import CACHE_SOFTLINK, CACHE_STAB
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.storage import symbol_table as stw
-from h5fs.storage.header_edit import rewrite_message
+from h5fs.storage.object_header.edit import rewrite_message
 from h5fs.storage import btree_v1 as b1_reader
 from h5fs.storage import local_heap as lh_reader
 

@@ -10,14 +10,14 @@ block's gap (v2; v1 blocks are multiples of 8 and never have one).
 Message payloads are decoded lazily by the model (one module per message type under
 `messages/`); this module finds them, verifies v2 checksums and guards against continuation
 cycles and absurd sizes. It does no I/O: `decode` takes block 0's bytes and a `fetch(address,
-length)` giving continuation blocks' bytes (h5fs.storage.readers.object_header reads the file).
+length)` giving continuation blocks' bytes (h5fs.storage.object_header.reader reads the file).
 
 Encoding: `encode_block(header, i)` gives block i's bytes (prefix or OCHK signature, messages in
 order, the gap, the checksum); `encode_continuation` a continuation message body. The sizes a
 writer lays blocks out with (`align`, `block_overhead`, `continuation_size`, `chunk0_width_flags`,
-`MIN_CHUNK`, `MESSAGE_MAX`) are libhdf5's (h5fs.storage.header_writer places the messages). Undefined bytes
-encode as zeros, as libhdf5 writes them: the 4 alignment bytes of the v1 prefix, the 3 reserved
-bytes of each v1 message header, v2 gaps. Message data is kept whole (v1 padding, the old bytes
+`MIN_CHUNK`, `MESSAGE_MAX`) are libhdf5's (h5fs.storage.object_header.placement places the
+messages). Undefined bytes encode as zeros, as libhdf5 writes them: the 4 alignment bytes of the
+v1 prefix, the 3 reserved bytes of each v1 message header, v2 gaps. Message data is kept whole (v1 padding, the old bytes
 of a NIL message), so what libhdf5 left there comes back unchanged.
 """
 

@@ -26,9 +26,9 @@ from ..format.messages import datatype as T
 from ..format.messages import shared as shared_msg
 from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, DATASPACE, DATATYPE
 from ..storage.dense_storage import ATTRIBUTES, DenseStore, is_shared
-from ..storage.header_edit import HeaderEdit
-from ..storage.header_writer import NoRoom
-from ..storage.readers.object_header import read as read_header
+from ..storage.object_header.edit import HeaderEdit
+from ..storage.object_header.placement import NoRoom
+from ..storage.object_header.reader import read as read_header
 from ..storage.sohm_write import SharedMessages
 from ..storage.transaction import Transaction
 from .attribute_values import (create_string_attribute, new_attribute, new_fixed_string_attribute,

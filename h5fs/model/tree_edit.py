@@ -38,12 +38,12 @@ from ..format.messages.link import Link
 from ..format.messages.types import ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD, SYMBOL_TABLE
 from ..format.object_header import RawMessage
 from ..storage import symbol_table
-from ..storage.header_create import create_header
-from ..storage.header_edit import HeaderEdit, refcount_of
+from ..storage.object_header.create import create_header
+from ..storage.object_header.edit import HeaderEdit, refcount_of
 from ..storage.links_write import GroupLinks, encode_link, land_links, take_unrefs
 from ..storage.object_delete import free_object, free_storage, shared_headers
 from ..storage.sohm_write import SharedMessages
-from ..storage.readers.object_header import read as read_header
+from ..storage.object_header.reader import read as read_header
 from ..storage.transaction import Transaction
 from . import attributes_write
 from . import messages as M

@@ -44,7 +44,7 @@ from ..format.btree_v1 import HEAD, MAX_DEPTH, MAX_ENTRIES, Node, decode_node, k
 from ..format.codec import Reader
 from ..format.messages.small import BTreeK, decode_btree_k
 from ..format.messages.types import BTREE_K
-from .readers.object_header import read as read_header
+from .object_header.reader import read as read_header
 
 if TYPE_CHECKING:
     from .extent_sink import ExtentSink

@@ -28,8 +28,8 @@ from ..format.symbol_table_entry import CACHE_NONE, CACHE_STAB
 from . import local_heap, symbol_table
 from .dense_storage import LINKS, DenseStore
 from .dense_storage import lookup as dense_lookup
-from .header_edit import HeaderEdit
-from .readers.object_header import read as read_header
+from .object_header.edit import HeaderEdit
+from .object_header.reader import read as read_header
 from .transaction import Transaction
 
 MAX_COMPACT, MIN_DENSE = 8, 6          # libhdf5's defaults when the group info stores none

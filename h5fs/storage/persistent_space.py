@@ -48,7 +48,7 @@ from ..format import superblock as sbf
 from ..format.codec import Reader, Sizes, Writer
 from ..format.messages import file_space_info as fsi
 from ..format.messages.types import FSINFO
-from .readers import object_header as header_reader
+from .object_header import reader as header_reader
 from .space import LARGE, META, RAW, Allocator, Extent
 
 log = logging.getLogger("h5fs")
@@ -250,7 +250,7 @@ class PersistentSpace:
 
     def _rewrite_message(self, txn, info: fsi.FileSpaceInfo) -> None:
         # imported here: the header writer builds on transactions, which build on this module
-        from .header_edit import rewrite_message
+        from .object_header.edit import rewrite_message
         header = header_reader.read(txn.reader, self.extension, "superblock extension")
         w = Writer(self.sizes)
         fsi.encode(w, info)

@@ -48,12 +48,12 @@ from .chunked import is_edge, read_chunk
 from .element_refs import heap_id_fields, heap_ids, heap_reference, object_addresses
 from .index import IndexContext, fixed_array, open_index
 from .index.extensible_array import reader as extensible_array
+from .object_header import reader as object_header
 from .persistent_space import SLOTS
 from .fractal_heap import reader as fractal_heap
 from .btree_v2 import reader as btree_v2
 from . import btree_v1, global_heap, local_heap, symbol_table
 from .readers import free_space_manager
-from .readers import object_header
 from .readers import sohm_table as sohm_reader
 from .readers import superblock as superblock_reader
 from .sohm_uses import SharedUses

@@ -52,7 +52,7 @@ from .extent_sink import Freeing
 from .local_heap import HeapEdit
 from .local_heap import extents as heap_extents
 from .local_heap import read as read_heap
-from .readers.object_header import read as read_header
+from .object_header.reader import read as read_header
 
 if TYPE_CHECKING:
     from .extent_sink import ExtentSink

@@ -65,7 +65,7 @@ from .journal import SUFFIX, Journal
 from .metadata_cache import MetadataCache
 from ..spans import Spans
 from .page_overlay import PageOverlay
-from .readers import object_header as header_reader
+from .object_header import reader as header_reader
 from .pending_links import INSERT, REMOVE, UNREF, Op, PendingLinks
 from .persistent_space import setup
 from .space import PAGE

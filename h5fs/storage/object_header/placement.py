@@ -22,7 +22,7 @@ reader: blocks are never extended in place into free space or the end of the fil
 as zeros with no flags (libhdf5 leaves the bytes there were, and may leave stale flags on NIL and
 continuation messages).
 
-`HeaderEdit` (storage/header_edit.py) drives it edit by edit inside a transaction.
+`HeaderEdit` (edit.py) drives it edit by edit inside a transaction.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ import errno
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..errors import H5fsError
-from ..format import object_header as oh
-from ..format.codec import Sizes
-from ..format.messages.types import ATTRIBUTE, CONTINUATION, KNOWN_TYPES, NIL
-from ..format.object_header import ObjectHeader, RawMessage
+from ...errors import H5fsError
+from ...format import object_header as oh
+from ...format.codec import Sizes
+from ...format.messages.types import ATTRIBUTE, CONTINUATION, KNOWN_TYPES, NIL
+from ...format.object_header import ObjectHeader, RawMessage
 
 
 class NoRoom(H5fsError):
