@@ -765,7 +765,7 @@ def test_shared_message_counts_are_checked(tmp_path, fcpl):
     """libhdf5's shared-message tables check clean (uses in headers, in dense attributes, in the
     attributes the table holds, and first copies kept in their header); a record counting one use
     too many, or naming a header without such a message, is reported."""
-    from h5fs.storage.readers.sohm_table import read_records
+    from h5fs.storage.sohm_table.reader import read_records
     path = tmp_path / f"sohm-{fcpl}.h5"
     with R.new_file(path, "latest", (8, 8), R.sohm_fcpl(50, 40) if fcpl == "lists" else R.shared_messages_fcpl()) as f:
         for i in range(3):

@@ -25,7 +25,7 @@ from h5fs.model import values as V
 from h5fs.model.dtypes import describe, is_converted, npy_dtype, numpy_dtype
 from h5fs.storage.blockio import BlockReader
 from h5fs.storage.object_header import reader as object_header
-from h5fs.storage.readers import superblock
+from h5fs.storage import superblock
 from h5fs.storage.global_heap import GlobalHeapReader
 
 # ----------------------------------------------------------------------------- helpers

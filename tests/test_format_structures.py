@@ -17,10 +17,9 @@ from h5fs.format.messages import dataspace, fill_value, filter_pipeline, layout,
 from h5fs.model import messages as M  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
 from h5fs.storage.blockio import BlockReader  # noqa: E402
-from h5fs.storage import local_heap, symbol_table  # noqa: E402
+from h5fs.storage import local_heap, superblock, symbol_table  # noqa: E402
 from h5fs.storage.btree_v1 import iterate_leaves  # noqa: E402
 from h5fs.storage.object_header import reader as object_header  # noqa: E402
-from h5fs.storage.readers import superblock  # noqa: E402
 
 LIBVERS = ("earliest", "latest")
 

@@ -39,8 +39,7 @@ from h5fs.model.dataset import Dataset
 from h5fs.model.file import H5File
 from h5fs.storage.blockio import BlockReader
 from h5fs.storage.metadata_cache import MetadataCache
-from h5fs.storage import btree_v1, global_heap, local_heap, symbol_table
-from h5fs.storage.readers import superblock
+from h5fs.storage import btree_v1, global_heap, local_heap, superblock, symbol_table
 
 # 2-byte lengths only in the earliest format: in the latest, dense link storage uses a fractal heap
 # whose maximum direct block size (65536) libhdf5 writes into a 2-byte field as 0; it cannot read

@@ -29,7 +29,7 @@ from ..storage.dense_storage import ATTRIBUTES, DenseStore, is_shared
 from ..storage.object_header.edit import HeaderEdit
 from ..storage.object_header.placement import NoRoom
 from ..storage.object_header.reader import read as read_header
-from ..storage.sohm_write import SharedMessages
+from ..storage.sohm_table.writer import SharedMessages
 from ..storage.transaction import Transaction
 from .attribute_values import (create_string_attribute, new_attribute, new_fixed_string_attribute,
                                release_value, revalued)

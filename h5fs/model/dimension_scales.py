@@ -29,7 +29,7 @@ from ..format.codec import Reader, Writer
 from ..format.messages import dataspace as S
 from ..format.messages import datatype as T
 from ..storage import global_heap as ghw
-from ..storage.sohm_write import SharedMessages
+from ..storage.sohm_table.writer import SharedMessages
 from ..storage.transaction import Transaction
 from .attributes_write import Attributes
 from .safety_net import UNEXPECTED

@@ -37,9 +37,9 @@ from ..storage.page_overlay import PageOverlay
 from ..storage.locking import take_lock
 from ..storage.metadata_cache import MetadataCache
 from ..storage.object_header import reader as header_reader
-from ..storage.readers import superblock as superblock_reader
+from ..storage import superblock as superblock_reader
 from ..storage.global_heap import GlobalHeapReader
-from ..storage.readers.sohm_table import read_table
+from ..storage.sohm_table.reader import read_table
 from ..storage.remote import RemoteOptions, open_remote
 from ..storage.remote.siblings import Siblings
 from ..storage.transaction import Store

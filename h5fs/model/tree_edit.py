@@ -42,7 +42,7 @@ from ..storage.object_header.create import create_header
 from ..storage.object_header.edit import HeaderEdit, refcount_of
 from ..storage.links_write import GroupLinks, encode_link, land_links, take_unrefs
 from ..storage.object_delete import free_object, free_storage, shared_headers
-from ..storage.sohm_write import SharedMessages
+from ..storage.sohm_table.writer import SharedMessages
 from ..storage.object_header.reader import read as read_header
 from ..storage.transaction import Transaction
 from . import attributes_write

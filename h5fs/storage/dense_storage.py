@@ -142,7 +142,7 @@ class DenseStore:
     An attribute shared through the file's shared message table has a record flagged shared whose
     heap ID is the table heap's: `shared_get` reads it there (without it, such a record is refused
     by name). Removing it leaves the table's heap alone; replacing it stores the new message here,
-    unshared. Counting the table's uses down is the caller's (storage/sohm_write.py)."""
+    unshared. Counting the table's uses down is the caller's (storage/sohm_table/writer.py)."""
 
     def __init__(self, txn: Transaction, kind: DenseKind, heap: int, name_index: int, corder_index: int | None,
                  what: str, shared_get: Callable[[bytes], bytes] | None = None):

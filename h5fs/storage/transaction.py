@@ -38,7 +38,7 @@ commit.
 A crash after a record is durable is finished at the next open: the replay writes every pending
 record again, in order.
 Before all that, a file persisting its free space has its free-space managers rewritten as the
-transaction leaves the allocator (h5fs.storage.persistent_space): their updates are part of the
+transaction leaves the allocator (h5fs.storage.free_space_manager): their updates are part of the
 same commit.
 
 While a transaction builds its changes, `reader` shows the file as it will be after the commit
@@ -67,7 +67,7 @@ from ..spans import Spans
 from .page_overlay import PageOverlay
 from .object_header import reader as header_reader
 from .pending_links import INSERT, REMOVE, UNREF, Op, PendingLinks
-from .persistent_space import setup
+from .free_space_manager import setup
 from .space import PAGE
 from .writer import FileWriter, Recorder
 from ..format.messages.link import Link

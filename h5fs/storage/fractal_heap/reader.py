@@ -17,7 +17,7 @@ from ...format.fractal_heap import (HEADER_PREFIX, MAX_BLOCK, DirectBlock, Direc
 from ...format.free_space_manager import CLIENT_HEAP
 from ...format.messages import filter_pipeline
 from ..btree_v2 import reader as bt
-from ..readers import free_space_manager
+from .. import free_space_manager
 
 if TYPE_CHECKING:
     from ..extent_sink import ExtentSink
