@@ -4,7 +4,7 @@
 structure reachable from the superblock is read, its checksum verified, every B-tree and array
 index walked, each object's errors caught and recorded, each object's reference count compared
 with the hard links and shared-datatype uses that lead to it, the shared-message table's records
-compared with the uses objects make of them: storage/sohm_uses.py), then checks the map as a whole: no two
+compared with the uses objects make of them: storage/sohm_table/uses.py), then checks the map as a whole: no two
 extents overlap (both owners named), nothing lies past the superblock's end of allocation (the
 end of the file is checked as each extent is met), the free space persistent free-space managers
 list is space nothing uses and no two sections overlap, the File Space Info message's end of
@@ -38,7 +38,7 @@ from .storage import journal
 from .storage.blockio import open_regular
 from .storage.byte_source import ByteSource, LocalSource, is_url
 from .storage.locking import take_lock
-from .storage.readers import superblock as superblock_reader
+from .storage import superblock as superblock_reader
 from .storage.remote import RemoteOptions, open_remote
 from .storage.space import LARGE, RAW
 from .storage.space_map import FILE, UNEXPECTED, Extent, Problem, Progress, gaps, space_problems

@@ -72,12 +72,12 @@ from h5fs.model.file import H5File
 from h5fs.model.group import Group
 from h5fs.model.varlen_views import needs_decoding
 from h5fs.storage.fractal_heap import reader as fh_reader
-from h5fs.storage.readers import btree_v1 as b1_reader
-from h5fs.storage.readers import btree_v2 as bt_reader
-from h5fs.storage.readers import extensible_array as ea_reader
-from h5fs.storage.readers import fixed_array as fa_reader
-from h5fs.storage.readers import global_heap as gh_reader
-from h5fs.storage.readers import local_heap as lh_reader
+from h5fs.storage import btree_v1 as b1_reader
+from h5fs.storage.btree_v2 import reader as bt_reader
+from h5fs.storage.index.extensible_array import reader as ea_reader
+from h5fs.storage.index import fixed_array as fa_reader
+from h5fs.storage import global_heap as gh_reader
+from h5fs.storage import local_heap as lh_reader
 
 # -- files libhdf5 writes ----------------------------------------------------------------------
 

@@ -27,8 +27,8 @@ from h5fs.model import attribute_values as av
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.model.libver import libver_for_superblock
-from h5fs.storage.header_edit import rewrite_message
-from h5fs.storage.readers.global_heap import GlobalHeapReader
+from h5fs.storage.object_header.edit import rewrite_message
+from h5fs.storage.global_heap import GlobalHeapReader
 
 STR = h5py.string_dtype()
 INTS = [f"{o}{k}{n}" for o in "<>" for k in "iu" for n in (1, 2, 4, 8)]

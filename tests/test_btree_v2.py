@@ -18,7 +18,7 @@ from h5fs.format.codec import Reader, Sizes
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.storage.fractal_heap.reader import FractalHeap
-from h5fs.storage.readers import btree_v2 as rbt
+from h5fs.storage.btree_v2 import reader as rbt
 from message_names import attr_name, link_name
 
 N_LINKS = 3000

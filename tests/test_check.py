@@ -36,9 +36,10 @@ from h5fs.format import superblock as sbf  # noqa: E402
 from h5fs.format.codec import Reader, Writer  # noqa: E402
 from h5fs.format.messages import layout as L  # noqa: E402
 from h5fs.format.messages import file_space_info  # noqa: E402
+from h5fs.format.messages.types import FSINFO  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
 from h5fs.storage import journal  # noqa: E402
-from h5fs.storage.header_edit import HeaderEdit, rewrite_message  # noqa: E402
+from h5fs.storage.object_header.edit import HeaderEdit, rewrite_message  # noqa: E402
 from h5fs.storage.index import IndexContext, open_index  # noqa: E402
 from h5fs.storage.space_map import gaps  # noqa: E402
 from h5fs.storage.space_walk import used_extents, walk  # noqa: E402
@@ -472,7 +473,7 @@ def test_space_listed_free_but_used(built, tmp_path):
 def first_manager(path: Path, slot: int | None = None):
     """(File Space Info, a manager's header, its section list) of a file."""
     with H5File.open(str(path)) as f:
-        info = file_space_info.decode(Reader(f.extension.first(file_space_info.TYPE).data, 0, f.sizes))
+        info = file_space_info.decode(Reader(f.extension.first(FSINFO).data, 0, f.sizes))
         address = next(a for i, a in enumerate(info.managers) if a is not None and slot in (None, i))
         header = fsm.decode_header(f.reader.read(address, fsm.header_size(f.sizes)), address, f.sizes, "fsm")
         raw = f.reader.read(header.sections_address, header.sections_size)
@@ -536,7 +537,7 @@ def test_end_of_allocation_before_the_managers_past_the_end(built, tmp_path):
     path = tmp_path / "eoa.h5"
     shutil.copy(built("persistent-latest"), path)
     with H5File.open(str(path), writable=True) as f:
-        raw = f.extension.first(file_space_info.TYPE)
+        raw = f.extension.first(FSINFO)
         info = file_space_info.decode(Reader(raw.data, 0, f.sizes))
         w = Writer(f.sizes)
         file_space_info.encode(w, replace(info, eoa_before_managers=info.eoa_before_managers + 4096))
@@ -741,8 +742,8 @@ def _replace_sohm_record(path: Path, old, new) -> None:
     """Rewrite one record of index 0 of the file's shared-message table (checksums kept)."""
     from h5fs.format import btree_v2 as bt
     from h5fs.format.messages import sohm_table as T
-    from h5fs.storage.btree_v2_edit import BTreeV2Edit
-    from h5fs.storage.readers import btree_v2 as bt_reader
+    from h5fs.storage.btree_v2.edit import BTreeV2Edit
+    from h5fs.storage.btree_v2 import reader as bt_reader
     with H5File.open(str(path), writable=True) as f:
         index = f.sohm_indexes[0]
         with f.store.transaction() as txn:
@@ -764,7 +765,7 @@ def test_shared_message_counts_are_checked(tmp_path, fcpl):
     """libhdf5's shared-message tables check clean (uses in headers, in dense attributes, in the
     attributes the table holds, and first copies kept in their header); a record counting one use
     too many, or naming a header without such a message, is reported."""
-    from h5fs.storage.readers.sohm_table import read_records
+    from h5fs.storage.sohm_table.reader import read_records
     path = tmp_path / f"sohm-{fcpl}.h5"
     with R.new_file(path, "latest", (8, 8), R.sohm_fcpl(50, 40) if fcpl == "lists" else R.shared_messages_fcpl()) as f:
         for i in range(3):

@@ -24,8 +24,9 @@ from h5fs.format.selection import Selection
 from h5fs.model import values as V
 from h5fs.model.dtypes import describe, is_converted, npy_dtype, numpy_dtype
 from h5fs.storage.blockio import BlockReader
-from h5fs.storage.readers import object_header, superblock
-from h5fs.storage.readers.global_heap import GlobalHeapReader
+from h5fs.storage.object_header import reader as object_header
+from h5fs.storage import superblock
+from h5fs.storage.global_heap import GlobalHeapReader
 
 # ----------------------------------------------------------------------------- helpers
 

@@ -22,7 +22,7 @@ from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.storage.fractal_heap.reader import FractalHeap
 from h5fs.storage.links_write import GroupLinks
-from h5fs.storage.readers.btree_v2 import iterate, read_header
+from h5fs.storage.btree_v2.reader import iterate, read_header
 from write_support import verify_file
 
 # names whose lookup3 hashes collide (found by search): a name index must tell them apart by name

@@ -17,8 +17,9 @@ from h5fs.format.messages import dataspace, fill_value, filter_pipeline, layout,
 from h5fs.model import messages as M  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
 from h5fs.storage.blockio import BlockReader  # noqa: E402
-from h5fs.storage.readers import local_heap, object_header, superblock, symbol_table_node  # noqa: E402
-from h5fs.storage.readers.btree_v1 import iterate_leaves  # noqa: E402
+from h5fs.storage import local_heap, superblock, symbol_table  # noqa: E402
+from h5fs.storage.btree_v1 import iterate_leaves  # noqa: E402
+from h5fs.storage.object_header import reader as object_header  # noqa: E402
 
 LIBVERS = ("earliest", "latest")
 
@@ -177,7 +178,7 @@ def test_symbol_table_structures(sample):
     heap = local_heap.read(ours.reader, stab.heap_address, "group")
     names, addresses = [], []
     for _, snod, _ in iterate_leaves(ours.reader, stab.btree_address, btree_v1.GROUP, 0, "group"):
-        for entry in symbol_table_node.read(ours.reader, snod, "group"):
+        for entry in symbol_table.node_entries(ours.reader, snod, "group"):
             names.append(heap.string(entry.name_offset).decode())
             addresses.append(entry.header_address)
     assert names == sorted(theirs["group"].keys())  # symbol tables keep name order

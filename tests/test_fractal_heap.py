@@ -18,7 +18,7 @@ from h5fs.storage.metadata_cache import MetadataCache
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.storage.fractal_heap.reader import FractalHeap
-from h5fs.storage.readers.btree_v2 import iterate, read_header
+from h5fs.storage.btree_v2.reader import iterate, read_header
 from message_names import attr_name, link_name
 
 

@@ -16,8 +16,8 @@ from h5fs.format.global_heap import (
     HeapID, decode_collection, decode_heap_id, header_size, heap_id_size,
     object_header_size)
 from h5fs.storage.blockio import BlockReader
-from h5fs.storage.readers import superblock
-from h5fs.storage.readers.global_heap import GlobalHeapReader
+from h5fs.storage import superblock
+from h5fs.storage.global_heap import GlobalHeapReader
 
 
 def _file(path, sizes):

@@ -1,4 +1,4 @@
-"""Global heap writes (h5fs.storage.global_heap_write) against libhdf5: attribute values replaced
+"""Global heap writes (h5fs.storage.global_heap) against libhdf5: attribute values replaced
 by the engine and by libhdf5 (H5Awrite removes the old object, inserts the new one) in twin files
 give the same collections; libhdf5's CWFS choices; new collections (4096 bytes, or sized to fit);
 emptied collections freed; libhdf5 inserting into collections the engine made; aborted
@@ -23,9 +23,9 @@ from h5fs.format.codec import Writer
 from h5fs.format.messages import attribute as attr_msg
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage import global_heap_write as ghw
-from h5fs.storage.header_edit import rewrite_message
-from h5fs.storage.readers.global_heap import GlobalHeapReader
+from h5fs.storage import global_heap as ghw
+from h5fs.storage.object_header.edit import rewrite_message
+from h5fs.storage.global_heap import GlobalHeapReader
 
 SIZES = [(8, 8), (4, 4), (2, 2)]
 STR = h5py.string_dtype()

@@ -1,4 +1,4 @@
-"""Object header edits (h5fs.storage.header_writer, header_create) against libhdf5 through h5py.
+"""Object header edits (h5fs.storage.object_header: placement, create) against libhdf5 through h5py.
 
 Files come from h5py (libver "earliest": version 1 headers; "latest": version 2; groups and
 datasets, with attribute creation order tracked, with times; 2-, 4- and 8-byte offsets). The
@@ -43,11 +43,11 @@ from h5fs.format.messages import small
 from h5fs.format.messages.attribute_info import AttributeInfo
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage import symbol_table_write as stw
-from h5fs.storage.header_create import create_header
-from h5fs.storage.header_edit import HeaderEdit
-from h5fs.storage.header_writer import NoRoom
-from h5fs.storage.readers.object_header import read as read_header
+from h5fs.storage import symbol_table as stw
+from h5fs.storage.object_header.create import create_header
+from h5fs.storage.object_header.edit import HeaderEdit
+from h5fs.storage.object_header.placement import NoRoom
+from h5fs.storage.object_header.reader import read as read_header
 from roundtrip_support import LIBVERS, c_call, new_file
 
 U8 = D.FixedPoint(1, 1, "<", False, 0, 0, 0, 8)

@@ -30,10 +30,10 @@ from h5fs.format.codec import Writer
 from h5fs.format.messages import layout as L
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage.header_edit import HeaderEdit
+from h5fs.storage.object_header.edit import HeaderEdit
 from h5fs.storage.index import ChunkRecord, IndexContext, open_index
-from h5fs.storage.readers.extensible_array import ExtensibleArray
-from h5fs.storage.readers.fixed_array import FixedArray
+from h5fs.storage.index.extensible_array.reader import ExtensibleArray
+from h5fs.storage.index.fixed_array import FixedArray
 from test_index_write_btree import CHUNK, LEVEL, Engine, Spy, chunk_values, our_records, region, write_layout
 
 # small arrays: fixed array pages of 16 slots; extensible arrays with 3 elements in the index

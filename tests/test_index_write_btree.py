@@ -30,10 +30,10 @@ from h5fs.format.codec import Reader, Writer
 from h5fs.format.messages import layout as L
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage.header_edit import rewrite_message
+from h5fs.storage.object_header.edit import rewrite_message
 from h5fs.storage.index import ChunkRecord, IndexContext, open_index
-from h5fs.storage.readers.btree_v1 import read_node as read_v1
-from h5fs.storage.readers.btree_v2 import read_header, read_node as read_v2
+from h5fs.storage.btree_v1 import read_node as read_v1
+from h5fs.storage.btree_v2.reader import read_header, read_node as read_v2
 from roundtrip_support import btree_k_fcpl, new_file
 
 V1_K = 2            # 4 children a node

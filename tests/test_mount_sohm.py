@@ -21,7 +21,7 @@ import pytest
 import roundtrip_support as R
 from conftest import run_h5fs
 from h5fs.model.file import H5File
-from h5fs.storage.readers.sohm_table import read_records
+from h5fs.storage.sohm_table.reader import read_records
 from write_support import verify_file
 
 INDEXES = {

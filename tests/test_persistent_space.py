@@ -33,9 +33,10 @@ from h5fs.check import check
 from h5fs.format import free_space_manager as fsm
 from h5fs.format.codec import Reader, Writer
 from h5fs.format.messages import file_space_info as fsi
+from h5fs.format.messages.types import FSINFO
 from h5fs.model.file import H5File
 from h5fs.model.writeback import Writeback
-from h5fs.storage.header_edit import rewrite_message
+from h5fs.storage.object_header.edit import rewrite_message
 from h5fs.storage.index import IndexContext, open_index
 
 STRATEGIES = {"fsm": h5py.h5f.FSPACE_STRATEGY_FSM_AGGR, "page": h5py.h5f.FSPACE_STRATEGY_PAGE}
@@ -78,7 +79,7 @@ def managers(path) -> dict[int, list[tuple[int, int]]]:
     """Slot -> (address, size) of every section the file's managers list, decoded here."""
     with H5File.open(str(path)) as f:
         s = f.sizes
-        info = fsi.decode(Reader(f.extension.first(fsi.TYPE).data, 0, s))
+        info = fsi.decode(Reader(f.extension.first(FSINFO).data, 0, s))
         out = {}
         for slot, address in enumerate(info.managers):
             if address is not None:
@@ -274,7 +275,7 @@ def test_a_file_h5fs_can_only_honour_keeps_its_managers(tmp_path, caplog):
     model = build(path, "page")
     with H5File.open(str(path), writable=True) as f:   # the threshold, as libhdf5 would store it
         header = f.extension
-        raw = header.first(fsi.TYPE)
+        raw = header.first(FSINFO)
         info = fsi.decode(Reader(raw.data, 0, f.sizes))
         w = Writer(f.sizes)
         fsi.encode(w, replace(info, page_end_threshold=64))
@@ -289,7 +290,7 @@ def test_a_file_h5fs_can_only_honour_keeps_its_managers(tmp_path, caplog):
     assert not any(covered(e, before) for e in chunk_extents(path, "edit"))
     same(verify_file(path, h5dump=False), model)
     with H5File.open(str(path)) as f:
-        info = fsi.decode(Reader(f.extension.first(fsi.TYPE).data, 0, f.sizes))
+        info = fsi.decode(Reader(f.extension.first(FSINFO).data, 0, f.sizes))
         assert info.eoa_before_managers == f.superblock.eof_address
 
 
@@ -297,7 +298,7 @@ def manager_blocks(path) -> bytes:
     """The bytes of every manager header and section list."""
     with H5File.open(str(path)) as f:
         s = f.sizes
-        info = fsi.decode(Reader(f.extension.first(fsi.TYPE).data, 0, s))
+        info = fsi.decode(Reader(f.extension.first(FSINFO).data, 0, s))
         out = b""
         for address in filter(None, info.managers):
             h = fsm.decode_header(f.reader.read(address, fsm.header_size(s)), address, s, "manager")

@@ -39,7 +39,7 @@ from h5fs.model.dataset import Dataset
 from h5fs.model.file import H5File
 from h5fs.storage.blockio import BlockReader
 from h5fs.storage.metadata_cache import MetadataCache
-from h5fs.storage.readers import btree_v1, global_heap, local_heap, superblock, symbol_table_node
+from h5fs.storage import btree_v1, global_heap, local_heap, superblock, symbol_table
 
 # 2-byte lengths only in the earliest format: in the latest, dense link storage uses a fractal heap
 # whose maximum direct block size (65536) libhdf5 writes into a 2-byte field as 0; it cannot read
@@ -174,7 +174,7 @@ def check_file(path: str, global_heaps: bool = True) -> Seen:
                         seen.add("v1 B-tree", record.node_type, "siblings")
                     nodes.add(s.at[0])
                 elif kind == "symbol table node":
-                    assert list(record.entries) == symbol_table_node.read(hf.reader, s.at[0], "t")
+                    assert list(record.entries) == symbol_table.node_entries(hf.reader, s.at[0], "t")
                     seen.add("symbol table node", s.kind[1])
                     for entry in record.entries:
                         seen.add("symbol table entry", entry.cache_type)

@@ -37,9 +37,9 @@ from h5fs.format.messages import filter_pipeline as P
 from h5fs.format.messages import layout as L
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage.readers import btree_v2 as bt
-from h5fs.storage.readers import extensible_array as ea
-from h5fs.storage.readers import fixed_array as fa
+from h5fs.storage.btree_v2 import reader as bt
+from h5fs.storage.index.extensible_array import reader as ea
+from h5fs.storage.index import fixed_array as fa
 
 
 # -- files: every variant libhdf5 writes -------------------------------------------------------

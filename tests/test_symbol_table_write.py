@@ -37,11 +37,10 @@ from h5fs.format.messages import symbol_table as stab_msg
 from h5fs.format.symbol_table_entry import CACHE_SOFTLINK, CACHE_STAB
 from h5fs.model import messages as M
 from h5fs.model.file import H5File
-from h5fs.storage import symbol_table_write as stw
-from h5fs.storage.header_edit import rewrite_message
-from h5fs.storage.readers import btree_v1 as b1_reader
-from h5fs.storage.readers import local_heap as lh_reader
-from h5fs.storage.readers import symbol_table_node as snod_reader
+from h5fs.storage import symbol_table as stw
+from h5fs.storage.object_header.edit import rewrite_message
+from h5fs.storage import btree_v1 as b1_reader
+from h5fs.storage import local_heap as lh_reader
 
 GROUP = "/g"
 TARGETS = ("d", "sub")           # a dataset and an old-style group every hard link points to
@@ -75,7 +74,7 @@ def shape(path: Path, group: str = GROUP):
             chains.setdefault(n.level, []).append(n)
             keys = [(heap.string(k), k) for k in n.keys] if n.children else []
             if n.level == 0:
-                kids = [snod_reader.read(r, c, group) for c in n.children]
+                kids = [stw.node_entries(r, c, group) for c in n.children]
                 entries.extend(e for kid in kids for e in kid)
                 kids = [[(heap.string(e.name_offset), e) for e in kid] for kid in kids]
             else:

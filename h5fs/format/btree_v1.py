@@ -9,7 +9,7 @@ libhdf5 zero-fills them (H5B__cache_serialize), and so does `encode_node`.
 Group keys are heap offsets (`size of lengths` wide). Chunk keys: chunk size (u32), filter mask
 (u32) and one u64 element offset per dimension plus a trailing 0 for the element dimension.
 
-Pure bytes <-> records; h5fs.storage.readers.btree_v1 reads nodes and walks trees.
+Pure bytes <-> records; h5fs.storage.btree_v1 reads nodes and walks trees.
 """
 
 from __future__ import annotations

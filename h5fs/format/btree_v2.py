@@ -29,7 +29,7 @@ sits right after them, not at the end of the node; libhdf5 zero-fills the rest o
 does `encode_node`. A record shorter than the record size (a type 7 record of a message in an
 object header with offsets narrower than 8 bytes) leaves its tail undefined: it encodes as zeros.
 
-Pure bytes <-> records; h5fs.storage.readers.btree_v2 reads and walks trees.
+Pure bytes <-> records; h5fs.storage.btree_v2.reader reads and walks trees.
 """
 
 from __future__ import annotations

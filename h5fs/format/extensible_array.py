@@ -3,7 +3,7 @@
 Decoders verify every checksum; encoders (`encode_header`, `encode_index_block`,
 `encode_super_block`, `encode_data_block`, and the pages' `fixed_array.encode_page`) return whole
 blocks with their checksum. Blocks keep elements as raw bytes (see fixed_array for the chunk
-elements). Pure bytes <-> records and geometry; h5fs.storage.readers.extensible_array reads
+elements). Pure bytes <-> records and geometry; h5fs.storage.index.extensible_array reads
 arrays from the file. Geometry as libhdf5 computes it (H5EAhdr.c H5EA__hdr_init, H5EAiblock.c,
 H5EAsblock.c, H5EAdblock.c, H5EA.c H5EA__lookup_elmt):
 

@@ -18,7 +18,7 @@ filtered, format/structured_chunk.py) are decoded and encoded by `chunk_element_
 `chunk_element_encoder`, shared with the extensible array. Structured chunk clients came with
 version 1 of the array's blocks (spec 3.0); the RFC means to go back to version 0: both read.
 
-Pure bytes <-> records; h5fs.storage.readers.fixed_array reads arrays from the file.
+Pure bytes <-> records; h5fs.storage.index.fixed_array reads arrays from the file.
 """
 
 from __future__ import annotations

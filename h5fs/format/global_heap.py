@@ -1,5 +1,5 @@
 """Global heap collections ("GCOL", version 1), decoded losslessly and encoded back (pure bytes <->
-records; h5fs.storage.readers.global_heap reads collections from the file).
+records; h5fs.storage.global_heap reads collections from the file).
 
 A collection: signature, version 1, 3 reserved bytes, collection size (size of lengths, the
 whole collection including this header), then objects. Each object: index (u16), reference

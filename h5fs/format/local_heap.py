@@ -13,7 +13,7 @@ its two fields (aligned): `align`, `free_block_size`.
 The record keeps the whole data segment, free blocks included, so their undefined bytes come back
 as they were; `encode_data` writes the free list over it.
 
-Pure bytes <-> records; h5fs.storage.readers.local_heap reads a heap from the file.
+Pure bytes <-> records; h5fs.storage.local_heap reads a heap from the file.
 """
 
 from __future__ import annotations

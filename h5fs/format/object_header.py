@@ -10,14 +10,14 @@ block's gap (v2; v1 blocks are multiples of 8 and never have one).
 Message payloads are decoded lazily by the model (one module per message type under
 `messages/`); this module finds them, verifies v2 checksums and guards against continuation
 cycles and absurd sizes. It does no I/O: `decode` takes block 0's bytes and a `fetch(address,
-length)` giving continuation blocks' bytes (h5fs.storage.readers.object_header reads the file).
+length)` giving continuation blocks' bytes (h5fs.storage.object_header.reader reads the file).
 
 Encoding: `encode_block(header, i)` gives block i's bytes (prefix or OCHK signature, messages in
 order, the gap, the checksum); `encode_continuation` a continuation message body. The sizes a
 writer lays blocks out with (`align`, `block_overhead`, `continuation_size`, `chunk0_width_flags`,
-`MIN_CHUNK`, `MESSAGE_MAX`) are libhdf5's (h5fs.storage.header_writer places the messages). Undefined bytes
-encode as zeros, as libhdf5 writes them: the 4 alignment bytes of the v1 prefix, the 3 reserved
-bytes of each v1 message header, v2 gaps. Message data is kept whole (v1 padding, the old bytes
+`MIN_CHUNK`, `MESSAGE_MAX`) are libhdf5's (h5fs.storage.object_header.placement places the
+messages). Undefined bytes encode as zeros, as libhdf5 writes them: the 4 alignment bytes of the
+v1 prefix, the 3 reserved bytes of each v1 message header, v2 gaps. Message data is kept whole (v1 padding, the old bytes
 of a NIL message), so what libhdf5 left there comes back unchanged.
 """
 
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from ..errors import FormatError, Unsupported
 from . import checksum
 from .codec import Sizes
+from .messages.types import CONTINUATION, KNOWN_TYPES, NIL
 
 MAX_BLOCKS = 1024          # continuation blocks per object
 MAX_MESSAGES = 65536       # messages per object, NIL and continuation included
@@ -37,7 +38,6 @@ MAX_HEADER_BYTES = 64 * 1024 * 1024
 MESSAGE_MAX = 65536        # a message's data is smaller (libhdf5's H5O_MESG_MAX_SIZE; 16-bit size field)
 MIN_CHUNK = 22             # least message bytes of a new block: a message header and a continuation (H5O_MIN_SIZE)
 
-NIL, CONTINUATION, REFCOUNT = 0x0000, 0x0010, 0x0016
 # Message flags (IV.A.1): constant, shared (the body is a shared-message reference), not to be
 # shared, writers that do not understand the type must fail, must mark it "was unknown" when they
 # write the object, was unknown to a writer, shareable, readers that do not understand it must fail
@@ -380,7 +380,3 @@ def encode_block(header: ObjectHeader, index: int) -> bytes:
 def encode_continuation(cont: Continuation, sizes: Sizes) -> bytes:
     """A continuation message body."""
     return sizes.layout("OL").pack(sizes.raw_address(cont.address), cont.length)
-
-
-# Message types h5fs decodes or knowingly ignores (IV.A.2).
-KNOWN_TYPES = frozenset(range(0x00, 0x19))

@@ -5,7 +5,7 @@ end with the root group's symbol table entry; versions 2 and 3 with a checksum. 
 bytes of versions 0 and 1 are undefined and encode as zeros, as libhdf5 writes them.
 
 Pure bytes <-> records: `decode(buf, location)` and `encode(sb)`, `decode_driver_info` and
-`encode_driver_info`; h5fs.storage.readers.superblock finds the signature in a file and reads both.
+`encode_driver_info`; h5fs.storage.superblock finds the signature in a file and reads both.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A node has room for 2K entries (K: the superblock's group leaf node K); the firs
 are valid. The unused slots hold undefined bytes ("space reserved but undefined may differ"):
 libhdf5 zero-fills them, and so does `encode`.
 
-Pure bytes <-> records; h5fs.storage.readers.symbol_table_node reads nodes from the file.
+Pure bytes <-> records; h5fs.storage.symbol_table reads nodes from the file.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ from ..format.codec import Reader, Sizes, Writer
 from ..format.messages import attribute as attr_msg
 from ..format.messages import dataspace as DS
 from ..format.messages import datatype as T
-from ..storage import global_heap_write as ghw
+from ..storage import global_heap as ghw
 from .dtype_encode import datatype_of
 from .dtypes import is_bool_enum, npy_dtype, numpy_dtype
 from .libver import at_least

@@ -19,7 +19,7 @@ from ..format.messages import dataspace as DS
 from ..format.messages.shared import IN_SOHM_HEAP, SharedRef
 from ..format.object_header import RawMessage
 from ..storage.fractal_heap.reader import FractalHeap
-from ..storage.readers import btree_v2
+from ..storage.btree_v2 import reader as btree_v2
 from . import messages as M
 from .cache_size import approx_size
 from .dtypes import npy_dtype

@@ -24,18 +24,18 @@ from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages import dataspace as DS
 from ..format.messages import datatype as T
 from ..format.messages import shared as shared_msg
+from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, DATASPACE, DATATYPE
 from ..storage.dense_storage import ATTRIBUTES, DenseStore, is_shared
-from ..storage.header_edit import HeaderEdit
-from ..storage.header_writer import NoRoom
-from ..storage.readers.object_header import read as read_header
-from ..storage.sohm_write import SharedMessages
+from ..storage.object_header.edit import HeaderEdit
+from ..storage.object_header.placement import NoRoom
+from ..storage.object_header.reader import read as read_header
+from ..storage.sohm_table.writer import SharedMessages
 from ..storage.transaction import Transaction
 from .attribute_values import (create_string_attribute, new_attribute, new_fixed_string_attribute,
                                release_value, revalued)
 from .libver import libver_for_superblock
 from .library_conventions import check_attribute_edit, text_form
 
-DATASPACE, DATATYPE, ATTRIBUTE, ATTRIBUTE_INFO = 0x01, 0x03, 0x0C, 0x15
 MAX_COMPACT, MIN_DENSE = 8, 6   # libhdf5's attribute phase change when the header stores none
 MAX_MESSAGE = 65536             # H5O_MESG_MAX_SIZE: larger attributes live in dense storage only
 NO_ORDER = 0xFFFF               # H5O_MAX_CRT_ORDER_IDX: the creation order of an untracked attribute

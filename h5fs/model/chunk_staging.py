@@ -29,7 +29,7 @@ from ..format.messages import layout as L
 from ..storage.chunked import ChunkedSource
 from ..storage.filters import ChunkInfo
 from ..storage.filters.pipeline import encode_chunk
-from ..storage.header_edit import HeaderEdit
+from ..storage.object_header.edit import HeaderEdit
 from ..storage.index import ChunkRecord, IndexContext, open_index
 from ..storage.transaction import Transaction
 from . import messages as M

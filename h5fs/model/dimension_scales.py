@@ -28,8 +28,8 @@ from ..format import global_heap as gh
 from ..format.codec import Reader, Writer
 from ..format.messages import dataspace as DS
 from ..format.messages import datatype as T
-from ..storage import global_heap_write as ghw
-from ..storage.sohm_write import SharedMessages
+from ..storage import global_heap as ghw
+from ..storage.sohm_table.writer import SharedMessages
 from ..storage.transaction import Transaction
 from .attributes_write import Attributes
 from .safety_net import UNEXPECTED

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from ..errors import FormatError, ReadOnly, TooLarge
 from ..storage.blockio import open_regular
 from ..storage.byte_source import ByteSource, LocalSource
-from ..storage.readers import local_heap
+from ..storage import local_heap
 from ..storage.remote.client import RemoteError
 from ..storage.remote.siblings import Siblings
 from ..storage.source_registry import EXTERNAL, SourceContext, register_source

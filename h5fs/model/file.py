@@ -36,10 +36,10 @@ from ..storage.journal import Journal, Stale, journal_path, overlay as journal_o
 from ..storage.page_overlay import PageOverlay
 from ..storage.locking import take_lock
 from ..storage.metadata_cache import MetadataCache
-from ..storage.readers import object_header as header_reader
-from ..storage.readers import superblock as superblock_reader
-from ..storage.readers.global_heap import GlobalHeapReader
-from ..storage.readers.sohm_table import read_table
+from ..storage.object_header import reader as header_reader
+from ..storage import superblock as superblock_reader
+from ..storage.global_heap import GlobalHeapReader
+from ..storage.sohm_table.reader import read_table
 from ..storage.remote import RemoteOptions, open_remote
 from ..storage.remote.siblings import Siblings
 from ..storage.transaction import Store
@@ -235,7 +235,7 @@ class H5File:
 
     def forget(self, txn, addresses=()) -> None:
         """Drop what the committed transaction made stale: rewritten and freed blocks, and the
-        state of the objects whose headers it changed (header_edit counts them)."""
+        state of the objects whose headers it changed (HeaderEdit counts them)."""
         for address, size in txn.rewritten + txn.freed:
             self.invalidate_range(address, address + size)
         for address in set(addresses) | txn.owners:

@@ -4,7 +4,7 @@ list, minus whatever the mount allocated or freed while the walk ran (the alloca
 
 Nothing is adopted when the walk meets a structure it cannot follow (what that structure names
 would look unused). The sections the file's persistent free-space managers list are not adopted
-again: the allocator holds them already (h5fs.storage.persistent_space), or, where h5fs honours
+again: the allocator holds them already (h5fs.storage.free_space_manager), or, where h5fs honours
 the managers only, they stay theirs. In a file persisting its free space what is adopted joins its
 managers' lists at the next commit; under paged aggregation only whole free pages are adopted
 (the kind of a part of a page is unknown). The first bytes at an address a reference names

@@ -8,10 +8,10 @@ from ..format.codec import Reader
 from ..format.messages import link as link_msg
 from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
-from ..storage import dense_storage
+from ..storage import dense_storage, local_heap, symbol_table
+from ..storage.btree_v1 import find_child
+from ..storage.btree_v2 import reader as btree_v2
 from ..storage.fractal_heap.reader import FractalHeap
-from ..storage.readers import btree_v2, local_heap, symbol_table_node
-from ..storage.readers.btree_v1 import find_child
 from . import messages as M
 from .objects import H5Object, derived
 
@@ -74,7 +74,7 @@ class Group(H5Object):
         snod = find_child(self.file.reader, btree_addr, btree_v1.GROUP, 0, cmp3, what)
         if snod is None:
             return None
-        entries = symbol_table_node.read(self.file.reader, snod, what)
+        entries = symbol_table.node_entries(self.file.reader, snod, what)
         lo, hi = 0, len(entries)
         while lo < hi:
             mid = (lo + hi) // 2
@@ -116,7 +116,7 @@ class Group(H5Object):
         if btree_addr is None:
             return []
         return [_entry_link(entry, heap, what)
-                for entry in symbol_table_node.group_entries(self.file.reader, btree_addr, what)]
+                for entry in symbol_table.group_entries(self.file.reader, btree_addr, what)]
 
     def _dense_links(self, info) -> list[Link]:
         what = f"{self.path}: dense links"

@@ -1,4 +1,5 @@
-"""Message type numbers with the decoder and the encoder of each (IV.A.2), in two tables."""
+"""The decoder and the encoder of each message type (IV.A.2), in two tables, and their names; the
+type numbers come from h5fs.format.messages.types."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ from ..format.messages import (attribute, attribute_info, dataspace, datatype, e
                                filter_pipeline, layout, link, link_info, modification_time, small, sohm_table,
                                symbol_table)
 from ..format.messages import file_space_info
-
-DATASPACE, LINK_INFO, DATATYPE, FILL_OLD, FILL, LINK, EXTERNAL, LAYOUT = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08
-GROUP_INFO, FILTERS, ATTRIBUTE, COMMENT, MTIME_OLD, SOHM_TABLE = 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F
-SYMBOL_TABLE, MTIME, BTREE_K, ATTRIBUTE_INFO, REFCOUNT, FSINFO = 0x11, 0x12, 0x13, 0x15, 0x16, 0x17
+from ..format.messages.types import (ATTRIBUTE, ATTRIBUTE_INFO, BTREE_K, COMMENT, DATASPACE, DATATYPE, EXTERNAL, FILL,
+                                     FILL_OLD, FILTERS, FSINFO, GROUP_INFO, LAYOUT, LINK, LINK_INFO, MTIME, MTIME_OLD,
+                                     REFCOUNT, SOHM_TABLE, SYMBOL_TABLE)
 
 
 DECODERS = {

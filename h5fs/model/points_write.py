@@ -16,7 +16,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..errors import InvalidWrite
-from ..storage.header_edit import HeaderEdit
+from ..storage.object_header.edit import HeaderEdit
 from .chunk_staging import stage_chunks
 from .npy_header import NpyHeaderError, parse_npy_header
 

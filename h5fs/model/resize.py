@@ -25,7 +25,7 @@ from ..format.messages import layout as L
 from ..format.messages.fill_value import ALLOC_EARLY
 from ..storage.chunk_grid import chunks_in_box
 from ..storage.chunked import ChunkedSource
-from ..storage.header_edit import HeaderEdit
+from ..storage.object_header.edit import HeaderEdit
 from ..storage.index import IndexContext, open_index
 from ..storage.sources import fill_pattern
 from ..storage.transaction import Transaction

@@ -35,15 +35,15 @@ from ..format.messages import modification_time
 from ..format.messages import shared as shared_msg
 from ..format.messages import symbol_table as stab_msg
 from ..format.messages.link import Link
+from ..format.messages.types import ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD, SYMBOL_TABLE
 from ..format.object_header import RawMessage
-from ..storage import symbol_table_write as stab_write
-from ..storage.header_create import create_header
-from ..storage.header_edit import HeaderEdit, refcount_of
-from ..storage.links_write import (GROUP_INFO, LINK_INFO, SYMBOL_TABLE, GroupLinks, encode_link, land_links,
-                                   take_unrefs)
+from ..storage import symbol_table
+from ..storage.object_header.create import create_header
+from ..storage.object_header.edit import HeaderEdit, refcount_of
+from ..storage.links_write import GroupLinks, encode_link, land_links, take_unrefs
 from ..storage.object_delete import free_object, free_storage, shared_headers
-from ..storage.sohm_write import SharedMessages
-from ..storage.readers.object_header import read as read_header
+from ..storage.sohm_table.writer import SharedMessages
+from ..storage.object_header.reader import read as read_header
 from ..storage.transaction import Transaction
 from . import attributes_write
 from . import messages as M
@@ -54,7 +54,6 @@ from .objects import H5Object
 from .replace_like import STORAGE_MESSAGES, messages_like
 
 
-MTIME_OLD, MTIME, ATTRIBUTE_INFO = 0x0E, 0x12, 0x15
 DATASET_HEADER_HINT = 256   # libhdf5's least object header for a new dataset (H5D__update_oh_info)
 # what describes a dataset's data (a replacement of the data replaces these messages)
 DATA_MESSAGES = frozenset({M.DATASPACE, M.DATATYPE, M.FILL_OLD, M.FILL, M.EXTERNAL, M.LAYOUT, M.FILTERS})
@@ -157,7 +156,7 @@ class TreeEditor:
         sizes = txn.sizes
         header = parent.edit.header
         if parent.symbol_table is not None:   # old style: a symbol table (H5G__stab_create)
-            stab = stab_write.create(txn)
+            stab = symbol_table.create(txn)
             w = Writer(sizes)
             stab_msg.encode(w, stab)
             return create_header(txn, sizes, 1, [(SYMBOL_TABLE, w.getvalue(), 0)],

@@ -35,7 +35,7 @@ from ..format.codec import Reader, Sizes
 from ..format.messages.datatype import (
     NULLPAD, NULLTERM, REF_ATTR, REF_OBJECT1, REF_OBJECT2, REF_REGION1, REF_REGION2, SPACEPAD, UTF8,
     Array, Compound, Datatype, Enum, Reference, String, VarLen)
-from ..storage.readers.global_heap import GlobalHeapReader
+from ..storage.global_heap import GlobalHeapReader
 from .dtypes import is_converted, needs_conversion, npy_dtype, numpy_dtype
 from .numeric_conversion import convert
 

@@ -36,7 +36,7 @@ from ..format.messages import dataspace as DS
 from ..format.messages import layout as L
 from ..storage.chunk_grid import chunks_in_box, linear_boxes, overlap
 from ..storage.chunked import ChunkedSource
-from ..storage.header_edit import HeaderEdit
+from ..storage.object_header.edit import HeaderEdit
 from ..storage.sources import ContiguousSource
 from ..storage.transaction import Transaction
 from . import messages as M

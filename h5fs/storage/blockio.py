@@ -10,7 +10,7 @@ from ..errors import FormatError
 from ..format.codec import Reader, Sizes
 from .byte_source import ByteSource, as_source
 from .metadata_cache import MetadataCache
-from .readers import object_header as header_reader
+from .object_header import reader as header_reader
 
 # No single metadata structure h5fs reads may claim more than this; protects against sizes
 # taken from a hostile file (chunk data has its own bound: the decoded chunk size).

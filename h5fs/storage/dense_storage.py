@@ -26,10 +26,10 @@ from ..format.codec import Reader, Sizes
 from ..format.fractal_heap import ATTRIBUTE_HEAP, LINK_HEAP, HeapParams
 from ..format.messages import attribute as attr_msg
 from ..format.messages import link as link_msg
-from .btree_v2_edit import BTreeV2Edit, delete as delete_tree, new_header
+from .btree_v2.edit import BTreeV2Edit, delete as delete_tree, new_header
 from .fractal_heap import writer as heap_write
 from .fractal_heap.reader import FractalHeap
-from .readers import btree_v2 as bt_reader
+from .btree_v2 import reader as bt_reader
 
 if TYPE_CHECKING:
     from .transaction import Transaction
@@ -142,7 +142,7 @@ class DenseStore:
     An attribute shared through the file's shared message table has a record flagged shared whose
     heap ID is the table heap's: `shared_get` reads it there (without it, such a record is refused
     by name). Removing it leaves the table's heap alone; replacing it stores the new message here,
-    unshared. Counting the table's uses down is the caller's (storage/sohm_write.py)."""
+    unshared. Counting the table's uses down is the caller's (storage/sohm_table/writer.py)."""
 
     def __init__(self, txn: Transaction, kind: DenseKind, heap: int, name_index: int, corder_index: int | None,
                  what: str, shared_get: Callable[[bytes], bytes] | None = None):

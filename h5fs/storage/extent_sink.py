@@ -1,9 +1,10 @@
 """Where a structure's `extents` function reports the blocks it occupies.
 
-Each structure's reader module says which blocks the structure occupies, once (`extents` in
-readers/: superblock, object header, local heap, symbol table, v1 and v2 B-trees, fractal heap,
-free-space manager, shared-message table, global heap, fixed and extensible arrays). Two kinds of
-sink listen:
+Each structure's module says which blocks the structure occupies, once (`extents` in
+superblock.py, object_header/reader.py, local_heap.py, symbol_table.py, btree_v1.py,
+btree_v2/reader.py, fractal_heap/reader.py, free_space_manager.py, sohm_table/reader.py,
+global_heap.py, index/fixed_array.py, index/extensible_array/reader.py). Two kinds of sink
+listen:
 - the space map's walk (storage/space_walk.py) records each block; a block outside the file, or
   one that cannot be read, is a problem of that structure, and the walk goes on with the rest;
 - a writer deleting a structure (`Freeing`) frees each block in its transaction; what cannot be

@@ -23,16 +23,15 @@ from ..format.messages import small
 from ..format.messages import symbol_table as stab_msg
 from ..format.messages.link import Link
 from ..format.messages.link_info import LinkInfo
+from ..format.messages.types import GROUP_INFO, LINK, LINK_INFO, SYMBOL_TABLE
 from ..format.symbol_table_entry import CACHE_NONE, CACHE_STAB
-from . import symbol_table_write as stab_write
+from . import local_heap, symbol_table
 from .dense_storage import LINKS, DenseStore
 from .dense_storage import lookup as dense_lookup
-from .header_edit import HeaderEdit
-from .readers import local_heap, symbol_table_node
-from .readers.object_header import read as read_header
+from .object_header.edit import HeaderEdit
+from .object_header.reader import read as read_header
 from .transaction import Transaction
 
-LINK_INFO, LINK, GROUP_INFO, SYMBOL_TABLE = 0x02, 0x06, 0x0A, 0x11
 MAX_COMPACT, MIN_DENSE = 8, 6          # libhdf5's defaults when the group info stores none
 MAX_MESSAGE = 65536                    # H5O_MESG_MAX_SIZE: larger links live in dense storage only
 UTF8 = 1
@@ -103,7 +102,7 @@ class GroupLinks:
             stab = self.symbol_table
             heap = local_heap.read(self.txn.reader, stab.heap_address, self.what)
             return [self._from_entry(stab, e, heap)
-                    for e in symbol_table_node.group_entries(self.txn.reader, stab.btree_address, self.what)]
+                    for e in symbol_table.group_entries(self.txn.reader, stab.btree_address, self.what)]
         if kind == "compact":
             return [ln for _, ln in self._compact()]
         return self._dense_links()
@@ -112,14 +111,14 @@ class GroupLinks:
         kind = self._storage()
         if kind == "symbol table":
             stab = self.symbol_table
-            entry = stab_write.lookup(self.txn, stab, name.encode("utf-8"), self.what)
+            entry = symbol_table.lookup(self.txn, stab, name.encode("utf-8"), self.what)
             return None if entry is None else self._from_entry(stab, entry)
         if kind == "compact":
             return next((ln for _, ln in self._compact() if ln.name == name), None)
         return self._dense_lookup(name)
 
     def _from_entry(self, stab, entry, heap=None) -> Link:
-        link = stab_write.link_of(self.txn, stab, entry, self.what)
+        link = symbol_table.link_of(self.txn, stab, entry, self.what)
         if heap is None:
             heap = local_heap.read(self.txn.reader, stab.heap_address, self.what)
         name = heap.string(entry.name_offset).decode("utf-8", "surrogateescape")
@@ -177,11 +176,11 @@ class GroupLinks:
         self.txn.owners.add(self.address)   # its storage changes: what was read of it goes
         if kind == "symbol table":
             stab = self.symbol_table
-            entry = stab_write.lookup(self.txn, stab, name.encode("utf-8"), self.what)
+            entry = symbol_table.lookup(self.txn, stab, name.encode("utf-8"), self.what)
             if entry is None:
                 raise FileNotFoundError(f"{self.what}: no link named {name!r}")
             link = self._from_entry(stab, entry)
-            stab_write.remove(self.txn, stab, name.encode("utf-8"), self.what)
+            symbol_table.remove(self.txn, stab, name.encode("utf-8"), self.what)
             return link
         info = self.info
         found = next(((raw, ln) for raw, ln in self._compact() if ln.name == name), None)
@@ -195,14 +194,14 @@ class GroupLinks:
     def _stab_insert(self, link: Link) -> None:
         self.txn.owners.add(self.address)
         if link.link_type == link_msg.HARD:
-            target = stab_write.Link(link.address, stab_write.cached_stab(self.txn, link.address, self.what))
+            target = symbol_table.Link(link.address, symbol_table.cached_stab(self.txn, link.address, self.what))
         elif link.link_type == link_msg.SOFT:
-            target = stab_write.Link(soft_target=link.target.encode("utf-8"))
+            target = symbol_table.Link(soft_target=link.target.encode("utf-8"))
         else:   # a symbol table cannot hold it: the group turns new-style first, as in libhdf5
             self._stab_to_new()
             self.insert(link)
             return
-        stab_write.insert(self.txn, self.symbol_table, link.name.encode("utf-8"), target, self.what)
+        symbol_table.insert(self.txn, self.symbol_table, link.name.encode("utf-8"), target, self.what)
 
     def _stab_to_new(self) -> None:
         """A symbol-table group becomes a new-style one holding the same links (H5G__obj_insert
@@ -210,7 +209,7 @@ class GroupLinks:
         table's blocks are freed and its message replaced by link info and group info."""
         links = self.all()
         stab = self.symbol_table
-        stab_write.delete(self.txn, stab, self.what)
+        symbol_table.delete(self.txn, stab, self.what)
         self.edit.remove(self.edit.header.first(SYMBOL_TABLE))
         w = Writer(self.txn.sizes)
         link_info_msg.encode(w, LinkInfo(False, False, None, None, None, None))

@@ -12,7 +12,7 @@ resolves to nothing.
 
 Objects a walk cannot read whole keep their space: a broken pointer could name another object's
 bytes, and leaking is safe where freeing is not. What the object used of the file's shared message
-table is counted down by the caller (storage/sohm_write.py).
+table is counted down by the caller (storage/sohm_table/writer.py).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class _ObjectWalk(SpaceWalk):
 
 def shared_headers(header, sizes) -> list[int]:
     """Object headers `header` shares messages from (committed datatypes), one per message;
-    messages shared through the file's shared-message table are storage/sohm_write.py's."""
+    messages shared through the file's shared-message table are storage/sohm_table/writer.py's."""
     out = []
     for raw in header.messages:
         if raw.shared:

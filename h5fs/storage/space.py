@@ -8,7 +8,7 @@ every address in the file; `eoa` is the end of allocated space that the superblo
 
 Free space lives in pools, the free-space managers libhdf5 would keep for the file (numbered as
 their slots in the File Space Info message), so that a file persisting its free space can
-list each pool in its manager (h5fs.storage.persistent_space):
+list each pool in its manager (h5fs.storage.free_space_manager):
 - one pool (META) for a file without persistent managers;
 - META and RAW (metadata and raw data, sec2's "dichotomy" type map) for libhdf5's FSM_AGGR
   strategy with persistent managers: each kind takes its own pool first, then the other;

@@ -12,7 +12,7 @@ of the maximum extent), the global heap collections that variable-length data, r
 fill values and virtual dataset mappings name. Every object reference met (old and revised,
 object, region and attribute references, DIMENSION_LIST's) must name an object the walk met.
 Compact data and messages live inside headers, external data files outside the file. Which
-blocks each structure occupies its reader module says (`extents`, storage/extent_sink.py): the
+blocks each structure occupies its module says (`extents`, storage/extent_sink.py): the
 walk is their sink and decides the order.
 
 The walk checks what it reads (the readers verify checksums and bounds) and never stops at a
@@ -41,18 +41,21 @@ from ..format import free_space_manager as fsm
 from ..format.codec import Reader
 from ..format.messages import file_space_info, shared, small, sohm_table
 from ..format.messages import layout as L
+from ..format.messages.types import (ATTRIBUTE_INFO, BTREE_K, DATATYPE, EXTERNAL, FSINFO, LINK_INFO, SOHM_TABLE,
+                                     SYMBOL_TABLE)
 from ..format.symbol_table_entry import CACHE_STAB
+from . import btree_v1, free_space_manager, global_heap, local_heap, symbol_table
+from . import superblock as superblock_reader
+from .btree_v2 import reader as btree_v2
 from .chunked import is_edge, read_chunk
 from .element_refs import heap_id_fields, heap_ids, heap_reference, object_addresses
-from .index import IndexContext, open_index
-from .persistent_space import SLOTS
 from .fractal_heap import reader as fractal_heap
-from .readers import btree_v1, btree_v2, extensible_array, fixed_array, free_space_manager
-from .readers import global_heap, local_heap, object_header
-from .readers import sohm_table as sohm_reader
-from .readers import superblock as superblock_reader
-from .readers import symbol_table_node as symbol_table
-from .sohm_uses import SharedUses
+from .free_space_manager import SLOTS
+from .index import IndexContext, fixed_array, open_index
+from .index.extensible_array import reader as extensible_array
+from .object_header import reader as object_header
+from .sohm_table import reader as sohm_reader
+from .sohm_table.uses import SharedUses
 from .space_map import FILE, UNEXPECTED, Extent, Problem, Progress, SpaceMap
 
 
@@ -70,10 +73,6 @@ class WalkedFile(Protocol):
 
     def get(self, address: int, path: str) -> Any: ...
 
-# Object header message types the walk follows (IV.A.2; h5fs.model.messages has the whole table,
-# a layer above this one).
-LINK_INFO, DATATYPE, EXTERNAL, SOHM_TABLE, SYMBOL_TABLE = 0x02, 0x03, 0x07, 0x0F, 0x11
-BTREE_K, ATTRIBUTE_INFO, FSINFO = 0x13, 0x15, 0x17
 SCAN_BYTES = 4 << 20   # contiguous variable-length data is scanned for heap IDs this much at a time
 MAX_NESTING = 8        # vlen data inside vlen data followed this deep
 

@@ -38,7 +38,7 @@ commit.
 A crash after a record is durable is finished at the next open: the replay writes every pending
 record again, in order.
 Before all that, a file persisting its free space has its free-space managers rewritten as the
-transaction leaves the allocator (h5fs.storage.persistent_space): their updates are part of the
+transaction leaves the allocator (h5fs.storage.free_space_manager): their updates are part of the
 same commit.
 
 While a transaction builds its changes, `reader` shows the file as it will be after the commit
@@ -65,9 +65,9 @@ from .journal import SUFFIX, Journal
 from .metadata_cache import MetadataCache
 from ..spans import Spans
 from .page_overlay import PageOverlay
-from .readers import object_header as header_reader
+from .object_header import reader as header_reader
 from .pending_links import INSERT, REMOVE, UNREF, Op, PendingLinks
-from .persistent_space import setup
+from .free_space_manager import setup
 from .space import PAGE
 from .writer import FileWriter, Recorder
 from ..format.messages.link import Link
@@ -110,7 +110,7 @@ class Store:
         # objects a walk of the file found damaged (header address -> what is wrong): edits that
         # would build on what they hold are refused
         self.damaged: dict[int, str] = {}
-        self.sound_heaps: set[int] = set()   # group local heaps checked by a first edit (symbol_table_write)
+        self.sound_heaps: set[int] = set()   # group local heaps checked by a first edit (symbol_table.py)
         # object headers made by this mount: nothing in the file can hold a reference to them
         # (h5fs writes none, and no other writer opens the file), so freeing one leaves none dangling
         self.created: set[int] = set()

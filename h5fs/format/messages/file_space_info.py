@@ -32,7 +32,6 @@ from ..codec import Reader, Writer
 V0_ALL_PERSIST = 1                      # version 0 strategy H5F_FILE_SPACE_ALL_PERSIST
 V1_FSM_AGGR, V1_PAGE, V1_AGGR, V1_NONE = 0, 1, 2, 3
 MANAGERS = {0: 6, 1: 12}                # version -> manager addresses stored when persisting
-TYPE = 0x0017
 SLOT_META, SLOT_RAW, SLOT_LARGE = 0, 2, 6   # slots of the managers libhdf5 fills (module docstring)
 
 

@@ -6,7 +6,7 @@ then the checksum; libhdf5 zero-fills the rest, and so does a writer placing `en
 in such a block. A record kept in an object header is shorter than its slot: the unused tail of the
 slot is written as zeros.
 
-Pure bytes <-> records; h5fs.storage.readers.sohm_table reads the table from the file.
+Pure bytes <-> records; h5fs.storage.sohm_table reads the table from the file.
 """
 
 from __future__ import annotations

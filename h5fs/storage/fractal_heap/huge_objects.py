@@ -1,16 +1,16 @@
 """A fractal heap's huge objects edited (H5HFhuge.c): objects larger than the maximum managed
 size, stored on their own (raw data in libhdf5's map) and listed in a v2 B-tree of type 1 or 3,
 keyed by the huge ID (from ``next_huge_id``) or, when the ID holds address and length, by those.
-The tree is edited by the generic v2 B-tree editor (btree_v2_edit.py)."""
+The tree is edited by the generic v2 B-tree editor (btree_v2/edit.py)."""
 
 from __future__ import annotations
 
 from ...errors import FormatError, Unsupported
 from ...format import btree_v2 as bt
 from ...format.fractal_heap import HugeId, decode_id, encode_id
-from ..btree_v2_edit import BTreeV2Edit
-from ..btree_v2_edit import new_header as new_tree_header
-from ..readers import btree_v2 as bt_reader
+from ..btree_v2.edit import BTreeV2Edit
+from ..btree_v2.edit import new_header as new_tree_header
+from ..btree_v2 import reader as bt_reader
 from .heap_state import HeapPart
 
 HUGE_NODE_SIZE, HUGE_SPLIT, HUGE_MERGE = 512, 100, 40   # H5HF_HUGE_BT2_*

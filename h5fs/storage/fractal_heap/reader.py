@@ -16,8 +16,8 @@ from ...format.fractal_heap import (HEADER_PREFIX, MAX_BLOCK, DirectBlock, Direc
                                     header_size, indirect_block_size, row_col, row_offset, rows_for_block)
 from ...format.free_space_manager import CLIENT_HEAP
 from ...format.messages import filter_pipeline
-from ..readers import btree_v2 as bt
-from ..readers import free_space_manager
+from ..btree_v2 import reader as bt
+from .. import free_space_manager
 
 if TYPE_CHECKING:
     from ..extent_sink import ExtentSink

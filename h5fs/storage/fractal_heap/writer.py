@@ -20,7 +20,7 @@ from ...errors import FormatError
 from ...format import free_space_manager as fsm
 from ...format.fractal_heap import (ID_HUGE, ID_MANAGED, ID_TINY, LINK_HEAP, HeapParams, ManagedId, TinyId, decode_id,
                                     derive, encode_header, encode_id, header_size, new_header)
-from ..btree_v2_edit import delete as delete_tree
+from ..btree_v2.edit import delete as delete_tree
 from ..transaction import Transaction
 from .free_sections import FreeSections
 from .heap_state import HeapState

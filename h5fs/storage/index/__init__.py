@@ -1,11 +1,12 @@
-"""Chunk indexes: one module per index type, all behind `ChunkIndex`; `open_index` picks one."""
+"""Chunk indexes: one module per index type, all behind `ChunkIndex`; `open_index` picks one. The
+checks every index's write side makes of a batch are here too."""
 
 from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from ...errors import Unsupported
 from ...format.messages.layout import DataLayout
@@ -82,6 +83,25 @@ class ChunkIndex(ABC):
         """Follow a new dataspace extent in the index's dimension-dependent parts (chunks
         outside the new extent were removed first)."""
         return None
+
+
+def check_coords(rec_coords: Iterable[tuple[int, ...]], rank: int, what: str) -> None:
+    for c in rec_coords:
+        if len(c) != rank or any(x < 0 for x in c):
+            raise ValueError(f"{what}: chunk coordinates {c} for a rank-{rank} index")
+
+
+def check_size(rec: ChunkRecord, limit: int, what: str) -> None:
+    """A stored chunk size must fit the index's field (`limit`: its first value too large)."""
+    if not 0 < rec.size < limit:
+        raise ValueError(f"{what}: chunk {rec.coords} of {rec.size} bytes does not fit the index")
+
+
+def same_view(ctx: IndexContext, txn: Transaction, what: str) -> None:
+    """Nodes are read (and cached) through the index's reader: it must show the transaction's
+    staged blocks, or a second change in one transaction would build on stale nodes."""
+    if ctx.reader is not txn.reader:
+        raise ValueError(f"{what}: the index to change must be opened on the transaction's reader")
 
 
 # index type -> (module, class); imported on first use

@@ -5,24 +5,32 @@ size, filter mask, scaled offsets), or for structured chunks 12/13 (address, chu
 offsets, section metadata); scaled offsets are chunk-grid coordinates (8 bytes each),
 ordered lexicographically, which is how `lookup` descends without reading the whole tree. The
 width of the chunk size field is read off the header's record size (libhdf5 writes
-``1 + (log2(chunk bytes) + 8) // 8`` for layout v4 and `size of lengths` for v5). Writes
-(batches of put and removed records) are btree_v2_write's.
+``1 + (log2(chunk bytes) + 8) // 8`` for layout v4 and `size of lengths` for v5).
+
+Writes (`V2Writer`): one batch of inserted, replaced and removed chunks, applied by the generic
+tree editor (storage/btree_v2/edit.py) with chunk-grid coordinates as keys. A tree the batch
+creates takes the layout's parameters; nothing is written for a new tree left empty.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import replace
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format import btree_v2 as bt
 from ...format.messages.layout import DataLayout
-from ..readers.btree_v2 import find_with_leaf, iterate, read_header
-from . import ChunkIndex, ChunkRecord, IndexContext
-from .fixed_array import _check_rank, chunk_nbytes
+from ..btree_v2.edit import BTreeV2Edit, new_header
+from ..btree_v2.reader import find_with_leaf, iterate, read_header
+from ..tree_batch import changes
+from . import ChunkIndex, ChunkRecord, IndexContext, check_coords, check_size, same_view
+from .grid import check_rank, chunk_nbytes
 
 if TYPE_CHECKING:
     from ..transaction import Transaction
+
+Rec = bt.ChunkRecordV2
 
 
 def record_size_width(ctx: IndexContext, record_size: int, what: str) -> int:
@@ -42,7 +50,7 @@ def record_size_width(ctx: IndexContext, record_size: int, what: str) -> int:
 class BTreeV2Index(ChunkIndex):
     def __init__(self, ctx: IndexContext):
         super().__init__(ctx)
-        _check_rank(ctx)
+        check_rank(ctx)
         self.rank = len(ctx.layout.chunk_dims)
         self.nbytes = chunk_nbytes(ctx)
         self.what = f"{ctx.what}: v2 B-tree chunk index"
@@ -100,9 +108,48 @@ class BTreeV2Index(ChunkIndex):
                 yield rec
 
     def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
-        from .btree_v2_write import V2Writer   # it imports this module
         return V2Writer(self, txn).apply(records, ())
 
     def remove(self, txn: Transaction, coords: Sequence[tuple[int, ...]]) -> DataLayout | None:
-        from .btree_v2_write import V2Writer
         return V2Writer(self, txn).apply((), coords)
+
+
+class V2Writer:
+    def __init__(self, index: BTreeV2Index, txn: Transaction):
+        ctx = index.ctx
+        self.index, self.txn, self.what = index, txn, index.what
+        same_view(ctx, txn, self.what)
+        self.rank, self.filtered = index.rank, ctx.filtered
+        sizes, info, comp = txn.sizes, ctx.layout.index, ctx.layout.composition
+        if index.header is None:
+            width = ctx.layout.filtered_size_width(sizes) if self.filtered or comp is not None else 0
+            hdr = new_header(sizes, bt.chunk_type(self.filtered, comp is not None), info.node_size,
+                             bt.chunk_record_size(sizes, self.rank, self.filtered, width, comp),
+                             info.split_percent, info.merge_percent)
+        else:
+            hdr = index.header
+        self.width = record_size_width(ctx, hdr.record_size, self.what)
+        self.structured = comp is not None
+        self.decode = bt.chunk_record_decoder(self.rank, self.filtered, self.width, comp)
+        self.tree = BTreeV2Edit(txn, hdr, lambda r: r.scaled, self.decode,
+                                bt.chunk_record_encoder(self.rank, self.filtered, self.width, comp), self.what,
+                                new=index.header is None)
+
+    def apply(self, records: Sequence[ChunkRecord], removed: Sequence[tuple[int, ...]]) -> DataLayout | None:
+        check_coords([r.coords for r in records], self.rank, self.what)
+        todo = changes(((tuple(r.coords), self._record(r)) for r in records), (tuple(c) for c in removed))
+        creating = self.index.header is None
+        if creating and not any(v is not None for _, v in todo):
+            return None
+        self.index.header = new = self.tree.apply(todo)
+        self.index.decode = self.decode
+        if not creating:
+            return None
+        layout = self.index.ctx.layout
+        return replace(layout, index=replace(layout.index, address=new.address))
+
+    def _record(self, r: ChunkRecord) -> Rec:
+        if not self.filtered and not self.structured:
+            return Rec(r.address, tuple(r.coords))
+        check_size(r, 1 << (8 * self.width), self.what)
+        return Rec(r.address, tuple(r.coords), r.size, r.filter_mask, r.sections)

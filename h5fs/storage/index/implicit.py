@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format.messages.layout import DataLayout
-from . import ChunkIndex, ChunkRecord, IndexContext
-from .btree_batch import check_coords
-from .fixed_array import _check_rank, chunk_nbytes, grid, iter_grid, max_grid, ravel
+from . import ChunkIndex, ChunkRecord, IndexContext, check_coords
+from .grid import check_rank, chunk_nbytes, grid, iter_grid, max_grid, ravel
 
 if TYPE_CHECKING:
     from ..transaction import Transaction
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
 class ImplicitIndex(ChunkIndex):
     def __init__(self, ctx: IndexContext):
         super().__init__(ctx)
-        _check_rank(ctx)
+        check_rank(ctx)
         if ctx.filtered:
             raise FormatError(f"{ctx.what}: implicit chunk index with filters")
         self.address = ctx.layout.index.address if ctx.layout.index else None

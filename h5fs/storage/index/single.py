@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ...errors import FormatError
 from ...format.messages.layout import SINGLE_INDEX_WITH_FILTER, DataLayout, single_size_width
-from . import ChunkIndex, ChunkRecord, IndexContext
-from .btree_batch import check_coords, check_size
-from .fixed_array import _check_rank, chunk_nbytes
+from . import ChunkIndex, ChunkRecord, IndexContext, check_coords, check_size
+from .grid import check_rank, chunk_nbytes
 
 if TYPE_CHECKING:
     from ..transaction import Transaction
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
 class SingleChunkIndex(ChunkIndex):
     def __init__(self, ctx: IndexContext):
         super().__init__(ctx)
-        _check_rank(ctx)
+        check_rank(ctx)
         info = ctx.layout.index
         self.address = info.address if info else None
         rank = len(ctx.layout.chunk_dims)

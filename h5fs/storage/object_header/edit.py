@@ -1,4 +1,4 @@
-"""Object header edits inside a transaction (the placing is header_writer.Layout's, libhdf5's).
+"""Object header edits inside a transaction (the placing is placement.Layout's, libhdf5's).
 
 `HeaderEdit` applies one edit at a time to the header as it last left it (what libhdf5 does
 between two opens of the file), then stages each block that changed: once per transaction, the
@@ -9,13 +9,18 @@ and more) raises NoRoom: attributes then go to dense storage.
 
 from __future__ import annotations
 
-from ..errors import CannotWrite
-from ..format import object_header as oh
-from ..format.codec import Reader, Sizes, Writer
-from ..format.messages import small
-from ..format.object_header import CONTINUATION, NIL, REFCOUNT, ObjectHeader, RawMessage
-from .header_writer import Layout, Message
-from .transaction import Transaction
+from typing import TYPE_CHECKING
+
+from ...errors import CannotWrite
+from ...format import object_header as oh
+from ...format.codec import Reader, Sizes, Writer
+from ...format.messages import small
+from ...format.messages.types import CONTINUATION, KNOWN_TYPES, NIL, REFCOUNT
+from ...format.object_header import ObjectHeader, RawMessage
+from .placement import Layout, Message
+
+if TYPE_CHECKING:
+    from ..transaction import Transaction
 
 
 class HeaderEdit:
@@ -23,7 +28,7 @@ class HeaderEdit:
 
     def __init__(self, txn: Transaction, header: ObjectHeader):
         for m in header.messages:
-            if m.type not in oh.KNOWN_TYPES and m.flags & oh.FLAG_FAIL_UNKNOWN_WRITE:
+            if m.type not in KNOWN_TYPES and m.flags & oh.FLAG_FAIL_UNKNOWN_WRITE:
                 raise CannotWrite(f"object header at {header.address}: message type {m.type:#x}, unknown, "
                                   "forbids writers that do not know it")
         self.txn = txn

@@ -1,4 +1,4 @@
-"""Writes extensible array chunk indexes (layout index type 4): one batch of put and removed chunks.
+"""Writes an extensible array chunk index (layout index type 4): one batch of put and removed chunks.
 
 Blocks appear as libhdf5 makes them (H5EA.c H5EA__lookup_elmt and H5EA_set, H5EAiblock.c,
 H5EAsblock.c, H5EAdblock.c, H5EAdblkpage.c):
@@ -25,26 +25,21 @@ message the put returns publishes it.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-from ...errors import Unsupported
-from ...format.extensible_array import (DataBlock, ExtensibleArrayHeader, IndexBlock, SuperBlock, data_block_size,
+from ....errors import Unsupported
+from ....format.extensible_array import (DataBlock, ExtensibleArrayHeader, IndexBlock, SuperBlock, data_block_size,
                                         decode_header, encode_data_block, encode_header, encode_index_block,
                                         encode_super_block, header_size, index_block_size, super_block_index,
                                         super_block_size)
-from ...format.fixed_array import bit_set, encode_page
-from ...format.messages.layout import DataLayout
-from ..readers.extensible_array import ExtensibleArray
-from . import ChunkRecord
-from .array_write import ArrayWriter, Slots, by_page, patched, set_bit
-
-if TYPE_CHECKING:
-    from .extensible_array import ExtensibleArrayIndex
+from ....format.fixed_array import bit_set, encode_page
+from ....format.messages.layout import DataLayout
+from .. import ChunkRecord
+from ..array_index import ArrayWriter, Slots, by_page, patched, set_bit
+from .reader import ExtensibleArray
 
 
 class ExtensibleArrayWriter(ArrayWriter):
-    index: ExtensibleArrayIndex
-
     def apply(self, records: Sequence[ChunkRecord], removed: Sequence[tuple[int, ...]]) -> DataLayout | None:
         fmt = self.fmt
         todo = self.changes(records, removed)

@@ -30,14 +30,13 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
-from ..format import btree_v2 as bt
-from ..format.codec import Reader, Sizes, Writer
-from .index.btree_batch import merged, not_twice, spans
-from .readers.btree_v2 import _decoded as decoded_node   # the cached read lookups share
-from .readers.btree_v2 import read_header, read_node
+from ...format import btree_v2 as bt
+from ...format.codec import Reader, Sizes, Writer
+from ..tree_batch import merged, not_twice, spans
+from .reader import decoded_node, read_header, read_node   # decoded_node: the nodes lookups cached
 
 if TYPE_CHECKING:
-    from .transaction import Transaction
+    from ..transaction import Transaction
 
 Key = Any
 Record = Any

@@ -10,26 +10,30 @@ Note: libhdf5's own iteration (H5D__earray_idx_iterate_cb) walks the slots in un
 so for an unlimited dimension other than the first, H5Dget_chunk_info(index) reports wrong chunk
 offsets; `records()` here inverts the real mapping instead.
 
-Writes (batches of put and removed records) are extensible_array_write's.
+reader  ExtensibleArray: the array's blocks read through the metadata cache, its elements; the
+        blocks it occupies
+writer  ExtensibleArrayWriter: one batch of put and removed chunks
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from ...errors import FormatError
-from ..readers.extensible_array import ExtensibleArray
-from . import ChunkRecord, IndexContext
-from .fixed_array import ArrayIndex, _check_rank, chunk_nbytes, element_decoder, grid
+from ....errors import FormatError
+from .. import ChunkRecord, IndexContext
+from ..array_index import ArrayIndex, element_decoder
+from ..grid import check_rank, chunk_nbytes, grid
+from .reader import ExtensibleArray
+from .writer import ExtensibleArrayWriter
 
 if TYPE_CHECKING:
-    from ..transaction import Transaction
+    from ...transaction import Transaction
 
 
 class ExtensibleArrayIndex(ArrayIndex):
     def __init__(self, ctx: IndexContext):
         super().__init__(ctx)
-        _check_rank(ctx)
+        check_rank(ctx)
         unlimited = [i for i, m in enumerate(ctx.maxdims) if m is None]
         if len(unlimited) != 1:
             raise FormatError(f"{ctx.what}: extensible array index needs exactly one unlimited dimension")
@@ -57,8 +61,7 @@ class ExtensibleArrayIndex(ArrayIndex):
         self.max_bits = h.max_nelmts_bits
         self.decode = element_decoder(self.ctx, h.client_id, h.element_size)
 
-    def writer(self, txn: Transaction):
-        from .extensible_array_write import ExtensibleArrayWriter   # it imports this module
+    def writer(self, txn: Transaction) -> ExtensibleArrayWriter:
         return ExtensibleArrayWriter(self, txn)
 
     def index_of(self, coords: tuple[int, ...]) -> int | None:

@@ -1,8 +1,14 @@
-"""A file's persistent free-space managers (libhdf5's "persist" strategy), used and kept current.
+"""Free-space managers (III.H): the blocks of any manager (a fractal heap's or one of the
+file's), and the file's persistent managers used and kept current.
 
-At a writable open, `setup` reads the File Space Info message (superblock extension) and returns
-the allocator the file's strategy calls for (h5fs.storage.space) and, when the file persists its
-free space, a `PersistentSpace`:
+`extents`: a manager's blocks and, for a file manager, the free space its section list holds. A
+file manager's header must describe its list (counts and total space: libhdf5 reads the list by
+them) and its sections be of the type its slot holds (`SLOTS`).
+
+The file's persistent free-space managers (libhdf5's "persist" strategy): at a writable open,
+`setup` reads the File Space Info message (superblock extension) and returns the allocator the
+file's strategy calls for (h5fs.storage.space) and, when the file persists its free space, a
+`PersistentSpace`:
 - active (version 1 message, strategy FSM_AGGR or PAGE, managers only in the slots libhdf5's sec2
   driver fills, sections that check out): the managers' sections are loaded into the allocator's
   pools, so new chunks and metadata reuse them; `settle`, called by every commit that allocated or
@@ -41,14 +47,20 @@ from __future__ import annotations
 import logging
 import struct
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from ..errors import H5fsError
+from ..errors import FormatError, H5fsError
 from ..format import free_space_manager as fsm
 from ..format import superblock as sbf
 from ..format.codec import Reader, Sizes, Writer
 from ..format.messages import file_space_info as fsi
-from .readers import object_header as header_reader
+from ..format.messages.types import FSINFO
+from .object_header import reader as header_reader
+from .object_header.edit import rewrite_message
 from .space import LARGE, META, RAW, Allocator, Extent
+
+if TYPE_CHECKING:
+    from .extent_sink import ExtentSink
 
 log = logging.getLogger("h5fs")
 
@@ -57,6 +69,42 @@ SLOTS = {fsi.V1_FSM_AGGR: {META: fsm.FILE_SIMPLE, RAW: fsm.FILE_SIMPLE},
 SHRINK, EXPAND = 80, 120   # libhdf5's H5MF_FSPACE_SHRINK and _EXPAND percents
 SEC2_MAXADDR = (1 << 63) - 1   # the file's maximum address with libhdf5's sec2 driver
 FAULTS = (H5fsError, ValueError, LookupError, struct.error)   # what decoding a bad message raises
+
+
+def extents(out: ExtentSink, reader, path: str, label: str, address: int, client: int,
+            stype: int | None = None) -> list[tuple[int, int]]:
+    """The header's and the section list's extents; a file manager's sections (address,
+    size), free space (of section type `stype` where the strategy fixes it)."""
+    s = reader.sizes
+    if not out.first_time(("free-space manager", address)) or \
+            not out.add(address, fsm.header_size(s), path, f"{label} header"):
+        return []
+    with out.guard(path, label):
+        h = fsm.decode_header(reader.read(address, fsm.header_size(s), label), address, s, label)
+        if h.client != client:
+            raise FormatError(f"manager of client {h.client}, expected {client}")
+        if h.sections_address is None and client == fsm.CLIENT_FILE and (h.total_sections or h.total_space):
+            raise FormatError(f"counts {h.total_sections} sections of {h.total_space} bytes and has no list")
+        if h.sections_address is None or not out.add(h.sections_address, h.sections_alloc_size, path,
+                                                     f"{label} section list"):
+            return []
+        if h.sections_size > h.sections_alloc_size:
+            raise FormatError(f"section list of {h.sections_size} bytes in {h.sections_alloc_size}")
+        found = fsm.decode_sections(reader.read(h.sections_address, h.sections_size, label), h, s, label)
+        if client != fsm.CLIENT_FILE:
+            return []
+        total = sum(st.size * len(st.sections) for st in found.sets)
+        counts = h.total_sections, h.serial_sections, h.ghost_sections, h.total_space
+        if counts != (found.sections, found.sections, 0, total):
+            out.problem(path, f"{label} header", f"counts {h.total_sections} sections ({h.serial_sections} "
+                        f"serialized, {h.ghost_sections} ghosts) of {h.total_space} bytes, its list "
+                        f"{found.sections} of {total}")
+        wrong = [sec for st in found.sets for sec in st.sections if stype is not None and sec.type != stype]
+        if wrong:
+            out.problem(path, f"{label} section list", f"{len(wrong)} sections of type {wrong[0].type} "
+                        f"(at {wrong[0].offset}; this manager's are of type {stype})")
+        return [(sec.offset, st.size) for st in found.sets for sec in st.sections]
+    return []
 
 
 class Unusable(Exception):
@@ -94,7 +142,7 @@ def _file_space_info(reader, sb: sbf.Superblock) -> fsi.FileSpaceInfo | None:
     if sb.extension_address is None:
         return None
     header = header_reader.read(reader, sb.extension_address, "superblock extension")
-    raw = header.first(fsi.TYPE)
+    raw = header.first(FSINFO)
     return None if raw is None else fsi.decode(Reader(raw.data, 0, sb.sizes, "file space info message"))
 
 
@@ -248,12 +296,10 @@ class PersistentSpace:
                 put(h.address, fsm.encode_header(h, self.sizes))
 
     def _rewrite_message(self, txn, info: fsi.FileSpaceInfo) -> None:
-        # imported here: the header writer builds on transactions, which build on this module
-        from .header_edit import rewrite_message
         header = header_reader.read(txn.reader, self.extension, "superblock extension")
         w = Writer(self.sizes)
         fsi.encode(w, info)
-        rewrite_message(txn, header, header.first(fsi.TYPE), w.getvalue())
+        rewrite_message(txn, header, header.first(FSINFO), w.getvalue())
 
     def _adopt(self, info: fsi.FileSpaceInfo, headers: dict[int, fsm.FreeSpaceHeader], lists: dict[int, bytes]) -> None:
         """The commit landed: the file's managers and message are these now."""

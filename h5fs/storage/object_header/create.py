@@ -13,13 +13,17 @@ them. Callers pass libhdf5's hint for the kind of object (groups: H5G__obj_creat
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-from ..format import object_header as oh
-from ..format.codec import Sizes
-from ..format.object_header import NIL, REFCOUNT, HeaderBlock, ObjectHeader, RawMessage
-from .header_edit import refcount_body
-from .header_writer import Layout
-from .transaction import Transaction
+from ...format import object_header as oh
+from ...format.codec import Sizes
+from ...format.messages.types import NIL, REFCOUNT
+from ...format.object_header import HeaderBlock, ObjectHeader, RawMessage
+from .edit import refcount_body
+from .placement import Layout
+
+if TYPE_CHECKING:
+    from ..transaction import Transaction
 
 DEFAULT_ATTR_PHASE = (8, 6)   # libhdf5's max compact / min dense attributes, left out of the prefix
 

@@ -1,4 +1,4 @@
-"""Reads extensible arrays: the header, index block, super blocks, data blocks and pages through
+"""Reads an extensible array: the header, index block, super blocks, data blocks and pages through
 the file's metadata cache, then elements one by one or all written ones in order; `extents`: the
 blocks an array occupies."""
 
@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from ...errors import FormatError
-from ...format.codec import Sizes
-from ...format.extensible_array import (DataBlock, ExtensibleArrayHeader, IndexBlock, SuperBlock, data_block_size,
+from ....errors import FormatError
+from ....format.codec import Sizes
+from ....format.extensible_array import (DataBlock, ExtensibleArrayHeader, IndexBlock, SuperBlock, data_block_size,
                                         decode_data_block, decode_header, decode_index_block, decode_super_block,
                                         header_size, index_block_size, index_block_super_blocks, super_block_index,
                                         super_block_size, super_blocks)
-from ...format.fixed_array import bit_set, decode_page
-from .fixed_array import cached_header
+from ....format.fixed_array import bit_set, decode_page
+from ..fixed_array import cached_header
 
 if TYPE_CHECKING:
-    from ..extent_sink import ExtentSink
+    from ...extent_sink import ExtentSink
 
 
 def read_header(reader, address: int | None, what: str = "extensible array") -> ExtensibleArrayHeader:

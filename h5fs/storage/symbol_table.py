@@ -1,5 +1,10 @@
-"""Edits old-style groups (a symbol table: local heap of names, version 1 B-tree, symbol table
-nodes) in a transaction, as libhdf5's H5Gstab.c and H5Gnode.c do, so that h5py lists the result
+"""An old-style group's symbol table (a local heap of names, a version 1 B-tree, symbol table
+nodes) read and edited.
+
+Reading: a node's valid entries only, or the whole node; every entry of a group in name order;
+`extents`: the blocks a group's symbol table (local heap, v1 B-tree, symbol table nodes) occupies.
+
+Editing, in a transaction, as libhdf5's H5Gstab.c and H5Gnode.c do, so that h5py lists the result
 and keeps editing it:
 
 - `create` (H5G__stab_create): an empty B-tree root leaf and a heap sized from the group's
@@ -7,7 +12,7 @@ and keeps editing it:
 - `insert` (H5G__stab_insert_real, H5G__node_insert): the name, then a soft link's value, go
   into the heap; the entry goes into its node in name order (strcmp), a full node (2K entries, K
   the group leaf K) splitting into K + K with the new entry on its side; the node's key in the
-  B-tree follows a new last name (group_btree_write does the tree's part);
+  B-tree follows a new last name (storage/btree_v1.py's GroupBTree does the tree's part);
 - `remove` (H5G__stab_remove, H5G__node_remove): a soft link's value, then the name, leave the
   heap; an emptied node leaves the tree and the file; a new last name becomes the node's key;
 - `rename` within a group: the new name is inserted, then the old one removed (H5L_move's order,
@@ -27,30 +32,78 @@ from __future__ import annotations
 import bisect
 import errno
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from ..errors import FormatError, NotFound
 from ..format import btree_v1 as bt
 from ..format import local_heap as lh
+from ..format import symbol_table_entry
 from ..format import symbol_table_node as snod
 from ..format.codec import Reader
 from ..format.messages.symbol_table import SymbolTable
 from ..format.messages.symbol_table import decode as decode_stab
+from ..format.messages.types import SYMBOL_TABLE
 from ..format.symbol_table_entry import CACHE_NONE, CACHE_SOFTLINK, CACHE_STAB, SymbolTableEntry
-from .group_btree_write import NOOP, REMOVE, RIGHT, Blocks, GroupBTree
-from .index.btree_v1_write import btree_k
+from ..format.symbol_table_node import HEAD, SymbolTableNode, decode, node_size, symbol_count
+from .btree_v1 import NOOP, REMOVE, RIGHT, Blocks, GroupBTree, btree_k, iterate_leaves
+from .btree_v1 import extents as btree_extents
 from .extent_sink import Freeing
-from .local_heap_write import HeapEdit
-from .readers import btree_v1, local_heap
-from .readers import symbol_table_node as snod_reader
-from .readers.local_heap import read as read_heap
-from .readers.object_header import read as read_header
+from .local_heap import HeapEdit
+from .local_heap import extents as heap_extents
+from .local_heap import read as read_heap
+from .object_header.reader import read as read_header
 
 if TYPE_CHECKING:
+    from .extent_sink import ExtentSink
     from .transaction import Transaction
 
-SYMBOL_TABLE_MESSAGE = 0x11
 EST_ENTRIES, EST_NAME_LEN = 4, 8     # H5G_CRT_GINFO_EST_NUM_ENTRIES, H5G_CRT_GINFO_EST_NAME_LEN
+
+
+def node_entries(reader, address: int, what: str) -> list[SymbolTableEntry]:
+    """The valid entries of the node at `address` (reads only those: K is not needed)."""
+    head_size = reader.sizes.layout(HEAD).size
+    count = symbol_count(reader.read(address, head_size, f"{what}: symbol table node"), reader.sizes,
+                         f"{what}: symbol table node")
+    esize = symbol_table_entry.size(reader.sizes)
+    c = reader.cursor(address + head_size, count * esize, f"{what}: symbol table node")
+    return [symbol_table_entry.decode(c) for _ in range(count)]
+
+
+def group_entries(reader, btree_address: int, what: str) -> list[SymbolTableEntry]:
+    """Every entry of an old-style group, in name order: those of the nodes its B-tree's leaves
+    point at."""
+    return [entry for _, node, _ in iterate_leaves(reader, btree_address, bt.GROUP, 0, what)
+            for entry in node_entries(reader, node, what)]
+
+
+def read_node(reader, address: int, capacity: int, what: str) -> SymbolTableNode:
+    """The whole node at `address`, `capacity` = 2 * group leaf node K slots."""
+    label = f"{what}: symbol table node"
+    return decode(reader.read(address, node_size(reader.sizes, capacity), label), reader.sizes, capacity, label)
+
+
+def extents(out: ExtentSink, reader, path: str, btree: int | None, heap_address: int | None, group_k: int,
+            leaf_k: int) -> None:
+    """The local heap's, every B-tree node's (K = `group_k`) and every symbol table node's (2K
+    entries, K = `leaf_k`) extents; the link names must be in order."""
+    if not out.first_time(("symbol table", btree, heap_address)):
+        return
+    heap = heap_extents(out, reader, path, heap_address, "symbol table local heap")
+    if btree is None:
+        return
+    names: list[bytes] = []
+    for addr in btree_extents(out, reader, path, "symbol table B-tree node", btree, bt.GROUP, 0, group_k):
+        label = "symbol table node"
+        if not out.add(addr, node_size(reader.sizes, 2 * leaf_k), path, label):
+            continue
+        with out.guard(path, label):
+            node = read_node(reader, addr, 2 * leaf_k, f"{path}: {label} at {addr}")
+            if heap is not None:
+                names += [heap.string(e.name_offset) for e in node.entries]
+    if any(a >= b for a, b in pairwise(names)):
+        out.problem(path, "symbol table", "link names out of order (or repeated) in the B-tree")
 
 
 @dataclass(frozen=True)
@@ -72,9 +125,6 @@ def check_name(name: bytes) -> None:
         raise ValueError(f"symbol table: {name!r} cannot name a link")
 
 
-# -- the leaves: symbol table nodes --------------------------------------------------------------
-
-
 def _compare(a: bytes, b: bytes) -> int:
     return (a > b) - (a < b)
 
@@ -89,7 +139,7 @@ class _SymbolNodes:
         self.capacity = capacity     # 2 * group leaf K
         self.done: SymbolTableEntry | None = None   # the entry inserted or removed
         self.nodes = Blocks(txn, snod.node_size(txn.sizes, capacity),
-                            lambda a: list(snod_reader.read_node(txn.reader, a, capacity, what).entries),
+                            lambda a: list(read_node(txn.reader, a, capacity, what).entries),
                             lambda entries: snod.encode(snod.SymbolTableNode(tuple(entries), capacity), txn.sizes),
                             f"{what}: symbol table node")
 
@@ -176,9 +226,6 @@ class _SymbolNodes:
         return NOOP, False
 
 
-# -- edits ---------------------------------------------------------------------------------------
-
-
 def _edit(txn: Transaction, stab: SymbolTable, name: bytes, what: str,
           link: Link | None = None) -> tuple[GroupBTree, _SymbolNodes]:
     check_name(name)
@@ -199,7 +246,7 @@ def _check_free_list(txn: Transaction, stab: SymbolTable, heap: HeapEdit, what: 
     if not heap.free:
         return
     names = sorted((e.name_offset, e.name_offset + len(heap.string(e.name_offset)) + 1)
-                   for e in snod_reader.group_entries(txn.reader, stab.btree_address, what))
+                   for e in group_entries(txn.reader, stab.btree_address, what))
     starts = [a for a, _ in names]
     for offset, size in heap.free:
         i = bisect.bisect_left(starts, offset + size) - 1
@@ -285,11 +332,11 @@ def delete(txn: Transaction, stab: SymbolTable, what: str = "symbol table") -> l
     """Free a group's B-tree, nodes and heap (H5G__stab_delete); the entries it held (the
     caller drops their objects' reference counts)."""
     k, out = btree_k(txn), Freeing(txn)
-    local_heap.extents(out, txn.reader, what, stab.heap_address, "symbol table local heap")
+    heap_extents(out, txn.reader, what, stab.heap_address, "symbol table local heap")
     entries: list[SymbolTableEntry] = []
-    for leaf in btree_v1.extents(out, txn.reader, what, "symbol table B-tree node", stab.btree_address, bt.GROUP, 0,
+    for leaf in btree_extents(out, txn.reader, what, "symbol table B-tree node", stab.btree_address, bt.GROUP, 0,
                                  k.group_internal):
-        entries += snod_reader.read(txn.reader, leaf, what)
+        entries += node_entries(txn.reader, leaf, what)
         txn.free(leaf, snod.node_size(txn.sizes, 2 * k.group_leaf))
     return entries
 
@@ -297,5 +344,5 @@ def delete(txn: Transaction, stab: SymbolTable, what: str = "symbol table") -> l
 def cached_stab(txn: Transaction, address: int, what: str = "link target") -> SymbolTable | None:
     """The symbol table of the object at `address` when it is an old-style group: what an entry
     linking it caches (H5G__ent_convert)."""
-    raw = read_header(txn.reader, address, what).first(SYMBOL_TABLE_MESSAGE)
+    raw = read_header(txn.reader, address, what).first(SYMBOL_TABLE)
     return None if raw is None else decode_stab(Reader(raw.data, 0, txn.sizes, f"{what}: symbol table message"))

@@ -1,6 +1,6 @@
 """Reads an object header: block 0, then every continuation block it names. Decoded headers are
 kept in the reader's metadata cache under block 0's address (a writer that changes a header
-invalidates that address: header_edit counts the object among those its transaction touched).
+invalidates that address: HeaderEdit counts the object among those its transaction touched).
 `extents`: the blocks a header occupies."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from ...format.codec import Reader
 from ...format.messages.small import decode_refcount
-from ...format.object_header import REFCOUNT, ObjectHeader, block0_length, decode
+from ...format.messages.types import REFCOUNT
+from ...format.object_header import ObjectHeader, block0_length, decode
 
 if TYPE_CHECKING:
     from ..extent_sink import ExtentSink

@@ -1,22 +1,111 @@
-"""What the write sides of the fixed and extensible array chunk indexes share: the element format
-of an array, a batch as new raw elements by slot, element and page-init bit patching, and how a
-block is staged."""
+"""What the fixed and extensible array chunk indexes share: `ArrayIndex` (lookup and iteration
+over the array's slots, the write entry points), the chunk elements of an array decoded and checked
+against the dataset; and their write side, `ArrayWriter`: the element format of an array, a batch
+as new raw elements by slot, element and page-init bit patching, and how a block is staged."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
-from ...format.fixed_array import ChunkElement, chunk_element_encoder, client_id
+from ...errors import FormatError
+from ...format import fixed_array as fa
+from ...format.fixed_array import ChunkElement, chunk_element_decoder, chunk_element_encoder, client_id
 from ...format.fixed_array import element_size as element_nbytes
 from ...format.messages.layout import DataLayout
-from . import ChunkRecord
-from .btree_batch import check_coords, check_size, same_view
-from .fixed_array import chunk_nbytes, size_width_from_element
+from . import ChunkIndex, ChunkRecord, IndexContext, check_coords, check_size, same_view
+from .grid import chunk_nbytes
 
 if TYPE_CHECKING:
     from ..transaction import Transaction
-    from .fixed_array import ArrayIndex
+
+
+def size_width_from_element(ctx: IndexContext, element_size: int) -> int:
+    """Width of the 'chunk size' field, read off the stored element/record size.
+
+    libhdf5 writes ``1 + (log2(chunk bytes) + 8) // 8`` (layout v4) or `size of lengths` (v5);
+    the stored element size already says which, so it decides. Structured chunk elements hold
+    their section metadata after it."""
+    comp = ctx.layout.composition
+    w = element_size - ctx.reader.sizes.offset - (comp.meta_size(ctx.filtered) if comp else 4)
+    if not 1 <= w <= 8:
+        raise FormatError(f"{ctx.what}: chunk index element size {element_size} leaves {w} bytes for the chunk size")
+    return w
+
+
+def element_decoder(ctx: IndexContext, client_id: int, element_size: int):
+    """Chunk element decoder for an array client, checked against the dataset's storage."""
+    if client_id > fa.CLIENT_FILTERED_STRUCTURED:
+        raise FormatError(f"{ctx.what}: chunk index array of unknown client {client_id}")
+    if client_id != fa.client_id(ctx.filtered, ctx.structured):
+        raise FormatError(f"{ctx.what}: chunk index array of client {client_id} for a dataset with "
+                          f"{'structured' if ctx.structured else 'plain'}, "
+                          f"{'filtered' if ctx.filtered else 'unfiltered'} chunks")
+    if ctx.filtered or ctx.structured:
+        width = size_width_from_element(ctx, element_size)
+    else:
+        width = 0
+        if element_size != ctx.reader.sizes.offset:
+            raise FormatError(f"{ctx.what}: unfiltered chunk element of {element_size} bytes")
+    return chunk_element_decoder(ctx.reader.sizes, ctx.filtered, width, ctx.layout.composition)
+
+
+def to_record(ctx: IndexContext, coords: tuple[int, ...], el: ChunkElement, nbytes: int) -> ChunkRecord | None:
+    if el.address is None:
+        return None
+    if ctx.structured:
+        return ChunkRecord(coords, el.address, el.size, 0, el.sections)
+    if ctx.filtered:
+        return ChunkRecord(coords, el.address, el.size, el.filter_mask)
+    return ChunkRecord(coords, el.address, nbytes, 0)
+
+
+class ArrayIndex(ChunkIndex):
+    """Lookup, iteration and the write entry points shared by the array indexes; subclasses map
+    coordinates <-> slots and open their array."""
+
+    array = None  # the decoded FixedArray or ExtensibleArray, None when no chunk was allocated
+    what = ""     # the index, for messages
+
+    def open_array(self, array) -> None:
+        """Use this FixedArray or ExtensibleArray (the one a change left)."""
+        raise NotImplementedError
+
+    def writer(self, txn: Transaction) -> ArrayWriter:
+        """The object applying a batch of changes to this index in `txn`."""
+        raise NotImplementedError
+
+    def put(self, txn: Transaction, records: Sequence[ChunkRecord]) -> DataLayout | None:
+        return self.writer(txn).apply(records, ())
+
+    def remove(self, txn: Transaction, coords: Sequence[tuple[int, ...]]) -> DataLayout | None:
+        return self.writer(txn).apply((), coords)
+
+    def index_of(self, coords: tuple[int, ...]) -> int | None:
+        raise NotImplementedError
+
+    def coords_of(self, idx: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def lookup(self, coords: tuple[int, ...]) -> ChunkRecord | None:
+        return self.lookup_many([coords])[0]
+
+    def lookup_many(self, coords: Sequence[tuple[int, ...]]) -> list[ChunkRecord | None]:
+        if self.array is None:
+            return [None] * len(coords)
+        coords = [tuple(c) for c in coords]
+        raws = self.array.get_many([self.index_of(c) for c in coords])
+        return [None if raw is None else to_record(self.ctx, c, self.decode(raw), self.nbytes)
+                for c, raw in zip(coords, raws)]
+
+    def records(self) -> Iterator[ChunkRecord]:
+        if self.array is None:
+            return
+        for idx, raw in self.array.items():
+            rec = to_record(self.ctx, self.coords_of(idx), self.decode(raw), self.nbytes)
+            if rec is not None:
+                yield rec
+
 
 Slots = dict[int, bytes]   # array slot -> its new raw element
 

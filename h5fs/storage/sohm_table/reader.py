@@ -13,13 +13,12 @@ from ...format.messages import attribute as attr_msg
 from ...format.messages import shared as shared_msg
 from ...format.messages.sohm_table import (LIST, MAX_INDEXES, SohmIndex, SohmTableMessage, decode_list, decode_table,
                                            list_size, table_size, type_bit)
-from . import btree_v2 as bt_reader
+from ...format.messages.types import DATASPACE, DATATYPE
+from ..btree_v2 import reader as bt_reader
 from ..fractal_heap import reader as fractal_heap
 
 if TYPE_CHECKING:
     from ..extent_sink import ExtentSink
-
-DATASPACE, DATATYPE = 0x01, 0x03
 
 
 def read_table(reader, msg: SohmTableMessage) -> list[SohmIndex]:

@@ -35,7 +35,7 @@ def read_node(reader, hdr: BTreeV2Header, address: int | None, nrec: int, depth:
                        depth, what)
 
 
-def _decoded(reader, hdr: BTreeV2Header, addr: int, nrec: int, depth: int, decode_record,
+def decoded_node(reader, hdr: BTreeV2Header, addr: int, nrec: int, depth: int, decode_record,
              what: str) -> tuple[Node, list]:
     """A node and its decoded records, through the file's metadata cache."""
     def load() -> tuple[Node, list]:
@@ -71,7 +71,7 @@ def iterate(reader, address: int | None, decode_record: Callable[[Reader], R] | 
         if addr in seen:
             raise FormatError(f"{what}: node at {addr} is reached twice (cycle or shared node)")
         seen.add(addr)
-        node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what)
+        node, recs = decoded_node(reader, hdr, addr, nrec, depth, decode_record, what)
         if depth == 0:
             count += len(recs)
             yield from recs
@@ -112,7 +112,7 @@ def find_with_leaf(reader, address: int | None, compare: Callable[[R], int],
         return None, None
     addr, nrec, depth = hdr.root_address, hdr.root_nrecords, hdr.depth
     for _ in range(hdr.depth + 1):
-        node, recs = _decoded(reader, hdr, addr, nrec, depth, decode_record, what)
+        node, recs = decoded_node(reader, hdr, addr, nrec, depth, decode_record, what)
         lo, hi = 0, len(recs)
         while lo < hi:  # first record whose key >= wanted
             mid = (lo + hi) // 2

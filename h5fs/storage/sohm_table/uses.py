@@ -1,6 +1,6 @@
 """`h5fs check`: the file's shared-message table counts exactly the uses its objects make.
 
-Each record of an index (spec III.I) stands for one distinct message (storage/sohm_write.py says
+Each record of an index (spec III.I) stands for one distinct message (sohm_table/writer.py says
 how libhdf5 keeps them). The check counts, over every object header the walk reached:
 - references to a heap record: header messages flagged shared, dense attribute records flagged
   shared, and the datatype and dataspace an attribute message holds as shared references (an
@@ -17,18 +17,18 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Callable
 
-from ..format import btree_v2 as bt
-from ..format import checksum
-from ..format.codec import Reader
-from ..format.messages import attribute_info as ainfo_msg
-from ..format.messages import shared as shared_msg
-from ..format.messages import sohm_table as T
-from ..format.object_header import FLAG_SHAREABLE
-from .readers import btree_v2 as bt_reader
-from .fractal_heap.reader import FractalHeap
-from .readers.sohm_table import attribute_refs, index_for, read_records
+from ...format import btree_v2 as bt
+from ...format import checksum
+from ...format.codec import Reader
+from ...format.messages import attribute_info as ainfo_msg
+from ...format.messages import shared as shared_msg
+from ...format.messages import sohm_table as T
+from ...format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO
+from ...format.object_header import FLAG_SHAREABLE
+from ..btree_v2 import reader as bt_reader
+from ..fractal_heap.reader import FractalHeap
+from .reader import attribute_refs, index_for, read_records
 
-ATTRIBUTE, ATTRIBUTE_INFO = 0x0C, 0x15
 IN_HEAP, IN_HEADER = 0, 1
 
 Problem = Callable[[str, str, str], None]   # (path, structure, what is wrong)

@@ -22,7 +22,7 @@ reader: blocks are never extended in place into free space or the end of the fil
 as zeros with no flags (libhdf5 leaves the bytes there were, and may leave stale flags on NIL and
 continuation messages).
 
-`HeaderEdit` (storage/header_edit.py) drives it edit by edit inside a transaction.
+`HeaderEdit` (edit.py) drives it edit by edit inside a transaction.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ import errno
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..errors import H5fsError
-from ..format import object_header as oh
-from ..format.codec import Sizes
-from ..format.object_header import CONTINUATION, NIL, ObjectHeader, RawMessage
-
-ATTRIBUTE = 0x000C
+from ...errors import H5fsError
+from ...format import object_header as oh
+from ...format.codec import Sizes
+from ...format.messages.types import ATTRIBUTE, CONTINUATION, KNOWN_TYPES, NIL
+from ...format.object_header import ObjectHeader, RawMessage
 
 
 class NoRoom(H5fsError):
@@ -104,7 +103,7 @@ class Layout:
                     last.data = bytes(last.size + self.head + m.size)
                 else:
                     flags = m.flags
-                    if m.type not in oh.KNOWN_TYPES and flags & oh.FLAG_MARK_UNKNOWN:
+                    if m.type not in KNOWN_TYPES and flags & oh.FLAG_MARK_UNKNOWN:
                         flags |= oh.FLAG_WAS_UNKNOWN   # as libhdf5 marks them when it writes the object
                     self.msgs.append(Message(m.type, flags, m.data, m.creation_order or 0, c, m.offset))
         self.renumber()

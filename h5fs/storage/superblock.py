@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
-from ...errors import NotHDF5
-from ...format.superblock import (DRIVER_HEAD_SIZE, MAX_SEARCH, SIGNATURE, Superblock, decode,
+from ..errors import NotHDF5
+from ..format.superblock import (DRIVER_HEAD_SIZE, MAX_SEARCH, SIGNATURE, Superblock, decode,
                                   decode_driver_info, driver_info_length, encode)
-from ..byte_source import ByteSource, as_source
+from .byte_source import ByteSource, as_source
 
 if TYPE_CHECKING:
-    from ..extent_sink import ExtentSink
+    from .extent_sink import ExtentSink
 
 Pread = Callable[[int, int], bytes]   # (size, position) -> bytes
 

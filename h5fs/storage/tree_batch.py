@@ -1,15 +1,12 @@
-"""What the write sides of the two B-tree chunk indexes share: a batch of changes in key order,
-merged into a node's sorted entries, and even node splits."""
+"""A batch of changes to a B-tree of either version: one change per key in key order, merged
+into a node's sorted entries; even node splits; a node reached twice refused. Used by the v2
+B-tree editor (storage/btree_v2/edit.py) and the v1 B-tree chunk index (storage/index/btree_v1.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Sequence, TypeVar
+from typing import Iterable, Sequence, TypeVar
 
-from ...errors import FormatError
-from . import ChunkRecord, IndexContext
-
-if TYPE_CHECKING:
-    from ..transaction import Transaction
+from ..errors import FormatError
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -50,27 +47,8 @@ def spans(n: int, groups: int) -> list[tuple[int, int]]:
     return out
 
 
-def check_coords(rec_coords: Iterable[tuple[int, ...]], rank: int, what: str) -> None:
-    for c in rec_coords:
-        if len(c) != rank or any(x < 0 for x in c):
-            raise ValueError(f"{what}: chunk coordinates {c} for a rank-{rank} index")
-
-
-def check_size(rec: ChunkRecord, limit: int, what: str) -> None:
-    """A stored chunk size must fit the index's field (`limit`: its first value too large)."""
-    if not 0 < rec.size < limit:
-        raise ValueError(f"{what}: chunk {rec.coords} of {rec.size} bytes does not fit the index")
-
-
 def not_twice(seen: set[int], address: int, what: str) -> None:
     """Refuse a node reached twice in one change (a cycle or a shared node: no tree)."""
     if address in seen:
         raise FormatError(f"{what}: node at {address} is reached twice")
     seen.add(address)
-
-
-def same_view(ctx: IndexContext, txn: Transaction, what: str) -> None:
-    """Nodes are read (and cached) through the index's reader: it must show the transaction's
-    staged blocks, or a second change in one transaction would build on stale nodes."""
-    if ctx.reader is not txn.reader:
-        raise ValueError(f"{what}: the index to change must be opened on the transaction's reader")

@@ -1,4 +1,9 @@
-"""Edits a local heap (III.D) in a transaction the way libhdf5's H5HL.c does, so that libhdf5 keeps
+"""A local heap (III.D) read and edited.
+
+Reading: its prefix, then the data segment the prefix points to; `extents`: the blocks a heap
+occupies.
+
+Editing (`HeapEdit`, in a transaction) the way libhdf5's H5HL.c does, so that libhdf5 keeps
 allocating from the heap afterwards without overwriting anything:
 
 - objects take 8-byte-aligned room (H5HL_ALIGN); a free block is never smaller than the two
@@ -23,12 +28,31 @@ from typing import TYPE_CHECKING
 
 from ..errors import CannotWrite, FormatError
 from ..format import local_heap as lh
-from .readers import local_heap as lh_reader
+from ..format.local_heap import PREFIX, LocalHeap, decode, decode_prefix, prefix_size
 
 if TYPE_CHECKING:
+    from .extent_sink import ExtentSink
     from .transaction import Transaction
 
 MIN_HEAP = 128    # H5HL_MIN_HEAP: the segment size a shrink stops at
+
+
+def read(reader, address: int | None, what: str) -> LocalHeap:
+    label = f"{what}: local heap"
+    prefix = reader.read(address, reader.sizes.layout(PREFIX).size, label)
+    size, _, data_addr = decode_prefix(prefix, reader.sizes, label)
+    return decode(prefix, reader.read(data_addr, size, f"{what}: local heap data"), reader.sizes, label)
+
+
+def extents(out: ExtentSink, reader, path: str, address: int | None, label: str) -> LocalHeap | None:
+    """The prefix's and the data segment's extents; the heap (None when met before or unreadable)."""
+    if not out.first_time(("local heap", address)) or not out.add(address, prefix_size(reader.sizes), path, label):
+        return None
+    with out.guard(path, label):
+        heap = read(reader, address, f"{path}: {label}")
+        out.add(heap.data_address, len(heap.data), path, f"{label} data segment")
+        return heap
+    return None
 
 
 class HeapEdit:
@@ -45,7 +69,7 @@ class HeapEdit:
 
     @classmethod
     def open(cls, txn: Transaction, address: int, what: str) -> HeapEdit:
-        heap = lh_reader.read(txn.reader, address, what)
+        heap = read(txn.reader, address, what)
         for block in heap.free:
             if block.offset % 8 or block.size % 8:
                 raise FormatError(f"{what}: local heap free block {block.offset}+{block.size} is not aligned")

@@ -1,6 +1,13 @@
-"""Inserts into and removes from the version 1 B-tree of an old-style group (node type 0), one name
-at a time, exactly as libhdf5's H5B.c does, so that trees we edit and trees libhdf5 edits stay
-the same shape and libhdf5 keeps editing ours:
+"""Version 1 B-trees (III.A.1) read, and the tree of an old-style group edited.
+
+Reading: nodes (only their used part), a tree's leaves walked in key order, refusing cycles,
+shared children and implausible depths; one leaf entry found by descent; `extents`: the blocks a
+tree occupies; `btree_k`: the file's K values. (A chunk index's tree is edited by
+storage/index/btree_v1.py.)
+
+Editing (`GroupBTree`): inserts into and removals from the version 1 B-tree of an old-style group
+(node type 0), one name at a time, exactly as libhdf5's H5B.c does, so that trees we edit and trees
+libhdf5 edits stay the same shape and libhdf5 keeps editing ours:
 
 - key i of a node is the heap offset of a name; child i holds the names in (key i, key i+1]
   (the right key is the critical one: H5B_RIGHT); the left-most key of the tree is the empty
@@ -29,18 +36,138 @@ that left the tree freed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Iterator, Protocol, TypeVar
 
 from ..errors import FormatError
 from ..format import btree_v1 as bt
-from .readers.btree_v1 import read_node
+from ..format.btree_v1 import HEAD, MAX_DEPTH, MAX_ENTRIES, Node, decode_node, key_size, node_size
+from ..format.codec import Reader
+from ..format.messages.small import BTreeK, decode_btree_k
+from ..format.messages.types import BTREE_K
+from .object_header.reader import read as read_header
 
 if TYPE_CHECKING:
+    from .extent_sink import ExtentSink
     from .transaction import Transaction
 
 NOOP, RIGHT, REMOVE = "noop", "right", "remove"     # what an insert or removal asks of the parent
 SPLIT_RATIOS = (0.1, 0.5, 0.9)   # H5D_XFER_BTREE_SPLIT_RATIO_DEF: left-most, middle, right-most
 T = TypeVar("T")
+
+
+def read_node(reader, address: int | None, node_type: int, rank: int, what: str) -> Node:
+    """The node at `address`, reading only its used part (K is not needed)."""
+    s = reader.sizes
+    label = f"{what}: B-tree node"
+    head = reader.read(address, s.layout(HEAD).size, label)
+    used = Reader(head, 0, s, label).fields(HEAD)[3]
+    if used > MAX_ENTRIES:
+        raise FormatError(f"{what}: B-tree node claims {used} entries")
+    size = len(head) + used * (key_size(node_type, s, rank) + s.offset) + key_size(node_type, s, rank)
+    return decode_node(reader.read(address, size, label), address, node_type, rank, s, what)
+
+
+def node_bytes(node: Node, sizes, rank: int) -> int:
+    """The used bytes of `node` (its siblings are about as large)."""
+    return sizes.layout(HEAD).size + len(node.children) * (key_size(node.node_type, sizes, rank) + sizes.offset) \
+        + key_size(node.node_type, sizes, rank)
+
+
+def iterate_leaves(reader, address: int, node_type: int, rank: int, what: str,
+                   read: Callable = read_node) -> Iterator[tuple[object, int, object]]:
+    """Yield (left key, child address, right key) for every entry of every leaf, in key order."""
+    seen: set[int] = set()
+    leaves: set[int] = set()
+    stack = [(address, None)]
+    while stack:
+        addr, expect_level = stack.pop()
+        if addr in seen:
+            raise FormatError(f"{what}: B-tree cycle at address {addr}")
+        seen.add(addr)
+        node = read(reader, addr, node_type, rank, what)
+        if expect_level is not None and node.level != expect_level:
+            raise FormatError(f"{what}: B-tree node at {addr} has level {node.level}, expected {expect_level}")
+        if node.level > MAX_DEPTH:
+            raise FormatError(f"{what}: B-tree depth {node.level} is implausible")
+        if node.level == 0:
+            for i, child in enumerate(node.children):
+                # a child shared by two entries is no tree: left alone it multiplies what it
+                # holds (a 4 MB file could list a symbol table node's 65536 links 65536 times)
+                if child in leaves:
+                    raise FormatError(f"{what}: B-tree entries share the child at address {child}")
+                leaves.add(child)
+                yield node.keys[i], child, node.keys[i + 1]
+        else:
+            if len(node.children) > 1 and hasattr(reader, "want"):
+                reader.want(node.children, node_bytes(node, reader.sizes, rank))
+            for child in reversed(node.children):
+                stack.append((child, node.level - 1))
+
+
+def find_child(reader, address: int, node_type: int, rank: int, cmp3: Callable[[object, object], int],
+               what: str, read: Callable = read_node) -> int | None:
+    """The child of a leaf entry whose key range holds what `cmp3` looks for, in one descent
+    (H5B_find): `cmp3(left key, right key)` is negative below the range, 0 inside it, positive
+    above it; None when no range holds it."""
+    level = None
+    for _ in range(MAX_DEPTH + 1):
+        node = read(reader, address, node_type, rank, what)
+        if level is not None and node.level != level - 1:
+            raise FormatError(f"{what}: B-tree node at {address} has level {node.level}, expected {level - 1}")
+        lo, hi, cmp, idx = 0, len(node.children), 1, 0
+        while lo < hi and cmp:
+            idx = (lo + hi) // 2
+            cmp = cmp3(node.keys[idx], node.keys[idx + 1])
+            if cmp < 0:
+                hi = idx
+            else:
+                lo = idx + 1
+        if cmp:
+            return None
+        if node.level == 0:
+            return node.children[idx]
+        address, level = node.children[idx], node.level
+    raise FormatError(f"{what}: B-tree depth beyond {MAX_DEPTH}")
+
+
+def extents(out: ExtentSink, reader, path: str, label: str, root: int, node_type: int, rank: int,
+            k: int) -> list[int]:
+    """Every node's extent (room for 2K entries); the leaves' children in key order."""
+    size = node_size(node_type, reader.sizes, rank, k)
+    children: list[int] = []
+    stack: list[tuple[int, int | None]] = [(root, None)]
+    seen: set[int] = set()
+    while stack:
+        addr, level = stack.pop()
+        if addr in seen:
+            out.problem(path, label, f"node at {addr} is reached twice (cycle or shared node)")
+            continue
+        seen.add(addr)
+        if not out.add(addr, size, path, label):
+            continue
+        with out.guard(path, label):
+            node = read_node(reader, addr, node_type, rank, f"{path}: {label}")
+            if level is not None and node.level != level:
+                raise FormatError(f"{path}: {label}: node at {addr} has level {node.level}, expected {level}")
+            if node.level > MAX_DEPTH:
+                raise FormatError(f"{path}: {label}: node at {addr} has level {node.level}")
+            if node.level:
+                stack += [(child, node.level - 1) for child in reversed(node.children)]
+            else:
+                children += node.children
+    return children
+
+
+def btree_k(txn: Transaction) -> BTreeK:
+    """The file's K values: the superblock's (versions 0 and 1) or its extension's B-tree 'K'
+    values message (versions 2 and 3; libhdf5's defaults when it has none)."""
+    sb = txn.store.superblock
+    if sb.version >= 2 and sb.extension_address is not None:
+        ext = read_header(txn.reader, sb.extension_address, "superblock extension")
+        raw = ext.first(BTREE_K)   # superblocks 2 and 3 keep K in their extension
+        if raw is not None:
+            return decode_btree_k(Reader(raw.data, 0, txn.sizes, "B-tree 'K' values message"))
+    return BTreeK(sb.indexed_storage_k, sb.group_internal_k, sb.group_leaf_k)
 
 
 @dataclass(eq=False)

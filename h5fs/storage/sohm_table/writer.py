@@ -24,21 +24,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import CannotWrite, FormatError
-from ..format import btree_v2 as bt
-from ..format import checksum
-from ..format.codec import Reader, Writer
-from ..format.messages import shared as shared_msg
-from ..format.messages import sohm_table as T
-from ..format.object_header import FLAG_SHAREABLE, FLAG_SHARED, RawMessage
-from .btree_v2_edit import BTreeV2Edit
-from .fractal_heap import writer as heap_write
-from .fractal_heap.reader import FractalHeap
-from .readers import btree_v2 as bt_reader
-from .readers.sohm_table import attribute_refs, index_for, read_records, read_table
-from .transaction import Transaction
+from ...errors import CannotWrite, FormatError
+from ...format import btree_v2 as bt
+from ...format import checksum
+from ...format.codec import Reader, Writer
+from ...format.messages import shared as shared_msg
+from ...format.messages import sohm_table as T
+from ...format.messages.types import ATTRIBUTE, SOHM_TABLE
+from ...format.object_header import FLAG_SHAREABLE, FLAG_SHARED, RawMessage
+from ..btree_v2.edit import BTreeV2Edit
+from ..fractal_heap import writer as heap_write
+from ..fractal_heap.reader import FractalHeap
+from ..btree_v2 import reader as bt_reader
+from ..transaction import Transaction
+from .reader import attribute_refs, index_for, read_records, read_table
 
-ATTRIBUTE, SOHM_TABLE = 0x0C, 0x0F
 IN_HEAP, IN_HEADER = 0, 1   # a record's location
 
 
