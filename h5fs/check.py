@@ -40,7 +40,7 @@ from .storage.byte_source import ByteSource, LocalSource, is_url
 from .storage.locking import take_lock
 from .storage import superblock as superblock_reader
 from .storage.remote import RemoteOptions, open_remote
-from .storage.space import LARGE, RAW
+from .storage.allocator import LARGE, RAW
 from .storage.space_map import FILE, UNEXPECTED, Extent, Problem, Progress, gaps, space_problems
 from .storage.space_walk import walk
 

@@ -19,7 +19,7 @@ import pytest
 from conftest import run_h5fs, wait_until
 from h5fs.check import check
 from h5fs.format.checksum import lookup3
-from h5fs.storage.space import Allocator
+from h5fs.storage.allocator import Allocator
 
 
 def walked(mount, mp) -> str:
@@ -185,12 +185,12 @@ def test_free_section_over_live_data(tmp_path, mount):
 
 
 def test_held_space_waits_for_trust():
-    """Space freed while held is not reused, nor are the sections the pools held; `trust` makes
+    """Space freed while held is not reused, nor are the sections the pools held; `release_held` makes
     both reusable (the lowest fit again) but what the walk found in use that the free does not
     explain: a use by another object, or by the freeing object once its edit had begun."""
     alloc = Allocator(1 << 20)
     alloc.load(0, [(4096, 4096)])
-    alloc.hold()
+    alloc.hold_frees()
     seen_before = alloc.clock
     alloc.snapshot()   # a transaction changing object 500 frees 16 KiB
     alloc.free(65536, 16384)
@@ -202,7 +202,7 @@ def test_held_space_waits_for_trust():
             (69632, 4096, seen_after, 500),     # 500 still uses it after the edit: kept
             (73728, 4096, seen_before, 600),    # another object uses it: kept
             (77824, 4096, seen_after, None)]    # a file structure uses it: kept
-    assert alloc.trust(used) == 3 * 4096
+    assert alloc.release_held(used) == 3 * 4096
     assert alloc.held_bytes() == 0
     assert alloc.allocate(4096) == 4096 and alloc.allocate(4096) == 65536
     assert alloc.allocate(4096) == (1 << 20) + 4096

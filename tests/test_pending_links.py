@@ -208,7 +208,7 @@ def test_links_deferred_across_a_group_commit_of_the_journal_stay_acknowledged(t
     with H5File.open(str(path), writable=True) as f:
         wb, ed = _editor(f)
         ed.mkdir(_group(f, "/g"), "kept")
-        f.store.settle()
+        f.store.group_commit()
         assert f.store.pending.get(f.resolve("/g").address, "kept")
         assert deferred(records(open(journal_path(str(path)), "rb").read())) != []
         wb.close()
@@ -225,7 +225,7 @@ ed = TreeEditor(f, Writeback(f, 1 << 20))
 for i in range(40):
     ed.mkdir(f.resolve("/g"), f"new{{i:02d}}")
     if i == 20:
-        f.store.settle()   # a group commit in the middle: the links stay deferred
+        f.store.group_commit()   # a group commit in the middle: the links stay deferred
 ed.set_attribute(f.resolve("/g/new39"), "note", b"last")
 os.kill(os.getpid(), 9)
 """
@@ -414,12 +414,12 @@ def test_a_move_out_of_a_dense_group_counts_both_links_until_the_removal_lands(t
     with H5File.open(str(path), writable=True) as f:
         wb, ed = _editor(f)
         ed.rename(_group(f, "/g"), "old00", _group(f, "/h"), "moved")
-        f.store.settle()   # the batch into the file, the removal still waiting
+        f.store.group_commit()   # the batch into the file, the removal still waiting
         with h5py.File(path, "r", locking=False) as h:
             assert h["g/old00"].id == h["h/moved"].id and h["h/moved"].attrs is not None
             assert h5py.h5o.get_info(h["h/moved"].id).rc == 2
         assert ed.rmdir(_group(f, "/h"), "moved") == 0   # gone from the tree: freed once the old link goes
-        f.store.settle()
+        f.store.group_commit()
         with h5py.File(path, "r", locking=False) as h:
             assert isinstance(h["g/old00"], h5py.Group) and "moved" not in h["h"]
         wb.flush()
@@ -448,7 +448,7 @@ def test_a_group_commit_with_edits_waiting_retires_the_records_before_it(tmp_pat
     with store.transaction() as txn:
         txn.free(block, 4096)
         txn.commit()
-    store.settle()
+    store.group_commit()
     assert store.pending and store.journal.pending
     with store.transaction() as txn:   # chunk data in the space the block had (all the free extent there)
         start, size = next(e[:2] for e in store.allocator.pools[0].extents() if e[0] <= block < e[0] + e[1])

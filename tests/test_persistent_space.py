@@ -12,7 +12,7 @@ crashes reopening its own file for writing), allocates from the managers, writes
 of it reads back and checks again. A file h5fs can only honour (a page-end threshold) keeps its
 managers untouched. A power loss at any barrier of such an edit leaves a file that checks sound.
 (Chunks here stay a page or larger under paged aggregation: a smaller one is raw data only when
-the writer says so, which the allocator's unit tests cover, h5fs.storage.space.)
+the writer says so, which the allocator's unit tests cover, h5fs.storage.allocator.)
 """
 
 from __future__ import annotations

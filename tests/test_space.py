@@ -9,7 +9,7 @@ import random
 import pytest
 
 from h5fs.errors import H5fsError
-from h5fs.storage.space import LARGE, META, PAGE, RAW, Allocator, _place
+from h5fs.storage.allocator import LARGE, META, PAGE, RAW, Allocator, _place
 
 
 def test_end_of_file_and_alignment():
@@ -63,12 +63,12 @@ def test_restore_takes_back_the_graves_of_a_failed_transaction(walked):
     it is no grave (kept out of reuse), and the walk's verdict never lists it to be zeroed."""
     a = Allocator(10000)
     if not walked:
-        a.hold()   # a mount's start: frees wait for the walk
+        a.hold_frees()   # a mount's start: frees wait for the walk
     saved = a.snapshot()
     a.bury(4096, 8, {4096})
     a.restore(saved)
     if not walked:
-        a.trust([(4096, 200, 0, 4096)])   # the walk met the header before that transaction
+        a.release_held([(4096, 200, 0, 4096)])   # the walk met the header before that transaction
     assert a.graves == [] and a.to_zero == [] and a.unverified == []
 
 
@@ -136,7 +136,7 @@ def test_adopt_keeps_out_what_changed_during_the_walk():
     assert end == 1000
     b = a.allocate(100)                      # at 1000: beyond the walk's end anyway
     a.free(200, 50)                          # freed during the walk: pending, not adopted twice
-    adopted = a.adopt([(0, 100), (180, 100), (900, 100)])
+    adopted = a.reuse_gaps([(0, 100), (180, 100), (900, 100)])
     assert adopted == 100 + 30 + 20 + 100
     a.release()
     assert a.extents() == [(0, 100), (180, 100), (900, 100)]
@@ -212,5 +212,5 @@ def test_paged_adoption_takes_whole_pages_only():
     P = 512
     a = Allocator(8 * P, page=P)
     a.watch()
-    assert a.adopt([(100, 3 * P)]) == 2 * P      # [100, 1636): pages 1 and 2
+    assert a.reuse_gaps([(100, 3 * P)]) == 2 * P      # [100, 1636): pages 1 and 2
     assert a.pool(LARGE) == [(P, 2 * P)]

@@ -142,7 +142,7 @@ def test_a_crash_inside_the_group_commit_replays_every_record(tmp_path, monkeypa
         raise KeyboardInterrupt
     monkeypatch.setattr(PageOverlay, "write_to", half)
     with pytest.raises(KeyboardInterrupt):
-        f.store.settle()
+        f.store.group_commit()
     monkeypatch.setattr(PageOverlay, "write_to", real)
     H5File.open(str(path), writable=True, lock=False).close()   # the next open replays
     with h5py.File(path, "r") as h:

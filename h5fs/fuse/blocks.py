@@ -4,7 +4,7 @@ by object address in a bounded cache.
 
 Until the count is known, stat answers at once with an estimate (0 blocks) and asks for the
 count; when it arrives, `done` is called (the adapter then invalidates the inode, so the kernel
-asks again). A lookup or getattr may instead wait a moment for it (`settle`).
+asks again). A lookup or getattr may instead wait a moment for it (`wait_for`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class BlockCounts:
             self.nursery.start_soon(self._run, address, path, event)
         return event
 
-    async def settle(self, address: int, path: str, timeout: float) -> None:
+    async def wait_for(self, address: int, path: str, timeout: float) -> None:
         """Wait up to `timeout` s for the count (without a daemon nursery: count right now)."""
         if self.known.get(address) is not None:
             return

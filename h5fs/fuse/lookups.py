@@ -22,7 +22,7 @@ from . import offload
 from .errors import boundary
 from .mount_state import MountState
 from .names import check_length
-from .stat_replies import BLKSIZE, GONE_TWIN_INO, gone_twin_stat, hand_out, negative_entry, settle, stat_of
+from .stat_replies import BLKSIZE, GONE_TWIN_INO, gone_twin_stat, hand_out, negative_entry, stat_of, wait_for_blocks
 
 SMALL_INDEX = 1024      # chunk slots of an index a lookup walks itself (st_blocks) before answering
 FREE_INODES = 1 << 32   # statfs of a writable mount: objects an HDF5 file can still take (no inode table)
@@ -46,9 +46,9 @@ async def lookup(mount: MountState, parent_inode: int, name: bytes) -> pyfuse3.E
     if entry is None:
         return negative_entry()
     if entry.kind == RAW:
-        await settle(mount, entry.address, entry.path, entry.numbers)
+        await wait_for_blocks(mount, entry.address, entry.path, entry.numbers)
     elif entry.kind == POINTS:   # its size is what a reader of the file goes by: waited for
-        await mount.point_sizes.settle(entry.address, entry.path, math.inf)
+        await mount.point_sizes.wait_for(entry.address, entry.path, math.inf)
     return hand_out(mount, parent, entry)
 
 
@@ -56,7 +56,7 @@ async def _beyond_header(mount: MountState, group, path: str, name: bytes) -> En
     """A lookup that reads more than object headers (a dense group's name index, a soft
     link's target). On a writable mount while no commit is under way, on the trio thread:
     once the index is cached that is less work than a thread hop (a `mkdir` is looked up
-    first), and a chunk index is counted in the background (`settle`). Otherwise in a
+    first), and a chunk index is counted in the background (`wait_for_blocks`). Otherwise in a
     worker, which counts a small chunk index on the same trip."""
     if mount.writes is not None:
         lock = mount.writes.wb.commit_lock
@@ -94,9 +94,9 @@ async def get_attributes(mount: MountState, inode: int) -> pyfuse3.EntryAttribut
         return gone_twin_stat(mount)
     node = mount.node(inode)
     if node.kind == RAW and node.error is None:
-        await settle(mount, node.address, node.path, node.numbers)
+        await wait_for_blocks(mount, node.address, node.path, node.numbers)
     elif node.kind == POINTS and node.error is None:
-        await mount.point_sizes.settle(node.address, node.path, math.inf)
+        await mount.point_sizes.wait_for(node.address, node.path, math.inf)
     return stat_of(mount, node)
 
 

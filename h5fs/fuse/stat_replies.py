@@ -5,7 +5,7 @@ mount's owner, modes and timeouts.
 The kernel is told long entry and attribute timeouts: nothing changes under the mount unless
 invalidated (fuse/invalidate.py). An estimate is never kept: st_blocks of a chunk index still
 being walked answers 0 and marks the node stale, and the inode is invalidated once the count is
-known (fuse/blocks.py); a lookup or getattr waits up to SETTLE_WAIT for it first (`settle`).
+known (fuse/blocks.py); a lookup or getattr waits up to SETTLE_WAIT for it first (`wait_for_blocks`).
 """
 
 from __future__ import annotations
@@ -85,10 +85,10 @@ def _points_size(mount: MountState, node: Node) -> int:
     return 0
 
 
-async def settle(mount: MountState, address: int | None, path: str, numbers: Numbers | None) -> None:
+async def wait_for_blocks(mount: MountState, address: int | None, path: str, numbers: Numbers | None) -> None:
     """Give an index walk a moment to finish before a lookup or getattr answers."""
     if numbers is not None and numbers.blocks is None and address is not None:
-        await mount.blocks.settle(address, path, SETTLE_WAIT)
+        await mount.blocks.wait_for(address, path, SETTLE_WAIT)
 
 
 def placeholder_stat(mount: MountState, node: Node) -> pyfuse3.EntryAttributes:

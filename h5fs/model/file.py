@@ -93,7 +93,7 @@ def _land_redo(f: "H5File", journal: Journal) -> None:
                   f.path, len(redo), exc)
     else:
         log.warning("%s: landed %d link edits a crash had left in the journal", f.path, len(redo))
-    f.store.settle()
+    f.store.group_commit()
 
 
 class H5File:
@@ -249,7 +249,7 @@ class H5File:
     def close(self) -> None:
         if self.store is not None:
             self.land_links()
-            self.store.settle()
+            self.store.group_commit()
             self.store.journal.close()
             self.store = None
         if self.siblings is not None:

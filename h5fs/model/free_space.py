@@ -27,8 +27,8 @@ log = logging.getLogger("h5fs")
 
 def hold_freed_space(f) -> None:
     """As a mount starts: space freed from now on (and what the free-space managers list) is
-    not reused until `find_free_space` finds the file sound (`Allocator.hold`)."""
-    f.store.allocator.hold()
+    not reused until `find_free_space` finds the file sound (`Allocator.hold_frees`)."""
+    f.store.allocator.hold_frees()
 
 
 def find_free_space(f, quiet=nullcontext()) -> int | None:
@@ -43,7 +43,7 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
     read between two transactions).
 
     The walk is also the file's check (extents two objects share, free sections over live data,
-    link counts): a sound file gets the space the allocator held since mount (`Allocator.hold`);
+    link counts): a sound file gets the space the allocator held since mount (`Allocator.hold_frees`);
     in a damaged one it stays held, and the objects concerned refuse edits (`Store.damaged`)."""
     allocator = f.store.allocator
     with quiet:
@@ -60,7 +60,7 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
     changed = f.store.commits != commits or deferred
     moved = f.store.relinks != relinks or deferred
     if problem is not None or moved:
-        allocator.adopt([])
+        allocator.reuse_gaps([])
         if problem is None or changed:
             return None
         if isinstance(problem, Exception):
@@ -76,8 +76,8 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
     # where a dangling reference points stays unused: a new header there would be what it names
     allocator.keep([(address, GRAVE) for address in sorted(smap.dangling)])
     busy = sorted(smap.extents + smap.free, key=lambda e: e.address)
-    adopted = allocator.adopt(gaps(busy, end))
-    kept = allocator.trust([(e.address, e.size, e.seen, e.owner) for e in smap.extents])
+    adopted = allocator.reuse_gaps(gaps(busy, end))
+    kept = allocator.release_held([(e.address, e.size, e.seen, e.owner) for e in smap.extents])
     if kept:
         log.warning("%s: %d bytes an edit freed since mount are in use by another object (the file was damaged: "
                     "h5fs check tells more): kept unused", f.path, kept)

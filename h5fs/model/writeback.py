@@ -299,7 +299,7 @@ class Writeback:
             try:
                 self.f.land_links()
             finally:   # what is committed becomes durable even when link edits could not land
-                self.f.store.settle()   # the file alone holds every commit: no journal record left
+                self.f.store.group_commit()   # the file alone holds every commit: no journal record left
         if broken:
             raise broken[0]
 

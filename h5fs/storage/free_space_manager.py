@@ -7,11 +7,11 @@ them) and its sections be of the type its slot holds (`SLOTS`).
 
 The file's persistent free-space managers (libhdf5's "persist" strategy): at a writable open,
 `setup` reads the File Space Info message (superblock extension) and returns the allocator the
-file's strategy calls for (h5fs.storage.space) and, when the file persists its free space, a
+file's strategy calls for (h5fs.storage.allocator) and, when the file persists its free space, a
 `PersistentSpace`:
 - active (version 1 message, strategy FSM_AGGR or PAGE, managers only in the slots libhdf5's sec2
   driver fills, sections that check out): the managers' sections are loaded into the allocator's
-  pools, so new chunks and metadata reuse them; `settle`, called by every commit that allocated or
+  pools, so new chunks and metadata reuse them; `stage_managers`, called by every commit that allocated or
   freed space, rewrites the managers so that each lists exactly its pool as the commit leaves it;
 - honouring only (anything else: a version 0 message of libhdf5 1.10.0, another strategy, other
   slots, a paged file with a page-end threshold (libhdf5 then grows a section read near a page's
@@ -19,7 +19,7 @@ file's strategy calls for (h5fs.storage.space) and, when the file persists its f
   sections stay out of every pool and the managers are never changed, as libhdf5 left them. The
   log says why.
 
-`settle` stages everything in the committing transaction (the journal makes it one atomic
+`stage_managers` stages everything in the committing transaction (the journal makes it one atomic
 change): the transaction's frees are listed at once (the managers become visible together with
 the change that stopped using that space); each manager's header is rewritten in place (whole,
 checksum recomputed); its section list in place while it fits its allocation, else in fresh space
@@ -57,7 +57,7 @@ from ..format.messages import file_space_info as fsi
 from ..format.messages.types import FSINFO
 from .object_header import reader as header_reader
 from .object_header.edit import rewrite_message
-from .space import LARGE, META, RAW, Allocator, Extent
+from .allocator import LARGE, META, RAW, Allocator, Extent
 
 if TYPE_CHECKING:
     from .extent_sink import ExtentSink
@@ -223,7 +223,7 @@ class PersistentSpace:
         self.info = info
         self.managers = managers    # None: honoured only
 
-    def settle(self, txn) -> None:
+    def stage_managers(self, txn) -> None:
         """Stage the managers (and the message) as the committing transaction leaves the
         allocator's pools (module docstring); they are adopted once the commit succeeds."""
         allocator = txn.store.allocator
@@ -284,7 +284,7 @@ class PersistentSpace:
                                    EXPAND, bits, largest, None, 0, 0)
 
     def _stage(self, txn, headers: dict[int, fsm.FreeSpaceHeader], lists: dict[int, bytes], fresh: set[int]) -> None:
-        """Stage what changed: blocks this settle allocated as new, the others in place."""
+        """Stage what changed: blocks this staging allocated as new, the others in place."""
         def put(address: int, data: bytes) -> None:
             (txn.write_new if address in fresh else txn.write_in_place)(address, data)
 

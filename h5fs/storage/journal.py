@@ -15,13 +15,13 @@ while edits wait cannot empty the journal (only memory would hold them for an in
 appends a CHECKPOINT instead, a LANDS record saying the file holds every update before it, and
 a replay starts there (space those updates wrote may hold newer bytes since). A record is appended without waiting for the disk (`append`: a
 `kill -9` of the daemon leaves every record to the kernel) and made durable with the group commit
-(`sync`, then `Store.settle` applies the batch). Replay applies every complete record in order,
+(`sync`, then `Store.group_commit` applies the batch). Replay applies every complete record in order,
 stopping at the first that is incomplete, fails its CRC or names data the file does not hold
 (`holding`; a marker says the data of the records before it is durable, so theirs is not
 checked): after a power loss the records not yet synced may survive in part, and what replays
 is a prefix of them, each record the whole change of one commit. Replaying a record whose bytes
 already reached the file writes the same bytes again, so the journal is retired lazily: once the
-file is fsynced after applying (`Store.settle`, or when the journal passes `LIMIT` bytes).
+file is fsynced after applying (`Store.group_commit`, or when the journal passes `LIMIT` bytes).
 
 A journal belongs to one state of its file: the file a crash left holds the end of allocation
 from before the first record or after one of them (the superblock is the first update a record

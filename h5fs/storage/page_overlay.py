@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import os
 
-from .space import PAGE
+from .allocator import PAGE
 from .writer import FileWriter
 
 

@@ -14,7 +14,7 @@ A transaction stages two kinds of writes:
   (a page overlay every read of metadata goes through), not written into it. Chunk data is
   written into fresh space at once (`write_data`, not fsynced) and the record carries its CRC-32.
   The commit is acknowledged once the kernel holds its record: a `kill -9` loses nothing
-  acknowledged, the next open replays the records. `Store.settle` is the group commit: data
+  acknowledged, the next open replays the records. `Store.group_commit` is the group commit: data
   written directly since the last one fsynced and a marker appended (the replay then need not
   check that data again: the batch may reuse space it was in), the records made durable (one
   fsync), the batch written into the file (each page once, however many edits changed it), the
@@ -68,7 +68,7 @@ from .page_overlay import PageOverlay
 from .object_header import reader as header_reader
 from .pending_links import INSERT, REMOVE, UNREF, Op, PendingLinks
 from .free_space_manager import setup
-from .space import PAGE
+from .allocator import PAGE
 from .writer import FileWriter, Recorder
 from ..format.messages.link import Link
 
@@ -84,7 +84,7 @@ class Store:
                  recorder: Recorder | None):
         self.reader, self.superblock, self.journal = reader, superblock, journal
         self.writer = FileWriter(reader.fd, 0, recorder)
-        # committed metadata not yet in the file: every read of metadata sees it (`settle`)
+        # committed metadata not yet in the file: every read of metadata sees it (`group_commit`)
         self.batch = PageOverlay(reader.fd)
         reader.pread = self.batch.pread
         # space the batch's commits freed: the file itself uses it until the group commit, so
@@ -138,10 +138,10 @@ class Store:
     @property
     def unsettled_changes(self) -> bool:
         """Whether committed changes are not yet durable in the file itself (in the batch,
-        journal records not retired, deferred links): `land` and `settle` make them so."""
+        journal records not retired, deferred links): `land` and `group_commit` make them so."""
         return bool(self.batch) or self.journal.pending or bool(self.pending)
 
-    def settle(self) -> None:
+    def group_commit(self) -> None:
         """The group commit: every committed update durable in the file itself and the journal's
         records retired (the file alone is then whole)."""
         with self.lock:
@@ -189,12 +189,12 @@ class Store:
     def write(self, position: int, data: bytes | memoryview) -> bool:
         """Bytes written into the file directly (chunk data in fresh space, contiguous data in
         place), at an absolute position: the batch's pages follow them; space a commit of the
-        batch freed is first made free in the file too (`settle`). Whether it settled."""
+        batch freed is first made free in the file too (a group commit first). Whether it committed the batch."""
         with self.lock:
             start = position - self.reader.base
             settled = self.unsettled.overlaps(start, start + len(data))
             if settled:
-                self.settle()
+                self.group_commit()
             self.writer.pwrite(position, data)
             self.batch.patch(position, data)
             self.direct = True
@@ -217,7 +217,7 @@ class Store:
             if end is not None:
                 txn.set_superblock(replace(self.superblock, eof_address=end + self.superblock.base_address))
             txn.commit()   # with the freed headers' bytes left to zero (`transaction`)
-        self.settle()
+        self.group_commit()
         if end is None:
             return 0
         size, new = os.fstat(self.reader.fd).st_size, self.reader.base + end
@@ -468,7 +468,7 @@ class Transaction:
         store.commits += 1
         if store.persistent is not None and (self._allocated or self.freed):
             try:   # the file's free-space managers follow the space this transaction moved
-                store.persistent.settle(self)
+                store.persistent.stage_managers(self)
             except BaseException:
                 self.abort()
                 raise
@@ -527,7 +527,7 @@ class Transaction:
             if store.pending and store.wants_flush is not None:
                 store.wants_flush()   # the model lands the deferred edits, then settles
             else:
-                store.settle()
+                store.group_commit()
         for address, size, raw in self.frees():
             store.allocator.free(address, size, raw)
             if batched:   # reusable by later commits of the batch, not by direct writes (`Store.write`)
@@ -541,7 +541,7 @@ class Transaction:
         store, writer, journal = self.store, self.store.writer, self.store.journal
         base = store.reader.base
         try:
-            store.settle()   # a pending record may rewrite space this commit reuses: retire it first
+            store.group_commit()   # a pending record may rewrite space this commit reuses: retire it first
         except BaseException:
             self.abort()
             raise

@@ -3,7 +3,7 @@
 Space a transaction frees is not reusable at once: until the change that stopped using it is
 durable, a crash could bring the old structure back, so it waits in `pending` until `release()`
 (called after the commit's last barrier); on a mount, until its walk finds the file sound too
-(`hold`, `trust`). Addresses are relative to the superblock's base, like
+(`hold_frees`, `release_held`). Addresses are relative to the superblock's base, like
 every address in the file; `eoa` is the end of allocated space that the superblock records.
 
 Free space lives in pools, the free-space managers libhdf5 would keep for the file (numbered as
@@ -161,12 +161,12 @@ class Allocator:
         self.released = Spans()   # what this mount's transactions freed (`trim_end`)
         self.graves: list[Extent] = []   # never reused this mount: freed headers' first bytes (`bury`, `keep`)
         # graves freed before the walk's verdict: (address, size, `clock` of the freeing
-        # transaction, the objects it changed); and those `trust` found unused, to be zeroed
+        # transaction, the objects it changed); and those `release_held` found unused, to be zeroed
         self.unverified: list[tuple[int, int, int, set[int]]] = []
         self.to_zero: list[Extent] = []
         self._undo: list[tuple[FreeList, bool, int, int]] = []   # the pools' changes since `snapshot`
         self._generation = 0      # snapshots taken: only the last one can be restored
-        # space kept out of reuse until the file is known sound (`hold`): (address, size, pool it
+        # space kept out of reuse until the file is known sound (`hold_frees`): (address, size, pool it
         # was listed in or None, raw, `clock` of the transaction that freed it, the objects it changed)
         self.held: list[tuple[int, int, int | None, bool, int, frozenset[int]]] | None = None
         self.clock = 0   # transactions begun: orders a walk's sightings and the frees
@@ -213,7 +213,7 @@ class Allocator:
             if kinds is not None:
                 self.kinds = kinds
             del self.pending[pending:], self._pending_raw[pending:]
-            # the headers it freed are live again: never zeroed (`trust`) nor kept out of reuse
+            # the headers it freed are live again: never zeroed (`release_held`) nor kept out of reuse
             del self.graves[graves:], self.unverified[unverified:]
 
     def load(self, pool: int, extents: list[Extent]) -> None:
@@ -225,9 +225,9 @@ class Allocator:
                     self.kinds[address // self.page] = pool
 
     # -- space kept until the file is known sound ------------------------------------------------
-    def hold(self) -> None:
+    def hold_frees(self) -> None:
         """Keep what the pools hold now (a persistent manager's sections) and every extent freed
-        from now on out of reuse until `trust`: until a walk of the file says it is sound, a
+        from now on out of reuse until `release_held`: until a walk of the file says it is sound, a
         free that damage dictates (an extent two objects share, the last link of an object that
         more links lead to) or a section listed over live data would let new data overwrite a
         healthy object. In a damaged file the space stays unused."""
@@ -236,7 +236,7 @@ class Allocator:
                          for a, n in fl.extents()]
             self.pools = {p: FreeList(fl.boundary) for p, fl in self.pools.items()}
 
-    def trust(self, used: list[tuple[int, int, int, int | None]]) -> int:
+    def release_held(self, used: list[tuple[int, int, int, int | None]]) -> int:
         """The file is sound: the space held becomes reusable, except where the walk found it
         in use (`used`: (address, size, `clock` when the walk met it, the object it belongs to))
         by an object other than those the freeing transaction changed, or by one of
@@ -284,7 +284,7 @@ class Allocator:
             self._touched = []
             return self.eoa
 
-    def adopt(self, gaps: list[Extent]) -> int:
+    def reuse_gaps(self, gaps: list[Extent]) -> int:
         """Space the walk found unused: what nobody allocated or freed since `watch` and no pool
         holds already becomes reusable (paged: whole pages only, a part of a page being of
         unknown kind). Returns the bytes adopted."""
@@ -362,7 +362,7 @@ class Allocator:
         """Bytes no longer used that stay out of reuse until unmount, even when a walk of the
         file finds them unused (storage/object_delete.py: a freed header's first bytes, to be
         zeroed); `owners`: the objects the freeing transaction changes. Whether they may be
-        zeroed now: only in a file known sound; before, `trust` decides, as for held space,
+        zeroed now: only in a file known sound; before, `release_held` decides, as for held space,
         whether an object still uses them (a link count too low freed a linked header), and
         lists them in `to_zero` if none does."""
         with self._lock:
@@ -385,7 +385,7 @@ class Allocator:
 
     def release(self, owners: frozenset[int] = frozenset()) -> None:
         """Make pending frees reusable (the change that dropped them is durable; `owners`: the
-        objects it changed, for `trust`)."""
+        objects it changed, for `release_held`)."""
         with self._lock:
             for (address, size), raw in zip(self.pending, self._pending_raw):
                 if self.held is not None:
