@@ -40,8 +40,8 @@ from hypothesis import strategies as st
 
 # builders test_engine and test_datatype own (their own tests use them): the round-trip modules
 # reach them only through here; every other builder they use lives in this module
-from test_datatype import PLAIN, bfloat16, custom_float, opaque, partial_int, py, vax_float  # noqa: F401
-from test_datatype import _write_revised_refs as write_revised_refs  # noqa: F401
+from datatype_support import PLAIN, bfloat16, custom_float, opaque, partial_int, py, vax_float  # noqa: F401
+from datatype_support import _write_revised_refs as write_revised_refs  # noqa: F401
 
 from h5fs.format import btree_v1 as B1
 from h5fs.format import btree_v2 as bt

@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "h5fs"
 LAYERS = ("format", "storage", "model", "fuse", "cli")
 # modules beside the layers: what each may import, as the layer it belongs with

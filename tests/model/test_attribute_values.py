@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_global_heap_write import commit, new_file, rewrite_attribute
+from global_heap_support import commit, new_file, rewrite_attribute
 
 from h5fs.check import check
 from h5fs.errors import CannotWrite, InvalidWrite

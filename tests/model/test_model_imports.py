@@ -4,9 +4,9 @@ function must not dodge one); imports for type hints only, under TYPE_CHECKING, 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
+from conftest import REPO
 
-MODEL = Path(__file__).resolve().parent.parent / "h5fs" / "model"
+MODEL = REPO / "h5fs" / "model"
 
 
 def _run_imports(tree: ast.AST) -> list[ast.ImportFrom]:

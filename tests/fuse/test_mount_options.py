@@ -9,8 +9,9 @@ import pytest
 
 from h5fs import cli, mount_helper, mount_options, utab
 from h5fs.mount_options import OPTIONS, OptionError, parse
+from conftest import REPO
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = REPO / "README.md"
 SAMPLE = {"uid": "0", "gid": "0", "umask": "022", "cache_mb": "64", "writeback_mb": "16", "flush_delay": "0.5",
           "chunk_kb": "256", "compression": "gzip:4,shuffle", "log": "/tmp/x.log", "readahead_kb": "0",
           "fsname": "data", "endpoint": "http://127.0.0.1:9000", "region": "eu-west-1", "profile": "p",

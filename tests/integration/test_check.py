@@ -13,7 +13,6 @@ import resource
 import shutil
 import struct
 import subprocess
-import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -23,9 +22,8 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import roundtrip_support as R  # noqa: E402
-from conftest import H5FS, bad_corpus, run_h5fs  # noqa: E402
+from conftest import H5FS, REPO, bad_corpus, run_h5fs  # noqa: E402
 from walk import default_limit_as  # noqa: E402
 
 from h5fs.check import check  # noqa: E402
@@ -44,7 +42,6 @@ from h5fs.storage.index import IndexContext, open_index  # noqa: E402
 from h5fs.storage.space_map import gaps  # noqa: E402
 from h5fs.storage.space_walk import used_extents, walk  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 BAD_FILES = bad_corpus() + sorted((REPO / "tests" / "data").glob("*.h5"))
 TIMEOUT = 20.0
 S = h5py.string_dtype()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import h5py
 import pytest
-from conftest import run_h5fs
+from conftest import REPO, run_h5fs
 
 from h5fs.model import namespace
 from h5fs.model.file import H5File
@@ -237,7 +237,7 @@ def test_links_a_kill_left_deferred_are_landed_by_the_next_open(tmp_path, caplog
     last), and the journal is gone after its close."""
     path = tmp_path / "f.h5"
     _dense_file(path)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO)
     proc = subprocess.run([sys.executable, "-c", _KILLED.format(root=root, path=str(path))])
     assert proc.returncode == -9
     assert deferred(records(open(journal_path(str(path)), "rb").read()))
@@ -323,7 +323,7 @@ def test_removals_a_kill_left_deferred_are_landed_and_their_objects_freed(tmp_pa
     and frees the objects they named (the file does not grow by them when they are made again)."""
     path = tmp_path / "f.h5"
     _dense_file(path)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO)
     proc = subprocess.run([sys.executable, "-c", _KILLED_RM.format(root=root, path=str(path), n=SEED_LINKS)])
     assert proc.returncode == -9
     with H5File.open(str(path), writable=True) as f:

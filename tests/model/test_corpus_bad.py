@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +19,11 @@ from h5fs.errors import ChecksumError, FormatError, H5fsError
 from h5fs.format.checksum import lookup3
 from h5fs.model.file import H5File
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import bad_corpus  # noqa: E402
 from walk import walk, walk_isolated  # noqa: E402
 
 h5py = pytest.importorskip("h5py")
 
-REPO = Path(__file__).resolve().parents[1]
 CORPUS_PATHS = bad_corpus()
 CORPUS, CORPUS_FILES = CORPUS_PATHS[0].parent, [p.name for p in CORPUS_PATHS]
 TIMEOUT = float(os.environ.get("H5FS_WALK_TIMEOUT", "20"))

@@ -460,7 +460,7 @@ def test_power_loss_during_scale_removals(tmp_path, mount, libver, monkeypatch):
 def test_check_warns_of_dangling_revised_references(tmp_path):
     """Revised references (H5R_OBJECT2 held inline, region and attribute references in the
     global heap), written with libhdf5's C API, to objects h5py then deletes."""
-    from test_datatype import _write_revised_refs
+    from datatype_support import _write_revised_refs
     path = tmp_path / "revised.h5"
     _write_revised_refs(str(path))
     assert run_h5fs("check", path).stdout.count("warning: ") == 0

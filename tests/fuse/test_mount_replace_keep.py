@@ -24,8 +24,8 @@ import roundtrip_support as R
 from conftest import LIBVERS, run_h5fs
 from crash_support import kill_mid_copy, replayed_prefixes
 from h5fs.check import check
-from test_mount_sohm import build as build_sohm
-from test_mount_sohm import records, remove_everything_with_libhdf5
+from sohm_support import build as build_sohm
+from sohm_support import records, remove_everything_with_libhdf5
 from write_support import verify_file
 
 C = np.arange(100.0).reshape(10, 10)

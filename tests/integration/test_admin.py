@@ -29,14 +29,14 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import H5FS, force_unmount, is_mounted, make_h5, run_h5fs, wait_until
+from conftest import H5FS, REPO, force_unmount, is_mounted, make_h5, run_h5fs, wait_until
 from crash_support import kill_daemon
 from h5fs import mount_helper, utab
 from h5fs.fuse.mounts import find_mount, process_alive
 from write_support import verify_file
 from units import UNITS, unit_command
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mount(8), utab and fstab need root")
 
 

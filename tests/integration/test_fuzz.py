@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import resource
 import signal
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,12 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import REPO  # noqa: E402
 from walk import WalkResult, walk  # noqa: E402
 
 h5py = pytest.importorskip("h5py")
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = REPO / "tests" / "data"
 EXAMPLES = int(os.environ.get("H5FS_FUZZ_EXAMPLES", "0"))
 DEADLINE = float(os.environ.get("H5FS_FUZZ_DEADLINE", "10"))  # seconds per example
 SWEEP = os.environ.get("H5FS_FUZZ_SWEEP", "1024")                # bytes swept, or "all"

@@ -34,7 +34,7 @@ from h5fs.storage.object_header.edit import HeaderEdit
 from h5fs.storage.index import ChunkRecord, IndexContext, open_index
 from h5fs.storage.index.extensible_array.reader import ExtensibleArray
 from h5fs.storage.index.fixed_array import FixedArray
-from test_index_write_btree import CHUNK, LEVEL, Engine, Spy, chunk_values, our_records, region, write_layout
+from index_support import CHUNK, LEVEL, Engine, Spy, chunk_values, our_records, region, write_layout
 
 # small arrays: fixed array pages of 16 slots; extensible arrays with 3 elements in the index
 # block, data blocks from 2 elements, pages of 8 (paged data blocks from super block 5 on)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import struct
-from dataclasses import replace
 
 import h5py
 import numpy as np
@@ -20,28 +19,13 @@ from h5fs.check import check
 from h5fs.errors import CannotWrite, FormatError
 from h5fs.format import global_heap as gh
 from h5fs.format.codec import Writer
-from h5fs.format.messages import attribute as attr_msg
-from h5fs.model import messages as M
 from h5fs.model.file import H5File
 from h5fs.storage import global_heap as ghw
-from h5fs.storage.object_header.edit import rewrite_message
 from h5fs.storage.global_heap import GlobalHeapReader
+from global_heap_support import new_file, rewrite_attribute, commit
 
 SIZES = [(8, 8), (4, 4), (2, 2)]
 STR = h5py.string_dtype()
-
-
-LOW_BOUNDS = {"earliest": h5py.h5f.LIBVER_EARLIEST, "v108": h5py.h5f.LIBVER_V18, "v110": h5py.h5f.LIBVER_V110,
-              "latest": h5py.h5f.LIBVER_LATEST}
-
-
-def new_file(path, sizes=(8, 8), libver="earliest") -> h5py.File:
-    """A new file with these sizes of offsets and lengths and this low format bound."""
-    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
-    fcpl.set_sizes(*sizes)
-    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-    fapl.set_libver_bounds(LOW_BOUNDS[libver], h5py.h5f.LIBVER_LATEST)
-    return h5py.File(h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl))
 
 
 def descriptors(hf: H5File, name: str) -> list[tuple[int, int, int]]:
@@ -49,16 +33,6 @@ def descriptors(hf: H5File, name: str) -> list[tuple[int, int, int]]:
     attr = next(a for a in hf.root.attributes() if a.name == name)
     fmt = "<I" + ("Q" if hf.sizes.offset == 8 else "I" if hf.sizes.offset == 4 else "H") + "I"
     return [struct.unpack_from(fmt, attr.msg.data, k * struct.calcsize(fmt)) for k in range(attr.dataspace.count)]
-
-
-def rewrite_attribute(hf: H5File, txn, name: str, data: bytes) -> None:
-    """Replace the value of root attribute `name` (its message rewritten in place)."""
-    header = hf.root.header
-    raw = next(r for r in header.find(M.ATTRIBUTE) if hf.root.decode(r).name == name)
-    msg = hf.root.decode(raw)
-    w = Writer(hf.sizes)
-    attr_msg.encode(w, replace(msg, data=data + msg.data[len(data):]))
-    rewrite_message(txn, header, raw, w.getvalue().ljust(len(raw.data), b"\0"))
 
 
 def set_attribute(hf: H5File, txn, name: str, elements: list[tuple[int, gh.HeapID]]) -> None:
@@ -77,13 +51,6 @@ def engine_write(hf: H5File, txn, name: str, value: bytes) -> None:
     if length:
         ghw.remove(txn, addr, index)
     set_attribute(hf, txn, name, [(len(value), ghw.insert(txn, value))])
-
-
-def commit(hf: H5File, txn) -> None:
-    txn.commit()
-    hf.invalidate(hf.root_address)
-    for address, size in txn.rewritten:
-        hf.meta.invalidate_range(address, address + size)
 
 
 def collection(hf: H5File, address: int) -> gh.Collection:
