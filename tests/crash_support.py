@@ -16,7 +16,7 @@ import numpy as np
 
 from conftest import abort_connection, force_unmount
 from h5fs.storage.journal import SUFFIX
-from h5fs.storage.writer import read_recording
+from h5fs.storage.file_writer import read_recording
 
 NAME = "d"
 

@@ -43,7 +43,7 @@ from ..storage.sohm_table.reader import read_table
 from ..storage.remote import RemoteOptions, open_remote
 from ..storage.remote.siblings import Siblings
 from ..storage.transaction import Store
-from ..storage.writer import open_recorder
+from ..storage.file_writer import open_recorder
 from . import messages as M
 from .dataset import Dataset
 from .group import Group

@@ -52,7 +52,7 @@ from typing import Callable
 
 from ..errors import H5fsError
 from .page_overlay import PageOverlay
-from .writer import FileWriter, Recorder
+from .file_writer import FileWriter, Recorder
 
 log = logging.getLogger("h5fs")
 

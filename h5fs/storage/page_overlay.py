@@ -12,7 +12,7 @@ import bisect
 import os
 
 from .allocator import PAGE
-from .writer import FileWriter
+from .file_writer import FileWriter
 
 
 class PageOverlay:

@@ -69,7 +69,7 @@ from .object_header import reader as header_reader
 from .pending_links import INSERT, REMOVE, UNREF, Op, PendingLinks
 from .free_space_manager import setup
 from .allocator import PAGE
-from .writer import FileWriter, Recorder
+from .file_writer import FileWriter, Recorder
 from ..format.messages.link import Link
 
 

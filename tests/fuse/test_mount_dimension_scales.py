@@ -429,7 +429,7 @@ def test_power_loss_during_scale_removals(tmp_path, mount, libver, monkeypatch):
     agree, no reference dangles."""
     from crash_support import rebuild, replayed_prefixes
     from h5fs.check import check
-    from h5fs.storage.writer import read_recording
+    from h5fs.storage.file_writer import read_recording
     original = tmp_path / "original.h5"
     make_scales(original, libver)
     path = tmp_path / "live.h5"

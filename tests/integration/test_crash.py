@@ -16,7 +16,7 @@ import pytest
 from conftest import run_h5fs
 from crash_support import NAME, Workload, check_promise, initial, kill_daemon, read_dataset, rebuild, replayed_prefixes
 from h5fs.check import check
-from h5fs.storage.writer import read_recording
+from h5fs.storage.file_writer import read_recording
 from write_support import verify_file
 
 N = 20000

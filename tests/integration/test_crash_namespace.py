@@ -23,7 +23,7 @@ from conftest import run_h5fs, wait_until
 from crash_support import kill_daemon, rebuild, recover, replayed_prefixes
 from h5fs.check import check
 from oracle import tree
-from h5fs.storage.writer import read_recording
+from h5fs.storage.file_writer import read_recording
 
 ROUNDS = int(os.environ.get("H5FS_CRASH_ROUNDS", "5"))
 # (libver, the most links the edited group holds): 6 keeps a new-style group's links compact, 12

@@ -31,7 +31,7 @@ import pytest
 from conftest import run_h5fs, wait_until
 from crash_support import kill_daemon, rebuild, recover, replayed_prefixes
 from h5fs.check import check
-from h5fs.storage.writer import read_recording
+from h5fs.storage.file_writer import read_recording
 
 ROUNDS = int(os.environ.get("H5FS_CRASH_ROUNDS", "2"))
 KINDS = ("mkdir", "setfattr", "cp", "mv", "rm", "rm_r")
