@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -20,6 +21,15 @@ import hdf5plugin  # noqa: F401,E402
 
 H5FS = [sys.executable, "-m", "h5fs.cli"]
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _root_log_level():
+    """Each test starts from the root logger's level as the run set it: h5pyd.File sets it to
+    ERROR (h5pyd/_hl/files.py), which would hide the warnings later tests read in caplog."""
+    level = logging.root.level
+    yield
+    logging.root.setLevel(level)
 
 
 def bad_corpus() -> list[Path]:
