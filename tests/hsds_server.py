@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import die_with_parent, free_port
+from servers import die_with_parent, environ, free_port
 
 BUCKET = "h5fs"
 USER, PASSWORD = "h5fs", "h5fs-test"
@@ -223,17 +223,10 @@ def hsds():
     run_h5fs runs with this environment) find them."""
     if "hsds" not in _started:
         _started["hsds"] = HSDSServer().start()
-    env = _started["hsds"].env()
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     try:
-        yield _started["hsds"]
+        with environ(_started["hsds"].env()):
+            yield _started["hsds"]
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         server = _started.pop("hsds", None)
         if server is not None:
             server.stop()

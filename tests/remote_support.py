@@ -27,7 +27,7 @@ from conftest import Mounter
 from h5fs.format.checksum import lookup3
 from h5fs.model.file import H5File
 from h5fs.storage.remote import RemoteOptions
-from servers import CREDENTIALS, REGION, FaultProxy, RangeServer, S3Server
+from servers import CREDENTIALS, REGION, FaultProxy, RangeServer, S3Server, environ
 
 BUCKET = "h5fs-test"
 
@@ -52,16 +52,10 @@ def s3_server():
         server = S3Server().start()
         _started["s3"] = server
         server.create_bucket(BUCKET)
-    saved = {k: os.environ.get(k) for k in _client_env()}
-    os.environ.update(_client_env())
     try:
-        yield _started["s3"]
+        with environ(_client_env()):
+            yield _started["s3"]
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         _stop("s3")
 
 

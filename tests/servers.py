@@ -27,10 +27,27 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 FAULTS = ("500", "503", "drop", "stall", "no_range", "404", "403")
 SMALL_BODY = 256 * 1024    # bodies up to this size go out in one write with the headers
+
+
+@contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """os.environ with `values` set (a server's client settings), as it was again afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def free_port() -> int:
