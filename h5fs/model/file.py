@@ -15,6 +15,7 @@ changes one invalidates what maps or shares it).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
@@ -240,9 +241,10 @@ class H5File:
             self.invalidate_range(address, address + size)
         for address in set(addresses) | txn.owners:
             self.invalidate(address)
-        freed = txn.freed
+        freed = sorted(txn.freed)
+        starts = [a for a, _ in freed]
         for address, header in txn.headers.items():   # as decoded once staged: not decoded again
-            if not any(a <= address < a + n for a, n in freed):
+            if not any(_overlaps(freed, starts, b.address, b.address + b.length) for b in header.blocks):
                 self.reader.meta.get(address, header_reader.HEADER, lambda: header, header_reader.nbytes)
         self.store.forgotten = self.store.commits
 
@@ -477,3 +479,10 @@ def _retire(forgotten: list[object]) -> None:
     for value in forgotten:
         if isinstance(value, ObjectState):
             value.valid = False
+
+
+def _overlaps(extents: list[tuple[int, int]], starts: list[int], lo: int, hi: int) -> bool:
+    """Whether [lo, hi) meets one of `extents` (sorted, disjoint; `starts` their addresses): a
+    freed header's first bytes stay (zeroed), its freed extent begins inside it."""
+    i = bisect.bisect_left(starts, hi)
+    return i > 0 and extents[i - 1][0] + extents[i - 1][1] > lo

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from write_support import verify_file
 
 h5py = pytest.importorskip("h5py")
 
@@ -21,8 +22,10 @@ from h5fs.model.dataset import Dataset, MaterializedView  # noqa: E402
 from h5fs.model.file import H5File  # noqa: E402
 from h5fs.model.group import Group  # noqa: E402
 from h5fs.model.objects import H5Object, NamedDatatype, derived  # noqa: E402
+from h5fs.model.tree_edit import TreeEditor  # noqa: E402
 from h5fs.storage.chunk_cache import ChunkCache  # noqa: E402
 from h5fs.storage.metadata_cache import MetadataCache  # noqa: E402
+from h5fs.storage.object_header.reader import HEADER  # noqa: E402
 from h5fs.storage.sources import RawSource  # noqa: E402
 
 LIBVERS = ("earliest", "latest")
@@ -783,3 +786,28 @@ def test_a_value_loaded_across_an_invalidation_is_not_kept():
     assert cache.peek(100, "node") is None
     assert cache.get(100, "node", lambda: "new", 10) == "new"
     assert cache.peek(100, "node") == "new"
+
+
+def test_a_header_edited_then_freed_in_one_commit_is_not_kept(tmp_path):
+    """A commit keeps the headers it decoded once staged (H5File.forget), but never one it
+    freed: removing the first of two hard links rewrites the object's link count, removing the
+    second frees it (its first bytes zeroed, the rest freed), all in one transaction."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f["d"] = np.arange(10)
+        f["d2"] = f["d"]
+        f["keep"] = np.arange(3)
+    with H5File.open(str(path), writable=True) as f:
+        ed = TreeEditor(f, None)
+        address = f.resolve("/d").address
+        with ed._edit() as (txn, touched):
+            assert ed._remove_link(txn, touched, f.root, "d") == 1
+            assert address in txn.headers          # the count's edit decoded it
+            assert ed._remove_link(txn, touched, f.root, "d2") == 0
+        assert f.reader.meta.peek(address, HEADER) is None
+        edited = f.resolve("/keep").address
+        ed.touch(f.resolve("/keep"))   # an edit that frees nothing keeps what it decoded
+        assert f.reader.meta.peek(edited, HEADER) is not None
+    verify_file(path, h5dump=False)
+    with h5py.File(path, "r") as f:
+        assert sorted(f) == ["keep"]

@@ -20,7 +20,7 @@ from h5fs.model.file import H5File
 from h5fs.model.tree_edit import TreeEditor
 from h5fs.model.writeback import Writeback
 from h5fs.storage.journal import Journal, deferred, encode, journal_path, records
-from h5fs.storage.pending_links import INSERT, Op
+from h5fs.storage.pending_links import INSERT, REMOVE, UNREF, Op, PendingLinks
 
 SEED_LINKS = 20   # past libhdf5's 8 compact links: the group's links are dense
 
@@ -50,6 +50,22 @@ def _mkdirs(tmp_path, names) -> tuple[Path, H5File, Writeback, TreeEditor]:
     for name in names:
         ed.mkdir(_group(f, "/g"), name)
     return path, f, wb, ed
+
+
+def test_the_count_of_waiting_edits_follows_every_kind_of_edit():
+    """len() (kept as edits apply, asked by every edit against LAND_LIMIT) is always the links
+    added plus the stored names removed plus the countdowns, whatever the order of the edits."""
+    pending = PendingLinks()
+    ops = [Op(INSERT, 1, "a"), Op(INSERT, 1, "a"), Op(INSERT, 1, "b"), Op(REMOVE, 1, "a"),
+           Op(REMOVE, 1, "s"), Op(REMOVE, 1, "s"), Op(INSERT, 1, "s"), Op(UNREF, 9, "/x"),
+           Op(INSERT, 2, "c"), Op(REMOVE, 2, "c"), Op(UNREF, 9, "/y"), Op(REMOVE, 1, "s")]
+    for op in ops:
+        pending.apply(op)
+        assert len(pending) == (len(pending.unrefs) + sum(map(len, pending.added.values()))
+                                + sum(map(len, pending.removed.values())))
+    assert len(pending) == 4   # b added, the stored s removed (its new link went again), two countdowns
+    pending.clear()
+    assert len(pending) == 0
 
 
 def test_records_keep_deferred_edits_and_which_record_lands_them():
