@@ -176,6 +176,12 @@ class Allocator:
         with self._lock:
             return sorted(e for pool in self.pools.values() for e in pool.extents())
 
+    def meets_free(self, address: int, size: int) -> bool:
+        """Whether [address, address + size) meets a free extent, reusable or pending."""
+        with self._lock:
+            return any(pool.overlaps(address, size) for pool in self.pools.values()) or \
+                any(a < address + size and address < a + n for a, n in self.pending)
+
     def pool(self, pool: int) -> list[Extent]:
         with self._lock:
             return self.pools[pool].extents()

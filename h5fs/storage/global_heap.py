@@ -157,9 +157,8 @@ def _advance(cwfs: list[_Entry], entry: _Entry) -> None:
 
 def _committed(txn: Transaction, entry: _Entry) -> bool:
     """Whether `entry`, made by another transaction, is in the file as that one staged it."""
-    start, end = entry.address, entry.address + len(entry.staged)
     allocator = txn.store.allocator
-    if end > allocator.eoa or any(a < end and start < a + n for a, n in allocator.extents() + allocator.pending):
+    if entry.address + len(entry.staged) > allocator.eoa or allocator.meets_free(entry.address, len(entry.staged)):
         return False
     try:
         return txn.reader.read(entry.address, len(entry.staged), "global heap collection") == entry.staged
@@ -178,7 +177,8 @@ def _load(txn: Transaction, mem: _Memory, address: int) -> gh.Collection:
             pass
     if col is None:
         col = GlobalHeapReader(txn.reader).collection(address)
-    mem.nused.setdefault(address, max(col.objects, default=0) + 1)
+    if address not in mem.nused:
+        mem.nused[address] = max(col.objects, default=0) + 1
     return col
 
 
@@ -216,7 +216,8 @@ def _layout(col: gh.Collection) -> tuple[gh.HeapObject, ...]:
     """The objects of a collection laid out as libhdf5 lays them out (objects, then at most one
     free-space object at the end), else CannotWrite."""
     objects = col.entries[:-1] if col.entries and isinstance(col.entries[-1], gh.FreeSpace) else col.entries
-    if any(isinstance(e, gh.FreeSpace) for e in objects):
+    # each entry an object of its own index (the usual case, told without a walk), else one is free space
+    if len(col.objects) != len(objects) and any(isinstance(e, gh.FreeSpace) for e in objects):
         raise CannotWrite(f"global heap collection at {col.address}: free space between objects "
                           "(not a layout libhdf5 makes)")
     return objects

@@ -322,7 +322,7 @@ class Transaction:
         self.rewritten: list[tuple[int, int]] = []   # (address, size) of in-place updates
         self._saved = store.allocator.snapshot()
         self.owners: set[int] = set()   # header addresses of the objects this change is about
-        self.headers: dict[int, object] = {}   # address -> a header as the commit leaves it, decoded (HeaderEdit)
+        self.headers: dict[int, object] = {}   # address -> a header as the commit leaves it, decoded (HeaderEdit, create_header)
         self.committed = False
         self.superblock: sbf.Superblock | None = None   # a new one to publish (set_superblock)
         self._file_size = os.fstat(store.reader.fd).st_size

@@ -214,3 +214,24 @@ def test_paged_adoption_takes_whole_pages_only():
     a.watch()
     assert a.reuse_gaps([(100, 3 * P)]) == 2 * P      # [100, 1636): pages 1 and 2
     assert a.pool(LARGE) == [(P, 2 * P)]
+
+
+def test_meets_free_agrees_with_a_scan_of_every_free_extent():
+    """`meets_free` (bisect per pool, then the pending frees) answers as a scan of the listed
+    extents and the pending ones does, for ranges touching, straddling and missing them."""
+    rnd = random.Random(7)
+    for split in (False, True):
+        a = Allocator(0, split=split)
+        blocks = [(a.allocate(size, raw=raw), size) for size, raw in
+                  ((rnd.randrange(8, 300), rnd.random() < 0.5) for _ in range(200))]
+        for address, size in rnd.sample(blocks, 80):
+            a.free(address, size)
+        a.release()
+        for address, size in rnd.sample(blocks, 40):
+            if not any(s < address + size and address < s + n for s, n in a.extents()):
+                a.free(address, size)   # pending: not reusable yet, but free
+        free = a.extents() + a.pending
+        for _ in range(2000):
+            start, length = rnd.randrange(0, a.eoa), rnd.randrange(1, 400)
+            expected = any(s < start + length and start < s + n for s, n in free)
+            assert a.meets_free(start, length) == expected, (start, length)

@@ -322,3 +322,31 @@ def test_with_object_is_the_collection_counted_again(tmp_path, sizes, nbytes):
     counted = gh.Collection(col.address, col.size, objects + (obj,) + tail, col.sizes)
     assert built == counted and built.free == counted.free and dict(built.objects) == dict(counted.objects)
     assert gh.decode_collection(gh.encode_collection(built), col.sizes, col.address) == counted
+
+
+def test_free_space_between_objects_is_not_edited(tmp_path):
+    """A collection with a free-space object between two objects (not a layout libhdf5 makes) is
+    read, but an insert passes it by (a new collection takes the object) and a removal from it is
+    refused: its bookkeeping would not follow."""
+    path = tmp_path / "g.h5"
+    with new_file(path, (8, 8)) as f:
+        f.attrs.create("a", ["x" * 5, "y" * 21, "z"], dtype=STR)
+    with H5File.open(str(path)) as hf:
+        (_, addr, index), *_ = descriptors(hf, "a")
+        col = collection(hf, addr)
+    first, *rest, tail = col.entries
+    assert isinstance(tail, gh.FreeSpace) and tail.size >= 48
+    hole = gh.FreeSpace(32)
+    holed = gh.Collection(addr, col.size, (first, hole, *rest, gh.FreeSpace(tail.size - 32)), col.sizes)
+    with open(path, "r+b") as raw:
+        raw.seek(addr)
+        raw.write(gh.encode_collection(holed))
+    with h5py.File(path, "r") as f:   # libhdf5 reads it as it is
+        assert list(f.attrs["a"]) == ["x" * 5, "y" * 21, "z"]
+    with H5File.open(str(path), writable=True) as hf:
+        txn = hf.store.begin()
+        assert ghw.read(txn, addr, index) == b"x" * 5   # the collection joins the list
+        assert ghw.insert(txn, b"new").address != addr
+        with pytest.raises(CannotWrite, match="free space between objects"):
+            ghw.remove(txn, addr, index)
+        txn.abort()

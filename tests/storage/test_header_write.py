@@ -563,6 +563,7 @@ def test_create_group_v2(tmp_path, sizes, tracked):
         HeaderEdit(txn, read_header(txn.reader, f.root_address, "/")).add(M.LINK, link_body("new", address, txn.sizes))
         txn.commit()
     new = header_of(path, "new")
+    assert txn.headers[address] == new   # kept for the cache as a reader decodes it
     assert block_layout(new) == block_layout(lib)
     with h5py.File(path, "r+") as f:
         assert isinstance(f["new"], h5py.Group) and len(f["new"]) == 0
@@ -590,6 +591,7 @@ def test_create_group_v1(tmp_path, sizes):
         stw.insert(txn, f.root.message(M.SYMBOL_TABLE), b"new", stw.Link(address, stab))
         txn.commit()
     new = header_of(path, "new")
+    assert txn.headers[address] == new
     assert [(b.length, [(m.type, m.size, m.offset) for m in b.messages]) for b in new.blocks] == \
         [(b.length, [(m.type, m.size, m.offset) for m in b.messages]) for b in lib.blocks]
     with h5py.File(path, "r+") as f:
@@ -626,6 +628,7 @@ def test_create_dataset(tmp_path, libver, times):
             stw.insert(txn, f.root.message(M.SYMBOL_TABLE), b"new", stw.Link(address))
         txn.commit()
     new = header_of(path, "new")
+    assert txn.headers[address] == new
     assert block_layout(new) == block_layout(lib)
     assert (new.flags, new.times is None) == (lib.flags, lib.times is None)
     with h5py.File(path, "r+") as f:
@@ -763,6 +766,8 @@ def test_random_edits(tmp_path_factory, case, ops):
                     attrs.replace(name, model[name])
                 elif e.header.version == 2:
                     e.refcount = 1 + pick % 3 if rnd.random() < 0.5 else 1
+        # what the edit keeps of the header (the file's cache takes it) is what a reader decodes
+        assert e.header == header_of(path)
         assert sorted(h5py_attributes(path)) == sorted(model)
     with editing(path) as e:   # the count again as the one link to the object says (h5fs check verifies it)
         e.refcount = 1

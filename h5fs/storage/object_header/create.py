@@ -65,6 +65,8 @@ def create_header(txn: Transaction, sizes: Sizes, version: int, messages: list[t
     lay = Layout(empty, sizes, txn.allocate)
     for mtype, body, mflags in messages:
         lay.alloc(mtype, body, mflags, 0)
-    txn.write_new(address, oh.encode_block(lay.header(), 0))
+    header = lay.header()   # one block: as decoding its image gives it
+    txn.write_new(address, oh.encode_block(header, 0))
+    txn.headers[address] = header   # the next look at the new object does not decode it
     txn.store.created.add(address)
     return address

@@ -33,7 +33,9 @@ class HeaderEdit:
                                   "forbids writers that do not know it")
         self.txn = txn
         self._header = header
-        self._images = {b.address: oh.encode_block(header, i) for i, b in enumerate(header.blocks)}
+        # each block's bytes as they stand, to write only the blocks an edit changed: encoded at
+        # the first publish of a header of several blocks (one of one block changes with any edit)
+        self._images: dict[int, bytes] | None = None
         self._fresh: set[int] = set()        # blocks this edit allocated
 
     @property
@@ -52,10 +54,12 @@ class HeaderEdit:
         """Stage every block that changed, free what the header let go, and read it back."""
         record = lay.header()
         images = {b.address: oh.encode_block(record, i) for i, b in enumerate(record.blocks)}
+        if self._images is None and len(self._header.blocks) > 1:
+            self._images = {b.address: oh.encode_block(self._header, i) for i, b in enumerate(self._header.blocks)}
         for address, image in images.items():
             if address in self._fresh:
                 self.txn.write_new(address, image)
-            elif image != self._images.get(address):
+            elif self._images is None or image != self._images.get(address):
                 self.txn.write_in_place(address, image)
         for address, size in lay.freed:
             self.txn.free(address, size)
@@ -65,8 +69,10 @@ class HeaderEdit:
             if len(images.get(address, b"")) != length:
                 raise ValueError(f"object header at {record.address}: no block of {length} bytes at {address}")
             return images[address]
-        self._header = oh.decode(images[record.address], record.address, self.txn.sizes,
-                                 f"object header at {record.address}", fetch)
+        # one block: the record is what decoding its image gives; more: decoded, as a reader
+        # lists the blocks in the order the continuations chain them
+        self._header = record if len(record.blocks) == 1 else oh.decode(
+            images[record.address], record.address, self.txn.sizes, f"object header at {record.address}", fetch)
         self._images = images
         self.txn.headers[record.address] = self._header
 

@@ -156,7 +156,7 @@ class Layout:
             RawMessage(m.type, m.flags, m.data, m.corder if self.track else None, c.address, m.offset)
             for m in sorted(held[id(c)], key=lambda m: m.offset)), c.gap) for c in self.chunks)
         return replace(self.record, refcount=self.refcount, blocks=blocks, flags=self.flags, times=self.times,
-                       nmesgs=len(self.msgs))
+                       nmesgs=len(self.msgs) if self.record.version == 1 else 0)
 
     # -- gaps (v2) ----------------------------------------------------------------------------
     def eliminate_gap(self, null: Message, at: int, size: int) -> None:
