@@ -203,8 +203,13 @@ class HsdsClient:
         self._json("DELETE", f"/datasets/{did}")
 
     def resize(self, did: str, shape: Sequence[int]) -> None:
-        """New dimensions within the maximum ones (EEXIST, HSDS's 409, beyond them)."""
-        self._json("PUT", f"/datasets/{did}/shape", body={"shape": [int(n) for n in shape]})
+        """New dimensions within the maximum ones; EFBIG beyond them (HSDS answers 409 Conflict)."""
+        try:
+            self._json("PUT", f"/datasets/{did}/shape", body={"shape": [int(n) for n in shape]})
+        except HsdsError as e:
+            if e.status != 409:
+                raise
+            raise HsdsError(f"{e} (shape {tuple(shape)} beyond the maximum)", errno.EFBIG, 409) from None
 
     def read_bytes(self, did: str, sel: Sequence[slice] | None, itemsize: int) -> bytearray:
         """The bytes of a fixed-size type's elements in `sel` (None: a scalar dataset's one),

@@ -154,11 +154,11 @@ class Link:
 @dataclass(frozen=True, slots=True)
 class Dataset:
     id: str
-    type: Any                        # HSDS's type JSON
+    type: Any                        # HSDS's type JSON (with "id" when it is a committed datatype)
     dtype: np.dtype
     shape: tuple[int, ...] | None    # () scalar, None H5S_NULL
     maxshape: tuple[int | None, ...] | None   # None entries unlimited; None: the shape is fixed
-    layout: str                      # H5D_CHUNKED, H5D_CONTIGUOUS, H5D_COMPACT, H5D_CHUNKED_REF...
+    layout: str | None               # H5D_CHUNKED, H5D_CONTIGUOUS, H5D_COMPACT, H5D_CHUNKED_REF...
     chunks: tuple[int, ...] | None
     filters: tuple[dict, ...]
     fill_value: Any                  # as HSDS holds it (JSON), None when unset
@@ -176,7 +176,7 @@ class Dataset:
         shape, maxshape = shape_of(_get(doc, "shape", dict, what), what)
         props = _get(doc, "creationProperties", dict, what, {})
         layout_doc = _get(props, "layout", dict, what, {"class": "H5D_CONTIGUOUS"})
-        layout = _get(layout_doc, "class", str, what)
+        layout = _get(layout_doc, "class", str, what, None)     # HSDS gives an H5S_NULL dataset none
         chunks = layout_doc.get("dims")
         if chunks is not None:
             if not isinstance(chunks, list) or shape is None or len(chunks) != len(shape) or \

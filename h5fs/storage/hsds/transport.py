@@ -271,7 +271,7 @@ def _error_text(resp) -> str:
         except ValueError:
             pass
     first = text.splitlines()[0] if text else (resp.reason or "")
-    return first[:300]
+    return first.removeprefix(f"{resp.status}: ")[:300]      # HSDS writes "404: Not Found"
 
 
 def _reason(e: BaseException) -> str:

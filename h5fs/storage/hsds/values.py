@@ -141,7 +141,8 @@ def to_json(arr: Any, dt: np.dtype) -> Any:
     types): strings as text, sequences as lists, compounds as lists of fields, arrays nested.
     Bytes that are not UTF-8 and opaque bytes cannot travel so: TypeNotMapped."""
     def nested(a: np.ndarray, t: np.dtype) -> Any:
-        return [nested(x, t) for x in a] if a.ndim else one(a[()], t)
+        # a[i, ...] stays an array (0-d at the end): plain a[i] of an object array is its element
+        return [nested(a[i, ...], t) for i in range(len(a))] if a.ndim else one(a[()], t)
 
     def one(value: Any, t: np.dtype) -> Any:
         if t.names:
