@@ -133,7 +133,10 @@ class HsdsClient:
 
     def get_link(self, gid: str, title: str) -> Link:
         doc = self._json("GET", f"/groups/{gid}/links/{segment(title)}")
-        return Link.parse(doc.get("link") if isinstance(doc, dict) else doc, f"link of {gid}")
+        if not isinstance(doc, dict) or not isinstance(doc.get("link"), dict):
+            raise HsdsError(f"HSDS GET /groups/{gid}/links/{title} [{self.domain}]: no link in the answer")
+        # one link comes as {"link": {...}, "created": ...}: its time beside it, not inside as listed
+        return Link.parse({"created": doc.get("created", 0.0), **doc["link"]}, f"link of {gid}")
 
     def link_hard(self, gid: str, title: str, target: str) -> None:
         """EEXIST if `title` names another link already (the same one again is no error)."""
