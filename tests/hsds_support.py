@@ -161,7 +161,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(size) if size else b""
         server = self.server
         with server.lock:          # type: ignore[attr-defined]
-            server.seen.append((self.command, self.path, dict(self.headers), body))   # type: ignore[attr-defined]
+            server.seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body))   # type: ignore[attr-defined]
             action = server.script.popleft() if server.script else server.default   # type: ignore[attr-defined]
         action(self)
 
@@ -173,7 +173,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class ScriptedServer:
     """An HTTP/1.1 server on 127.0.0.1 answering each request with the next action of `script`
-    (then `default`); `seen` holds (method, path, headers, body) of every request."""
+    (then `default`); `seen` holds (method, path, headers (lower-case names), body) of every
+    request."""
 
     def __init__(self, *script: Action, default: Action | None = None):
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
