@@ -39,6 +39,7 @@ from .logs import Logs, default_file
 from .progress import Line, flush_text
 from .status import ask
 from .storage.byte_source import is_url
+from .storage.hsds.settings import is_domain_url, split_domain_url
 
 # The engine (numpy, the model) is imported inside the commands that use it: umount, status and
 # --help answer without loading it.
@@ -57,7 +58,8 @@ class UsageError(CliError):
 class MountConfig:
     def __init__(self, args: argparse.Namespace):
         self.foreground = args.foreground
-        self.url = is_url(args.file)
+        self.domain = is_domain_url(args.file)   # an HSDS domain (model/hsds)
+        self.url = is_url(args.file) or self.domain
         self.source = args.file if self.url else os.path.abspath(args.file)   # a URL as given
         self.mountpoint = mounts.canonical(args.mountpoint)
         self.options = _options(args.options, self.source, self.url)
@@ -141,8 +143,17 @@ def _setup_logging(cfg: MountConfig, logs: Logs) -> None:
 def _open_file(cfg: MountConfig):
     # the engine, lazily (see PROG)
     from .model.file import H5File
+    opts = cfg.options
     try:
-        return H5File.open(cfg.source, writable=not cfg.options.readonly, lock=True, remote=cfg.options.remote)
+        if cfg.domain:
+            # HSDS's engine, lazily (see PROG)
+            from .model.hsds.domain import HsdsDomain
+            endpoint, domain = split_domain_url(cfg.source)
+            return HsdsDomain.open(domain, endpoint=opts.remote.endpoint or endpoint, username=opts.username,
+                                   password_file=opts.password_file, refresh=opts.refresh,
+                                   cache_bytes=opts.cache_mb << 20, timeout=opts.remote.timeout,
+                                   retries=opts.remote.retries, connections=opts.remote.requests)
+        return H5File.open(cfg.source, writable=not opts.readonly, lock=True, remote=opts.remote)
     except (H5fsError, OSError) as exc:
         raise CliError(_named(cfg.source, exc)) from None
 
@@ -365,6 +376,9 @@ def cmd_install_helpers(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     # the engine, lazily (see PROG)
     from .check import run
+    if is_domain_url(args.file):
+        raise UsageError(f"check {args.file}: an HSDS domain holds no HDF5 file to check (the service keeps "
+                         f"its objects itself)")
     url = is_url(args.file)
     opts = _options(args.options, args.file, url)
     other = sorted(opts.given - set(mount_options.REMOTE)) + opts.kernel_flags

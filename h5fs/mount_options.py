@@ -5,7 +5,8 @@ that the README lists every option). Options mount(8) keeps for itself (`noauto`
 `x-systemd.*`...) arrive when h5fs is mounted from fstab; they are dropped here. Generic mount
 flags (`noatime`, `nodev`...) go to the kernel through FUSE. Anything else is an error: a typo
 must not mount with a default the user did not ask for. A URL's options (endpoint=...timeout=)
-make the `remote` RemoteOptions; `for_source` refuses them for a local file.
+make the `remote` RemoteOptions, an HSDS domain's (username=...refresh=) fields of their own;
+`for_source` refuses what does not fit the source.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ DEFAULT_CACHE_MB = 128
 DEFAULT_FLUSH_DELAY = 2.0
 DEFAULT_CHUNK_KB = 1024
 REMOTE_DEFAULTS = RemoteOptions()
+DEFAULT_REFRESH = 3.0
 MIN_BLOCK_KB, MAX_BLOCK_KB = 4, 65536
 MAX_REQUESTS = 256
 
@@ -66,7 +68,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("readahead_kb", "N", f"the mount's read-ahead in KiB (default {DEFAULT_READAHEAD_KB}; 0 keeps the kernel's)"),
     Option("fsname", "NAME", "source shown in the mount table (default: FILE's absolute path, or the URL)"),
     # a URL's (s3://BUCKET/KEY, http(s)://HOST/PATH): how it is reached and cached
-    Option("endpoint", "URL", "s3:// only: an S3-compatible server (MinIO, Ceph...); default: AWS"),
+    Option("endpoint", "URL", "s3://: an S3-compatible server (MinIO, Ceph...), default AWS; hsds://: the HSDS "
+                              "service, default the URL's HOST:PORT, else HS_ENDPOINT, else hs_endpoint in ~/.hscfg"),
     Option("region", "NAME", "s3:// only: the bucket's region; default: AWS_REGION, the profile's, else the one "
                              "S3 names for the bucket, else us-east-1"),
     Option("anonymous", "", "s3:// only: unsigned requests (public buckets), no credentials looked for"),
@@ -82,10 +85,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("retries", "N", f"URLs: attempts after a failed request, with backoff, before the read "
                            f"answers EIO (default {REMOTE_DEFAULTS.retries})"),
     Option("timeout", "S", f"URLs: seconds a request may take (default {REMOTE_DEFAULTS.timeout:g})"),
+    # an HSDS domain's (hsds://[HOST:PORT]/DOMAIN); endpoint=URL is its service, timeout and retries apply
+    Option("username", "NAME", "hsds:// only: the HSDS user (default: HS_USERNAME, else hs_username in ~/.hscfg)"),
+    Option("password_file", "PATH", "hsds:// only: a file holding the HSDS password (default: HS_PASSWORD, "
+                                    "else hs_password in ~/.hscfg)"),
+    Option("refresh", "S", f"hsds:// only: seconds what the service said is trusted before it is asked again: "
+                           f"other writers' changes show within it (default {DEFAULT_REFRESH:g})"),
 )
 REMOTE = ("endpoint", "region", "anonymous", "profile", "cache_dir", "disk_cache_mb", "block_kb", "requests",
           "retries", "timeout")
 S3_ONLY = ("endpoint", "region", "anonymous", "profile")
+HSDS = ("username", "password_file", "refresh")
+HSDS_TOO = ("endpoint", "timeout", "retries", "requests")   # URL options an HSDS mount takes
 BY_NAME = {o.name: o for o in OPTIONS}
 
 # mount(8)'s own options (fstab): never for the filesystem
@@ -120,6 +131,9 @@ class MountOptions:
     readahead_kb: int = DEFAULT_READAHEAD_KB
     fsname: str | None = None
     remote: RemoteOptions = REMOTE_DEFAULTS
+    username: str | None = None        # hsds://
+    password_file: str | None = None
+    refresh: float = DEFAULT_REFRESH
     given: set[str] = field(default_factory=set)        # the table's options given, by name
     kernel_flags: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)   # mount(8)'s, for the log
@@ -226,7 +240,20 @@ def _remote_value(key: str, val: str):
 
 def for_source(opts: MountOptions, source: str, url: bool) -> None:
     """Refuse what does not fit the source: a URL's options on a local file, S3's options on an
-    http(s):// URL, a read-write mount of a URL (OptionError: exit 2)."""
+    http(s):// URL, an HSDS domain's on anything else, a read-write mount of a URL or (for now) of
+    an HSDS domain (OptionError: exit 2)."""
+    hsds = source.lower().startswith("hsds://")
+    if hsds:
+        other = [o for o in REMOTE if o in opts.given and o not in HSDS_TOO]
+        if other:
+            raise OptionError(f"-o {','.join(other)}: options of an s3:// or http(s):// URL, not of {source}")
+        if "rw" in opts.given and not opts.readonly:
+            raise OptionError(f"-o rw: {source}: HSDS domains are mounted read-only by this version of h5fs")
+        opts.readonly = True
+        return
+    hsds_given = [o for o in HSDS if o in opts.given]
+    if hsds_given:
+        raise OptionError(f"-o {','.join(hsds_given)}: options of an HSDS domain (hsds://), not of {source}")
     given = [o for o in REMOTE if o in opts.given]
     if not url:
         if given:
@@ -274,6 +301,14 @@ def _apply(opts: MountOptions, key: str, val: str) -> None:
         opts.log = os.path.abspath(val)
     elif key == "fsname":
         opts.fsname = val
+    elif key == "username":
+        if not val:
+            raise OptionError("-o username=: a name is needed")
+        opts.username = val
+    elif key == "password_file":
+        opts.password_file = os.path.abspath(val)   # the daemon runs in /
+    elif key == "refresh":
+        opts.refresh = _number(key, val, float, 0)
 
 
 def _number(key: str, val: str, kind, low):

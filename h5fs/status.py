@@ -2,7 +2,8 @@
 
 Each daemon answers the read-only xattr `user.h5fs.status` of its mount's root with a JSON
 object (MountState.status); a remote mount's has a "remote" object, its byte source's counters
-(RemoteSource.stats), and "siblings", the same for each object the file names beside itself.
+(RemoteSource.stats), and "siblings", the same for each object the file names beside itself;
+an HSDS mount's has an "hsds" object, its client's counters (storage/hsds/transport.py).
 The question is asked from a thread with a timeout, so a hung daemon is reported as such
 instead of hanging the command.
 """
@@ -85,6 +86,8 @@ def text(entries: list[dict]) -> str:
         lines.extend(f"    {msg}" for msg in e.get("last_errors", []))
         if e.get("remote"):
             lines.extend(_remote(e["remote"]))
+        if e.get("hsds"):
+            lines.extend(_hsds(e["hsds"]))
         for r in e.get("siblings", []):
             lines.extend(_sibling(r))
         blocks.append("\n".join(lines))
@@ -102,6 +105,16 @@ def _remote(r: dict) -> list[str]:
     if r["last_errors"]:
         lines.append("  last request errors:")
         lines.extend(f"    {msg}" for msg in r["last_errors"])
+    return lines
+
+
+def _hsds(h: dict) -> list[str]:
+    """An HSDS domain's lines: the service, what was asked of it, what failed."""
+    lines = [f"  HSDS service {h['endpoint']}: {h['requests']} requests, {_size(h['bytes_in'])} in, "
+             f"{_size(h['bytes_out'])} out; {h['retries']} retries, {h['errors']} errors"]
+    if h["last_errors"]:
+        lines.append("  last request errors:")
+        lines.extend(f"    {msg}" for msg in h["last_errors"])
     return lines
 
 

@@ -280,9 +280,7 @@ class MountState:
                "dirty_bytes": 0, "chunks_waiting": 0, "flushing": None,
                "cache_bytes": cache.used, "cache_limit_bytes": cache.budget,
                "requests": self.requests, "inodes": len(self.table),
-               "errors": 0, "last_errors": [], "log": None, "remote": self.f.source.stats()}
-        if self.f.remote is not None:
-            out["siblings"] = self.f.sibling_stats()
+               "errors": 0, "last_errors": [], "log": None, **self.f.status()}
         if self.writes is not None:
             wb = self.writes.wb
             out["dirty_bytes"], out["chunks_waiting"] = wb.waiting()

@@ -191,6 +191,14 @@ class H5File:
             source.close()
             raise
 
+    def status(self) -> dict:
+        """What `h5fs status` shows of the file beyond the mount's own numbers: a remote
+        object's requests and block cache, and those of the objects beside it."""
+        out: dict = {"remote": self.source.stats()}
+        if self.remote is not None:
+            out["siblings"] = self.sibling_stats()
+        return out
+
     def sibling_stats(self) -> list[dict]:
         """What `h5fs status` shows of the objects a remote file names beside itself: its
         external data files, the virtual-dataset source files open (one process serves one

@@ -179,6 +179,8 @@ def object_entry(file: H5File, dir_path: str, name: str, address: int) -> Entry 
 
 def links_from_header(group: Group) -> bool:
     """True when the group's links are link messages in its own header (compact storage)."""
+    if not group.headers_local:
+        return False
     try:
         info = group.message(M.LINK_INFO)
         return info is not None and info.heap_address is None and group.header.first(M.SYMBOL_TABLE) is None
@@ -359,6 +361,8 @@ def storage_blocks(ds) -> int:
 def numbers_from_header(obj: H5Object) -> bool:
     """True when `numbers(obj)` needs nothing beyond the object's header (no heap, no index
     structure, no other file, no decoding of variable-length data)."""
+    if not obj.headers_local:
+        return False
     if obj.kind != "dataset":
         return True
     try:
@@ -373,6 +377,8 @@ def numbers_from_header(obj: H5Object) -> bool:
 
 
 def _walks_index(ds) -> bool:
+    if not ds.headers_local:   # an HSDS dataset tells its allocated size itself
+        return False
     lay = ds.layout
     return lay.chunked and lay.index.address is not None and lay.index.index_type in _WALKED
 

@@ -80,6 +80,9 @@ class derived:
 class H5Object:
     __slots__ = ("file", "address", "path", "generation", "_state")
     kind = "object"
+    # its header is bytes of a file here: what it alone answers may be asked on the event loop's
+    # thread (an HSDS object's answers come over a network: model/hsds)
+    headers_local = True
 
     def __init__(self, file: H5File, address: int, path: str, generation: int = 0,
                  state: ObjectState | None = None):

@@ -16,7 +16,7 @@ SAMPLE = {"uid": "0", "gid": "0", "umask": "022", "cache_mb": "64", "writeback_m
           "chunk_kb": "256", "compression": "gzip:4,shuffle", "log": "/tmp/x.log", "readahead_kb": "0",
           "fsname": "data", "endpoint": "http://127.0.0.1:9000", "region": "eu-west-1", "profile": "p",
           "cache_dir": "/tmp/c", "disk_cache_mb": "512", "block_kb": "256", "requests": "4", "retries": "0",
-          "timeout": "2.5"}
+          "timeout": "2.5", "username": "me", "password_file": "/etc/h5fs/pw", "refresh": "1.5"}
 
 
 def test_every_option_parses_and_is_in_help_and_readme():
@@ -63,6 +63,10 @@ def test_remote_options_make_the_remote_options():
     ("http://example.org/f.h5", "endpoint=http://x:1,profile=p", "-o endpoint,profile: options of an s3:// URL"),
     ("s3://b/k.h5", "rw", "-o rw: s3://b/k.h5 is a remote object, mounted read-only"),
     ("s3://b/k.h5", "ro,rw", "mounted read-only"),
+    ("/data/f.h5", "refresh=2", "-o refresh: options of an HSDS domain (hsds://)"),
+    ("s3://b/k.h5", "username=me,password_file=p", "-o username,password_file: options of an HSDS domain"),
+    ("hsds:///home/me/f.h5", "block_kb=64,region=r", "-o region,block_kb: options of an s3:// or http(s):// URL"),
+    ("hsds:///home/me/f.h5", "rw", "-o rw: hsds:///home/me/f.h5: HSDS domains are mounted read-only"),
 ])
 def test_options_that_do_not_fit_the_source(source, text, message):
     o = parse([text])
@@ -77,6 +81,19 @@ def test_a_url_is_mounted_read_only():
     o = parse(["cache_mb=8"])
     mount_options.for_source(o, "/data/f.h5", False)
     assert not o.readonly   # a local file: as before
+
+
+def test_hsds_options_land_and_the_domain_is_mounted_read_only():
+    o = parse(["endpoint=http://127.0.0.1:5101,username=me,password_file=pw,refresh=0.5,timeout=4,retries=1",
+               "requests=8,cache_mb=32"])
+    mount_options.for_source(o, "hsds:///home/me/f.h5", True)
+    assert (o.remote.endpoint, o.username, o.refresh) == ("http://127.0.0.1:5101", "me", 0.5)
+    assert o.password_file == str(Path("pw").resolve())   # the daemon runs in /
+    assert (o.remote.timeout, o.remote.retries, o.remote.requests, o.cache_mb) == (4, 1, 8, 32)
+    assert o.readonly and "ro" in o.fuse_options("hsds:///home/me/f.h5")
+    assert parse([]).refresh == mount_options.DEFAULT_REFRESH
+    with pytest.raises(OptionError, match="at least 0"):
+        parse(["refresh=-1"])
 
 
 def test_mount8_options_dropped_kernel_flags_passed():

@@ -106,3 +106,22 @@ def resolve(endpoint: str | None = None, username: str | None = None, password: 
     if secret is not None and user is None:
         raise SettingsError("an HSDS password without a user name")
     return HsdsSettings(endpoint=check_endpoint(url), username=user, password=secret, **options)
+
+
+SCHEME = "hsds://"
+
+
+def is_domain_url(name: str) -> bool:
+    """Whether `name` names an HSDS domain (hsds://[HOST[:PORT]]/DOMAIN) rather than a file."""
+    return name.lower().startswith(SCHEME)
+
+
+def split_domain_url(url: str) -> tuple[str | None, str]:
+    """(the endpoint the URL names, http://HOST[:PORT], or None; the domain, an absolute path)
+    of hsds://[HOST[:PORT]]/DOMAIN."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "hsds" or parts.query or parts.fragment or "@" in parts.netloc:
+        raise SettingsError(f"{url}: an HSDS domain is named hsds://[HOST[:PORT]]/DOMAIN (no user, query or fragment)")
+    if not parts.path.startswith("/") or parts.path.rstrip("/") == "":
+        raise SettingsError(f"{url}: no domain path (hsds:///home/USER/FILE.h5)")
+    return (f"http://{parts.netloc}" if parts.netloc else None), parts.path
