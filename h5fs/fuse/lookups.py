@@ -9,6 +9,7 @@ on a writable mount while no commit is under way it stays on the trio thread (`_
 from __future__ import annotations
 
 import errno
+import logging
 import math
 import os
 
@@ -27,6 +28,8 @@ from .stat_replies import BLKSIZE, GONE_TWIN_INO, gone_twin_stat, hand_out, nega
 SMALL_INDEX = 1024      # chunk slots of an index a lookup walks itself (st_blocks) before answering
 FREE_INODES = 1 << 32   # statfs of a writable mount: objects an HDF5 file can still take (no inode table)
 
+log = logging.getLogger("h5fs.fuse")
+
 
 @boundary
 async def lookup(mount: MountState, parent_inode: int, name: bytes) -> pyfuse3.EntryAttributes:
@@ -44,7 +47,7 @@ async def lookup(mount: MountState, parent_inode: int, name: bytes) -> pyfuse3.E
     if entry is None and mount.writes is not None and (parent_inode, name) in mount.writes.gone_twins:
         return gone_twin_stat(mount)
     if entry is None:
-        return negative_entry()
+        return negative_entry(mount)
     if entry.kind == RAW:
         await wait_for_blocks(mount, entry.address, entry.path, entry.numbers)
     elif entry.kind == POINTS:   # its size is what a reader of the file goes by: waited for
@@ -93,6 +96,13 @@ async def get_attributes(mount: MountState, inode: int) -> pyfuse3.EntryAttribut
     if inode == GONE_TWIN_INO:
         return gone_twin_stat(mount)
     node = mount.node(inode)
+    if mount.refresh is not None and node.numbers is not None and node.error is None:
+        # a service's object: its numbers as the engine has them now (it asks the service once
+        # they are `refresh` seconds old); a service not answering leaves the last ones shown
+        try:
+            node.numbers = await mount.consistently(namespace.numbers, mount.object(node))
+        except H5fsError as exc:
+            log.warning("%s: stat numbers not refreshed: %s", node.path, exc)
     if node.kind == RAW and node.error is None:
         await wait_for_blocks(mount, node.address, node.path, node.numbers)
     elif node.kind == POINTS and node.error is None:

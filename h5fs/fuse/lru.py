@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from typing import Callable, Generic, Hashable, TypeVar
 
@@ -11,13 +12,16 @@ V = TypeVar("V")
 
 class Lru(Generic[K, V]):
     """At most `limit` items, or items of at most `limit` total weight when `weigh` is given
-    (an item heavier than that alone is not kept)."""
+    (an item heavier than that alone is not kept); with `ttl`, an item is forgotten `ttl`
+    seconds after it was put (answers of a service other writers change: an HSDS mount's
+    `refresh`)."""
 
-    def __init__(self, limit: int, weigh: Callable[[V], int] = lambda value: 1) -> None:
+    def __init__(self, limit: int, weigh: Callable[[V], int] = lambda value: 1, ttl: float | None = None) -> None:
         self.limit = limit
         self.weigh = weigh
+        self.ttl = ttl
         self.weight = 0
-        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._items: OrderedDict[K, tuple[V, int, float]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -25,6 +29,9 @@ class Lru(Generic[K, V]):
     def get(self, key: K) -> V | None:
         item = self._items.get(key)
         if item is None:
+            return None
+        if self.ttl is not None and time.monotonic() - item[2] >= self.ttl:
+            self.pop(key)
             return None
         self._items.move_to_end(key)
         return item[0]
@@ -34,7 +41,7 @@ class Lru(Generic[K, V]):
         weight = self.weigh(value)
         if weight > self.limit:
             return
-        self._items[key] = (value, weight)
+        self._items[key] = (value, weight, time.monotonic() if self.ttl is not None else 0.0)
         self.weight += weight
         while self.weight > self.limit:
             self.weight -= self._items.popitem(last=False)[1][1]

@@ -119,10 +119,14 @@ class MountState:
         # a `.points.npy` view's size: every stored chunk's selection decoded, in a worker
         self.point_sizes = BlockCounts(self._points_size, self._points_known)
         self.requests = 0  # counted by errors.boundary
-        self.attribute_tables: Lru[int, dict] = Lru(ATTRIBUTE_TABLES)
-        self.fact_tables: Lru[tuple[int, bool], dict[str, str]] = Lru(FACT_TABLES)
-        self.xattr_values: Lru[tuple[int, str], bytes] = Lru(XATTR_VALUES)
-        self.listings: Lru[int, list[Entry]] = Lru(LISTED_ENTRIES, len)
+        # what the engine answered is kept as long as it may be trusted: a file's until an edit
+        # here changes it, a service's `refresh` seconds (other writers change it unseen)
+        self.refresh: float | None = h5file.refresh
+        ttl = self.refresh
+        self.attribute_tables: Lru[int, dict] = Lru(ATTRIBUTE_TABLES, ttl=ttl)
+        self.fact_tables: Lru[tuple[int, bool], dict[str, str]] = Lru(FACT_TABLES, ttl=ttl)
+        self.xattr_values: Lru[tuple[int, str], bytes] = Lru(XATTR_VALUES, ttl=ttl)
+        self.listings: Lru[int, list[Entry]] = Lru(LISTED_ENTRIES, len, ttl=ttl)
         # groups whose kept listing shows soft links: whether each has a `.npy` symlink depends on
         # objects elsewhere, so any edit drops these listings (fuse/editing.py)
         self.soft_listings: set[int] = set()

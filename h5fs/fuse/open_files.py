@@ -56,8 +56,8 @@ async def open_inode(mount: MountState, inode: int, flags: int) -> pyfuse3.FileI
     else:  # variable-length data is decoded whole, virtual sources opened: in a worker
         handle = await offload.run_sync(_open_handle, node, obj)
     # a virtual dataset shows its sources' bytes, which writes to them change unseen: on a
-    # writable mount its pages are not kept
-    keep = mount.writes is None or not (node.kind in (RAW, NPY) and obj.is_virtual)
+    # writable mount its pages are not kept; nor a service's, which other writers change
+    keep = mount.refresh is None and (mount.writes is None or not (node.kind in (RAW, NPY) and obj.is_virtual))
     if mount.writes is not None and keep:
         mount.writes.paged.add(inode)
     # pages still being dropped after a write changed them (a new `.npy` header): the kernel

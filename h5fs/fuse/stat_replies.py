@@ -3,7 +3,8 @@ numbers (the engine's, h5fs.model.namespace.Numbers) as pyfuse3.EntryAttributes,
 mount's owner, modes and timeouts.
 
 The kernel is told long entry and attribute timeouts: nothing changes under the mount unless
-invalidated (fuse/invalidate.py). An estimate is never kept: st_blocks of a chunk index still
+invalidated (fuse/invalidate.py); a mount of a service other writers change (HSDS) tells its
+`refresh` time instead. An estimate is never kept: st_blocks of a chunk index still
 being walked answers 0 and marks the node stale, and the inode is invalidated once the count is
 known (fuse/blocks.py); a lookup or getattr waits up to SETTLE_WAIT for it first (`wait_for_blocks`).
 """
@@ -31,7 +32,7 @@ def stat_of(mount: MountState, node: Node) -> pyfuse3.EntryAttributes:
     mount.check(node)
     a = pyfuse3.EntryAttributes()
     a.st_ino = node.ino
-    a.entry_timeout = a.attr_timeout = TIMEOUT
+    a.entry_timeout = a.attr_timeout = timeout(mount)
     a.st_uid, a.st_gid = mount.uid, mount.gid
     a.st_blksize = BLKSIZE
     a.st_ctime_ns = mount.ctime_ns
@@ -115,12 +116,17 @@ def gone_twin_stat(mount: MountState) -> pyfuse3.EntryAttributes:
     return a
 
 
-def negative_entry() -> pyfuse3.EntryAttributes:
+def negative_entry(mount: MountState) -> pyfuse3.EntryAttributes:
     """A lookup of a name that is not there, cached as long as anything else."""
     neg = pyfuse3.EntryAttributes()
     neg.st_ino = 0
-    neg.entry_timeout = TIMEOUT
+    neg.entry_timeout = timeout(mount)
     return neg
+
+
+def timeout(mount: MountState) -> float:
+    """How long the kernel may keep an entry or attributes without asking again."""
+    return TIMEOUT if mount.refresh is None else min(TIMEOUT, mount.refresh)
 
 
 def hand_out(mount: MountState, parent: Node, entry: Entry) -> pyfuse3.EntryAttributes:

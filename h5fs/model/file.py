@@ -98,6 +98,10 @@ def _land_redo(f: "H5File", journal: Journal) -> None:
 
 
 class H5File:
+    # seconds the mount may trust what it was told (None: always; nothing changes a file under
+    # the mount): an engine other writers change (model/hsds) gives its refresh time
+    refresh: float | None = None
+
     def __init__(self, path: str, source: ByteSource, sb: superblock.Superblock, overlay: PageOverlay | None = None):
         """`source`: the file's bytes (owned: closed with the file); `overlay`: a read-only
         open's view of the updates a crash left in the journal."""
