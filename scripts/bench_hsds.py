@@ -1,0 +1,213 @@
+"""HSDS mounts (issue 27) against h5pyd doing the same work on the same local service, same run.
+
+    python3 scripts/bench_hsds.py [--size-mib 256] [--objects 2000] [--runs 3] [--dir /tmp/h5fs-bench-hsds]
+
+A local HSDS (tests/hsds_server.py: its service and data nodes on loopback, POSIX storage in
+--dir, kept between runs) serves two domains h5pyd writes once:
+- data.h5: `data`, --size-mib MiB of float32 in rows of 4,096, chunks of 128 x 4,096 (2 MiB), no
+  filter: what is measured is the transfer, not HSDS's decompression;
+- objects.h5: --objects objects, groups of 9 scalar datasets, an attribute on every object (the
+  walk of scripts/bench_remote.py).
+Cases, the medians of --runs, each on a fresh mount (the page cache dropped):
+- read: `cat D > /dev/null` of the raw view after a fresh mount; h5pyd reading the whole dataset
+  (`ds[...]`); the floor: the service's own answer to a client that knows what to fetch, the
+  dataset's chunk rows read with HsdsClient.read_bytes, 8 at a time.
+- walk: mount, `find -ls` and `getfattr -R -d`, unmount; h5pyd's visititems reading every
+  attribute and shape.
+- write and create (a written 256 MiB dataset, 1,000 groups with an attribute each): not measured,
+  this version mounts HSDS domains read-only.
+Targets (issue 27): reads at least as fast as h5pyd; the walk within 1.5x h5pyd's time, unmount
+included. Prints each measurement, then a markdown table with the daemon's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+import bench_read as br  # noqa: E402
+from hsds_server import PASSWORD, USER, HSDSServer  # noqa: E402
+
+MIB = 1 << 20
+COLS = 4096
+CHUNK_ROWS = 128
+H5PYD = r"""
+import json, sys, time
+import h5pyd
+domain, mode = sys.argv[1], sys.argv[2]
+t = time.perf_counter()
+with h5pyd.File(domain, "r") as f:
+    if mode == "walk":
+        dict(f.attrs)
+        def visit(name, obj):
+            dict(obj.attrs)
+            if isinstance(obj, h5pyd.Dataset):
+                obj.shape
+        f.visititems(visit)
+    else:
+        f["data"][...]
+print(json.dumps({"seconds": time.perf_counter() - t}))
+"""
+
+
+def build(server: HSDSServer, mib: int, objects: int) -> tuple[str, str]:
+    """The two domains (written once; kept with the service's storage)."""
+    import h5pyd   # the benchmark's baseline library: imported once the service is up
+    kw = server.h5pyd_kwargs()
+    data, walk = server.domain(f"data-{mib}m.h5"), server.domain(f"objects-{objects}.h5")
+    try:
+        with h5pyd.File(data, "r", **kw) as f:
+            done = f.attrs.get("complete") == 1
+    except OSError:
+        done = False
+    if not done:
+        rows = mib * MIB // 4 // COLS
+        with h5pyd.File(data, "w", **kw) as f:
+            ds = f.create_dataset("data", (rows, COLS), "<f4", chunks=(CHUNK_ROWS, COLS))
+            step = 4 * CHUNK_ROWS
+            for r in range(0, rows, step):
+                n = min(step, rows - r)
+                ds[r:r + n] = np.random.default_rng(r).random((n, COLS), dtype="<f4")
+            f.attrs["complete"] = 1
+    try:
+        with h5pyd.File(walk, "r", **kw) as f:
+            done = f.attrs.get("complete") == 1
+    except OSError:
+        done = False
+    if not done:
+        with h5pyd.File(walk, "w", **kw) as f:
+            for g in range(objects // 10):
+                grp = f.create_group(f"g{g:04d}")
+                grp.attrs["index"] = g
+                for d in range(9):
+                    ds = grp.create_dataset(f"d{d}", data=np.float64(g + d / 10))
+                    ds.attrs["units"] = "m"
+            f.attrs["complete"] = 1
+    return data, walk
+
+
+def mounted(domain: str, mnt: Path, server: HSDSServer) -> float:
+    t = time.perf_counter()
+    subprocess.run(["h5fs", "mount", "-o", f"endpoint={server.endpoint}", f"hsds://{domain}", str(mnt)],
+                   check=True)
+    return time.perf_counter() - t
+
+
+def umount(mnt: Path) -> float:
+    t = time.perf_counter()
+    br.unmount(["h5fs", "umount", str(mnt)], mnt)
+    return time.perf_counter() - t
+
+
+def h5pyd_run(domain: str, mode: str) -> float:
+    out = subprocess.run([sys.executable, "-c", H5PYD, domain, mode], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["seconds"]
+
+
+def floor_read(server: HSDSServer, domain: str) -> float:
+    """The dataset's chunk rows fetched by the engine's own client, 8 at a time."""
+    from h5fs.storage.hsds import HsdsClient   # the service's floor: the client h5fs uses
+    with HsdsClient(domain, endpoint=server.endpoint, username=USER, password=PASSWORD) as client:
+        root = client.get_domain().root
+        did = next(ln.id for ln in client.links(root) if ln.title == "data")
+        rows = client.get_dataset(did).shape[0]
+        t = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda r: client.read_bytes(did, (slice(r, min(rows, r + CHUNK_ROWS)), slice(0, COLS)), 4),
+                          range(0, rows, CHUNK_ROWS)))
+        return time.perf_counter() - t
+
+
+def h5fs_read(domain: str, mnt: Path, server: HSDSServer) -> tuple[float, float]:
+    """(seconds of the first `cat` of the raw view after a fresh mount, the daemon's peak RSS MiB)."""
+    mounted(domain, mnt, server)
+    try:
+        br.drop_caches()
+        t = time.perf_counter()
+        subprocess.run(["cat", str(mnt / "data")], check=True, stdout=subprocess.DEVNULL)
+        seconds = time.perf_counter() - t
+        return seconds, br.peak_rss_mib(br.daemon_pid(mnt))
+    finally:
+        umount(mnt)
+
+
+def h5fs_walk(domain: str, mnt: Path, server: HSDSServer) -> float:
+    """Mount, `find -ls` and `getfattr -R -d`, unmount."""
+    t = time.perf_counter()
+    mounted(domain, mnt, server)
+    try:
+        subprocess.run(["find", str(mnt), "-ls"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["getfattr", "-R", "-d", str(mnt)], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    finally:
+        umount(mnt)
+    return time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-mib", type=int, default=256)
+    ap.add_argument("--objects", type=int, default=2000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dir", default="/tmp/h5fs-bench-hsds")
+    args = ap.parse_args()
+    storage = Path(args.dir)
+    storage.mkdir(parents=True, exist_ok=True)
+    server = HSDSServer(storage).start()
+    os.environ.update(server.env())   # h5pyd and the mount find the service and the user here
+    mnt = Path(tempfile.mkdtemp(prefix="h5fs-bench-hsds-mnt-"))
+    try:
+        t = time.perf_counter()
+        data, walk = build(server, args.size_mib, args.objects)
+        print(f"domains ready in {time.perf_counter() - t:.1f} s", flush=True)
+        reads = {"h5fs": [], "h5pyd": [], "floor": []}
+        walks = {"h5fs": [], "h5pyd": []}
+        rss: list[float] = []
+        for run in range(args.runs):
+            seconds, peak = h5fs_read(data, mnt, server)
+            reads["h5fs"].append(seconds)
+            rss.append(peak)
+            reads["h5pyd"].append(h5pyd_run(data, "read"))
+            reads["floor"].append(floor_read(server, data))
+            walks["h5fs"].append(h5fs_walk(walk, mnt, server))
+            walks["h5pyd"].append(h5pyd_run(walk, "walk"))
+            print(f"run {run + 1}: read h5fs {reads['h5fs'][-1]:.2f} s (peak RSS {peak:.0f} MiB), h5pyd "
+                  f"{reads['h5pyd'][-1]:.2f} s, floor {reads['floor'][-1]:.2f} s; walk h5fs "
+                  f"{walks['h5fs'][-1]:.2f} s, h5pyd {walks['h5pyd'][-1]:.2f} s (load {os.getloadavg()[0]:.1f})",
+                  flush=True)
+        med = {k: statistics.median(v) for k, v in reads.items()}
+        wmed = {k: statistics.median(v) for k, v in walks.items()}
+        mib = args.size_mib
+        print(f"\nHSDS {server.endpoint} on loopback (POSIX storage), {os.cpu_count()} cores, medians of "
+              f"{args.runs} runs\n")
+        print("| case | h5fs | h5pyd | floor | h5fs / h5pyd | target | met | h5fs peak RSS MiB |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        print(f"| read {mib} MiB | {med['h5fs']:.2f} s ({mib / med['h5fs']:.0f} MiB/s) | {med['h5pyd']:.2f} s "
+              f"({mib / med['h5pyd']:.0f} MiB/s) | {med['floor']:.2f} s ({mib / med['floor']:.0f} MiB/s) | "
+              f"{med['h5fs'] / med['h5pyd']:.2f}x the time | <= 1x | "
+              f"{'yes' if med['h5fs'] <= med['h5pyd'] else 'NO'} | {max(rss):.0f} |")
+        print(f"| walk {args.objects} objects (mount to unmount) | {wmed['h5fs']:.2f} s | {wmed['h5pyd']:.2f} s | - | "
+              f"{wmed['h5fs'] / wmed['h5pyd']:.2f}x the time | <= 1.5x | "
+              f"{'yes' if wmed['h5fs'] <= 1.5 * wmed['h5pyd'] else 'NO'} | - |")
+        print("| write, create | not measured: HSDS domains are mounted read-only by this version | | | | | | |")
+    finally:
+        server.stop()
+        os.rmdir(mnt)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
