@@ -133,6 +133,8 @@ class HsdsDataset(HsdsObject):
         return body, dtype, body
 
     def _read(self, offset: int, size: int, cached_only: bool = False) -> bytes | None:
+        if self.count == 0:     # an H5S_NULL dataspace has shape () and no element
+            return b""
         return self.domain.blocks.read(self.id, self.shape, self.itemsize, offset, size, cached_only)
 
     @property
