@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import io
+import threading
 import time
 
 import h5py
@@ -22,6 +23,7 @@ from h5fs.fuse.views import format_value
 from h5fs.model import namespace
 from h5fs.model.file import H5File
 from h5fs.model.hsds import HsdsDomain
+from h5fs.model.hsds.blocks import block_elements, boxes
 from h5fs.model.npy_header import npy_header
 from h5fs.storage.hsds import HsdsClient, HsdsError
 from hsds_server import PASSWORD, USER, HSDSServer
@@ -80,6 +82,7 @@ def build(f, lib) -> None:
     f["g1"]["rel"] = lib.SoftLink("i4")
     f["ext"] = lib.ExternalLink("other.h5", "/x/y")
     f["cube"].attrs["units"] = "K"
+    f.create_dataset("typed", data=np.array([(1, 0.5), (2, 1.5)], dtype=[("x", "<i4"), ("y", "<f8")]), dtype=f["T"])
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +178,7 @@ def _h5pyd_array(f, path: str) -> np.ndarray:
 def test_views_are_the_local_engines_and_load_as_h5pyd_reads(hsds, pair, engine):
     local, domain = pair
     datasets = [p for p, (e, obj) in tree(engine).items() if e.kind == namespace.RAW and not p.startswith("/g1/alias")]
-    assert len(datasets) == 16
+    assert len(datasets) == 17
     with h5pyd_file(hsds, domain) as f:
         for path in datasets:
             ds, lds = engine.resolve(path), local.resolve(path)
@@ -193,6 +196,13 @@ def test_views_are_the_local_engines_and_load_as_h5pyd_reads(hsds, pair, engine)
             if want.dtype.kind == "S":
                 loaded = loaded.astype(want.dtype)
             assert loaded.shape == want.shape and loaded.tobytes() == np.ascontiguousarray(want, loaded.dtype).tobytes(), path
+    rng = np.random.default_rng(4)
+    for path in ("/vstr", "/seq", "/refs"):      # the views built whole, served at any range
+        ds, lds = engine.resolve(path), local.resolve(path)
+        raw, body = bytes(lds.read_raw(0, lds.raw_size)), bytes(lds.read_npy_body(0, lds.npy_body_size))
+        for offset, size in rng.integers(0, 60, (20, 2)).tolist():
+            assert ds.read_raw(offset, size) == raw[offset:offset + size], (path, offset, size)
+            assert ds.read_npy_body(offset, size) == body[offset:offset + size], (path, offset, size)
     assert engine.resolve("/vstr").read_raw(0, 100) == "α\nbeta\n\nγδε\n".encode()
     assert engine.resolve("/refs").read_raw(0, 100) == b"/g1/g2\n/cube\n\n"
 
@@ -223,6 +233,65 @@ def test_random_ranges_across_small_blocks(hsds, pair):
         assert cube.read_cached(1234, 20000) == whole_cube(local)[1234:21234]
         assert cube.read_raw(5, 40000) == whole_cube(local)[5:40005]
         assert eng.source.stats()["requests"] == again
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (5, 6), (3, 4, 5), (2, 3, 1, 4), (4, 0, 3)])
+def test_a_flat_range_is_at_most_2n_minus_1_boxes(shape):
+    total = int(np.prod(shape))
+    flat = np.arange(total).reshape(shape)
+    rng = np.random.default_rng(len(shape))
+    ranges = [(0, total), (0, 0)] + [tuple(sorted(rng.integers(0, total + 1, 2).tolist())) for _ in range(60)]
+    for start, stop in ranges:
+        got = boxes(shape, start, stop)
+        assert len(got) <= max(1, 2 * len(shape) - 1)
+        covered = np.concatenate([flat[b].reshape(-1) for b in got]) if got else np.zeros(0, int)
+        assert covered.tolist() == list(range(start, stop)), (shape, start, stop)
+
+
+def test_blocks_are_whole_rows_where_rows_are_small():
+    assert block_elements((1000, 70), 4, 4 << 20) == (4 << 20) // 4 // 70 * 70
+    assert block_elements((20, 30, 17), 4, 1000) == 238          # 14 rows of 17: a plane is 510
+    assert block_elements((3, 4_000_000), 1, 4 << 20) == 4_000_000
+    assert block_elements((3, 5_000_000), 1, 4 << 20) == 4 << 20  # a row longer than a block: part of one
+    assert block_elements((10,), 1 << 30, 4 << 20) == 1           # an element larger than a block
+    assert block_elements((5, 0), 4, 4 << 20) == 1 << 20
+
+
+def test_readers_of_one_block_share_one_request(hsds, pair):
+    local, domain = pair
+    with open_engine(hsds, domain) as eng:
+        cube = eng.resolve("/cube")
+        assert cube.raw_size == 40800     # the record is fetched: only data requests remain
+        before = eng.source.stats()["requests"]
+        results: list[bytes] = []
+        barrier = threading.Barrier(6)
+
+        def read() -> None:
+            barrier.wait()
+            results.append(cube.read_raw(100, 4000))
+        threads = [threading.Thread(target=read) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [whole_cube(local)[100:4100]] * 6
+        assert eng.source.stats()["requests"] - before == 1
+
+
+def test_a_variable_length_dataset_too_large_to_build_is_named(hsds, request):
+    domain = domain_for(hsds, request)
+    with HsdsClient(domain, **hsds.h5pyd_kwargs()) as client:
+        root = client.create_domain().root
+        client.create_dataset(np.dtype("O", metadata={"vlen": str}), (20_000_000,), parent=root, name="huge")
+    with open_engine(hsds, domain) as eng:
+        ds = eng.resolve("/huge")
+        assert ds.shape == (20_000_000,)       # the record is here: nothing more may be asked
+        before = eng.source.stats()["bytes_in"]
+        with pytest.raises(Unsupported, match="/huge: variable-length dataset too large"):
+            ds.read_raw(0, 10)
+        assert eng.source.stats()["bytes_in"] == before        # refused before anything was asked for
+        entry = namespace.lookup(eng, eng.root, "/", b"huge")
+        assert entry.kind == namespace.BROKEN and "too large" in str(entry.error)
 
 
 def whole_cube(local) -> bytes:
