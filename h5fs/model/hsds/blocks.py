@@ -17,7 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from ...storage.hsds.client import HsdsClient
 
@@ -63,8 +63,8 @@ def block_elements(shape: Sequence[int], itemsize: int, block_bytes: int) -> int
 
 
 class BlockCache:
-    """Blocks by key, least recently used first out past `budget` bytes, each fresh for
-    `lifetime` seconds after it was fetched. Thread-safe."""
+    """Blocks by key (and a variable-length dataset's views), least recently used first out
+    past `budget` bytes, each fresh for `lifetime` seconds after it was fetched. Thread-safe."""
 
     def __init__(self, budget: int, lifetime: float, clock: Callable[[], float] = time.monotonic):
         self.budget = int(budget)
@@ -72,9 +72,9 @@ class BlockCache:
         self.used = 0
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: OrderedDict[Hashable, tuple[float, bytes]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[float, Any, int]] = OrderedDict()
 
-    def get(self, key: Hashable) -> bytes | None:
+    def get(self, key: Hashable) -> Any:
         with self._lock:
             hit = self._entries.get(key)
             if hit is None:
@@ -85,14 +85,16 @@ class BlockCache:
             self._entries.move_to_end(key)
             return hit[1]
 
-    def put(self, key: Hashable, data: bytes) -> None:
-        if len(data) > self.budget:
+    def put(self, key: Hashable, data: Any, nbytes: int | None = None) -> None:
+        """Keep `data` (bytes, or anything else whose size `nbytes` gives)."""
+        nbytes = len(data) if nbytes is None else nbytes
+        if nbytes > self.budget:
             return
         with self._lock:
             if key in self._entries:
                 self._drop(key)
-            self._entries[key] = (self._clock() + self.lifetime, data)
-            self.used += len(data)
+            self._entries[key] = (self._clock() + self.lifetime, data, nbytes)
+            self.used += nbytes
             while self.used > self.budget:
                 self._drop(next(iter(self._entries)))
 
@@ -108,7 +110,7 @@ class BlockCache:
             self.used = 0
 
     def _drop(self, key: Hashable) -> None:
-        self.used -= len(self._entries.pop(key)[1])
+        self.used -= self._entries.pop(key)[2]
 
 
 class DataBlocks:

@@ -29,6 +29,7 @@ from .objects import HsdsObject
 
 MAX_MATERIALIZED = 256 * 1024 * 1024    # as model/dataset.py: stored bytes of a vlen dataset's views
 VIEWS = "views"
+DTYPE_NBYTES = 500      # as model/dataset.py: a dtype NumPy does not share
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,20 @@ class HsdsDataset(HsdsObject):
         return is_converted(dt)
 
     def _views(self) -> tuple[bytes, np.dtype, bytes]:
-        return self.cached(VIEWS, self._build_views)
+        """(raw view, `.npy` element dtype, `.npy` body), kept in the data cache: its budget
+        bounds them (the metadata cache counts objects, not bytes)."""
+        cache, key = self.domain.chunk_cache, (self.id, VIEWS)
+        views = cache.get(key)
+        if views is None:
+            views = self._build_views()
+            raw, _, body = views
+            cache.put(key, views, DTYPE_NBYTES + len(raw) + (len(body) if body is not raw else 0))
+        return views
+
+    def _cached_view(self, which: int, offset: int, size: int) -> bytes | None:
+        """Bytes of view `which` (0 raw, 2 `.npy` body) if the views are kept, else None."""
+        views = self.domain.chunk_cache.get((self.id, VIEWS))
+        return None if views is None else _cut(views[which], offset, size)
 
     def _build_views(self) -> tuple[bytes, np.dtype, bytes]:
         rec, count = self.record, self.count
@@ -143,13 +157,13 @@ class HsdsDataset(HsdsObject):
 
     def read_raw(self, offset: int, size: int) -> bytes:
         if self.materialized:
-            return self._views()[0][max(0, offset):max(0, offset) + max(0, size)]
+            return _cut(self._views()[0], offset, size)
         return self._read(offset, size)
 
     def read_cached(self, offset: int, size: int) -> bytes | None:
         """The raw view's bytes if no request is needed, else None."""
         if self.materialized:
-            return self.read_raw(offset, size) if self.domain.meta.has(self.id, VIEWS) else None
+            return self._cached_view(0, offset, size)
         return self._read(offset, size, cached_only=True)
 
     @property
@@ -173,12 +187,12 @@ class HsdsDataset(HsdsObject):
 
     def read_npy_body(self, offset: int, size: int) -> bytes:
         if self.materialized:
-            return self._views()[2][max(0, offset):max(0, offset) + max(0, size)]
+            return _cut(self._views()[2], offset, size)
         return self._read(offset, size)
 
     def read_npy_cached(self, offset: int, size: int) -> bytes | None:
         if self.materialized:
-            return self.read_npy_body(offset, size) if self.domain.meta.has(self.id, VIEWS) else None
+            return self._cached_view(2, offset, size)
         return self._read(offset, size, cached_only=True)
 
     def read_array(self) -> np.ndarray:
@@ -204,6 +218,11 @@ class HsdsDataset(HsdsObject):
         out["fill_value"] = fill_text(rec.fill_value, rec.dtype, stored)
         out["storage_size"] = str(self.storage_size)
         return out
+
+
+def _cut(data: bytes, offset: int, size: int) -> bytes:
+    offset = max(0, offset)
+    return data[offset:offset + max(0, size)]
 
 
 def _tuple(values: tuple) -> str:
