@@ -395,6 +395,23 @@ def test_get_makes_no_request_and_addresses_last(pair, engine):
     assert mtime_ns >= ctime_ns > 0 and engine.source.end() == 0 and engine.remote is None
 
 
+def test_a_folder_or_a_missing_domain_is_no_mount(hsds):
+    with pytest.raises(HsdsError) as e:
+        open_engine(hsds, hsds.domain("").rstrip("/"))          # the user's home folder
+    assert e.value.errno == errno.EISDIR
+    with pytest.raises(HsdsError) as e:
+        open_engine(hsds, hsds.domain("no-such-domain.h5"))
+    assert e.value.errno == errno.ENOENT
+
+
+def test_a_group_looked_up_by_many_names_stays_bounded(pair, engine):
+    root = engine.root
+    for i in range(1_200):
+        engine.meta.put(root.id, ("link", f"name{i}"), None)
+    assert root.link("cube") is not None
+    assert engine.meta.count(root.id) <= 1_000
+
+
 def test_a_service_not_there_is_eio_not_a_hang(hsds):
     port = free_port()
     t = time.monotonic()

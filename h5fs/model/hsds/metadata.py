@@ -2,7 +2,8 @@
 listings, single links, attribute lists, values derived from them), each for `lifetime`
 seconds of monotonic time: the service sends no notifications, so that is how long another
 writer's change may take to show. `forget(obj_id)` drops an object's entries at once (an edit
-made through the mount). Bounded: past `max_objects` objects, the least recently used go.
+made through the mount). Bounded: past `max_objects` objects the least recently used go, past
+MAX_KINDS values of one object its expired ones, then its oldest.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Hashable
 
 MAX_OBJECTS = 100_000
+MAX_KINDS = 1_000       # values of one object (a group's single links looked up by name add up)
 _MISSING = object()
 
 
@@ -61,7 +63,23 @@ class Expiring:
                     self._objects.popitem(last=False)
             else:
                 self._objects.move_to_end(obj_id)
+                if len(values) >= MAX_KINDS:
+                    self._trim(values)
             values[kind] = (self._clock() + self.lifetime, value)
+
+    def _trim(self, values: dict[Hashable, tuple[float, Any]]) -> None:
+        """Drop an object's expired values, and its oldest half if that is not enough."""
+        now = self._clock()
+        for kind in [k for k, (deadline, _) in values.items() if deadline <= now]:
+            del values[kind]
+        if len(values) >= MAX_KINDS:
+            for kind in list(values)[:len(values) // 2]:
+                del values[kind]
+
+    def count(self, obj_id: str) -> int:
+        """Values kept of an object (fresh or not yet swept)."""
+        with self._lock:
+            return len(self._objects.get(obj_id, ()))
 
     def forget(self, obj_id: str) -> None:
         with self._lock:
