@@ -314,6 +314,14 @@ def test_read_cached_is_none_until_read_and_the_budget_holds(hsds, pair):
         cube.read_raw(0, cube.raw_size)
         assert 0 < eng.chunk_cache.used <= eng.chunk_cache.budget == 16384
         assert cube.read_cached(0, 100) is None      # pushed out by the later blocks
+    with open_engine(hsds, domain, refresh=0.3) as eng:
+        cube, vstr = eng.resolve("/cube"), eng.resolve("/vstr")
+        assert cube.read_raw(0, 100) and vstr.read_raw(0, 1)
+        assert cube.read_cached(0, 100) == whole_cube(local)[:100] and vstr.read_npy_cached(0, 4) is not None
+        time.sleep(0.35)
+        requests = eng.source.stats()["requests"]
+        assert cube.read_cached(0, 100) is None and vstr.read_cached(0, 4) is None      # expired: no request
+        assert cube.read_npy_cached(0, 100) is None and eng.source.stats()["requests"] == requests
 
 
 def test_a_read_in_a_huge_row_fetches_only_around_it(hsds, request):

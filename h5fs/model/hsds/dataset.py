@@ -125,10 +125,19 @@ class HsdsDataset(HsdsObject):
             cache.put(key, views, DTYPE_NBYTES + len(raw) + (len(body) if body is not raw else 0))
         return views
 
-    def _cached_view(self, which: int, offset: int, size: int) -> bytes | None:
-        """Bytes of view `which` (0 raw, 2 `.npy` body) if the views are kept, else None."""
-        views = self.domain.chunk_cache.get((self.id, VIEWS))
-        return None if views is None else _cut(views[which], offset, size)
+    def _without_requests(self, which: int, offset: int, size: int) -> bytes | None:
+        """Bytes of view `which` (0 raw, 2 `.npy` body) when the record and the data are kept,
+        else None: no request (the FUSE layer asks on its event loop thread)."""
+        rec = self.domain.meta.peek(self.id, "record", None)
+        if rec is None:
+            return None
+        dt = record_of(rec.type)
+        if is_converted(dt):
+            views = self.domain.chunk_cache.get((self.id, VIEWS))
+            return None if views is None else _cut(views[which], offset, size)
+        if rec.shape is None or math.prod(rec.shape) == 0:
+            return b""
+        return self.domain.blocks.read(self.id, rec.shape, dt.size, offset, size, cached_only=True)
 
     def _build_views(self) -> tuple[bytes, np.dtype, bytes]:
         rec, count = self.record, self.count
@@ -146,10 +155,10 @@ class HsdsDataset(HsdsObject):
             return text, dtype, body
         return body, dtype, body
 
-    def _read(self, offset: int, size: int, cached_only: bool = False) -> bytes | None:
+    def _read(self, offset: int, size: int) -> bytes:
         if self.count == 0:     # an H5S_NULL dataspace has shape () and no element
             return b""
-        return self.domain.blocks.read(self.id, self.shape, self.itemsize, offset, size, cached_only)
+        return self.domain.blocks.read(self.id, self.shape, self.itemsize, offset, size)
 
     @property
     def raw_size(self) -> int:
@@ -162,9 +171,7 @@ class HsdsDataset(HsdsObject):
 
     def read_cached(self, offset: int, size: int) -> bytes | None:
         """The raw view's bytes if no request is needed, else None."""
-        if self.materialized:
-            return self._cached_view(0, offset, size)
-        return self._read(offset, size, cached_only=True)
+        return self._without_requests(0, offset, size)
 
     @property
     def npy_element_dtype(self) -> np.dtype:
@@ -191,9 +198,7 @@ class HsdsDataset(HsdsObject):
         return self._read(offset, size)
 
     def read_npy_cached(self, offset: int, size: int) -> bytes | None:
-        if self.materialized:
-            return self._cached_view(2, offset, size)
-        return self._read(offset, size, cached_only=True)
+        return self._without_requests(2, offset, size)
 
     def read_array(self) -> np.ndarray:
         """The whole dataset as its `.npy` array (small datasets and tests)."""
