@@ -175,8 +175,11 @@ class HsdsClient:
             marker = entries[-1][name]
 
     # datasets ----------------------------------------------------------------------------------
-    def get_dataset(self, did: str) -> Dataset:
-        return Dataset.parse(self._json("GET", f"/datasets/{did}"), f"dataset {did}")
+    def get_dataset(self, did: str, verbose: bool = False) -> Dataset:
+        """`verbose`: also the bytes the service has allocated for it (`raw["allocated_size"]`),
+        once its storage scan has counted them (absent before)."""
+        params = {"verbose": 1} if verbose else None
+        return Dataset.parse(self._json("GET", f"/datasets/{did}", params), f"dataset {did}")
 
     def create_dataset(self, dtype: Any, shape: Sequence[int] | None, maxshape: Sequence[int | None] | None = None,
                        chunks: Sequence[int] | None = None, filters: Sequence[dict] = (), fill_value: Any = None,

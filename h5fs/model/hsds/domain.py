@@ -1,0 +1,186 @@
+"""HsdsDomain: one HSDS domain as an engine the mount's FUSE layer and `model/namespace.py` use as
+they use a local file (`H5File`): the root group, objects by address, facts, attributes,
+reads. Read-only for now.
+
+Addresses: HSDS names objects by id ("g-...", "d-...", "t-..."); the mount keys its inodes by
+integer addresses, so each id met gets the next small integer for the life of the engine (the
+root first), and `get(address, path)` makes a handle from the id's kind with no request (FUSE
+calls it on its event loop thread). Everything the service says is kept `refresh` seconds
+(metadata.py, and the block cache of data in blocks.py), so another writer's change shows
+within `refresh`; `forget(obj_id)` drops an object's entries at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections import deque
+from typing import Any
+
+from ...errors import NotFound
+from ...storage.hsds.client import HsdsClient
+from ...storage.hsds.records import Domain
+from ...storage.hsds.transport import HsdsError
+from ..values import Ref
+from .blocks import BLOCK_BYTES, BlockCache, DataBlocks
+from .dataset import HsdsDataset
+from .metadata import Expiring
+from .objects import HsdsDatatype, HsdsGroup, HsdsObject
+
+KINDS: dict[str, type[HsdsObject]] = {"g-": HsdsGroup, "d-": HsdsDataset, "t-": HsdsDatatype}
+MAX_WALK = 1_000_000     # objects a walk for reference paths visits at most (as H5File's walk)
+DOMAIN = ""              # the metadata cache's key of what belongs to the domain, not to an object
+
+
+class HsdsDomain:
+    remote = None            # no byte source of a remote file: HSDS serves objects
+    writable = False
+
+    def __init__(self, client: HsdsClient, info: Domain, refresh: float = 5.0, cache_bytes: int = 256 << 20,
+                 block_bytes: int = BLOCK_BYTES):
+        if info.root is None:
+            raise HsdsError(f"HSDS {info.name}: a folder, not a domain", errno.EISDIR)
+        self.client = client
+        self.name = info.name
+        self.refresh = float(refresh)
+        self.meta = Expiring(self.refresh)
+        self.meta.put(DOMAIN, "domain", info)
+        self.chunk_cache = BlockCache(cache_bytes, self.refresh)
+        self.blocks = DataBlocks(client, self.chunk_cache, block_bytes)
+        self.source = DomainSource(self)
+        self._lock = threading.Lock()
+        self._ids: list[str] = []                # address - 1 -> id
+        self._addresses: dict[str, int] = {}
+        self.root_id = info.root
+        self.root_address = self.address_of(info.root)
+
+    @classmethod
+    def open(cls, domain: str, *, endpoint: str | None = None, username: str | None = None,
+             password: str | None = None, password_file: str | None = None, refresh: float = 5.0,
+             cache_bytes: int = 256 << 20, block_bytes: int = BLOCK_BYTES, **settings: Any) -> HsdsDomain:
+        """The domain at path `domain` of the service the settings name (as h5pyd finds them:
+        storage/hsds/settings.py; `settings`: HsdsSettings' other fields)."""
+        client = HsdsClient(domain, endpoint=endpoint, username=username, password=password,
+                            password_file=password_file, **settings)
+        try:
+            return cls(client, client.get_domain(), refresh, cache_bytes, block_bytes)
+        except BaseException:
+            client.close()
+            raise
+
+    def __enter__(self) -> HsdsDomain:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def stop(self) -> None:
+        """No more retries (an unmount is under way)."""
+        self.client.stop()
+
+    def close(self) -> None:
+        self.blocks.close()
+        self.client.close()
+        self.meta.clear()
+        self.chunk_cache.clear()
+
+    # -- objects -------------------------------------------------------------------------------
+    def address_of(self, obj_id: str) -> int:
+        """The mount's address of an HSDS id: the same for the life of the engine."""
+        address = self._addresses.get(obj_id)
+        if address is not None:
+            return address
+        with self._lock:
+            address = self._addresses.get(obj_id)
+            if address is None:
+                self._ids.append(obj_id)
+                address = self._addresses[obj_id] = len(self._ids)
+            return address
+
+    def id_of(self, address: int) -> str:
+        if not 1 <= address <= len(self._ids):
+            raise NotFound(f"HSDS {self.name}: no object has address {address}")
+        return self._ids[address - 1]
+
+    def get(self, address: int, path: str) -> HsdsObject:
+        """The object at `address` (no request: its kind is its id's)."""
+        obj_id = self.id_of(address)
+        cls = KINDS.get(obj_id[:2])
+        if cls is None:
+            raise NotFound(f"{path}: HSDS id {obj_id!r} is neither a group, a dataset nor a datatype")
+        return cls(self, obj_id, address, path)
+
+    @property
+    def root(self) -> HsdsGroup:
+        return self.get(self.root_address, "/")
+
+    def resolve(self, path: str) -> HsdsObject:
+        """The object at an absolute HDF5 path, by hard links (tests, tools)."""
+        obj: HsdsObject = self.root
+        walked = ""
+        for part in [p for p in path.split("/") if p]:
+            walked += "/" + part
+            link = obj.link(part) if isinstance(obj, HsdsGroup) else None
+            if link is None or link.address is None:
+                raise NotFound(f"HSDS {self.name}: no object at {walked}")
+            obj = self.get(link.address, walked)
+        return obj
+
+    def forget(self, obj_id: str) -> None:
+        """Drop what is kept of an object (its record, links, attributes, data blocks)."""
+        self.meta.forget(obj_id)
+        self.chunk_cache.forget(obj_id)
+        self.meta.forget(DOMAIN)
+
+    def info(self) -> Domain:
+        """The domain's record (kept `refresh` seconds)."""
+        return self.meta.get(DOMAIN, "domain", self.client.get_domain)
+
+    # -- references --------------------------------------------------------------------------
+    def path_of(self, address: int | None) -> str | None:
+        """The shortest path by hard links to the object at `address`, as H5File.path_of (None:
+        no walk from the root reaches it)."""
+        if address is None:
+            return None
+        return self.meta.get(DOMAIN, "reference paths", self._walk).get(address)
+
+    def _walk(self) -> dict[int, str]:
+        """Breadth-first over hard links, so each address gets its shortest path."""
+        paths = {self.root_address: "/"}
+        queue = deque([self.root])
+        while queue and len(paths) < MAX_WALK:
+            group = queue.popleft()
+            for link in group.links():
+                if link.address is None or link.address in paths:
+                    continue
+                path = f"{group.path.rstrip('/')}/{link.name}"
+                paths[link.address] = path
+                obj = self.get(link.address, path)
+                if isinstance(obj, HsdsGroup):
+                    queue.append(obj)
+        return paths
+
+    def ref_text(self, ref: Ref | None) -> str:
+        """A reference's text, as model/varlen_views.ref_text words it."""
+        if ref is None:
+            return ""
+        return self.path_of(ref.address) or f"<object at {ref.address}>"
+
+
+class DomainSource:
+    """What `h5fs status` and stat ask of the source of the mount."""
+
+    def __init__(self, domain: HsdsDomain):
+        self.domain = domain
+
+    def stats(self) -> dict[str, Any]:
+        return self.domain.client.stats()
+
+    def owner_and_times(self) -> tuple[int, int, int, int]:
+        """(uid, gid, mtime_ns, ctime_ns): the mounting process's ids, the domain's times."""
+        info = self.domain.info()
+        return os.getuid(), os.getgid(), int(info.last_modified * 1e9), int(info.created * 1e9)
+
+    def end(self) -> int:
+        return 0
