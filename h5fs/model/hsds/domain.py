@@ -79,6 +79,10 @@ class HsdsDomain:
         """No more retries (an unmount is under way)."""
         self.client.stop()
 
+    def status(self) -> dict:
+        """What `h5fs status` shows of the domain: the service's requests, bytes and errors."""
+        return {"hsds": self.client.stats()}
+
     def close(self) -> None:
         self.blocks.close()
         self.client.close()
