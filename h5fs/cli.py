@@ -477,7 +477,8 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("mount", help="mount FILE (a path or a URL) on MOUNTPOINT",
                        description="Mount FILE on MOUNTPOINT; returns when the mount is ready. FILE is a path, "
                                    "or the URL of an object to mount read-only: s3://BUCKET/KEY, "
-                                   "https://HOST/PATH, http://HOST/PATH.",
+                                   "https://HOST/PATH, http://HOST/PATH, or an HSDS domain: "
+                                   "hsds://[HOST:PORT]/DOMAIN (read-only in this version).",
                        epilog=mount_options.help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument("-o", dest="options", action="append", metavar="OPTIONS",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -21,10 +22,11 @@ import h5pyd
 import numpy as np
 import pytest
 
-from conftest import force_unmount, is_mounted, run_h5fs, wait_until
+from conftest import H5FS, force_unmount, is_mounted, run_h5fs, wait_until
 from h5fs import mount_helper
 from h5fs.fuse.mounts import find_mount
 from hsds_server import PASSWORD, USER, HSDSServer, hsds  # noqa: F401 - the session fixture
+from units import unit_command
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="FUSE mounts need root here")
 
@@ -227,3 +229,32 @@ def test_mount_t_fuse_h5fs_and_an_fstab_line(hsds, twins, tmp_path):   # noqa: F
     finally:
         if is_mounted(mp):
             force_unmount(mp)
+
+
+def test_the_systemd_unit_serves_a_domain(hsds, twins, tmp_path):   # noqa: F811
+    """The service's ExecStart as systemd runs it with FILE=hsds://... in the instance's conf."""
+    mount_helper.install()
+    _, domain = twins
+    mp = tmp_path / "mp"
+    mp.mkdir()
+    daemon = subprocess.Popen(unit_command("ExecStart", mp, url(domain), f"ro,endpoint={hsds.endpoint}"),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert wait_until(lambda: is_mounted(mp) or daemon.poll() is not None, 30)
+        assert is_mounted(mp), daemon.stderr.read().decode()
+        assert (mp / "a/b/c/cube").read_bytes() == np.arange(24, dtype="<u2").tobytes()
+        daemon.send_signal(signal.SIGTERM)   # systemctl stop
+        assert daemon.wait(timeout=60) == 0 and not is_mounted(mp)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(timeout=30)
+        if is_mounted(mp):
+            force_unmount(mp)
+
+
+def test_help_names_hsds_and_its_options():
+    text = subprocess.run(H5FS + ["mount", "--help"], capture_output=True, text=True).stdout
+    assert "hsds://[HOST:PORT]/DOMAIN" in text
+    for name in ("username=NAME", "password_file=PATH", "refresh=S"):
+        assert name in text
