@@ -23,13 +23,17 @@ H5FS = [sys.executable, "-m", "h5fs.cli"]
 REPO = Path(__file__).resolve().parent.parent
 
 
+_RUN_LOG_LEVEL = logging.root.level   # as the run set it, before any h5pyd.File
+
+
 @pytest.fixture(autouse=True)
 def _root_log_level():
-    """Each test starts from the root logger's level as the run set it: h5pyd.File sets it to
-    ERROR (h5pyd/_hl/files.py), which would hide the warnings later tests read in caplog."""
-    level = logging.root.level
+    """Each test starts and ends with the root logger's level as the run set it: h5pyd.File
+    sets it to ERROR (h5pyd/_hl/files.py), also from a fixture opening a domain before the test,
+    which would hide the warnings later tests read in caplog."""
+    logging.root.setLevel(_RUN_LOG_LEVEL)
     yield
-    logging.root.setLevel(level)
+    logging.root.setLevel(_RUN_LOG_LEVEL)
 
 
 def bad_corpus() -> list[Path]:
