@@ -169,8 +169,8 @@ def json_bytes(value: Any, dt: np.dtype, shape: tuple[int, ...]) -> bytes | None
     """The binary form HSDS gives for an attribute value it holds as JSON (`value`, of type `dt`
     and dataspace `shape`), made here as the service makes it (h5json's jsonToArray, then
     arrayToBytes), or None where that is not exact and simple: then the caller asks for the
-    binary form. Taken: integers (enums and h5py's booleans too) and floats, given as JSON
-    numbers (NaN and Infinity as Python's json writes them) that fit the type; fixed-length
+    binary form. Taken: integers (enums and h5py's booleans too: JSON numbers, true and false)
+    and floats (JSON numbers, NaN and Infinity as Python's json writes them) that fit the type; fixed-length
     strings whose UTF-8 text fits the length; variable-length strings."""
     if dt.names or dt.shape or (dt.metadata or {}).get("ref") is not None:
         return None
@@ -181,7 +181,8 @@ def json_bytes(value: Any, dt: np.dtype, shape: tuple[int, ...]) -> bytes | None
     try:
         if kind in "iu":
             info = np.iinfo(dt)
-            if not all(type(v) is int and info.min <= v <= info.max for v in leaves):
+            # h5pyd writes h5py's booleans (an int8 enum) as JSON true and false
+            if not all(type(v) is bool or type(v) is int and info.min <= v <= info.max for v in leaves):
                 return None
             return np.array(leaves, dtype=dt).tobytes()
         if kind == "f":
