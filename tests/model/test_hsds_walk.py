@@ -96,10 +96,43 @@ def test_a_walk_costs_one_request_per_object_then_none(hsds, objects):
         before = requests(eng)
         count = walk(eng)
         assert count == 1 + 8 + 8 * 6
-        assert requests(eng) - before <= count
+        assert requests(eng) - before <= count + 1      # and the domain's scan (allocated sizes)
         before = requests(eng)
         walk(eng)                       # within refresh: everything kept
         assert requests(eng) == before
+
+
+def test_sizes_and_times_from_the_domains_scan_are_each_datasets_verbose_answer(hsds, objects, monkeypatch):
+    asked: list[tuple[str, dict]] = []
+    real = Transport.request
+
+    def record(self, method, path, params=None, **kw):
+        asked.append((path, dict(params or {})))
+        return real(self, method, path, params, **kw)
+    with HsdsClient(objects, endpoint=hsds.endpoint, username=USER, password=PASSWORD) as client:
+        last = client.links(client.links(client.get_domain().root)[-1].id)[-1].id
+        deadline = time.monotonic() + 30
+        while client.get_dataset(last, verbose=True).raw.get("allocated_size") != 8:   # scanned
+            assert time.monotonic() < deadline
+            client.flush()
+            status, _, body = hsds.request("PUT", "/", {"domain": objects, "rescan": 1})
+            assert status in (200, 204), body
+            time.sleep(0.2)
+        with engine_for(hsds, objects) as eng:
+            monkeypatch.setattr(Transport, "request", record)
+            sizes = []
+            for g in range(8):
+                for d in range(6):
+                    ds = eng.resolve(f"/g{g}/d{d}")
+                    with monkeypatch.context() as m:
+                        m.setattr(Transport, "request", real)
+                        verbose = client.get_dataset(ds.id, verbose=True)
+                    assert ds.storage_size == verbose.raw["allocated_size"]
+                    assert ds.mtime == verbose.last_modified and ds.record.raw["num_chunks"] == verbose.raw["num_chunks"]
+                    sizes.append(ds.storage_size)
+            assert sizes == [0] + [8] * 47      # /g0/d0 holds 0.0, the fill value: h5pyd writes nothing
+            assert requests(eng) == 3 + 8 + 8 * 6       # the domain, the root, the scan, each object
+            assert [p for p, q in asked if q.get("verbose")] == ["/"]  # no dataset's own verbose request
 
 
 def test_concurrent_askers_of_one_object_share_one_request(hsds, objects):
@@ -284,7 +317,7 @@ def test_a_listing_describes_its_children_in_parallel_within_the_bound(hsds, man
         for e in entries:
             if e.kind == namespace.RAW:
                 [a.value for a in eng.get(e.address, e.path).attributes()]
-        assert requests(eng) - before == 1 + 40
+        assert requests(eng) - before == 1 + 1 + 40     # the root, the domain's scan, the children
 
 
 def test_prefetching_stops_at_its_queue_bound(hsds, many, monkeypatch):
@@ -298,4 +331,4 @@ def test_prefetching_stops_at_its_queue_bound(hsds, many, monkeypatch):
         while kept() < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.2)
-        assert kept() == 5 and requests(eng) == 2 + 5     # the domain, the root, 5 children
+        assert kept() == 5 and requests(eng) == 3 + 5     # the domain, the root, its scan, 5 children

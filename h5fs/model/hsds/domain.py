@@ -28,12 +28,12 @@ from typing import Any, Iterable
 from ...errors import NotFound
 from ...storage.hsds.client import HsdsClient
 from ...storage.hsds.records import Domain
-from ...storage.hsds.transport import HsdsError
+from ...storage.hsds.transport import HsdsError, TooLarge
 from ..values import Ref
 from .blocks import BLOCK_BYTES, BlockCache, DataBlocks
 from .dataset import HsdsDataset
 from .metadata import Expiring
-from .objects import HsdsDatatype, HsdsGroup, HsdsObject, described
+from .objects import MISSING, HsdsDatatype, HsdsGroup, HsdsObject, described
 
 log = logging.getLogger(__name__)
 KINDS: dict[str, type[HsdsObject]] = {"g-": HsdsGroup, "d-": HsdsDataset, "t-": HsdsDatatype}
@@ -62,6 +62,7 @@ class HsdsDomain:
         self._lock = threading.Lock()
         self._describing: dict[str, Future] = {}     # id -> the describe request under way
         self._prefetcher: ThreadPoolExecutor | None = None
+        self._scan_lock = threading.Lock()
         self._queued = 0
         self._stopped = False
         self._ids: list[str] = []                # address - 1 -> id
@@ -218,6 +219,25 @@ class HsdsDomain:
     def info(self) -> Domain:
         """The domain's record (kept `refresh` seconds)."""
         return self.meta.get(DOMAIN, "domain", self.client.get_domain)
+
+    def scan(self) -> dict[str, dict] | None:
+        """Dataset id -> what HSDS's last scan of the domain found of it (allocated bytes, last
+        write), all in one request kept `refresh` seconds: the same the service reads for each
+        dataset asked with verbose=1, where each such request costs it a read of the scan's
+        record. None when that answer is too large (then each dataset is asked verbose)."""
+        found = self.meta.peek(DOMAIN, "scan", MISSING)
+        if found is not MISSING:
+            return found
+        with self._scan_lock:       # the prefetch's workers ask at once: one request
+            found = self.meta.peek(DOMAIN, "scan", MISSING)
+            if found is MISSING:
+                try:
+                    info = self.client.scan_info() or {}
+                    found = info.get("datasets") if isinstance(info.get("datasets"), dict) else {}
+                except TooLarge:
+                    found = None
+                self.meta.put(DOMAIN, "scan", found)
+            return found
 
     # -- references --------------------------------------------------------------------------
     def path_of(self, address: int | None) -> str | None:

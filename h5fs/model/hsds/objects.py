@@ -226,7 +226,11 @@ def attribute_handles(domain: HsdsDomain, owner_id: str, owner_path: str,
 def described(domain: HsdsDomain, obj_id: str, path: str) -> dict[str, Any]:
     """An object's record, and its attributes and a group's links when the one answer holds
     them whole (records -> what the objects keep: HsdsAttribute handles, link tables)."""
-    found = domain.client.describe(obj_id, verbose=obj_id.startswith("d-"))
+    details = None
+    if obj_id.startswith("d-"):     # the allocated size: from the domain's scan, else the dataset's own
+        scan = domain.scan()
+        details = None if scan is None else scan.get(obj_id, {})
+    found = domain.client.describe(obj_id, verbose=obj_id.startswith("d-") and details is None, details=details)
     out: dict[str, Any] = {"record": found.record}
     if found.attributes is not None:
         out["attributes"] = attribute_handles(domain, obj_id, path, found.attributes)

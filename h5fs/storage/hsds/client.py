@@ -102,6 +102,15 @@ class HsdsClient:
     def delete_domain(self) -> None:
         self._json("DELETE", "/")
 
+    def scan_info(self) -> dict | None:
+        """What HSDS's last storage scan of the domain found (`GET /?verbose=1`): "datasets" maps
+        each dataset's id to its details (allocated_bytes, num_chunks, lastModified: what
+        `GET /datasets/{id}?verbose=1` merges into one record); None before any scan.
+        TooLarge past DESCRIBE_JSON bytes (a domain of very many datasets)."""
+        doc = self.transport.json_request("GET", "/", {"verbose": 1}, domain=self.domain, limit=DESCRIBE_JSON)
+        info = doc.get("scan_info") if isinstance(doc, dict) else None
+        return info if isinstance(info, dict) else None
+
     def flush(self) -> None:
         """Returns once the service holds every change made so far in its storage (the data
         node writes its dirty objects and chunks, then answers 204)."""
@@ -116,9 +125,11 @@ class HsdsClient:
         return obj_id
 
     # any object ----------------------------------------------------------------------------------
-    def describe(self, obj_id: str, verbose: bool = False) -> Described:
+    def describe(self, obj_id: str, verbose: bool = False, details: dict | None = None) -> Described:
         """An object's record with its attributes (and a group's links) in one request, the way
-        h5pyd asks (`include_attrs`, `include_links`); `verbose`: a dataset's allocated size too.
+        h5pyd asks (`include_attrs`, `include_links`); `verbose`: a dataset's allocated size too
+        (HSDS reads its scan's details for each such request: costly), or `details`: the
+        dataset's entry of scan_info()["datasets"], merged as the service merges it for verbose.
         HSDS answers every link and attribute it holds; an answer that holds fewer than it
         counts gives None for them (the caller lists them), and so does one over DESCRIBE_JSON
         bytes (a huge group: then the record alone is asked for). Attribute values come from
@@ -139,6 +150,9 @@ class HsdsClient:
         what = f"{kind[:-1]} {obj_id}"
         if not isinstance(doc, dict):
             raise HsdsError(f"HSDS GET /{kind}/{obj_id} [{self.domain}]: the answer is not a JSON object")
+        if details and kind == "datasets":     # as dset_sn.GET_Dataset merges them
+            doc.update({new: details[old] for old, new in (("num_chunks", "num_chunks"), ("allocated_bytes",
+                        "allocated_size"), ("lastModified", "lastModified")) if old in details})
         # the record keeps the answer less what is parsed here (a big group's links once, not twice)
         record = PARSERS[kind]({k: v for k, v in doc.items() if k not in ("links", "attributes", "hrefs")}, what)
         links = None
