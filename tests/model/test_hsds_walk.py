@@ -202,7 +202,12 @@ def test_attribute_values_are_the_binary_paths_and_the_local_engines(hsds, attri
         _same(a.value, client.attribute_value(root, name, a.dtype, a.shape), name)
     assert all(described[name].deferred for name in DEFERRED)
     with engine_for(hsds, domain) as eng:
-        ours = {a.name: a.value for a in eng.root.attributes()}
+        handles = eng.root.attributes()
+        before = requests(eng)
+        taken = {a.name: a.value for a in handles if a.value_in_header}    # the FUSE loop's own: no request
+        assert set(taken) == set(TAKEN) and requests(eng) == before
+        ours = {a.name: a.value for a in handles}
+        assert requests(eng) == before + len(DEFERRED)
         theirs = {a.name: a.value for a in local.root.attributes()}
         assert set(ours) == set(theirs)
         for name in theirs:

@@ -158,7 +158,6 @@ class HsdsAttribute:
     A value the description did not carry (`record.deferred`) is read when first asked."""
 
     __slots__ = ("domain", "owner_id", "owner_path", "record", "name", "_value")
-    value_in_header = False
 
     def __init__(self, domain: HsdsDomain, owner_id: str, owner_path: str, record: records.Attribute):
         self.domain = domain
@@ -171,6 +170,12 @@ class HsdsAttribute:
     @property
     def path(self) -> str:
         return f"{self.owner_path}: attribute {self.name!r}"
+
+    @property
+    def value_in_header(self) -> bool:
+        """Whether the value is at hand: no request (and no walk for a reference's path) makes
+        it, so the FUSE layer formats it on its event loop rather than in a worker thread."""
+        return not self.record.deferred
 
     @property
     def datatype(self) -> Datatype:
