@@ -154,7 +154,7 @@ def test_every_entry_fact_and_attribute_is_the_local_engines(pair, engine):
         assert list(attrs) == list(lattrs), path
         for name, attr in attrs.items():
             want = lattrs[name].value
-            assert attr.value_in_header is False
+            assert attr.value_in_header is not attr.record.deferred    # at hand: formatted inline
             assert (attr.value.dtype, attr.value.shape) == (want.dtype, want.shape), (path, name)
             assert format_value(attr.value, 65536) == format_value(want, 65536), (path, name)
             assert not attr.value.flags.writeable
@@ -434,14 +434,14 @@ def test_a_service_that_stops_gives_eio(tmp_path):
         domain = server.domain("stops.h5")
         with h5pyd.File(domain, "w", **server.h5pyd_kwargs()) as f:
             f.create_dataset("d", data=np.arange(100, dtype="<f8"))
+            f.create_group("g").attrs["a"] = 1
         eng = HsdsDomain.open(domain, endpoint=server.endpoint, username=USER, password=PASSWORD,
                               retries=1, backoff=0.05, timeout=5.0, block_bytes=64)
-        ds = eng.resolve("/d")
+        ds, g = eng.resolve("/d"), eng.resolve("/g")     # g: a handle, not described yet
         assert ds.read_raw(0, 16) == np.arange(2, dtype="<f8").tobytes()
     try:
         t = time.monotonic()
-        for call in (lambda: ds.read_raw(100, 16), lambda: namespace.attributes(ds),
-                     lambda: eng.root.link("other")):
+        for call in (lambda: ds.read_raw(100, 16), lambda: namespace.attributes(g), lambda: g.link("other")):
             with pytest.raises(HsdsError) as e:
                 call()
             assert e.value.errno == errno.EIO and e.value.transient

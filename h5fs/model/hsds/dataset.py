@@ -20,7 +20,6 @@ import numpy as np
 from ...errors import Unsupported
 from ...format.messages import dataspace as DS
 from ...format.messages.datatype import Datatype
-from ...storage.hsds import records
 from ...storage.hsds.client import whole
 from ..dtypes import describe, is_converted, needs_conversion, npy_dtype, numpy_dtype, split_subarray
 from .datatypes import VLEN_SIZE, fill_text, filter_text, layout_text, record_of
@@ -52,10 +51,6 @@ class HsdsDataset(HsdsObject):
     prefetchable = False        # the block cache fetches in parallel already
     walks_index = False         # storage_size comes with the record
     layout = NO_LOCAL_LAYOUT
-
-    def _fetch_record(self) -> records.Dataset:
-        # verbose: the record carries the allocated size too (one request for both)
-        return self.domain.client.get_dataset(self.id, verbose=True)
 
     # -- description -------------------------------------------------------------------------
     @property

@@ -2,6 +2,11 @@
 they use a local file (`H5File`): the root group, objects by address, facts, attributes,
 reads. Read-only for now.
 
+An object's record, attributes and (a group's) links come in one request, `describe`; callers
+asking for the same object at once share it. A group's listing has its children described in
+the background, PREFETCH requests at a time (`prefetch`), so a walk's stat of each entry finds
+it kept: a walk of N objects costs about N requests, made in parallel.
+
 Addresses: HSDS names objects by id ("g-...", "d-...", "t-..."); the mount keys its inodes by
 integer addresses, so each id met gets the next small integer for the life of the engine (the
 root first), and `get(address, path)` makes a handle from the id's kind with no request (FUSE
@@ -13,24 +18,29 @@ within `refresh`; `forget(obj_id)` drops an object's entries at once.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 from collections import deque
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Iterable
 
 from ...errors import NotFound
 from ...storage.hsds.client import HsdsClient
 from ...storage.hsds.records import Domain
-from ...storage.hsds.transport import HsdsError
+from ...storage.hsds.transport import HsdsError, TooLarge
 from ..values import Ref
 from .blocks import BLOCK_BYTES, BlockCache, DataBlocks
 from .dataset import HsdsDataset
 from .metadata import Expiring
-from .objects import HsdsDatatype, HsdsGroup, HsdsObject
+from .objects import MISSING, HsdsDatatype, HsdsGroup, HsdsObject, described
 
+log = logging.getLogger(__name__)
 KINDS: dict[str, type[HsdsObject]] = {"g-": HsdsGroup, "d-": HsdsDataset, "t-": HsdsDatatype}
 MAX_WALK = 1_000_000     # objects a walk for reference paths visits at most (as H5File's walk)
 DOMAIN = ""              # the metadata cache's key of what belongs to the domain, not to an object
+PREFETCH = 16            # describe requests in flight at most for listings (and at most `connections`)
+PREFETCH_QUEUED = 10_000     # objects waiting to be prefetched at most: past it a listing prefetches no more
 
 
 class HsdsDomain:
@@ -50,6 +60,11 @@ class HsdsDomain:
         self.blocks = DataBlocks(client, self.chunk_cache, block_bytes)
         self.source = DomainSource(self)
         self._lock = threading.Lock()
+        self._describing: dict[str, Future] = {}     # id -> the describe request under way
+        self._prefetcher: ThreadPoolExecutor | None = None
+        self._scan_lock = threading.Lock()
+        self._queued = 0
+        self._stopped = False
         self._ids: list[str] = []                # address - 1 -> id
         self._addresses: dict[str, int] = {}
         self.root_id = info.root
@@ -76,7 +91,8 @@ class HsdsDomain:
         self.close()
 
     def stop(self) -> None:
-        """No more retries (an unmount is under way)."""
+        """No more retries, no more prefetching (an unmount is under way)."""
+        self._stopped = True
         self.client.stop()
 
     def status(self) -> dict:
@@ -84,6 +100,11 @@ class HsdsDomain:
         return {"hsds": self.client.stats()}
 
     def close(self) -> None:
+        self._stopped = True
+        with self._lock:
+            pool, self._prefetcher = self._prefetcher, None
+        if pool is not None:    # queued prefetches are dropped; those under way end with their request
+            pool.shutdown(wait=True, cancel_futures=True)
         self.blocks.close()
         self.client.close()
         self.meta.clear()
@@ -119,6 +140,64 @@ class HsdsDomain:
     def root(self) -> HsdsGroup:
         return self.get(self.root_address, "/")
 
+    # -- descriptions ----------------------------------------------------------------------------
+    def describe(self, obj_id: str, path: str) -> dict[str, Any]:
+        """The object's record, attributes and (a group's) links, as objects.described gives
+        them, from one request, kept `refresh` seconds; a caller that comes while the request
+        for the same object is under way waits for its answer rather than asking again."""
+        with self._lock:
+            under_way = self._describing.get(obj_id)
+            if under_way is None:
+                mine: Future = Future()
+                self._describing[obj_id] = mine
+        if under_way is not None:
+            return under_way.result()
+        try:
+            found = described(self, obj_id, path)
+            for kind, value in found.items():
+                self.meta.put(obj_id, kind, value)
+            mine.set_result(found)
+            return found
+        except BaseException as e:
+            mine.set_exception(e)
+            raise
+        finally:
+            with self._lock:
+                del self._describing[obj_id]
+
+    def prefetch(self, objects: Iterable[tuple[int, str]]) -> None:
+        """Describe in the background the objects (address, path) not kept yet: PREFETCH
+        requests at a time, at most PREFETCH_QUEUED waiting."""
+        todo = [(self.id_of(a), p) for a, p in objects]
+        todo = [(i, p) for i, p in todo if not self.meta.has(i, "record")]
+        if not todo or self._stopped:
+            return
+        with self._lock:
+            room = PREFETCH_QUEUED - self._queued
+            todo = todo[:max(0, room)]
+            self._queued += len(todo)
+            if self._prefetcher is None and todo:
+                workers = max(1, min(PREFETCH, self.client.settings.connections))
+                self._prefetcher = ThreadPoolExecutor(workers, thread_name_prefix="h5fs-hsds-describe")
+            pool = self._prefetcher
+        for n, (obj_id, path) in enumerate(todo):
+            try:
+                pool.submit(self._prefetch_one, obj_id, path)
+            except RuntimeError:      # closed meanwhile
+                with self._lock:
+                    self._queued -= len(todo) - n
+                return
+
+    def _prefetch_one(self, obj_id: str, path: str) -> None:
+        with self._lock:
+            self._queued -= 1
+        if self._stopped or self.meta.has(obj_id, "record"):
+            return
+        try:
+            self.describe(obj_id, path)
+        except Exception as e:  # whoever needs the object asks again and meets the error
+            log.debug("prefetching %s (%s): %s", path, obj_id, e)
+
     def resolve(self, path: str) -> HsdsObject:
         """The object at an absolute HDF5 path, by hard links (tests, tools)."""
         obj: HsdsObject = self.root
@@ -141,6 +220,25 @@ class HsdsDomain:
         """The domain's record (kept `refresh` seconds)."""
         return self.meta.get(DOMAIN, "domain", self.client.get_domain)
 
+    def scan(self) -> dict[str, dict] | None:
+        """Dataset id -> what HSDS's last scan of the domain found of it (allocated bytes, last
+        write), all in one request kept `refresh` seconds: the same the service reads for each
+        dataset asked with verbose=1, where each such request costs it a read of the scan's
+        record. None when that answer is too large (then each dataset is asked verbose)."""
+        found = self.meta.peek(DOMAIN, "scan", MISSING)
+        if found is not MISSING:
+            return found
+        with self._scan_lock:       # the prefetch's workers ask at once: one request
+            found = self.meta.peek(DOMAIN, "scan", MISSING)
+            if found is MISSING:
+                try:
+                    info = self.client.scan_info() or {}
+                    found = info.get("datasets") if isinstance(info.get("datasets"), dict) else {}
+                except TooLarge:
+                    found = None
+                self.meta.put(DOMAIN, "scan", found)
+            return found
+
     # -- references --------------------------------------------------------------------------
     def path_of(self, address: int | None) -> str | None:
         """The shortest path by hard links to the object at `address`, as H5File.path_of (None:
@@ -155,7 +253,7 @@ class HsdsDomain:
         queue = deque([self.root])
         while queue and len(paths) < MAX_WALK:
             group = queue.popleft()
-            for link in group.links():
+            for link in group.links(prefetch=False):
                 if link.address is None or link.address in paths:
                     continue
                 path = f"{group.path.rstrip('/')}/{link.name}"

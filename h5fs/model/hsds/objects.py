@@ -4,14 +4,16 @@ local objects: groups, named datatypes (and, in dataset.py, datasets), with thei
 An object is a handle (the domain, the HSDS id, the mount's address for it, the path it was
 found by): making one does no I/O. What it shows comes from the domain's metadata cache
 (metadata.py), kept `refresh` seconds: its record, a group's link listing and single links, the
-attribute list, facts, stat numbers. Nothing here lives in object headers (`headers_local`
-False): every answer may need the network, so the FUSE layer asks from a worker thread.
+attribute list, facts, stat numbers. The record, the attributes and a group's links come in one
+request (`HsdsDomain.describe`, HsdsClient.describe); a listing has its children described in
+the background meanwhile. Nothing here lives in object headers (`headers_local` False): every
+answer may need the network, so the FUSE layer asks from a worker thread.
 """
 
 from __future__ import annotations
 
 import errno
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable
 
 import numpy as np
 
@@ -26,6 +28,8 @@ from .elements import npy_values
 
 if TYPE_CHECKING:
     from .domain import HsdsDomain
+
+MISSING: Any = object()     # nothing kept (None is a value: a link that is not there)
 
 
 class HsdsObject:
@@ -50,13 +54,23 @@ class HsdsObject:
         engine's cost accounting: the metadata cache here is bounded by its object count)."""
         return self.domain.meta.get(self.id, kind, compute)
 
+    def described(self, kind: str, listing: Callable[[], Any] | None = None) -> Any:
+        """What describe() keeps of the object ("record", "attributes", "links"): kept, else
+        from one describe request; what that answer did not hold whole comes from `listing`
+        (paged), kept too."""
+        meta = self.domain.meta
+        value = meta.peek(self.id, kind, MISSING)
+        if value is MISSING and not meta.has(self.id, "record"):
+            value = self.domain.describe(self.id, self.path).get(kind, MISSING)
+        if value is MISSING and listing is not None:
+            value = self.cached(kind, listing)
+        return value
+
     @property
     def record(self) -> Any:
         """HSDS's description of the object (records.Group, Dataset or Datatype)."""
-        return self.cached("record", self._fetch_record)
-
-    def _fetch_record(self) -> Any:
-        raise NotImplementedError
+        value = self.described("record")
+        return value if value is not MISSING else self.domain.describe(self.id, self.path)["record"]
 
     @property
     def mtime(self) -> float | None:
@@ -71,11 +85,11 @@ class HsdsObject:
         return None
 
     def attributes(self) -> list[HsdsAttribute]:
-        return list(self.cached("attributes", self._read_attributes))
+        return list(self.described("attributes", self._read_attributes))
 
     def _read_attributes(self) -> tuple[HsdsAttribute, ...]:
         found = self.domain.client.attributes(self.id, with_values=True)
-        return tuple(HsdsAttribute(self.domain, self.path, a) for a in sorted(found, key=lambda a: a.name))
+        return attribute_handles(self.domain, self.id, self.path, sorted(found, key=lambda a: a.name))
 
     def facts(self) -> dict[str, str]:
         """Readable facts (a copy: callers may add theirs)."""
@@ -89,25 +103,24 @@ class HsdsGroup(HsdsObject):
     __slots__ = ()
     kind = "group"
 
-    def _fetch_record(self) -> records.Group:
-        return self.domain.client.get_group(self.id)
-
-    def links(self) -> list[Link]:
+    def links(self, prefetch: bool = True) -> list[Link]:
         """The links in name order, as the local engine lists a group h5py wrote (callers do
-        not change the list)."""
-        return self._table()[0]
-
-    def _table(self) -> tuple[list[Link], dict[str, Link]]:
-        return self.cached("links", self._read_links)
+        not change the list). `prefetch`: the hard links' targets not kept are described in
+        the background (a listing is most often followed by a stat of each entry)."""
+        links = self.described("links", self._read_links)[0]
+        if prefetch:
+            base = self.path.rstrip("/")
+            self.domain.prefetch([(ln.address, f"{base}/{ln.name}") for ln in links if ln.address is not None])
+        return links
 
     def _read_links(self) -> tuple[list[Link], dict[str, Link]]:
-        links = sorted((self._link(ln) for ln in self.domain.client.links(self.id)), key=lambda ln: ln.name)
-        return links, {ln.name: ln for ln in links}
+        return link_table(self.domain, self.domain.client.links(self.id))
 
     def link(self, name: str) -> Link | None:
-        """The link `name` (None: none): from a fresh listing, else one request for it."""
-        table = self.domain.meta.peek(self.id, "links", None)
-        if table is not None:
+        """The link `name` (None: none): from the group's description (one request, which the
+        group's stat needs anyway) when it holds every link, else one request for it."""
+        table = self.described("links")
+        if table is not MISSING:
             return table[1].get(name)
         return self.cached(("link", name), lambda: self._fetch_link(name))
 
@@ -120,11 +133,7 @@ class HsdsGroup(HsdsObject):
             raise
 
     def _link(self, ln: records.Link) -> Link:
-        if ln.kind == records.HARD:
-            return Link(ln.title, HARD, address=self.domain.address_of(ln.id))
-        if ln.kind == records.SOFT:
-            return Link(ln.title, SOFT, target=ln.h5path)
-        return Link(ln.title, EXTERNAL, target=ln.h5path, filename=ln.h5domain)
+        return model_link(self.domain, ln)
 
     def _compute_facts(self) -> dict[str, str]:
         return {**super()._compute_facts(), "storage": "hsds"}
@@ -133,9 +142,6 @@ class HsdsGroup(HsdsObject):
 class HsdsDatatype(HsdsObject):
     __slots__ = ()
     kind = "datatype"
-
-    def _fetch_record(self) -> records.Datatype:
-        return self.domain.client.get_datatype(self.id)
 
     @property
     def datatype(self) -> Datatype:
@@ -148,13 +154,14 @@ class HsdsDatatype(HsdsObject):
 class HsdsAttribute:
     """One attribute: `value` is what the local engine's Attribute.value gives for the same
     attribute in a local file (0-d for scalars; text as str ('U'), fixed strings as bytes
-    ('S'), h5py's booleans as bool; an empty (H5S_NULL) one as an empty array), read-only."""
+    ('S'), h5py's booleans as bool; an empty (H5S_NULL) one as an empty array), read-only.
+    A value the description did not carry (`record.deferred`) is read when first asked."""
 
-    __slots__ = ("domain", "owner_path", "record", "name", "_value")
-    value_in_header = False
+    __slots__ = ("domain", "owner_id", "owner_path", "record", "name", "_value")
 
-    def __init__(self, domain: HsdsDomain, owner_path: str, record: records.Attribute):
+    def __init__(self, domain: HsdsDomain, owner_id: str, owner_path: str, record: records.Attribute):
         self.domain = domain
+        self.owner_id = owner_id
         self.owner_path = owner_path
         self.record = record
         self.name = record.name
@@ -163,6 +170,12 @@ class HsdsAttribute:
     @property
     def path(self) -> str:
         return f"{self.owner_path}: attribute {self.name!r}"
+
+    @property
+    def value_in_header(self) -> bool:
+        """Whether the value is at hand: no request (and no walk for a reference's path) makes
+        it, so the FUSE layer formats it on its event loop rather than in a worker thread."""
+        return not self.record.deferred
 
     @property
     def datatype(self) -> Datatype:
@@ -183,10 +196,49 @@ class HsdsAttribute:
 
     def _decode(self) -> np.ndarray:
         rec = self.record
-        stored = rec.value if rec.value is not None else np.zeros(0, rec.dtype)
+        if rec.deferred and rec.shape is not None:
+            stored = self.domain.client.attribute_value(self.owner_id, rec.name, rec.dtype, rec.shape)
+        else:
+            stored = rec.value if rec.value is not None else np.zeros(0, rec.dtype)
         values = npy_values(stored, self.datatype, self.domain.address_of, self.domain.ref_text)
         # values are (count, *dims of an array type): those dims follow the dataspace's
         shape = () if rec.shape is None else rec.shape
         values = values[:0] if rec.shape is None else values.reshape(shape + values.shape[1:])
         values.flags.writeable = False
         return values
+
+
+def model_link(domain: HsdsDomain, ln: records.Link) -> Link:
+    """HSDS's link as the local engine's (a hard link's target by the mount's address)."""
+    if ln.kind == records.HARD:
+        return Link(ln.title, HARD, address=domain.address_of(ln.id))
+    if ln.kind == records.SOFT:
+        return Link(ln.title, SOFT, target=ln.h5path)
+    return Link(ln.title, EXTERNAL, target=ln.h5path, filename=ln.h5domain)
+
+
+def link_table(domain: HsdsDomain, found: Iterable[records.Link]) -> tuple[list[Link], dict[str, Link]]:
+    """(the links in name order, by name): what a group keeps of its links."""
+    links = sorted((model_link(domain, ln) for ln in found), key=lambda ln: ln.name)
+    return links, {ln.name: ln for ln in links}
+
+
+def attribute_handles(domain: HsdsDomain, owner_id: str, owner_path: str,
+                      found: Iterable[records.Attribute]) -> tuple[HsdsAttribute, ...]:
+    return tuple(HsdsAttribute(domain, owner_id, owner_path, a) for a in found)
+
+
+def described(domain: HsdsDomain, obj_id: str, path: str) -> dict[str, Any]:
+    """An object's record, and its attributes and a group's links when the one answer holds
+    them whole (records -> what the objects keep: HsdsAttribute handles, link tables)."""
+    details = None
+    if obj_id.startswith("d-"):     # the allocated size: from the domain's scan, else the dataset's own
+        scan = domain.scan()
+        details = None if scan is None else scan.get(obj_id, {})
+    found = domain.client.describe(obj_id, verbose=obj_id.startswith("d-") and details is None, details=details)
+    out: dict[str, Any] = {"record": found.record}
+    if found.attributes is not None:
+        out["attributes"] = attribute_handles(domain, obj_id, path, found.attributes)
+    if found.links is not None:
+        out["links"] = link_table(domain, found.links)
+    return out

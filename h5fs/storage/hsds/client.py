@@ -26,12 +26,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import values
-from .records import Attribute, Dataset, Datatype, Domain, Group, Link, collection
+from .records import Attribute, Dataset, Datatype, Described, Domain, Group, Link, collection, entries
 from .settings import HsdsSettings, resolve
-from .transport import BINARY, HsdsError, Transport, segment
+from .transport import BINARY, HsdsError, TooLarge, Transport, segment
 from .types import is_variable, item_size, to_json
 
 PAGE = 1000        # links or attributes asked for per request
+DESCRIBE_JSON = 16 << 20     # the largest answer taken for an object with its links and attributes
+PARSERS = {"groups": Group.parse, "datasets": Dataset.parse, "datatypes": Datatype.parse}
 
 
 def selection(sel: Sequence[slice], shape: Sequence[int] | None = None) -> tuple[str, tuple[int, ...]]:
@@ -100,6 +102,15 @@ class HsdsClient:
     def delete_domain(self) -> None:
         self._json("DELETE", "/")
 
+    def scan_info(self) -> dict | None:
+        """What HSDS's last storage scan of the domain found (`GET /?verbose=1`): "datasets" maps
+        each dataset's id to its details (allocated_bytes, num_chunks, lastModified: what
+        `GET /datasets/{id}?verbose=1` merges into one record); None before any scan.
+        TooLarge past DESCRIBE_JSON bytes (a domain of very many datasets)."""
+        doc = self.transport.json_request("GET", "/", {"verbose": 1}, domain=self.domain, limit=DESCRIBE_JSON)
+        info = doc.get("scan_info") if isinstance(doc, dict) else None
+        return info if isinstance(info, dict) else None
+
     def flush(self) -> None:
         """Returns once the service holds every change made so far in its storage (the data
         node writes its dirty objects and chunks, then answers 204)."""
@@ -112,6 +123,62 @@ class HsdsClient:
         if not isinstance(obj_id, str):
             raise HsdsError(f"HSDS GET / h5path={h5path} [{self.domain}]: no object id in the answer")
         return obj_id
+
+    # any object ----------------------------------------------------------------------------------
+    def describe(self, obj_id: str, verbose: bool = False, details: dict | None = None) -> Described:
+        """An object's record with its attributes (and a group's links) in one request, the way
+        h5pyd asks (`include_attrs`, `include_links`); `verbose`: a dataset's allocated size too
+        (HSDS reads its scan's details for each such request: costly), or `details`: the
+        dataset's entry of scan_info()["datasets"], merged as the service merges it for verbose.
+        HSDS answers every link and attribute it holds; an answer that holds fewer than it
+        counts gives None for them (the caller lists them), and so does one over DESCRIBE_JSON
+        bytes (a huge group: then the record alone is asked for). Attribute values come from
+        the JSON where values.json_bytes takes it exactly, else they are `deferred`
+        (attribute_value reads their binary form when asked)."""
+        kind = collection(obj_id)
+        params: dict[str, Any] = {"include_attrs": 1}
+        if kind == "groups":
+            params["include_links"] = 1
+        if verbose and kind == "datasets":
+            params["verbose"] = 1
+        try:
+            doc = self.transport.json_request("GET", f"/{kind}/{obj_id}", params, domain=self.domain,
+                                              limit=DESCRIBE_JSON)
+        except TooLarge:
+            params = {"verbose": 1} if verbose and kind == "datasets" else {}
+            doc = self._json("GET", f"/{kind}/{obj_id}", params)
+        what = f"{kind[:-1]} {obj_id}"
+        if not isinstance(doc, dict):
+            raise HsdsError(f"HSDS GET /{kind}/{obj_id} [{self.domain}]: the answer is not a JSON object")
+        if details and kind == "datasets":     # as dset_sn.GET_Dataset merges them
+            doc.update({new: details[old] for old, new in (("num_chunks", "num_chunks"), ("allocated_bytes",
+                        "allocated_size"), ("lastModified", "lastModified")) if old in details})
+        # the record keeps the answer less what is parsed here (a big group's links once, not twice)
+        record = PARSERS[kind]({k: v for k, v in doc.items() if k not in ("links", "attributes", "hrefs")}, what)
+        links = None
+        if kind == "groups":
+            found = entries(doc, "links", record.link_count, what)
+            links = None if found is None else tuple(Link.parse({**v, "title": k}, f"link of {obj_id}")
+                                                      for k, v in found)
+        found = entries(doc, "attributes", record.attribute_count, what)
+        attrs = None if found is None else tuple(self._stored_attribute(obj_id, {**v, "name": k}) for k, v in found)
+        return Described(record, links, attrs)
+
+    def _stored_attribute(self, obj_id: str, doc: dict) -> Attribute:
+        """An attribute as an object's answer includes it (the value as HSDS stores it: JSON, or
+        base64 where HSDS found no JSON for it)."""
+        what = f"attribute of {obj_id}"
+        name, type_json, dt, shape, created = Attribute.head(doc, what)
+        if shape is None:
+            return Attribute(name, type_json, dt, shape, None, created)
+        raw = doc.get("value")
+        if doc.get("encoding") == "base64" and isinstance(raw, str):
+            return Attribute(name, type_json, dt, shape, self._decode64(raw, dt, shape, f"{what} {name!r}"), created)
+        data = values.json_bytes(raw, dt, shape) if "value" in doc else None
+        if data is None:
+            return Attribute(name, type_json, dt, shape, None, created, deferred=True)
+        value = values.decode(data, dt, math.prod(shape), f"{what} {name!r}").reshape(shape + dt.shape)
+        return Attribute(name, type_json, dt, shape, value, created)
 
     # groups ----------------------------------------------------------------------------------------
     def get_group(self, gid: str) -> Group:

@@ -218,6 +218,7 @@ class Attribute:
     shape: tuple[int, ...] | None    # () scalar, None H5S_NULL (no value at all)
     value: np.ndarray | None         # of `shape`, when asked for; None for H5S_NULL or not asked
     created: float = 0.0
+    deferred: bool = False           # a value HSDS holds that was not taken from this answer
 
     @staticmethod
     def head(doc: Any, what: str) -> tuple[str, Any, np.dtype, tuple[int, ...] | None, float]:
@@ -227,3 +228,23 @@ class Attribute:
         type_json = _get(doc, "type", (dict, str), what)
         shape, _ = shape_of(_get(doc, "shape", dict, what), what)
         return name, type_json, _dtype(type_json, what), shape, _time(doc, "created", what)
+
+
+@dataclass(frozen=True, slots=True)
+class Described:
+    """One answer of `GET /{collection}/{id}?include_attrs=1[&include_links=1]`: the object's
+    record, and its links and attributes when the answer holds every one (None: list them)."""
+    record: Group | Dataset | Datatype
+    links: tuple[Link, ...] | None
+    attributes: tuple[Attribute, ...] | None
+
+
+def entries(doc: Any, key: str, count: int, what: str) -> list[tuple[str, dict]] | None:
+    """(name, JSON) of each entry of the `key` map an object's answer includes, in name order;
+    None when the map is absent or holds fewer than the `count` the answer reports."""
+    found = doc.get(key) if isinstance(doc, dict) else None
+    if not isinstance(found, dict) or len(found) != count:
+        return None
+    if not all(isinstance(v, dict) for v in found.values()):
+        raise HsdsError(f"HSDS {what}: {key} {str(found)[:200]}")
+    return sorted(found.items())

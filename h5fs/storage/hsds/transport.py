@@ -57,6 +57,10 @@ class HsdsError(H5fsError):
         self.transient = transient
 
 
+class TooLarge(HsdsError):
+    """A JSON answer longer than the caller's `limit` (an answer it can do without: no error)."""
+
+
 @dataclass
 class Answer:
     status: int
@@ -122,7 +126,8 @@ class Transport:
                 binary: bool = False, expect: int | None = None, limit: int | None = None) -> Answer:
         """One request, retried as the module says. `json_body` goes as JSON, `body` as
         application/octet-stream. `binary` asks for application/octet-stream: then `expect` is
-        the exact byte count wanted (or None and `limit` a bound, for variable-length values).
+        the exact byte count wanted (or None and `limit` a bound, for variable-length values);
+        not `binary`, `limit` bounds a JSON answer (TooLarge past it).
         The answer of a status >= 400 raises HsdsError; so does a body over its bound."""
         params = dict(params or {})
         if domain is not None:
@@ -187,9 +192,11 @@ class Transport:
         raise AssertionError("unreachable")
 
     def json_request(self, method: str, path: str, params: dict[str, Any] | None = None, *,
-                     domain: str | None = None, json_body: Any = None, body: bytes | None = None) -> Any:
-        """The parsed JSON answer of one request (None for an empty one)."""
-        answer = self.request(method, path, params, domain=domain, json_body=json_body, body=body)
+                     domain: str | None = None, json_body: Any = None, body: bytes | None = None,
+                     limit: int | None = None) -> Any:
+        """The parsed JSON answer of one request (None for an empty one); TooLarge past `limit`
+        bytes (when under max_json)."""
+        answer = self.request(method, path, params, domain=domain, json_body=json_body, body=body, limit=limit)
         return self.parse(answer, f"{method} {path}" + (f" [{domain}]" if domain else ""))
 
     def parse(self, answer: Answer, where: str) -> Any:
@@ -216,6 +223,15 @@ class Transport:
         bound = (exact if exact is not None else limit or self.settings.max_value) if data_answer \
             else self.settings.max_json
         length = _content_length(resp)
+        if not binary and limit is not None and limit < bound:
+            # the caller's own bound: past it the answer is not wanted (TooLarge), not an error
+            if length is not None and length > limit:
+                raise TooLarge(f"HSDS {where}: the answer has {length} bytes, over {limit}", errno.EFBIG)
+            data = self._read(resp, limit, where, strict=False)
+            if len(data) > limit:
+                raise TooLarge(f"HSDS {where}: the answer runs past {limit} bytes", errno.EFBIG)
+            self._count(bytes_in=len(data))
+            return Answer(resp.status, ctype, data)
         if length is not None and (length > bound or (exact is not None and length != exact)):
             wanted = f"exactly {exact}" if exact is not None else f"at most {bound}"
             raise self._fail(f"HSDS {where}: the answer has {length} bytes, {wanted} expected")
@@ -225,8 +241,9 @@ class Transport:
         self._count(bytes_in=len(data))
         return Answer(resp.status, ctype, data)
 
-    def _read(self, resp, bound: int, where: str) -> bytearray:
-        """At most `bound` bytes of the body, in pieces; more is an error (the rest unread)."""
+    def _read(self, resp, bound: int, where: str, strict: bool = True) -> bytearray:
+        """At most `bound` bytes of the body, in pieces; more is an error (the rest unread), or
+        with `strict` False, bound + 1 bytes returned."""
         out = bytearray()
         while True:
             piece = resp.read(min(PIECE, bound + 1 - len(out)))
@@ -234,6 +251,8 @@ class Transport:
                 return out
             out += piece
             if len(out) > bound:
+                if not strict:
+                    return out
                 raise self._fail(f"HSDS {where}: the answer runs past {bound} bytes")
 
 

@@ -13,6 +13,7 @@ the server sent.
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any
 
@@ -162,3 +163,64 @@ def to_json(arr: Any, dt: np.dtype) -> Any:
             raise TypeNotMapped(f"opaque {t} in a JSON value")
         return np.asarray(value, dtype=t).tolist()
     return nested(np.asarray(arr, dtype=dt), dt)
+
+
+def json_bytes(value: Any, dt: np.dtype, shape: tuple[int, ...]) -> bytes | None:
+    """The binary form HSDS gives for an attribute value it holds as JSON (`value`, of type `dt`
+    and dataspace `shape`), made here as the service makes it (h5json's jsonToArray, then
+    arrayToBytes), or None where that is not exact and simple: then the caller asks for the
+    binary form. Taken: integers (enums and h5py's booleans too: JSON numbers, true and false)
+    and floats (JSON numbers, NaN and Infinity as Python's json writes them) that fit the type; fixed-length
+    strings whose UTF-8 text fits the length; variable-length strings."""
+    if dt.names or dt.shape or (dt.metadata or {}).get("ref") is not None:
+        return None
+    leaves = _leaves(value, shape)
+    if leaves is None:
+        return None
+    kind = dt.kind
+    try:
+        if kind in "iu":
+            info = np.iinfo(dt)
+            # h5pyd writes h5py's booleans (an int8 enum) as JSON true and false
+            if not all(type(v) is bool or type(v) is int and info.min <= v <= info.max for v in leaves):
+                return None
+            return np.array(leaves, dtype=dt).tobytes()
+        if kind == "f":
+            if not all(type(v) in (int, float) for v in leaves):
+                return None
+            with np.errstate(over="raise"):
+                out = np.array(leaves, dtype=dt)
+            # a finite number too large for the type: the service would store inf, take no part
+            if not all(np.isfinite(o) or not math.isfinite(v) for o, v in zip(out.tolist(), leaves)):
+                return None
+            return out.tobytes()
+        if kind == "S":
+            texts = [v.encode("utf-8") if type(v) is str else None for v in leaves]
+            if not all(t is not None and len(t) <= dt.itemsize for t in texts):
+                return None
+            return b"".join(t.ljust(dt.itemsize, b"\0") for t in texts)
+        if kind == "O" and _leaf_kind(dt) in (str, bytes):
+            if not all(type(v) is str for v in leaves):
+                return None
+            out = bytearray()
+            for v in leaves:
+                raw = v.encode("utf-8")
+                out += COUNT.pack(len(raw))
+                out += raw
+            return bytes(out)
+    except (OverflowError, FloatingPointError, UnicodeEncodeError, ValueError, TypeError):
+        return None     # lone surrogates in text, numbers NumPy will not take
+    return None
+
+
+def _leaves(value: Any, shape: tuple[int, ...]) -> list | None:
+    """The elements of a JSON value nested as `shape` says (a bare element for a scalar), in
+    row-major order; None if the nesting is not exactly that."""
+    if not shape:
+        return None if isinstance(value, (list, dict)) else [value]
+    level = [value]
+    for n in shape:
+        if not all(isinstance(v, list) and len(v) == n for v in level):
+            return None
+        level = [item for v in level for item in v]
+    return None if any(isinstance(v, (list, dict)) for v in level) else level
