@@ -39,7 +39,12 @@ def decode_elements(file: H5File, dt, raw: bytes, count: int, what: str) -> np.n
 def dataset_views(ds: Dataset) -> tuple[bytes, np.dtype, bytes]:
     """(raw view bytes, .npy dtype, .npy body bytes) for a dataset holding vlen data or references."""
     stored = ds.source.read(0, ds.source.size)
-    arr = decode_elements(ds.file, ds.datatype, stored, ds.dataspace.count, ds.path)
+    return views_of(decode_elements(ds.file, ds.datatype, stored, ds.dataspace.count, ds.path))
+
+
+def views_of(arr: np.ndarray) -> tuple[bytes, np.dtype, bytes]:
+    """(raw view bytes, .npy dtype, .npy body bytes) of decoded vlen or reference values (any
+    engine's: model/hsds decodes the service's the same way)."""
     body = arr.tobytes()
     # an array datatype decodes to (count, *dims): one element is a subarray of them
     dtype = np.dtype((arr.dtype, arr.shape[1:])) if arr.ndim > 1 else arr.dtype

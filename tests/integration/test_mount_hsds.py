@@ -26,6 +26,7 @@ from conftest import H5FS, force_unmount, is_mounted, run_h5fs, wait_until
 from h5fs import mount_helper
 from h5fs.fuse.mounts import find_mount
 from hsds_server import PASSWORD, USER, HSDSServer, hsds  # noqa: F401 - the session fixture
+from servers import environ
 from units import unit_command
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="FUSE mounts need root here")
@@ -183,16 +184,8 @@ def test_a_service_that_stops_answers_eio_and_the_mount_survives(tmp_path, mount
         with h5pyd.File(domain, "w", **server.h5pyd_kwargs()) as f:
             f["x"] = np.arange(100_000, dtype="<f8")
             f.create_group("g")
-        saved = {k: os.environ.get(k) for k in ("HS_USERNAME", "HS_PASSWORD", "HS_ENDPOINT")}
-        os.environ.update(server.env())
-        try:
+        with environ(server.env()):   # the mount finds this service and its user
             mp = mount(url(domain), "timeout=2", "retries=0", "refresh=0")
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         assert sorted(os.listdir(mp)) == ["g", "x", "x.npy"]
         server.stop()
         began = time.monotonic()

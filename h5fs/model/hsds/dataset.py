@@ -22,6 +22,7 @@ from ...format.messages import dataspace as DS
 from ...format.messages.datatype import Datatype
 from ...storage.hsds.client import whole
 from ..dtypes import describe, is_converted, needs_conversion, npy_dtype, numpy_dtype, split_subarray
+from ..varlen_views import views_of
 from .datatypes import VLEN_SIZE, fill_text, filter_text, layout_text, record_of
 from .elements import npy_values
 from .objects import HsdsObject
@@ -142,13 +143,7 @@ class HsdsDataset(HsdsObject):
             values = np.zeros(0, rec.dtype)
         else:
             values = self.domain.client.read(self.id, rec.dtype, whole(rec.shape) if rec.shape else None)
-        arr = npy_values(values, self.datatype, self.domain.address_of, self.domain.ref_text)
-        body = arr.tobytes()
-        dtype = np.dtype((arr.dtype, arr.shape[1:])) if arr.ndim > 1 else arr.dtype
-        if arr.dtype.kind == "U":
-            text = "".join(f"{s}\n" for s in arr.ravel().tolist()).encode("utf-8", "surrogateescape")
-            return text, dtype, body
-        return body, dtype, body
+        return views_of(npy_values(values, self.datatype, self.domain.address_of, self.domain.ref_text))
 
     def _read(self, offset: int, size: int) -> bytes:
         if self.count == 0:     # an H5S_NULL dataspace has shape () and no element
