@@ -331,6 +331,17 @@ class HsdsClient:
         self.transport.request("PUT", f"/datasets/{did}/value", params, domain=self.domain,
                                body=values.encode(arr, dt))
 
+    def write_bytes(self, did: str, sel: Sequence[slice] | None, itemsize: int, data: bytes | memoryview) -> None:
+        """The row-major bytes of a fixed-size type's elements into `sel` (None: a scalar
+        dataset's one), exactly count x itemsize of them: no conversion on the way (the
+        mount's writes are bytes of the raw view)."""
+        params, shape = self._select(sel)
+        if len(data) != math.prod(shape) * itemsize:
+            raise HsdsError(f"HSDS dataset {did}: {len(data)} bytes for a selection of {shape} "
+                            f"{itemsize}-byte elements", errno.EINVAL)
+        if len(data):
+            self.transport.request("PUT", f"/datasets/{did}/value", params, domain=self.domain, body=bytes(data))
+
     @staticmethod
     def _select(sel: Sequence[slice] | None) -> tuple[dict[str, str], tuple[int, ...]]:
         if sel is None:
