@@ -171,9 +171,17 @@ def _run_daemon(cfg: MountConfig, logs: Logs, on_ready, on_fail) -> int:
         from .model.writeback import Writeback
         opts = cfg.options
         h5.chunk_cache.budget = opts.cache_mb << 20
-        writeback = None if opts.readonly else Writeback(h5, opts.writeback_mb << 20)
+        writeback, editor = None, None
+        if not opts.readonly and cfg.domain:
+            # HSDS's write side, lazily (see PROG)
+            from .model.hsds.edits import HsdsEditor
+            from .model.hsds.writeback import HsdsWriteback
+            writeback = HsdsWriteback(h5, opts.writeback_mb << 20)
+            editor = lambda wb, in_use: HsdsEditor(h5, wb, in_use)   # noqa: E731 - made by the mount
+        elif not opts.readonly:
+            writeback = Writeback(h5, opts.writeback_mb << 20)
         return serve(h5, cfg.source, cfg.mountpoint, opts, writeback=writeback, logs=logs,
-                     foreground=cfg.foreground, on_ready=on_ready, on_fail=on_fail)
+                     foreground=cfg.foreground, on_ready=on_ready, on_fail=on_fail, editor=editor)
     except Exception as exc:
         logging.getLogger("h5fs").exception("daemon failed")
         on_fail(f"daemon failed: {exc}")
@@ -478,7 +486,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="Mount FILE on MOUNTPOINT; returns when the mount is ready. FILE is a path, "
                                    "or the URL of an object to mount read-only: s3://BUCKET/KEY, "
                                    "https://HOST/PATH, http://HOST/PATH, or an HSDS domain: "
-                                   "hsds://[HOST:PORT]/DOMAIN (read-only in this version).",
+                                   "hsds://[HOST:PORT]/DOMAIN.",
                        epilog=mount_options.help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument("-o", dest="options", action="append", metavar="OPTIONS",

@@ -240,16 +240,13 @@ def _remote_value(key: str, val: str):
 
 def for_source(opts: MountOptions, source: str, url: bool) -> None:
     """Refuse what does not fit the source: a URL's options on a local file, S3's options on an
-    http(s):// URL, an HSDS domain's on anything else, a read-write mount of a URL or (for now) of
-    an HSDS domain (OptionError: exit 2)."""
+    http(s):// URL, an HSDS domain's on anything else, a read-write mount of a URL (OptionError:
+    exit 2)."""
     hsds = source.lower().startswith("hsds://")
-    if hsds:
+    if hsds:   # read-write unless -o ro, as a file you may write (the service says who may)
         other = [o for o in REMOTE if o in opts.given and o not in HSDS_TOO]
         if other:
             raise OptionError(f"-o {','.join(other)}: options of an s3:// or http(s):// URL, not of {source}")
-        if "rw" in opts.given and not opts.readonly:
-            raise OptionError(f"-o rw: {source}: HSDS domains are mounted read-only by this version of h5fs")
-        opts.readonly = True
         return
     hsds_given = [o for o in HSDS if o in opts.given]
     if hsds_given:

@@ -33,6 +33,7 @@ from ..mount_options import MountOptions
 from ..progress import Line, flush_text, watch
 from ..storage.byte_source import mark_event_loop_thread
 from ..status import duration
+from .mount_state import EditorFactory
 from .operations import Operations
 
 log = logging.getLogger("h5fs.fuse")
@@ -87,7 +88,8 @@ def _import_lazy_modules() -> None:
 
 
 def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeback: Writeback | None,
-          logs: Logs, foreground: bool, on_ready: Callable[[], None], on_fail: Callable[[str], None]) -> int:
+          logs: Logs, foreground: bool, on_ready: Callable[[], None], on_fail: Callable[[str], None],
+          editor: EditorFactory | None = None) -> int:
     """Mount and serve until unmounted or signalled; return the exit status. A writable mount
     returns only when every write is in the file, durably."""
     mode = "ro" if writeback is None else "rw"
@@ -95,7 +97,7 @@ def serve(h5file, source: str, mountpoint: str, options: MountOptions, *, writeb
                      info={"pid": os.getpid(), "file": source, "log": logs.destination},
                      compression=options.compression, chunk_bytes=options.chunk_kb << 10,
                      owner=(options.uid, options.gid), umask=options.umask, flush_delay=options.flush_delay,
-                     logs=logs)
+                     logs=logs, editor=editor)
     ops.enable_writeback_cache = options.writeback_cache
     fuse_options = options.fuse_options(source)
     utab.prune()

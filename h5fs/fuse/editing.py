@@ -39,7 +39,10 @@ async def run(mount: MountState, fn, *args, **kwargs):
 
 
 async def quick(mount: MountState, fn, *args, **kwargs):
-    """A small edit: on the trio thread while no commit is under way, else in a worker."""
+    """A small edit: on the trio thread while no commit is under way, else in a worker (an
+    engine whose edits are requests to a service: always)."""
+    if mount.networked:
+        return await run(mount, fn, *args, **kwargs)
     try:
         return await offload.run_unless_busy(mount.writes.wb.commit_lock, functools.partial(fn, *args, **kwargs))
     finally:

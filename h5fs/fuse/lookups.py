@@ -61,7 +61,7 @@ async def _beyond_header(mount: MountState, group, path: str, name: bytes) -> En
     once the index is cached that is less work than a thread hop (a `mkdir` is looked up
     first), and a chunk index is counted in the background (`wait_for_blocks`). Otherwise in a
     worker, which counts a small chunk index on the same trip."""
-    if mount.writes is not None:
+    if mount.writes is not None and not mount.networked:
         lock = mount.writes.wb.commit_lock
         if lock.acquire(blocking=False):
             try:
@@ -137,7 +137,7 @@ async def statfs(mount: MountState) -> pyfuse3.StatvfsData:
     used = (mount.file_size + 4095) // 4096
     s.f_blocks, s.f_bfree, s.f_bavail = used, 0, 0
     s.f_files, s.f_ffree, s.f_favail = len(mount.table), 0, 0
-    if mount.writes is not None:
+    if mount.writes is not None and not mount.networked:   # (a service tells no free space)
         host = await offload.run_sync(os.statvfs, os.path.dirname(os.path.abspath(mount.source)))
         s.f_bfree = host.f_bfree * host.f_frsize // 4096
         s.f_bavail = host.f_bavail * host.f_frsize // 4096

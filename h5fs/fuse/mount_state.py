@@ -43,6 +43,8 @@ from .prefetch import Prefetcher
 
 log = logging.getLogger("h5fs.fuse")
 
+# an engine's own tree editor, made with the mount's writeback and its `in_use` (model/hsds)
+EditorFactory = Callable[[Writeback, Callable[[int], bool]], object]
 ATTRIBUTE_TABLES = 256  # objects whose attributes-by-name are kept (listxattr, then getxattr of each)
 FACT_TABLES = 256
 XATTR_VALUES = 1024     # formatted values kept (getfattr asks each value twice: size, then bytes)
@@ -57,10 +59,13 @@ class Writable:
     datasets are stored, and what the write side (fuse/writes.py) tracks of the kernel."""
 
     def __init__(self, h5file, writeback: Writeback, in_use: Callable[[int], bool], filters: str,
-                 chunk_bytes: int, flush_delay: float):
+                 chunk_bytes: int, flush_delay: float, editor: EditorFactory | None = None):
         self.wb = writeback
-        hold_freed_space(writeback.f)   # freed space waits for the walk to find the file sound
-        self.editor = TreeEditor(h5file, writeback, in_use=in_use)
+        if editor is None:   # a file's: the engine's tree editor
+            hold_freed_space(writeback.f)   # freed space waits for the walk to find the file sound
+            self.editor = TreeEditor(h5file, writeback, in_use=in_use)
+        else:   # another engine's (an HSDS domain's: model/hsds)
+            self.editor = editor(writeback, in_use)
         self.filters = filters
         self.chunk_bytes = chunk_bytes   # of new datasets (-o chunk_kb)
         self.flush_delay = flush_delay
@@ -96,13 +101,16 @@ class MountState:
     def __init__(self, h5file, source: str, *, writeback: Writeback | None = None, info: dict | None = None,
                  mountpoint: str = "/", compression: str | None = None, chunk_bytes: int = NPY_CHUNK_BYTES,
                  owner: tuple[int | None, int | None] = (None, None), umask: int | None = None,
-                 flush_delay: float = FLUSH_DELAY, logs: Logs | None = None):
+                 flush_delay: float = FLUSH_DELAY, logs: Logs | None = None, editor: EditorFactory | None = None):
         self.f = h5file
         self.source = source
         self.handles = Handles()
+        # an engine whose answers may all need a network (HSDS): nothing of it runs on the trio
+        # thread, not even an edit or a read that a file would answer from its cached headers
+        self.networked = h5file.refresh is not None
         self.writes = None if writeback is None else Writable(
             h5file, writeback, lambda address: self.handles.holds(address), compression or DEFAULT_FILTERS,
-            chunk_bytes, flush_delay)
+            chunk_bytes, flush_delay, editor)
         self.mountpoint = mountpoint
         self.info = {k: str(v) for k, v in (info or {}).items()}  # extra root facts: pid, file, log
         uid, gid, self.file_size, self.mtime_ns, self.ctime_ns = _source_stat(h5file)
@@ -238,7 +246,7 @@ class MountState:
         """`fn(*args)`, a read that is little work once the metadata it reads is cached (an
         object's stat numbers after an edit): on a writable mount on the trio thread while no
         commit is under way (nothing it reads is half-written then), else `consistently`."""
-        if self.writes is None:
+        if self.writes is None or self.networked:
             return await self.consistently(fn, *args)
         return await offload.run_unless_busy(self.writes.wb.commit_lock, fn, *args, otherwise=self.consistently)
 

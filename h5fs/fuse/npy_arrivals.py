@@ -235,6 +235,8 @@ async def _landed(mount: MountState, stream: NpyStream) -> None:
     might not hold what waits to be written, the close flushes first: a disk that fills up
     then fails the copy (ENOSPC at close, the dataset removed), where a later flush would
     fail with the array made and holding fill values."""
+    if mount.networked:   # a service's space is its own to tell: its refusal fails the flush
+        return
     # one system call on the file's own file system, which the trio thread reads anyway
     host = os.statvfs(os.path.dirname(os.path.abspath(mount.source)))
     if host.f_bavail * host.f_frsize >= 2 * mount.writes.wb.waiting()[0] + ROOM:

@@ -74,7 +74,7 @@ async def _open_points(mount: MountState, node: Node, writing: int) -> pyfuse3.F
         mount.writable()   # a read-only mount refuses
         return pyfuse3.FileInfo(fh=mount.handles.open_file(stream), direct_io=True)
     if mount.writes is not None and mount.writes.wb.holds(node.address):
-        await writes.flush(mount)
+        await writes.flush(mount, durable=False)
     obj = mount.object(node)
     view = await offload.run_sync(obj.points_view)
     handle = OpenFile(node.ino, POINTS, obj, view.header, view.body_size)

@@ -34,18 +34,18 @@ from ..model.dataset_create import NPY_CHUNK_BYTES
 from ..model.writeback import Writeback
 from . import editing, listings, lookups, namespace_edits, npy_arrivals, open_files, writes, xattr_edits, xattrs
 from .handles import Handles
-from .mount_state import FLUSH_DELAY, MountState
+from .mount_state import FLUSH_DELAY, EditorFactory, MountState
 
 
 class Operations(pyfuse3.Operations):
     def __init__(self, h5file, source: str, *, writeback: Writeback | None = None, info: dict | None = None,
                  mountpoint: str = "/", compression: str | None = None, chunk_bytes: int = NPY_CHUNK_BYTES,
                  owner: tuple[int | None, int | None] = (None, None), umask: int | None = None,
-                 flush_delay: float = FLUSH_DELAY, logs: Logs | None = None):
+                 flush_delay: float = FLUSH_DELAY, logs: Logs | None = None, editor: EditorFactory | None = None):
         super().__init__()
         self.state = MountState(h5file, source, writeback=writeback, info=info, mountpoint=mountpoint,
                                 compression=compression, chunk_bytes=chunk_bytes, owner=owner, umask=umask,
-                                flush_delay=flush_delay, logs=logs)
+                                flush_delay=flush_delay, logs=logs, editor=editor)
 
     def start(self, nursery) -> None:
         """Background work (prefetch, st_blocks counts, the flusher) runs in the daemon's nursery."""

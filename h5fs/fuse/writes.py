@@ -16,6 +16,7 @@ full, `flush_delay` seconds (-o flush_delay) after the last write or edit and at
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import time
 from dataclasses import replace
@@ -44,7 +45,8 @@ WALK_PAUSE_MAX = 60.0
 
 def start(mount: MountState, nursery) -> None:
     nursery.start_soon(_flusher, mount)
-    nursery.start_soon(_find_free_space, mount)
+    if not mount.networked:   # a service frees its own space
+        nursery.start_soon(_find_free_space, mount)
 
 
 async def _find_free_space(mount: MountState) -> None:
@@ -73,24 +75,27 @@ async def _flusher(mount: MountState) -> None:
         pending = w.wb.pending or w.touched
         if pending and time.monotonic() - w.last_write >= w.flush_delay:
             try:
-                await flush(mount)
+                await flush(mount, durable=not mount.networked)
             except (OSError, H5fsError) as exc:   # kept dirty: fsync and unmount try again
                 w.last_write = time.monotonic()
                 log.error("writing changes into the file failed, retrying later: %s", exc)
 
 
-async def flush(mount: MountState) -> None:
+async def flush(mount: MountState, durable: bool = True) -> None:
     """Everything in the file; then the stat numbers of what changed since the last flush
-    (background flushes included) are refreshed."""
+    (background flushes included) are refreshed. A service's engine sends the data, and waits
+    for the service to store it durably only when `durable` (fsync, unmount; about 2 s for HSDS):
+    a file's flush is durable either way."""
     w = mount.writes
+    commit = w.wb.flush if durable or not mount.networked else functools.partial(w.wb.flush, durable=False)
     if not w.wb.dirty and not w.touched:
-        if w.wb.pending:   # namespace edits: durable, their record retired
-            await offload.run_sync(w.wb.flush)
+        if w.wb.pending and durable:   # namespace edits: durable, their record retired
+            await offload.run_sync(commit)
         return
     touched, w.touched = w.touched, set()
     try:
         await offload.run_sync(w.editor.stamp)   # its record retired by the flush's fsync
-        await offload.run_sync(w.wb.flush)
+        await offload.run_sync(commit)
     finally:
         for address in touched:
             try:

@@ -43,7 +43,7 @@ async def attributes(mount: MountState, node: Node) -> dict:
 async def _facts(mount: MountState, node: Node) -> dict[str, str]:
     key = (node.address, node.kind == NPY)
     if mount.writes is not None and node.address is not None and mount.writes.pending(node.address):
-        await writes.flush(mount)   # storage sizes and a sparse dataset's count are the file's
+        await writes.flush(mount, durable=False)   # storage sizes and a sparse dataset's count are the file's
     facts = mount.fact_tables.get(key)
     if facts is None:
         obj = mount.object(node)

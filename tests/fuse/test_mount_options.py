@@ -66,7 +66,6 @@ def test_remote_options_make_the_remote_options():
     ("/data/f.h5", "refresh=2", "-o refresh: options of an HSDS domain (hsds://)"),
     ("s3://b/k.h5", "username=me,password_file=p", "-o username,password_file: options of an HSDS domain"),
     ("hsds:///home/me/f.h5", "block_kb=64,region=r", "-o region,block_kb: options of an s3:// or http(s):// URL"),
-    ("hsds:///home/me/f.h5", "rw", "-o rw: hsds:///home/me/f.h5: HSDS domains are mounted read-only"),
 ])
 def test_options_that_do_not_fit_the_source(source, text, message):
     o = parse([text])
@@ -83,13 +82,16 @@ def test_a_url_is_mounted_read_only():
     assert not o.readonly   # a local file: as before
 
 
-def test_hsds_options_land_and_the_domain_is_mounted_read_only():
+def test_hsds_options_land_and_the_domain_is_mounted_as_asked():
     o = parse(["endpoint=http://127.0.0.1:5101,username=me,password_file=pw,refresh=0.5,timeout=4,retries=1",
                "requests=8,cache_mb=32"])
     mount_options.for_source(o, "hsds:///home/me/f.h5", True)
     assert (o.remote.endpoint, o.username, o.refresh) == ("http://127.0.0.1:5101", "me", 0.5)
     assert o.password_file == str(Path("pw").resolve())   # the daemon runs in /
     assert (o.remote.timeout, o.remote.retries, o.remote.requests, o.cache_mb) == (4, 1, 8, 32)
+    assert not o.readonly   # read-write, as a file you may write: the service says who may edit
+    o = parse(["ro"])
+    mount_options.for_source(o, "hsds:///home/me/f.h5", True)
     assert o.readonly and "ro" in o.fuse_options("hsds:///home/me/f.h5")
     assert parse([]).refresh == mount_options.DEFAULT_REFRESH
     with pytest.raises(OptionError, match="at least 0"):
