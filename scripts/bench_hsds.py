@@ -14,10 +14,14 @@ Cases, the medians of --runs, each on a fresh mount (the page cache dropped):
   dataset's chunk rows read with HsdsClient.read_bytes, 8 at a time.
 - walk: mount, `find -ls` and `getfattr -R -d`, unmount; h5pyd's visititems reading every
   attribute and shape.
-- write and create (a written 256 MiB dataset, 1,000 groups with an attribute each): not measured,
-  this version mounts HSDS domains read-only.
-Targets (issue 27): reads at least as fast as h5pyd; the walk within 1.5x h5pyd's time, unmount
-included. Prints each measurement, then a markdown table with the daemon's peak RSS.
+- write: `cp` of a --size-mib MiB `.npy` of float32 (rows of 4,096) into a fresh domain through
+  a read-write mount, then its fsync (the service holds it); h5pyd `create_dataset(data=arr)`
+  (chunks as the mount's) and the file's close.
+- create: 1,000 `mkdir` + `setxattr` in a fresh domain, then the unmount; h5pyd making 1,000
+  groups with an attribute each and closing the file.
+Targets (issue 27): reads and writes at least as fast as h5pyd; the walk and the creations within
+1.5x h5pyd's time, unmount included. Prints each measurement, then a markdown table with the
+daemon's peak RSS.
 """
 
 from __future__ import annotations
@@ -46,11 +50,18 @@ COLS = 4096
 CHUNK_ROWS = 128
 H5PYD = r"""
 import json, sys, time
-import h5pyd
+import h5pyd, numpy as np
 domain, mode = sys.argv[1], sys.argv[2]
+if mode.startswith("write:"):
+    arr = np.load(mode[6:])
 t = time.perf_counter()
-with h5pyd.File(domain, "r") as f:
-    if mode == "walk":
+with h5pyd.File(domain, "w" if mode.startswith(("write", "create")) else "r") as f:
+    if mode.startswith("write:"):
+        f.create_dataset("data", data=arr, chunks=(%d, arr.shape[1]))
+    elif mode == "create":
+        for i in range(1000):
+            f.create_group(f"g{i:04d}").attrs["note"] = "made by the benchmark"
+    elif mode == "walk":
         dict(f.attrs)
         def visit(name, obj):
             dict(obj.attrs)
@@ -60,7 +71,7 @@ with h5pyd.File(domain, "r") as f:
     else:
         f["data"][...]
 print(json.dumps({"seconds": time.perf_counter() - t}))
-"""
+""" % CHUNK_ROWS
 
 
 def build(server: HSDSServer, mib: int, objects: int) -> tuple[str, str]:
@@ -144,6 +155,48 @@ def h5fs_read(domain: str, mnt: Path, server: HSDSServer) -> tuple[float, float]
         umount(mnt)
 
 
+def h5fs_write(server: HSDSServer, npy: Path, mnt: Path, run: int) -> float:
+    """`cp` of the .npy into a fresh domain's read-write mount, and its fsync."""
+    domain = server.domain(f"written-{run}-{time.time_ns()}.h5")
+    fresh_domain(server, domain)
+    subprocess.run(["h5fs", "mount", "-o", f"rw,endpoint={server.endpoint}", f"hsds://{domain}", str(mnt)],
+                   check=True)
+    try:
+        t = time.perf_counter()
+        subprocess.run(["cp", str(npy), str(mnt / "data.npy")], check=True)
+        fd = os.open(mnt / "data", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return time.perf_counter() - t
+    finally:
+        umount(mnt)
+
+
+def h5fs_create(server: HSDSServer, mnt: Path, run: int) -> float:
+    """1,000 mkdir + setxattr in a fresh domain's read-write mount, the unmount included."""
+    domain = server.domain(f"created-{run}-{time.time_ns()}.h5")
+    fresh_domain(server, domain)
+    subprocess.run(["h5fs", "mount", "-o", f"rw,endpoint={server.endpoint}", f"hsds://{domain}", str(mnt)],
+                   check=True)
+    t = time.perf_counter()
+    try:
+        for i in range(1000):
+            path = mnt / f"g{i:04d}"
+            os.mkdir(path)
+            os.setxattr(path, "user.note", b"made by the benchmark")
+    finally:
+        umount(mnt)
+    return time.perf_counter() - t
+
+
+def fresh_domain(server: HSDSServer, domain: str) -> None:
+    import h5pyd   # the benchmark's baseline library: imported once the service is up
+    with h5pyd.File(domain, "w", **server.h5pyd_kwargs()):
+        pass
+
+
 def h5fs_walk(domain: str, mnt: Path, server: HSDSServer) -> float:
     """Mount, `find -ls` and `getfattr -R -d`, unmount."""
     t = time.perf_counter()
@@ -175,8 +228,20 @@ def main() -> int:
         print(f"domains ready in {time.perf_counter() - t:.1f} s", flush=True)
         reads = {"h5fs": [], "h5pyd": [], "floor": []}
         walks = {"h5fs": [], "h5pyd": []}
+        writes = {"h5fs": [], "h5pyd": []}
+        creates = {"h5fs": [], "h5pyd": []}
         rss: list[float] = []
+        npy = storage / f"data-{args.size_mib}m.npy"
+        if not npy.exists():
+            rows = args.size_mib * MIB // 4 // COLS
+            np.save(npy, np.random.default_rng(0).random((rows, COLS), dtype="<f4"))
         for run in range(args.runs):
+            writes["h5fs"].append(h5fs_write(server, npy, mnt, run))
+            writes["h5pyd"].append(h5pyd_run(server.domain(f"h5pyd-written-{run}-{time.time_ns()}.h5"), f"write:{npy}"))
+            creates["h5fs"].append(h5fs_create(server, mnt, run))
+            creates["h5pyd"].append(h5pyd_run(server.domain(f"h5pyd-created-{run}-{time.time_ns()}.h5"), "create"))
+            print(f"run {run + 1}: write h5fs {writes['h5fs'][-1]:.2f} s, h5pyd {writes['h5pyd'][-1]:.2f} s; create "
+                  f"h5fs {creates['h5fs'][-1]:.2f} s, h5pyd {creates['h5pyd'][-1]:.2f} s", flush=True)
             seconds, peak = h5fs_read(data, mnt, server)
             reads["h5fs"].append(seconds)
             rss.append(peak)
@@ -202,7 +267,11 @@ def main() -> int:
         print(f"| walk {args.objects} objects (mount to unmount) | {wmed['h5fs']:.2f} s | {wmed['h5pyd']:.2f} s | - | "
               f"{wmed['h5fs'] / wmed['h5pyd']:.2f}x the time | <= 1.5x | "
               f"{'yes' if wmed['h5fs'] <= 1.5 * wmed['h5pyd'] else 'NO'} | - |")
-        print("| write, create | not measured: HSDS domains are mounted read-only by this version | | | | | | |")
+        for label, results, factor in ((f"write {mib} MiB (cp + fsync)", writes, 1.0),
+                                       ("create 1,000 groups with an attribute (unmount included)", creates, 1.5)):
+            m = {k: statistics.median(v) for k, v in results.items()}
+            print(f"| {label} | {m['h5fs']:.2f} s | {m['h5pyd']:.2f} s | - | {m['h5fs'] / m['h5pyd']:.2f}x the time | "
+                  f"<= {factor:g}x | {'yes' if m['h5fs'] <= factor * m['h5pyd'] else 'NO'} | - |")
     finally:
         server.stop()
         os.rmdir(mnt)
