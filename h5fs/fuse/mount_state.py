@@ -105,9 +105,12 @@ class MountState:
         self.f = h5file
         self.source = source
         self.handles = Handles()
+        # what the engine answered is kept as long as it may be trusted: a file's until an edit
+        # here changes it, a service's `refresh` seconds (other writers change it unseen)
+        self.refresh: float | None = h5file.refresh
         # an engine whose answers may all need a network (HSDS): nothing of it runs on the trio
         # thread, not even an edit or a read that a file would answer from its cached headers
-        self.networked = h5file.refresh is not None
+        self.networked = self.refresh is not None
         self.writes = None if writeback is None else Writable(
             h5file, writeback, lambda address: self.handles.holds(address), compression or DEFAULT_FILTERS,
             chunk_bytes, flush_delay, editor)
@@ -127,9 +130,6 @@ class MountState:
         # a `.points.npy` view's size: every stored chunk's selection decoded, in a worker
         self.point_sizes = BlockCounts(self._points_size, self._points_known)
         self.requests = 0  # counted by errors.boundary
-        # what the engine answered is kept as long as it may be trusted: a file's until an edit
-        # here changes it, a service's `refresh` seconds (other writers change it unseen)
-        self.refresh: float | None = h5file.refresh
         ttl = self.refresh
         self.attribute_tables: Lru[int, dict] = Lru(ATTRIBUTE_TABLES, ttl=ttl)
         self.fact_tables: Lru[tuple[int, bool], dict[str, str]] = Lru(FACT_TABLES, ttl=ttl)
