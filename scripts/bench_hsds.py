@@ -15,8 +15,10 @@ Cases, the medians of --runs, each on a fresh mount (the page cache dropped):
 - walk: mount, `find -ls` and `getfattr -R -d`, unmount; h5pyd's visititems reading every
   attribute and shape.
 - write: `cp` of a --size-mib MiB `.npy` of float32 (rows of 4,096) into a fresh domain through
-  a read-write mount, then its fsync (the service holds it); h5pyd `create_dataset(data=arr)`
-  (chunks as the mount's) and the file's close.
+  a read-write mount (the mount's default gzip 4 + shuffle), then its fsync (the service holds
+  it); h5pyd `create_dataset(data=arr)` with the same chunks and filters (the chunks h5fs gives a
+  copied .npy: dataset_create.npy_storage), the file's close, then the service's durability flush
+  (`PUT /?flush=1`, which h5pyd's close does not ask for; fsync does).
 - create: 1,000 `mkdir` + `setxattr` in a fresh domain, then the unmount; h5pyd making 1,000
   groups with an attribute each and closing the file.
 Targets (issue 27): reads and writes at least as fast as h5pyd; the walk and the creations within
@@ -45,6 +47,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import bench_read as br  # noqa: E402
 from hsds_server import PASSWORD, USER, HSDSServer  # noqa: E402
 
+from h5fs.model.dataset_create import npy_storage  # noqa: E402
+
 MIB = 1 << 20
 COLS = 4096
 CHUNK_ROWS = 128
@@ -57,7 +61,8 @@ if mode.startswith("write:"):
 t = time.perf_counter()
 with h5pyd.File(domain, "w" if mode.startswith(("write", "create")) else "r") as f:
     if mode.startswith("write:"):
-        f.create_dataset("data", data=arr, chunks=(%d, arr.shape[1]))
+        f.create_dataset("data", data=arr, chunks=tuple(json.loads(sys.argv[3])), compression="gzip",
+                         compression_opts=4, shuffle=True)
     elif mode == "create":
         for i in range(1000):
             f.create_group(f"g{i:04d}").attrs["note"] = "made by the benchmark"
@@ -70,8 +75,12 @@ with h5pyd.File(domain, "w" if mode.startswith(("write", "create")) else "r") as
         f.visititems(visit)
     else:
         f["data"][...]
+if mode.startswith("write:"):   # durable, as the mount's fsync makes it
+    from h5fs.storage.hsds import HsdsClient
+    with HsdsClient(domain) as client:
+        client.flush()
 print(json.dumps({"seconds": time.perf_counter() - t}))
-""" % CHUNK_ROWS
+"""
 
 
 def build(server: HSDSServer, mib: int, objects: int) -> tuple[str, str]:
@@ -123,8 +132,9 @@ def umount(mnt: Path) -> float:
     return time.perf_counter() - t
 
 
-def h5pyd_run(domain: str, mode: str) -> float:
-    out = subprocess.run([sys.executable, "-c", H5PYD, domain, mode], check=True, capture_output=True, text=True)
+def h5pyd_run(domain: str, mode: str, *extra: str) -> float:
+    out = subprocess.run([sys.executable, "-c", H5PYD, domain, mode, *extra], check=True, capture_output=True,
+                         text=True)
     return json.loads(out.stdout)["seconds"]
 
 
@@ -237,7 +247,9 @@ def main() -> int:
             np.save(npy, np.random.default_rng(0).random((rows, COLS), dtype="<f4"))
         for run in range(args.runs):
             writes["h5fs"].append(h5fs_write(server, npy, mnt, run))
-            writes["h5pyd"].append(h5pyd_run(server.domain(f"h5pyd-written-{run}-{time.time_ns()}.h5"), f"write:{npy}"))
+            chunks = npy_storage((args.size_mib * MIB // 4 // COLS, COLS), 4)[0]
+            writes["h5pyd"].append(h5pyd_run(server.domain(f"h5pyd-written-{run}-{time.time_ns()}.h5"), f"write:{npy}",
+                                             json.dumps(chunks)))
             creates["h5fs"].append(h5fs_create(server, mnt, run))
             creates["h5pyd"].append(h5pyd_run(server.domain(f"h5pyd-created-{run}-{time.time_ns()}.h5"), "create"))
             print(f"run {run + 1}: write h5fs {writes['h5fs'][-1]:.2f} s, h5pyd {writes['h5pyd'][-1]:.2f} s; create "
