@@ -88,12 +88,7 @@ def build(server: HSDSServer, mib: int, objects: int) -> tuple[str, str]:
     import h5pyd   # the benchmark's baseline library: imported once the service is up
     kw = server.h5pyd_kwargs()
     data, walk = server.domain(f"data-{mib}m.h5"), server.domain(f"objects-{objects}.h5")
-    try:
-        with h5pyd.File(data, "r", **kw) as f:
-            done = f.attrs.get("complete") == 1
-    except OSError:
-        done = False
-    if not done:
+    if not complete(data, kw):
         rows = mib * MIB // 4 // COLS
         with h5pyd.File(data, "w", **kw) as f:
             ds = f.create_dataset("data", (rows, COLS), "<f4", chunks=(CHUNK_ROWS, COLS))
@@ -102,12 +97,7 @@ def build(server: HSDSServer, mib: int, objects: int) -> tuple[str, str]:
                 n = min(step, rows - r)
                 ds[r:r + n] = np.random.default_rng(r).random((n, COLS), dtype="<f4")
             f.attrs["complete"] = 1
-    try:
-        with h5pyd.File(walk, "r", **kw) as f:
-            done = f.attrs.get("complete") == 1
-    except OSError:
-        done = False
-    if not done:
+    if not complete(walk, kw):
         with h5pyd.File(walk, "w", **kw) as f:
             for g in range(objects // 10):
                 grp = f.create_group(f"g{g:04d}")
@@ -117,6 +107,16 @@ def build(server: HSDSServer, mib: int, objects: int) -> tuple[str, str]:
                     ds.attrs["units"] = "m"
             f.attrs["complete"] = 1
     return data, walk
+
+
+def complete(domain: str, kw: dict) -> bool:
+    """Whether an earlier run wrote the domain to its end."""
+    import h5pyd   # the benchmark's baseline library: imported once the service is up
+    try:
+        with h5pyd.File(domain, "r", **kw) as f:
+            return f.attrs.get("complete") == 1
+    except OSError:
+        return False
 
 
 def mounted(domain: str, mnt: Path, server: HSDSServer) -> float:
@@ -167,10 +167,7 @@ def h5fs_read(domain: str, mnt: Path, server: HSDSServer) -> tuple[float, float]
 
 def h5fs_write(server: HSDSServer, npy: Path, mnt: Path, run: int) -> float:
     """`cp` of the .npy into a fresh domain's read-write mount, and its fsync."""
-    domain = server.domain(f"written-{run}-{time.time_ns()}.h5")
-    fresh_domain(server, domain)
-    subprocess.run(["h5fs", "mount", "-o", f"rw,endpoint={server.endpoint}", f"hsds://{domain}", str(mnt)],
-                   check=True)
+    mount_fresh(server, mnt, f"written-{run}")
     try:
         t = time.perf_counter()
         subprocess.run(["cp", str(npy), str(mnt / "data.npy")], check=True)
@@ -186,10 +183,7 @@ def h5fs_write(server: HSDSServer, npy: Path, mnt: Path, run: int) -> float:
 
 def h5fs_create(server: HSDSServer, mnt: Path, run: int) -> float:
     """1,000 mkdir + setxattr in a fresh domain's read-write mount, the unmount included."""
-    domain = server.domain(f"created-{run}-{time.time_ns()}.h5")
-    fresh_domain(server, domain)
-    subprocess.run(["h5fs", "mount", "-o", f"rw,endpoint={server.endpoint}", f"hsds://{domain}", str(mnt)],
-                   check=True)
+    mount_fresh(server, mnt, f"created-{run}")
     t = time.perf_counter()
     try:
         for i in range(1000):
@@ -201,10 +195,14 @@ def h5fs_create(server: HSDSServer, mnt: Path, run: int) -> float:
     return time.perf_counter() - t
 
 
-def fresh_domain(server: HSDSServer, domain: str) -> None:
+def mount_fresh(server: HSDSServer, mnt: Path, name: str) -> None:
+    """A new empty domain mounted read-write at `mnt`."""
     import h5pyd   # the benchmark's baseline library: imported once the service is up
+    domain = server.domain(f"{name}-{time.time_ns()}.h5")
     with h5pyd.File(domain, "w", **server.h5pyd_kwargs()):
         pass
+    subprocess.run(["h5fs", "mount", "-o", f"rw,endpoint={server.endpoint}", f"hsds://{domain}", str(mnt)],
+                   check=True)
 
 
 def h5fs_walk(domain: str, mnt: Path, server: HSDSServer) -> float:
