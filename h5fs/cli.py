@@ -20,6 +20,7 @@ umount
 from __future__ import annotations
 
 import argparse
+import ctypes
 import errno
 import json
 import logging
@@ -302,6 +303,9 @@ def _flush_first(mp: str, timeout: float) -> None:
         try:
             fd = os.open(mp, os.O_RDONLY | os.O_DIRECTORY)
             try:
+                # pages the kernel holds dirty (mmap, -o writeback_cache) reach the daemon first:
+                # the fsync of the root flushes only what the daemon has
+                _syncfs(fd)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -329,6 +333,14 @@ def _flush_first(mp: str, timeout: float) -> None:
     if failed:
         raise CliError(f"{mp}: writing the changes into the file failed ({failed[0].strerror or failed[0]}); "
                        f"still mounted, so nothing is lost (the mount's log says why)")
+
+
+def _syncfs(fd: int) -> None:
+    """syncfs(2) of the file system holding `fd` (the os module has no syncfs)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def cmd_umount(args: argparse.Namespace) -> int:
