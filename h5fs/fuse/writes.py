@@ -87,7 +87,8 @@ async def flush(mount: MountState, durable: bool = True) -> None:
     for the service to store it durably only when `durable` (fsync, unmount; about 2 s for HSDS):
     a file's flush is durable either way."""
     w = mount.writes
-    commit = w.wb.flush if durable or not mount.networked else functools.partial(w.wb.flush, durable=False)
+    durable = durable or not mount.networked   # a file's flush always is
+    commit = w.wb.flush if durable else functools.partial(w.wb.flush, durable=False)
     if not w.wb.dirty and not w.touched:
         if w.wb.pending and durable:   # namespace edits: durable, their record retired
             await offload.run_sync(commit)
