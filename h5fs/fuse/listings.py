@@ -51,7 +51,7 @@ async def readdir(mount: MountState, fh: int, start_id: int, token) -> None:
         entry = entries[i]
         node = mount.table.intern(parent, entry)
         try:
-            attrs = stat_of(mount, node)
+            attrs = stat_of(mount, node, count=False)
         except (FUSEError, WouldBlock):   # entries already replied must not be sent again
             attrs = placeholder_stat(mount, node)
         if not pyfuse3.readdir_reply(token, entry.name, attrs, i + 1):

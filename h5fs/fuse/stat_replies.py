@@ -27,8 +27,10 @@ SETTLE_WAIT = 0.5       # s a lookup/getattr waits for a chunk index walk before
 GONE_TWIN_INO = 1 << 63  # the inode of a view removed with its twin (never in the inode table)
 
 
-def stat_of(mount: MountState, node: Node) -> pyfuse3.EntryAttributes:
-    """The attributes of `node` (EIO for a broken object)."""
+def stat_of(mount: MountState, node: Node, *, count: bool = True) -> pyfuse3.EntryAttributes:
+    """The attributes of `node` (EIO for a broken object). `count`: a chunk index not counted
+    yet is counted in the background (else the reply says 0 blocks, not to be kept: a listing
+    counts nothing until a stat asks, so `rm -r` of many datasets walks no index)."""
     mount.check(node)
     a = pyfuse3.EntryAttributes()
     a.st_ino = node.ino
@@ -53,7 +55,15 @@ def stat_of(mount: MountState, node: Node) -> pyfuse3.EntryAttributes:
     a.st_mode = stat.S_IFREG | (mount.file_mode if node.kind in (RAW, NPY, POINTS) else mount.fixed_mode)
     if node.kind == RAW:
         a.st_size = n.size
-        a.st_blocks = n.blocks if n.blocks is not None else _counted_blocks(mount, node)
+        if n.blocks is not None:
+            a.st_blocks = n.blocks
+        elif count:
+            a.st_blocks = _counted_blocks(mount, node)
+        else:
+            known = mount.blocks.get(node.address)
+            a.st_blocks = known or 0
+            if known is None:
+                a.attr_timeout = 0
     elif node.kind == NPY:  # a view of the same stored bytes: it allocates nothing of its own
         a.st_size = n.npy_size
     elif node.kind == POINTS:

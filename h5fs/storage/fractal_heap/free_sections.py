@@ -15,7 +15,6 @@ has no manager (H5HF__space_close deletes it).
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, replace
 
 from ...errors import FormatError, Unsupported
@@ -60,6 +59,7 @@ class FreeSections(HeapPart):
     def __init__(self, state: HeapState):
         super().__init__(state)
         self._free: tuple[dict[int, int], set[Range]] | None = None   # singles, ranges
+        self._ends: dict[int, int] | None = None   # a single's end -> its offset (`release`'s merges)
         self._row_cache: list[Row] | None = None
         self.changed = False
 
@@ -147,13 +147,17 @@ class FreeSections(HeapPart):
         return best
 
     def remove_single(self, offset: int) -> None:
-        del self.sections()[0][offset]
+        size = self.sections()[0].pop(offset)
+        if self._ends is not None:
+            del self._ends[offset + size]
         self.changed = True
 
     def add_single(self, offset: int, size: int) -> None:
         """The rest of a section an object took (nothing when it took it all)."""
         if size:
             self.sections()[0][offset] = size
+            if self._ends is not None:
+                self._ends[offset + size] = offset
         self.changed = True
 
     def take_row(self, row: Row) -> int:
@@ -255,22 +259,28 @@ class FreeSections(HeapPart):
         """H5HF__man_remove's section: merged with the singles next to it in its block. True when
         it empties the root direct block (the heap then empties: not recorded)."""
         singles = self.sections()[0]
+        if self._ends is None:   # kept from here on: a burst of removals merges without a sort each
+            self._ends = {start + size: start for start, size in singles.items()}
+        ends = self._ends
         self.changed = True
-        addrs = sorted(singles)
-        i = bisect.bisect_left(addrs, offset)
-        if i and addrs[i - 1] + singles[addrs[i - 1]] == offset:
-            offset, length = addrs[i - 1], singles.pop(addrs[i - 1]) + length
-        if offset + length in singles:
-            length += singles.pop(offset + length)
+        before = ends.pop(offset, None)
+        if before is not None:
+            offset, length = before, singles.pop(before) + length
+        after = singles.pop(offset + length, None)
+        if after is not None:
+            del ends[offset + length + after]
+            length += after
         h = self.h
         if h.root_rows == 0 and length == h.start_block_size - self.g.dblock_overhead:
             return True
         singles[offset] = length
+        ends[offset + length] = offset
         return False
 
     def clear(self) -> None:
         """No free space left: the heap was emptied."""
         self._free = ({}, set())
+        self._ends = None
         self._row_cache = None
 
     # -- writing the manager ----------------------------------------------------------------------
