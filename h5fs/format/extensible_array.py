@@ -27,6 +27,7 @@ H5EAsblock.c, H5EAdblock.c, H5EA.c H5EA__lookup_elmt):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..errors import FormatError
@@ -82,10 +83,15 @@ class SuperBlockInfo:
 def super_blocks(h: ExtensibleArrayHeader) -> tuple[SuperBlockInfo, ...]:
     """Every super block's data block count, elements per data block and first element and data
     block (counted after the index block's own)."""
+    return _super_blocks(h.max_nelmts_bits, h.data_blk_min_elmts)
+
+
+@functools.lru_cache(maxsize=64)   # a few shapes of array serve a whole file's datasets
+def _super_blocks(max_nelmts_bits: int, data_blk_min_elmts: int) -> tuple[SuperBlockInfo, ...]:
     info, start_idx, start_dblk = [], 0, 0
-    for u in range(1 + h.max_nelmts_bits - _log2(h.data_blk_min_elmts)):
+    for u in range(1 + max_nelmts_bits - _log2(data_blk_min_elmts)):
         nd = 1 << (u // 2)
-        ne = (1 << ((u + 1) // 2)) * h.data_blk_min_elmts
+        ne = (1 << ((u + 1) // 2)) * data_blk_min_elmts
         info.append(SuperBlockInfo(nd, ne, start_idx, start_dblk))
         start_idx += nd * ne
         start_dblk += nd
@@ -160,7 +166,10 @@ class DataBlock:
 
 def _addresses(c: Reader, n: int) -> tuple[int | None, ...]:
     undefined = c.sizes.undefined
-    return tuple(None if a == undefined else a for (a,) in c.sizes.layout("O").iter_unpack(c.bytes(n * c.sizes.offset)))
+    values = c.sizes.layout("O" * n).unpack(c.bytes(n * c.sizes.offset))
+    if values.count(undefined) == n:   # a small array's blocks: none made yet
+        return (None,) * n
+    return tuple(None if a == undefined else a for a in values)
 
 
 def _write_addresses(w: Writer, addresses) -> None:

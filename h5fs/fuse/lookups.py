@@ -20,7 +20,6 @@ from pyfuse3 import FUSEError
 from ..errors import H5fsError
 from ..model import namespace
 from ..model.namespace import POINTS, RAW, SYMLINK, Entry
-from . import offload
 from .errors import boundary
 from .mount_state import MountState
 from .names import check_length

@@ -35,7 +35,7 @@ from ..format.messages import modification_time
 from ..format.messages import shared as shared_msg
 from ..format.messages import symbol_table as stab_msg
 from ..format.messages.link import Link
-from ..format.messages.types import ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD, SYMBOL_TABLE
+from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD, SYMBOL_TABLE
 from ..format.object_header import RawMessage
 from ..storage import symbol_table
 from ..storage.object_header.create import create_header
@@ -298,8 +298,9 @@ class TreeEditor:
         if not links.deferred_removal:
             return self._unref(txn, touched, address, path)
         self.f.store.refuse_damaged((address,))   # as `_unref` would (it is counted down later)
+        # its header stays as it is until then: what the file's cache holds of it stays (its
+        # link count as shown counts the deferred unrefs: H5Object.nlink)
         txn.defer_unref(address, path)
-        touched.add(address)   # its link count as shown changes (H5Object.nlink)
         return self._visible(txn, address, path, refcount_of(read_header(txn.reader, address, path), txn.sizes))
 
     def land(self, redo: bool = False) -> None:
@@ -435,7 +436,8 @@ class TreeEditor:
         info = _attribute_info(edit.header, txn.sizes, path)
         if info is not None and info.heap_address is not None:
             self.shared.release_dense_attributes(info.heap_address, info.name_index_address, path)
-        touched.update(detach_scales(txn, self.f, address, path, self.shared))
+        if info is not None or edit.header.first(ATTRIBUTE) is not None:   # (attachments are attributes)
+            touched.update(detach_scales(txn, self.f, address, path, self.shared))
         if self.wb is not None:
             self.wb.discard(address)
         free_object(txn, self.f, address, path)

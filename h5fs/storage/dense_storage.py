@@ -103,11 +103,13 @@ ATTRIBUTES = DenseKind("attribute", ATTRIBUTE_HEAP, bt.ATTR_NAME, bt.ATTR_CORDER
 def find(reader, kind: DenseKind, name_index: int, name: bytes, message: Callable[[object], bytes], what: str):
     """The record of `name` in the name index at `name_index`, or None, descending from the root
     only; `message` reads the message of a record (names are read only when hashes tie)."""
-    want = NameKey(name_hash(name), name)
+    want = name_hash(name)
 
-    def compare(rec) -> int:
-        key = NameKey(rec.hash, load=lambda: kind.name_of(message(rec), reader.sizes))
-        return (want > key) - (want < key)
+    def compare(rec) -> int:   # hashes first; a name read only when they tie (a descent's hot loop)
+        if rec.hash != want:
+            return 1 if want > rec.hash else -1
+        other = kind.name_of(message(rec), reader.sizes)
+        return (name > other) - (name < other)
 
     label = f"{what}: dense {kind.label} name index"
     hdr = bt_reader.read_header(reader, name_index, label)
