@@ -71,6 +71,10 @@ class OpenDir:
     ino: int
     entries: list[Entry]
     address: int | None = None   # the group's
+    names: frozenset[bytes] = field(init=False)   # the entries' names (`Handles.listed`)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", frozenset(entry.name for entry in self.entries))
 
 
 class Handles:
@@ -88,6 +92,10 @@ class Handles:
     def reading(self, ino: int) -> bool:
         """Whether a listing of directory `ino` is open."""
         return any(d.ino == ino for d in self.dirs.values())
+
+    def listed(self, ino: int, name: bytes) -> bool:
+        """Whether an open listing of directory `ino` holds `name` (thread-safe, as `holds`)."""
+        return any(d.ino == ino and name in d.names for d in list(self.dirs.values()))
 
     def _number(self) -> int:
         fh = self._next

@@ -76,16 +76,15 @@ async def unlink(mount: MountState, parent_inode: int, name: bytes) -> None:
         writes.gone_twins.discard((parent_inode, name))
         return
     parent = mount.dir(parent_inode)
-    reading = mount.handles.reading(parent.ino)
 
     def remove() -> tuple[namespace.Entry, int | None, Numbers | None, list[bytes]]:   # one worker trip
         text, entry = link_now(mount, parent, name)
         if entry.kind == DIR:
             raise FUSEError(errno.EISDIR)
-        shown = [t for t in namespace.other_views(name, entry) if reading and _shows(mount, parent, t)]
+        listed = [t for t in namespace.other_views(name, entry) if mount.handles.listed(parent.ino, t)]
         left = writes.editor.unlink(mount.object(parent), text)
-        # the views that went with it: not a link of that name hiding one, nor a view that never was
-        gone = [t for t in shown if not _shows(mount, parent, t)]
+        # the views that went with it: not a link of that name hiding one, nor one never listed
+        gone = [t for t in listed if not _shows(mount, parent, t)]
         return entry, left, editing.numbers_left(mount, entry.address, left), gone
 
     before = mount.table.newest
