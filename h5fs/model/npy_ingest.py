@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import H5fsError, InvalidWrite
+from ..errors import CannotWrite, H5fsError, InvalidWrite, ReadOnly
 from ..spans import Spans
 from . import messages as M
 from .dataset import Dataset
@@ -51,7 +51,10 @@ class NpyIngest:
         return bool(self.head) or self.header is not None
 
     def check(self) -> None:
-        """InvalidWrite when the file was refused already."""
+        """InvalidWrite when the file was refused already; a refusal of what the dataset may
+        not become (read-only, not expressible where it is stored) keeps its own errno."""
+        if isinstance(self.failed, (ReadOnly, CannotWrite)):
+            raise type(self.failed)(str(self.failed))
         if self.failed is not None:
             raise InvalidWrite(str(self.failed))
 

@@ -24,6 +24,7 @@ from h5fs.model import namespace
 from h5fs.model.file import H5File
 from h5fs.model.hsds import HsdsDomain
 from h5fs.model.hsds.blocks import block_elements, boxes
+from h5fs.model.hsds.datatypes import linked_layout
 from h5fs.model.npy_header import npy_header
 from h5fs.storage.hsds import HsdsClient, HsdsError
 from hsds_server import PASSWORD, USER, HSDSServer
@@ -450,3 +451,11 @@ def test_a_service_that_stops_gives_eio(tmp_path):
         assert eng.source.stats()["errors"] >= 3
     finally:
         eng.close()
+
+
+@pytest.mark.parametrize("layout, linked", [
+    ("H5D_CONTIGUOUS_REF", True), ("H5D_CHUNKED_REF", True), ("H5D_CHUNKED_REF_INDIRECT", True),
+    ("H5D_CHUNKED", False), ("H5D_CONTIGUOUS", False), ("H5D_COMPACT", False), (None, False)])
+def test_datasets_served_from_a_linked_file_are_told(layout, linked):
+    """Every layout class `hsload --link` makes is read-only on the mount (writeback, replacement)."""
+    assert linked_layout(layout) is linked

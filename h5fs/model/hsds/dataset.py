@@ -39,6 +39,7 @@ class NoLocalLayout:
     the event loop thread; the `layout` fact is HSDS's)."""
     chunked: bool = False
     index: None = None
+    layout_class: None = None   # a replacement never keeps local storage (model/replace_like.py)
 
 
 NO_LOCAL_LAYOUT = NoLocalLayout()

@@ -114,6 +114,12 @@ def filter_text(filters: tuple[dict, ...]) -> str:
     return ",".join(labels) if labels else "none"
 
 
+def linked_layout(layout: str | None) -> bool:
+    """Whether HSDS serves the dataset's data from a linked HDF5 file (`hsload --link`:
+    H5D_CONTIGUOUS_REF, H5D_CHUNKED_REF, H5D_CHUNKED_REF_INDIRECT)."""
+    return layout is not None and "_REF" in layout
+
+
 def layout_text(layout: str | None) -> str:
     """The `layout` fact of HSDS's layout class (an H5S_NULL dataset has none: contiguous, as
     libhdf5 gives one)."""

@@ -32,10 +32,11 @@ from ...storage.hsds import records
 from ...storage.hsds.transport import HsdsError
 from ..filter_spec import DEFLATE, FLETCHER32, LZF, NAMES, SHUFFLE, Filter, parse_filters
 from ..tree_edit import NamespaceError
-from . import attribute_text
+from . import attribute_text, replacement
 from .objects import HsdsGroup, HsdsObject
 
 if TYPE_CHECKING:
+    from .dataset import HsdsDataset
     from .domain import HsdsDomain
     from .writeback import HsdsWriteback
 
@@ -308,10 +309,22 @@ class HsdsEditor:
         self._changed(parent.id)
         return self.domain.address_of(made.id)
 
-    def create_unlinked_dataset(self, like: HsdsObject, *args: Any, **kwargs: Any) -> int:
-        raise CannotWrite(f"{like.path}: replacing a dataset's data (cp over D.npy) is not done on HSDS yet")
+    # -- data replaced (cp y.npy D.npy): model/hsds/replacement.py ------------------------------
+    def create_unlinked_dataset(self, like: HsdsDataset, dtype: Any, shape: tuple[int, ...], **storage: Any) -> int:
+        """The anonymous dataset receiving an array that replaces `like`'s data (`storage`: the
+        chunks and filters a copied-in array would get; HSDS chunks it, D keeps its own)."""
+        return replacement.create_source(self.domain, like, np.dtype(dtype), tuple(shape))
 
-    create_unlinked_like = create_unlinked_dataset
+    def replace_data(self, ds: HsdsDataset, source: int, keep_storage: bool = False,
+                     unlink: tuple[HsdsObject, str] | None = None) -> int | None:
+        """The array in `source` becomes `ds`'s data, `ds` keeping its id, links and attributes;
+        `unlink`: a link removed too (`mv T D.npy`), whose `unlink` answer is returned."""
+        replacement.copy_into(self.domain, self.wb, ds, source)
+        return None if unlink is None else self.unlink(*unlink)
+
+    def drop_unlinked(self, address: int, path: str) -> None:
+        """Delete an anonymous dataset whose array never became its dataset's data."""
+        replacement.drop(self.domain, self.wb, address)
 
     # -- times and the local engine's bookkeeping: nothing to do -------------------------------------
     def touch(self, obj: HsdsObject, mtime_ns: int | None = None) -> None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from ...errors import CannotWrite, InvalidWrite, ReadOnly, TooLarge
 from ..dtypes import is_converted
 from .blocks import block_elements, boxes
-from .datatypes import record_of
+from .datatypes import linked_layout, record_of
 from .staging import Staged
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class HsdsWriteback:
     # -- writes ------------------------------------------------------------------------------
     def _check(self, ds: HsdsDataset) -> None:
         rec = ds.record
-        if rec.layout is not None and rec.layout.endswith("_REF"):
+        if linked_layout(rec.layout):
             raise ReadOnly(f"{ds.path}: HSDS serves it from a linked HDF5 file: read-only")
         if ds.materialized:
             raise CannotWrite(f"{ds.path}: writing variable-length or reference data is not supported")
@@ -115,7 +115,7 @@ class HsdsWriteback:
         elements inside the dataset, its record kept, the budget not spent, the lock free.
         False: nothing done, use `write`."""
         rec = self.domain.meta.peek(ds.id, "record", None)
-        if rec is None or not data or rec.shape is None or (rec.layout or "").endswith("_REF"):
+        if rec is None or not data or rec.shape is None or linked_layout(rec.layout):
             return False
         dt = record_of(rec.type)
         end = offset + len(data)
