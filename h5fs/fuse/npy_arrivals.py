@@ -215,7 +215,9 @@ async def stream_finish(mount: MountState, stream: NpyStream) -> None:
                                      stream.name.encode("utf-8", "surrogateescape"))
             if entry is None or entry.address != obj.address:
                 return None
-            return editor.unlink(mount.object(stream.parent), stream.name)
+            left = editor.unlink(mount.object(stream.parent), stream.name)
+            editor.land()   # its space back now, not at the group commit (a full disk: the next copy fits)
+            return left
 
         before = mount.table.newest
         left = await run(mount, unlink)

@@ -32,7 +32,7 @@ from ..storage.blockio import BlockReader, open_regular
 from ..storage.byte_source import ByteSource, LocalSource, is_url
 from ..storage.chunk_cache import ChunkCache
 from ..storage.fractal_heap.reader import FractalHeap
-from ..storage.pending_links import Op
+from ..storage.pending_links import Op, PendingLinks
 from ..storage.journal import Journal, Stale, journal_path, overlay as journal_overlay
 from ..storage.page_overlay import PageOverlay
 from ..storage.locking import take_lock
@@ -61,22 +61,22 @@ FILE_WIDE = 0   # the superblock's address: values derived from the whole file a
 MAX_WALK = 1_000_000   # objects visited to turn reference addresses into paths
 
 
-def _journal_overlay(path: str, fd: int) -> PageOverlay | None:
-    """For a read-only open: the updates a crash left in the journal, read through rather than
-    written (a read-write open writes them); None without any, or with a journal that belongs
-    to another state of the file or that cannot be read (each logged)."""
+def _journal_overlay(path: str, fd: int) -> tuple[PageOverlay | None, list[bytes]]:
+    """For a read-only open: the updates and deferred link edits a crash left in the journal,
+    read through rather than written (a read-write open writes them); none without a journal,
+    or with one that belongs to another state of the file or that cannot be read (each logged)."""
     try:
-        found = journal_overlay(journal_path(path), fd, lambda: superblock_reader.recorded_eoa(fd))
+        found, ops = journal_overlay(journal_path(path), fd, lambda: superblock_reader.recorded_eoa(fd))
     except Stale as e:
         log.warning("%s: the journal beside it was not read: %s", path, e)
-        return None
+        return None, []
     except OSError as e:
         log.warning("%s: the journal beside it cannot be read (%s): the file is read as it is", path, e.strerror)
-        return None
-    if found is not None:
-        log.warning("%s: %d metadata updates a crash interrupted are read from the journal (a read-write "
-                    "open writes them into the file)", path, found.updates)
-    return found
+        return None, []
+    if found is not None or ops:
+        log.warning("%s: %d metadata updates and %d link edits a crash interrupted are read from the journal "
+                    "(a read-write open writes them into the file)", path, found.updates if found else 0, len(ops))
+    return found, ops
 
 
 def _land_redo(f: "H5File", journal: Journal) -> None:
@@ -120,6 +120,9 @@ class H5File:
         self._epoch = 0                           # invalidations so far, of any address
         self._lock = threading.Lock()             # orders invalidations and cache stores
         self.store: Store | None = None           # the write side, when opened writable
+        # link edits acknowledged but not in their groups' storage yet (the store's; read-only:
+        # those a crash left in the journal), shown over what the groups store
+        self.pending = PendingLinks()
         self.editor = None                        # its TreeEditor, once one edits it
         self.remote: RemoteOptions | None = None  # how a remote object was reached (its siblings too)
         self.siblings: Siblings | None = None     # a remote file's external data files
@@ -133,7 +136,7 @@ class H5File:
         if is_url(path):
             return cls._open_remote(path, writable, remote or RemoteOptions())
         fd = open_regular(path, writable)
-        journal, overlay = None, None
+        journal, overlay, ops = None, None, []
         try:
             if lock:
                 take_lock(fd, writable)
@@ -154,16 +157,19 @@ class H5File:
                 if replayed:
                     log.warning("%s: finished %d metadata updates a crash had interrupted", path, replayed)
             else:
-                overlay = _journal_overlay(path, fd)
+                overlay, ops = _journal_overlay(path, fd)
             source = LocalSource(fd, path)
             try:
                 sb = superblock_reader.read(source, *((overlay.pread,) if overlay else ()))
             except UNEXPECTED as e:
                 raise internal_error("superblock", e) from e
             f = cls(path, source, sb, overlay)
+            for op in ops:   # shown as a read-write open will land them
+                f.pending.apply(Op.decode(op, f.sizes))
             f.root  # a file whose root group cannot be read is not mountable
             if journal is not None:
                 f.store = Store(f.reader, sb, journal, journal.writer.recorder)
+                f.pending = f.store.pending
                 if journal.redo:
                     _land_redo(f, journal)
             return f

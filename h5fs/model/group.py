@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from ..errors import FormatError
-from ..format import btree_v1
 from ..format.codec import Reader
 from ..format.messages import link as link_msg
 from ..format.messages.link import Link
 from ..format.symbol_table_entry import CACHE_SOFTLINK, SymbolTableEntry
 from ..storage import dense_storage, local_heap, symbol_table
-from ..storage.btree_v1 import find_child
 from ..storage.btree_v2 import reader as btree_v2
 from ..storage.fractal_heap.reader import FractalHeap
 from . import messages as M
@@ -24,20 +22,19 @@ class Group(H5Object):
         """The links in display order (callers do not change the list): those the group stores
         (cached) as the link edits not landed yet leave them (storage/pending_links.py: they
         leave the group's state alone)."""
-        store = self.file.store
-        if store is None or not store.pending.holds(self.address):
+        pending = self.file.pending
+        if not pending.holds(self.address):
             return self._links[0]
-        added = {link.name: link for link, _ in list(store.pending.of(self.address).values())}
-        gone = set(store.pending.gone(self.address))
+        added = {link.name: link for link, _ in list(pending.of(self.address).values())}
+        gone = set(pending.gone(self.address))
         links = [ln for ln in self._links[0] if ln.name not in gone and ln.name not in added]
-        info = self.message(M.LINK_INFO)
-        if info.track_order or info.index_order:   # numbered after every stored one
+        info = self.message(M.LINK_INFO)   # (none: a symbol table, in name order)
+        if info is not None and (info.track_order or info.index_order):   # numbered after every stored one
             return links + list(added.values())
         return sorted(links + list(added.values()), key=lambda ln: ln.name)
 
     def link(self, name: str) -> Link | None:
-        store = self.file.store
-        deferred = None if store is None else store.pending.get(self.address, name)
+        deferred = self.file.pending.get(self.address, name)
         if deferred is not None:
             return deferred or None   # False: its stored link goes
         if not self.has("_links"):   # one descent of the group's index, not a listing
@@ -61,28 +58,13 @@ class Group(H5Object):
         return None
 
     def _symbol_table_link(self, btree_addr: int | None, heap_addr: int | None, name: str) -> Link | None:
-        """H5G__stab_lookup: the B-tree down to the symbol table node whose name range holds
-        `name`, then its sorted entries."""
         what = f"{self.path}: symbol table"
         if btree_addr is None:
             return None
         heap = local_heap.read(self.file.reader, heap_addr, what)
-        key = name.encode("utf-8", "surrogateescape")
-
-        def cmp3(left: int, right: int) -> int:   # names in (left, right] are this child's
-            return -1 if key <= heap.string(left) else 1 if key > heap.string(right) else 0
-        snod = find_child(self.file.reader, btree_addr, btree_v1.GROUP, 0, cmp3, what)
-        if snod is None:
-            return None
-        entries = symbol_table.node_entries(self.file.reader, snod, what)
-        lo, hi = 0, len(entries)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            found = heap.string(entries[mid].name_offset)
-            if found == key:
-                return _entry_link(entries[mid], heap, what)
-            lo, hi = (mid + 1, hi) if found < key else (lo, mid)
-        return None
+        entry = symbol_table.find_entry(self.file.reader, btree_addr, heap, name.encode("utf-8", "surrogateescape"),
+                                        what)
+        return None if entry is None else _entry_link(entry, heap, what)
 
     def _dense_link(self, info, name: str) -> Link | None:
         raw = dense_storage.lookup(self.file.reader, dense_storage.LINKS, info.heap_address, info.name_index_address,

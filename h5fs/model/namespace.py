@@ -189,11 +189,11 @@ def links_from_header(group: Group) -> bool:
 
 
 def links_deferred(group: Group) -> bool:
-    """True when the group's link edits are deferred (dense storage: storage/pending_links.py):
-    a link removed from it frees nothing until its removal lands."""
+    """True when the group's link edits are deferred (dense storage or a symbol table:
+    storage/pending_links.py): a link removed from it frees nothing until its removal lands."""
     try:
         info = group.message(M.LINK_INFO)
-        return info is not None and info.heap_address is not None
+        return group.message(M.SYMBOL_TABLE) is not None or info is not None and info.heap_address is not None
     except Exception:  # noqa: BLE001 - the edit reading the links reports it
         return False
 

@@ -178,8 +178,7 @@ class H5Object:
         """Its hard links, less those whose removal waits to land (storage/pending_links.py)."""
         header = self.header
         count = header.refcount if header.version == 1 else self.message(M.REFCOUNT) or 1
-        store = self.file.store
-        return max(1, count - (store.pending.unrefs_of(self.address) if store is not None else 0))
+        return max(1, count - self.file.pending.unrefs_of(self.address))
 
     @property
     @guarded

@@ -338,6 +338,8 @@ class TreeEditor:
         self._add_link(parent, Link(name, link_msg.EXTERNAL, target=path, filename=filename))
 
     def _add_link(self, parent: H5Object, link: Link) -> None:
+        if link.link_type == link_msg.EXTERNAL and self.f.store.pending.holds(parent.address):
+            self.land()   # a symbol table turns new-style for it: with its deferred edits in
         with self._edit() as (txn, touched):
             links = self._links(txn, parent, touched)
             links.insert(link)

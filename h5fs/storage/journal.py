@@ -259,16 +259,14 @@ def stale_reason(recs: list[Record], eoa: int | None) -> str:
             f"{'unreadable' if eoa is None else eoa}: the file was written by something else since")
 
 
-def overlay(path: str, fd: int, eoa: Callable[[], int | None]) -> PageOverlay | None:
+def overlay(path: str, fd: int, eoa: Callable[[], int | None]) -> tuple[PageOverlay | None, list[bytes]]:
     """What the journal at `path` (if any) would write into the file open at `fd` (its recorded
-    end of allocation `eoa()`), for an open that must not write; None when there is nothing to
-    lay over it. Stale when the records belong to another state of the file."""
+    end of allocation `eoa()`), for an open that must not write: the updates to lay over it
+    (None: none), and the deferred link edits to show with them (storage/pending_links.py).
+    Stale when the records belong to another state of the file."""
     recs = replayable(left_in(path), eoa, fd)
     entries = updates(recs)
-    if ops := deferred(recs):
-        log.warning("%s: %d acknowledged edits a crash left in the journal are not shown: a read-write open "
-                    "lands them in the file", path.removesuffix(SUFFIX), len(ops))
-    return PageOverlay(fd, entries) if entries else None
+    return (PageOverlay(fd, entries) if entries else None), deferred(recs)
 
 
 class Journal:

@@ -4,8 +4,9 @@ groups: local heap, v1 B-tree, symbol table nodes), link messages in the group's
 libhdf5 does (H5G__obj_insert: past the group info's maximum compact count the links go dense;
 H5G__obj_remove: below its minimum dense count they come back).
 
-A link given to or removed from a group whose links are already dense is deferred
-(storage/pending_links.py): lookups and listings here see it; `land_links` lands them all.
+A hard or soft link given to, or any link removed from, a group whose links are already dense
+or in a symbol table is deferred (storage/pending_links.py): lookups and listings here see it;
+`land_links` lands them all, each group's storage edited once.
 
 Reference counts of the objects hard links name are the caller's; so is committing.
 """
@@ -101,21 +102,39 @@ class GroupLinks:
         if kind == "symbol table":
             stab = self.symbol_table
             heap = local_heap.read(self.txn.reader, stab.heap_address, self.what)
-            return [self._from_entry(stab, e, heap)
-                    for e in symbol_table.group_entries(self.txn.reader, stab.btree_address, self.what)]
+            return self._with_deferred([self._from_entry(stab, e, heap) for e in
+                                        symbol_table.group_entries(self.txn.reader, stab.btree_address, self.what)])
         if kind == "compact":
             return [ln for _, ln in self._compact()]
-        return self._dense_links()
+        info = self.info
+        return self._with_deferred([_decode_link(raw, self.txn.sizes, self.what) for _, raw in self._dense(info).items()])
+
+    def _with_deferred(self, stored: list[Link]) -> list[Link]:
+        """The stored links as the deferred edits leave them."""
+        added, gone = self.txn.deferred_links(self.address)
+        return [ln for ln in stored if ln.name not in gone and ln.name not in added] + list(added.values())
 
     def lookup(self, name: str) -> Link | None:
         kind = self._storage()
-        if kind == "symbol table":
-            stab = self.symbol_table
-            entry = symbol_table.lookup(self.txn, stab, name.encode("utf-8"), self.what)
-            return None if entry is None else self._from_entry(stab, entry)
         if kind == "compact":
             return next((ln for _, ln in self._compact() if ln.name == name), None)
+        deferred = self.txn.deferred_link(self.address, name)
+        if deferred is not None:
+            return deferred or None   # False: its stored link goes
+        if kind == "symbol table":
+            return self._stab_lookup(name)
         return self._dense_lookup(name)
+
+    def _stab_lookup(self, name: str) -> Link | None:
+        stab, key = self.symbol_table, name.encode("utf-8")
+        if self.txn.stab_edits or not self.txn.store.cache_current:
+            entry = symbol_table.lookup(self.txn, stab, key, self.what)
+            return None if entry is None else self._from_entry(stab, entry)
+        # a symbol table the transaction left alone: read as committed, through the file's cache
+        reader = self.txn.store.reader
+        heap = local_heap.read(reader, stab.heap_address, self.what)
+        entry = symbol_table.find_entry(reader, stab.btree_address, heap, key, self.what)
+        return None if entry is None else self._from_entry(stab, entry, heap)
 
     def _from_entry(self, stab, entry, heap=None) -> Link:
         link = symbol_table.link_of(self.txn, stab, entry, self.what)
@@ -131,11 +150,15 @@ class GroupLinks:
         """Add `link` (FileExistsError when the name is taken)."""
         self.deferred_insert = False
         kind = self._storage()
-        if kind == "symbol table":
-            self._stab_insert(link)
+        if kind == "symbol table" and link.link_type not in (link_msg.HARD, link_msg.SOFT):
+            self._stab_insert(link)   # the group turns new-style (its deferred edits landed first: TreeEditor)
             return
         if self.lookup(link.name) is not None:
             raise FileExistsError(f"{self.what}: a link named {link.name!r} exists")
+        if kind == "symbol table":
+            self.txn.defer_insert(self.address, link, encode_link(link, self.txn.sizes))
+            self.deferred_insert = True
+            return
         info = self.info
         if info.track_order:   # the next creation index, as H5G__obj_insert numbers links
             order = info.max_creation_index or 0
@@ -166,22 +189,14 @@ class GroupLinks:
         """Remove the link `name` (FileNotFoundError when there is none); returns it. From dense
         storage the removal is deferred (`deferred_removal`)."""
         kind = self._storage()
-        self.deferred_removal = kind == "dense"
-        if kind == "dense":
-            link = self._dense_lookup(name)
+        self.deferred_removal = kind != "compact"
+        if kind != "compact":
+            link = self.lookup(name)
             if link is None:
                 raise FileNotFoundError(f"{self.what}: no link named {name!r}")
             self.txn.defer_remove(self.address, name)
             return link
         self.txn.owners.add(self.address)   # its storage changes: what was read of it goes
-        if kind == "symbol table":
-            stab = self.symbol_table
-            entry = symbol_table.lookup(self.txn, stab, name.encode("utf-8"), self.what)
-            if entry is None:
-                raise FileNotFoundError(f"{self.what}: no link named {name!r}")
-            link = self._from_entry(stab, entry)
-            symbol_table.remove(self.txn, stab, name.encode("utf-8"), self.what)
-            return link
         info = self.info
         found = next(((raw, ln) for raw, ln in self._compact() if ln.name == name), None)
         if found is None:
@@ -192,16 +207,16 @@ class GroupLinks:
         return found[1]
 
     def _stab_insert(self, link: Link) -> None:
+        """A link a symbol table cannot hold: the group turns new-style first, as in libhdf5."""
         self.txn.owners.add(self.address)
+        self._stab_to_new()
+        self.insert(link)
+
+    def _stab_link(self, link: Link) -> symbol_table.Link:
+        """A hard or soft link as a symbol table entry names it (a group's cached symbol table)."""
         if link.link_type == link_msg.HARD:
-            target = symbol_table.Link(link.address, symbol_table.cached_stab(self.txn, link.address, self.what))
-        elif link.link_type == link_msg.SOFT:
-            target = symbol_table.Link(soft_target=link.target.encode("utf-8"))
-        else:   # a symbol table cannot hold it: the group turns new-style first, as in libhdf5
-            self._stab_to_new()
-            self.insert(link)
-            return
-        symbol_table.insert(self.txn, self.symbol_table, link.name.encode("utf-8"), target, self.what)
+            return symbol_table.Link(link.address, symbol_table.cached_stab(self.txn, link.address, self.what))
+        return symbol_table.Link(soft_target=link.target.encode("utf-8"))
 
     def _stab_to_new(self) -> None:
         """A symbol-table group becomes a new-style one holding the same links (H5G__obj_insert
@@ -234,15 +249,7 @@ class GroupLinks:
         return DenseStore(self.txn, LINKS, info.heap_address, info.name_index_address,
                           info.order_index_address if info.index_order else None, self.what)
 
-    def _dense_links(self) -> list[Link]:
-        added, gone = self.txn.deferred_links(self.address)
-        stored = [_decode_link(raw, self.txn.sizes, self.what) for _, raw in self._dense(self.info).items()]
-        return [ln for ln in stored if ln.name not in gone and ln.name not in added] + list(added.values())
-
     def _dense_lookup(self, name: str) -> Link | None:
-        deferred = self.txn.deferred_link(self.address, name)
-        if deferred is not None:
-            return deferred or None   # False: its stored link goes
         info, key = self.info, name.encode("utf-8", "surrogateescape")
         if self.txn.dense_edits or not self.txn.store.cache_current:
             raw = self._dense(info).lookup(key)
@@ -277,8 +284,11 @@ class GroupLinks:
         `added` in; below the group's minimum the links go compact again, none left frees the
         storage (as libhdf5 removes). `redo` (edits a crash left in the journal): a name to add
         the storage holds already, or one to remove it does not, is left out, logged."""
+        if self.symbol_table is not None:
+            self._land_symbol_table(added, gone, redo)
+            return
         info = self.info
-        if self.symbol_table is not None or info is None or info.heap_address is None:
+        if info is None or info.heap_address is None:
             raise CannotWrite(f"{self.what}: its links are no longer dense, {len(added) + len(gone)} deferred edits wait")
         store = self._dense(info)
         encode = lambda name: name.encode("utf-8", "surrogateescape")   # noqa: E731
@@ -305,6 +315,24 @@ class GroupLinks:
             info = self._to_compact(info, store)
         if info != self.info:
             self._set_info(info)
+
+
+    def _land_symbol_table(self, added: dict[str, tuple[Link, bytes]], gone: set[str], redo: bool) -> None:
+        """`land` into a symbol table: the names in `gone` out, then `added` in (in name
+        order), every node and the heap edited once (symbol_table.edit_many)."""
+        stab = self.symbol_table
+        removes = sorted(name.encode("utf-8") for name in gone)
+        inserts = [(name.encode("utf-8"), link) for name, (link, _) in sorted(added.items())]
+        if redo:
+            there = lambda key: symbol_table.lookup(self.txn, stab, key, self.what) is not None   # noqa: E731
+            for key in [k for k in removes if not there(k)]:
+                log.warning("%s: the journal removes a link named %r that is not there", self.what, key)
+                removes.remove(key)
+            for item in [item for item in inserts if item[0] not in removes and there(item[0])]:
+                log.warning("%s: the journal adds a link named %r that is there already", self.what, item[0])
+                inserts.remove(item)
+        symbol_table.edit_many(self.txn, stab, removes, [(key, self._stab_link(link)) for key, link in inserts],
+                               self.what)
 
 
 def land_links(txn: Transaction, redo: bool = False) -> None:

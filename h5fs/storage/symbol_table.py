@@ -46,7 +46,7 @@ from ..format.messages.symbol_table import decode as decode_stab
 from ..format.messages.types import SYMBOL_TABLE
 from ..format.symbol_table_entry import CACHE_NONE, CACHE_SOFTLINK, CACHE_STAB, SymbolTableEntry
 from ..format.symbol_table_node import HEAD, SymbolTableNode, decode, node_size, symbol_count
-from .btree_v1 import NOOP, REMOVE, RIGHT, Blocks, GroupBTree, btree_k, iterate_leaves
+from .btree_v1 import NOOP, REMOVE, RIGHT, Blocks, GroupBTree, btree_k, find_child, iterate_leaves
 from .btree_v1 import extents as btree_extents
 from .extent_sink import Freeing
 from .local_heap import HeapEdit
@@ -255,6 +255,7 @@ def _check_free_list(txn: Transaction, stab: SymbolTable, heap: HeapEdit, what: 
 
 
 def _stage(tree: GroupBTree, leaves: _SymbolNodes) -> None:
+    leaves.heap.txn.stab_edits = True   # its lookups read what it staged from now on
     tree.stage()
     leaves.nodes.stage()
     leaves.heap.stage()
@@ -277,6 +278,50 @@ def remove(txn: Transaction, stab: SymbolTable, name: bytes, what: str = "symbol
     tree.remove()
     _stage(tree, leaves)
     return leaves.done
+
+
+def edit_many(txn: Transaction, stab: SymbolTable, removes: list[bytes], inserts: list[tuple[bytes, Link]],
+              what: str = "symbol table") -> None:
+    """The links `removes` removed, then `inserts` added, in that order, as that many `remove`
+    and `insert` calls would, but each node and the heap read and staged once (a burst of
+    deferred link edits landing: storage/pending_links.py). NotFound, FileExistsError as they."""
+    if not removes and not inserts:
+        return
+    tree, leaves = _edit(txn, stab, (removes or [inserts[0][0]])[0], what)
+    for name in removes:
+        check_name(name)
+        leaves.name, leaves.link = name, None
+        if tree.find() is None:
+            raise NotFound(f"{what}: no link named {name!r}")
+        tree.remove()
+    for name, link in inserts:
+        check_name(name)
+        leaves.name, leaves.link = name, link
+        tree.insert()
+    _stage(tree, leaves)
+
+
+def find_entry(reader, btree_address: int | None, heap: lh.LocalHeap, name: bytes,
+               what: str = "symbol table") -> SymbolTableEntry | None:
+    """H5G__stab_lookup without a transaction: the B-tree down to the node whose name range
+    holds `name`, then a search of its sorted entries; None when the group has no such link."""
+    if btree_address is None:
+        return None
+
+    def cmp3(left: int, right: int) -> int:   # names in (left, right] are this child's
+        return -1 if name <= heap.string(left) else 1 if name > heap.string(right) else 0
+    node = find_child(reader, btree_address, bt.GROUP, 0, cmp3, what)
+    if node is None:
+        return None
+    entries = node_entries(reader, node, what)
+    lo, hi = 0, len(entries)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found = heap.string(entries[mid].name_offset)
+        if found == name:
+            return entries[mid]
+        lo, hi = (mid + 1, hi) if found < name else (lo, mid)
+    return None
 
 
 def lookup(txn: Transaction, stab: SymbolTable, name: bytes, what: str = "symbol table") -> SymbolTableEntry | None:
@@ -317,6 +362,7 @@ def create(txn: Transaction, est_entries: int = EST_ENTRIES, est_name_len: int =
     """The B-tree and heap of a new empty group, as H5G__stab_create lays them out (its
     estimates: the group info message's, or libhdf5's defaults; a local heap size hint from the
     group creation property list wins)."""
+    txn.stab_edits = True
     sizes, k = txn.sizes, btree_k(txn)
     free_size = lh.free_block_size(sizes)
     hint = heap_size_hint or 8 + est_entries * lh.align(est_name_len + 1) + free_size
@@ -331,6 +377,7 @@ def create(txn: Transaction, est_entries: int = EST_ENTRIES, est_name_len: int =
 def delete(txn: Transaction, stab: SymbolTable, what: str = "symbol table") -> list[SymbolTableEntry]:
     """Free a group's B-tree, nodes and heap (H5G__stab_delete); the entries it held (the
     caller drops their objects' reference counts)."""
+    txn.stab_edits = True
     k, out = btree_k(txn), Freeing(txn)
     heap_extents(out, txn.reader, what, stab.heap_address, "symbol table local heap")
     entries: list[SymbolTableEntry] = []

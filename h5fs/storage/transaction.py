@@ -329,6 +329,7 @@ class Transaction:
         self.deferred = PendingLinks()   # link edits this transaction defers (storage/pending_links.py)
         self.lands = False               # it lands the store's deferred edits (links_write.land_links)
         self.dense_edits = False         # it edited some dense link or attribute storage (dense_storage)
+        self.stab_edits = False          # it edited some symbol table (symbol_table)
 
     # -- staging ------------------------------------------------------------------------------
     def allocate(self, size: int, raw: bool = False) -> int:

@@ -25,8 +25,10 @@ from h5fs.storage.pending_links import INSERT, REMOVE, UNREF, Op, PendingLinks
 SEED_LINKS = 20   # past libhdf5's 8 compact links: the group's links are dense
 
 
-def _dense_file(path, track_order: bool = False) -> None:
-    with h5py.File(path, "w", libver="latest") as f:
+def _dense_file(path, track_order: bool = False, libver: str = "latest") -> None:
+    """/g with SEED_LINKS groups: dense links ("latest"), or a symbol table ("earliest", what
+    h5py writes by default; unless `track_order`, which makes a new-style group)."""
+    with h5py.File(path, "w", libver=libver) as f:
         g = f.create_group("g", track_order=track_order)
         for i in range(SEED_LINKS):
             g.create_group(f"old{i:02d}")
@@ -140,14 +142,14 @@ def test_a_name_deferred_is_taken(tmp_path):
         wb.close()
 
 
-@pytest.mark.parametrize("track_order", [False, True])
-def test_removals_and_renames_are_deferred_and_landed_with_the_inserts(tmp_path, track_order):
-    """rm and mv in a dense group are deferred as the inserts are (a removal of a link not landed
-    yet cancels it); reads see the net effect; the flush lands the link edits in one commit and
-    counts the removed objects down in the next (a journal record that lands them says so);
-    libhdf5 lists what the model said."""
+@pytest.mark.parametrize("track_order, libver", [(False, "latest"), (True, "latest"), (False, "earliest")])
+def test_removals_and_renames_are_deferred_and_landed_with_the_inserts(tmp_path, track_order, libver):
+    """rm and mv in a dense group (or a symbol table) are deferred as the inserts are (a removal
+    of a link not landed yet cancels it); reads see the net effect; the flush lands the link
+    edits in one commit and counts the removed objects down in the next (a journal record that
+    lands them says so); libhdf5 lists what the model said."""
     path = tmp_path / "f.h5"
-    _dense_file(path, track_order)
+    _dense_file(path, track_order, libver)
     with H5File.open(str(path), writable=True) as f:
         wb, ed = _editor(f)
         for i in range(5):
@@ -248,8 +250,8 @@ os.kill(os.getpid(), 9)
 
 
 def test_links_a_kill_left_deferred_are_landed_by_the_next_open(tmp_path, caplog):
-    """A process killed with links deferred: a read-only open names what it does not show; the
-    next read-write open lands them (libhdf5 then lists every one, with the attribute set on the
+    """A process killed with links deferred: a read-only open shows them as the journal holds
+    them, and writes nothing; the next read-write open lands them (libhdf5 then lists every one, with the attribute set on the
     last), and the journal is gone after its close."""
     path = tmp_path / "f.h5"
     _dense_file(path)
@@ -262,9 +264,13 @@ def test_links_a_kill_left_deferred_are_landed_by_the_next_open(tmp_path, caplog
     copy = tmp_path / "copy.h5"
     shutil.copy(path, copy)
     shutil.copy(journal_path(str(path)), journal_path(str(copy)))
+    before = copy.read_bytes()
     with H5File.open(str(copy)) as f:
-        assert f.resolve("/g").link("old00") is not None
-    assert "not shown" in caplog.text
+        g = f.resolve("/g")
+        assert g.link("old00") is not None and len(g.links()) == SEED_LINKS + 40
+        assert [a.name for a in f.resolve("/g/new39").attributes()] == ["note"]
+    assert "40 link edits a crash interrupted are read from the journal" in caplog.text
+    assert copy.read_bytes() == before
     with H5File.open(str(path), writable=True) as f:
         assert len(f.resolve("/g").links()) == SEED_LINKS + 40
     assert "landed 40 link edits" in caplog.text   # the settle in the middle kept them deferred
@@ -495,3 +501,75 @@ def test_past_the_limit_deferred_edits_land_in_the_background(tmp_path, monkeypa
         wb.close()
     with h5py.File(path, "r") as h:
         assert all(f"n{i}" in h["g"] for i in range(6))
+
+
+def test_links_of_a_symbol_table_are_deferred_and_landed_in_one_pass(tmp_path, caplog):
+    """An old-style group (what h5py writes by default): hard and soft links added and links
+    removed wait as a dense group's do, and land in one edit of its B-tree, nodes and heap (more
+    than a node holds: nodes split); an external link, which turns the group new-style, lands
+    the waiting ones first. libhdf5 lists the result, with its cached symbol tables."""
+    path = tmp_path / "f.h5"
+    _dense_file(path, libver="earliest")
+    with H5File.open(str(path), writable=True) as f:
+        wb, ed = _editor(f)
+        g = _group(f, "/g")
+        assert g.facts()["storage"] == "symbol table"
+        for i in range(100):
+            ed.mkdir(_group(f, "/g"), f"new{i:03d}")
+        ed.soft_link(_group(f, "/g"), "soft", "/g/new001")
+        for i in range(0, SEED_LINKS, 2):
+            assert ed.rmdir(_group(f, "/g"), f"old{i:02d}") == 0
+        assert len(f.store.pending.of(g.address)) == 101 and len(f.store.pending.gone(g.address)) == SEED_LINKS // 2
+        want = sorted([f"old{i:02d}" for i in range(1, SEED_LINKS, 2)] + [f"new{i:03d}" for i in range(100)] + ["soft"])
+        assert [ln.name for ln in _group(f, "/g").links()] == want   # name order, as a symbol table lists
+        assert namespace.lookup(f, _group(f, "/g"), "/g", b"new099").kind == namespace.DIR
+        wb.flush()
+        assert not f.store.pending and _group(f, "/g").facts()["storage"] == "symbol table"
+        ed.mkdir(_group(f, "/g"), "late")
+        ed.external_link(_group(f, "/g"), "ext", "other.h5", "/x")
+        assert _group(f, "/g").facts()["storage"] == "dense" and _group(f, "/g").link("late") is not None
+        wb.close()
+    with h5py.File(path, "r") as h:
+        assert sorted(h["g"]) == sorted(want + ["late", "ext"])
+        assert h["g/soft"].name == "/g/soft" and isinstance(h["g/new050"], h5py.Group)
+        assert h["g"].get("ext", getlink=True).filename == "other.h5"
+    run_h5fs("check", path, check=True)
+
+
+_KILLED_OLD_STYLE = """
+import os, sys
+sys.path.insert(0, {root!r})
+from h5fs.model.file import H5File
+from h5fs.model.tree_edit import TreeEditor
+from h5fs.model.writeback import Writeback
+f = H5File.open({path!r}, writable=True)
+ed = TreeEditor(f, Writeback(f, 1 << 20))
+for i in range(40):
+    ed.mkdir(f.resolve("/g"), f"new{{i:02d}}")
+ed.unlink(f.resolve("/g"), "old03")
+ed.set_attribute(f.resolve("/g/new39"), "note", b"last")
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_symbol_table_edits_a_kill_left_deferred_are_shown_then_landed(tmp_path, caplog):
+    """A kill with an old-style group's edits deferred: a read-only open shows them (and writes
+    nothing), the next read-write open lands them, the removed group freed; libhdf5 agrees."""
+    path = tmp_path / "f.h5"
+    _dense_file(path, libver="earliest")
+    proc = subprocess.run([sys.executable, "-c", _KILLED_OLD_STYLE.format(root=str(REPO), path=str(path))])
+    assert proc.returncode == -9
+    before = path.read_bytes()
+    with H5File.open(str(path)) as f:
+        names = {ln.name for ln in f.resolve("/g").links()}
+        assert {f"new{i:02d}" for i in range(40)} <= names and "old03" not in names
+    assert path.read_bytes() == before
+    with H5File.open(str(path), writable=True):
+        pass
+    assert "landed 42 link edits" in caplog.text   # 40 links, a removal, its countdown
+    with h5py.File(path, "r") as h:
+        assert sorted(h["g"]) == sorted([f"old{i:02d}" for i in range(SEED_LINKS) if i != 3] +
+                                        [f"new{i:02d}" for i in range(40)])
+        assert h["g/new39"].attrs["note"] == "last"
+    report = run_h5fs("check", path, check=True)
+    assert "unused" in report.stdout
