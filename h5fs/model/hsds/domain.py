@@ -31,6 +31,7 @@ from ...storage.hsds.records import Domain
 from ...storage.hsds.transport import HsdsError, TooLarge
 from ..values import Ref
 from .blocks import BLOCK_BYTES, BlockCache, DataBlocks
+from .creations import Creations
 from .dataset import HsdsDataset
 from .metadata import Expiring
 from .objects import MISSING, HsdsDatatype, HsdsGroup, HsdsObject, described
@@ -69,6 +70,7 @@ class HsdsDomain:
         self._addresses: dict[str, int] = {}
         self.root_id = info.root
         self.root_address = self.address_of(info.root)
+        self.creations = Creations(client, info.root)    # a read-write mount's new groups (edits.py)
 
     @classmethod
     def open(cls, domain: str, *, endpoint: str | None = None, username: str | None = None,
@@ -101,6 +103,7 @@ class HsdsDomain:
 
     def close(self) -> None:
         self._stopped = True
+        self.creations.close()
         with self._lock:
             pool, self._prefetcher = self._prefetcher, None
         if pool is not None:    # queued prefetches are dropped; those under way end with their request
@@ -144,7 +147,9 @@ class HsdsDomain:
     def describe(self, obj_id: str, path: str) -> dict[str, Any]:
         """The object's record, attributes and (a group's) links, as objects.described gives
         them, from one request, kept `refresh` seconds; a caller that comes while the request
-        for the same object is under way waits for its answer rather than asking again."""
+        for the same object is under way waits for its answer rather than asking again. New
+        groups touching it that wait to be sent go first (creations.py)."""
+        self.creations.settle(obj_id)
         with self._lock:
             under_way = self._describing.get(obj_id)
             if under_way is None:

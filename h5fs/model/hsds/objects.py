@@ -63,6 +63,7 @@ class HsdsObject:
         if value is MISSING and not meta.has(self.id, "record"):
             value = self.domain.describe(self.id, self.path).get(kind, MISSING)
         if value is MISSING and listing is not None:
+            self.domain.creations.settle(self.id)
             value = self.cached(kind, listing)
         return value
 
@@ -125,6 +126,7 @@ class HsdsGroup(HsdsObject):
         return self.cached(("link", name), lambda: self._fetch_link(name))
 
     def _fetch_link(self, name: str) -> Link | None:
+        self.domain.creations.settle(self.id)
         try:
             return self._link(self.domain.client.get_link(self.id, name))
         except HsdsError as e:

@@ -161,10 +161,10 @@ class HsdsClient:
             links = None if found is None else tuple(Link.parse({**v, "title": k}, f"link of {obj_id}")
                                                       for k, v in found)
         found = entries(doc, "attributes", record.attribute_count, what)
-        attrs = None if found is None else tuple(self._stored_attribute(obj_id, {**v, "name": k}) for k, v in found)
+        attrs = None if found is None else tuple(self.stored_attribute(obj_id, {**v, "name": k}) for k, v in found)
         return Described(record, links, attrs)
 
-    def _stored_attribute(self, obj_id: str, doc: dict) -> Attribute:
+    def stored_attribute(self, obj_id: str, doc: dict) -> Attribute:
         """An attribute as an object's answer includes it (the value as HSDS stores it: JSON, or
         base64 where HSDS found no JSON for it)."""
         what = f"attribute of {obj_id}"
@@ -187,6 +187,23 @@ class HsdsClient:
     def create_group(self, parent: str | None = None, name: str | None = None) -> Group:
         """A new group, linked as `name` in group `parent` when both are given."""
         return Group.parse(self._json("POST", "/groups", body=_link_body(parent, name)), "new group")
+
+    def create_groups(self, ids: Sequence[str]) -> None:
+        """New unlinked groups of the ids given (new_id's), in one request as h5pyd makes them
+        (the service makes many at about 1 ms each; one POST of one group costs 2.5-4 ms)."""
+        self._json("POST", "/groups", body=[{"id": obj_id} for obj_id in ids])
+
+    def put_links(self, root: str, links: dict[str, dict[str, str]]) -> None:
+        """Hard links, group id -> title -> target id, in one request (as h5pyd's flush): the
+        same link again is no error; EEXIST (409) when a title names another link already."""
+        body = {"grp_ids": {gid: {"links": {t: {"id": target} for t, target in titles.items()}}
+                            for gid, titles in links.items()}}
+        self._json("PUT", f"/groups/{root}/links", body=body)
+
+    def put_attributes(self, root: str, attributes: dict[str, dict[str, dict]]) -> None:
+        """Attributes, object id -> name -> attribute_json(), in one request (as h5pyd's flush)."""
+        body = {"obj_ids": {obj_id: {"attributes": attrs} for obj_id, attrs in attributes.items()}}
+        self._json("PUT", f"/groups/{root}/attributes", body=body)
 
     def delete_group(self, gid: str) -> None:
         """The group goes; links to it stay (HSDS keeps them; they lead to 410 Gone)."""
@@ -406,20 +423,8 @@ class HsdsClient:
         """Create (or with `replace`, replace) an attribute holding `value` (None: an empty,
         H5S_NULL one of `dtype`), of `dtype` (else NumPy's, text as variable-length UTF-8)
         or of `type_json`. EEXIST if another attribute of that name is there and not `replace`."""
-        dt = _attribute_dtype(value, dtype)
-        body: dict[str, Any] = {"type": type_json if type_json is not None else to_json(dt)}
-        if value is None:
-            body["shape"] = "H5S_NULL"
-        else:
-            arr = np.asarray(value, dtype=dt)
-            shape = arr.shape[:arr.ndim - len(dt.shape)]
-            body["shape"] = list(shape) if shape else "H5S_SCALAR"
-            if is_variable(dt):
-                body["value"] = values.to_json(arr, dt)
-            else:
-                body["value"] = base64.b64encode(values.encode(arr, dt)).decode("ascii")
-                body["encoding"] = "base64"
-        self._json("PUT", self._attr_path(obj_id, name), {"replace": 1} if replace else None, body)
+        self._json("PUT", self._attr_path(obj_id, name), {"replace": 1} if replace else None,
+                   attribute_json(value, dtype, type_json))
 
     def delete_attribute(self, obj_id: str, name: str) -> None:
         self._json("DELETE", self._attr_path(obj_id, name))
@@ -427,6 +432,24 @@ class HsdsClient:
     @staticmethod
     def _attr_path(obj_id: str, name: str) -> str:
         return f"/{collection(obj_id)}/{obj_id}/attributes/{segment(name)}"
+
+
+def attribute_json(value: Any, dtype: Any = None, type_json: Any = None) -> dict[str, Any]:
+    """The JSON HSDS takes for an attribute (put_attribute's arguments)."""
+    dt = _attribute_dtype(value, dtype)
+    body: dict[str, Any] = {"type": type_json if type_json is not None else to_json(dt)}
+    if value is None:
+        body["shape"] = "H5S_NULL"
+    else:
+        arr = np.asarray(value, dtype=dt)
+        shape = arr.shape[:arr.ndim - len(dt.shape)]
+        body["shape"] = list(shape) if shape else "H5S_SCALAR"
+        if is_variable(dt):
+            body["value"] = values.to_json(arr, dt)
+        else:
+            body["value"] = base64.b64encode(values.encode(arr, dt)).decode("ascii")
+            body["encoding"] = "base64"
+    return body
 
 
 def _link_body(parent: str | None, name: str | None) -> dict[str, Any]:
