@@ -21,6 +21,7 @@ import errno
 import logging
 import os
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable
@@ -42,6 +43,7 @@ MAX_WALK = 1_000_000     # objects a walk for reference paths visits at most (as
 DOMAIN = ""              # the metadata cache's key of what belongs to the domain, not to an object
 PREFETCH = 16            # describe requests in flight at most for listings (and at most `connections`)
 PREFETCH_QUEUED = 10_000     # objects waiting to be prefetched at most: past it a listing prefetches no more
+TREE_JSON = 4 << 20      # bytes of the whole domain's links at most for prefetch_tree (~25,000 links)
 
 
 class HsdsDomain:
@@ -65,6 +67,7 @@ class HsdsDomain:
         self._prefetcher: ThreadPoolExecutor | None = None
         self._scan_lock = threading.Lock()
         self._queued = 0
+        self._tree_at = -float("inf")            # when prefetch_tree last ran (monotonic)
         self._stopped = False
         self._ids: list[str] = []                # address - 1 -> id
         self._addresses: dict[str, int] = {}
@@ -181,10 +184,7 @@ class HsdsDomain:
             room = PREFETCH_QUEUED - self._queued
             todo = todo[:max(0, room)]
             self._queued += len(todo)
-            if self._prefetcher is None and todo:
-                workers = max(1, min(PREFETCH, self.client.settings.connections))
-                self._prefetcher = ThreadPoolExecutor(workers, thread_name_prefix="h5fs-hsds-describe")
-            pool = self._prefetcher
+            pool = self._pool()
         for n, (obj_id, path) in enumerate(todo):
             try:
                 pool.submit(self._prefetch_one, obj_id, path)
@@ -192,6 +192,54 @@ class HsdsDomain:
                 with self._lock:
                     self._queued -= len(todo) - n
                 return
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The prefetching threads (made at the first use; under `_lock`)."""
+        if self._prefetcher is None:
+            workers = max(1, min(PREFETCH, self.client.settings.connections))
+            self._prefetcher = ThreadPoolExecutor(workers, thread_name_prefix="h5fs-hsds-describe")
+        return self._prefetcher
+
+    def prefetch_tree(self) -> None:
+        """At a listing of the root, at most once per `refresh` seconds: every object of the
+        domain described in the background, in the order `find`, `du`, `ls -R` and
+        `getfattr -R` visit them (a directory's entries, then each subgroup's in name order),
+        so the prefetch runs ahead of a walk rather than one group's entries at a time. The
+        objects come from one request (tree_links: the service's links now); past TREE_JSON
+        bytes of them (a domain too big to walk often) nothing is done."""
+        now = time.monotonic()
+        with self._lock:
+            if self._stopped or now - self._tree_at < self.refresh:
+                return
+            self._tree_at = now
+            try:
+                self._pool().submit(self._prefetch_tree)
+            except RuntimeError:      # closed meanwhile
+                pass
+
+    def _prefetch_tree(self) -> None:
+        try:
+            tree = self.client.tree_links(self.root_id, TREE_JSON)
+        except TooLarge:
+            return
+        except Exception as e:  # noqa: BLE001 - the walk asks for what it needs itself
+            log.debug("listing the domain's tree: %s", e)
+            return
+        order: list[tuple[int, str]] = []
+        todo, seen = deque([(self.root_id, "")]), {self.root_id}
+        while todo and len(order) < PREFETCH_QUEUED:
+            gid, base = todo.popleft()
+            subgroups = []
+            for ln in sorted(tree.get(gid, ()), key=lambda ln: ln.title):
+                if ln.id is None or ln.id in seen:
+                    continue
+                seen.add(ln.id)
+                path = f"{base}/{ln.title}"
+                order.append((self.address_of(ln.id), path))
+                if ln.id in tree:
+                    subgroups.append((ln.id, path))
+            todo.extendleft(reversed(subgroups))     # depth first: this directory's subgroups next
+        self.prefetch(order)
 
     def _prefetch_one(self, obj_id: str, path: str) -> None:
         with self._lock:

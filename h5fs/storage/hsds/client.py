@@ -215,6 +215,17 @@ class HsdsClient:
         return [Link.parse(doc, f"link of {gid}") for doc in
                 self._pages(f"/groups/{gid}/links", "links", "title", page, {})]
 
+    def tree_links(self, gid: str, limit: int = DESCRIBE_JSON) -> dict[str, list[Link]]:
+        """The links of group `gid` and of every group reachable from it by hard links, by group
+        id, in one request (HSDS crawls them at once: `follow_links`, the state it holds now);
+        TooLarge past `limit` bytes."""
+        path = f"/groups/{gid}/links"
+        doc = self.transport.json_request("GET", path, {"follow_links": 1}, domain=self.domain, limit=limit)
+        found = doc.get("links") if isinstance(doc, dict) else None
+        if not isinstance(found, dict) or not all(isinstance(v, list) for v in found.values()):
+            raise HsdsError(f"HSDS GET {path}?follow_links=1 [{self.domain}]: no links by group in the answer")
+        return {g: [Link.parse(doc, f"link of {g}") for doc in links] for g, links in found.items()}
+
     def get_link(self, gid: str, title: str) -> Link:
         doc = self._json("GET", f"/groups/{gid}/links/{segment(title)}")
         if not isinstance(doc, dict) or not isinstance(doc.get("link"), dict):
