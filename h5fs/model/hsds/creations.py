@@ -176,8 +176,10 @@ class Creations:
             log.error("HSDS %s: new groups not sent yet, kept for a retry: %s", self.client.domain, e)
 
     def close(self) -> None:
-        """No more timers (what waits is dropped: the writeback's close sent it)."""
+        """No more timers; what still waits (the writeback's close failed to send it) is lost."""
         with self._lock:
+            if self._groups:
+                log.error("HSDS %s: %d new groups never reached the service", self.client.domain, len(self._groups))
             self._closed = True
             if self._timer is not None:
                 self._timer.cancel()

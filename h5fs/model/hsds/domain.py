@@ -205,8 +205,9 @@ class HsdsDomain:
         domain described in the background, in the order `find`, `du`, `ls -R` and
         `getfattr -R` visit them (a directory's entries, then each subgroup's in name order),
         so the prefetch runs ahead of a walk rather than one group's entries at a time. The
-        objects come from one request (tree_links: the service's links now); past TREE_JSON
-        bytes of them (a domain too big to walk often) nothing is done."""
+        objects come from one request (tree_links: the service's links now), not made for a
+        domain whose last scan counted more than PREFETCH_QUEUED datasets; past TREE_JSON bytes
+        of links (a domain too big to walk often) nothing is done."""
         now = time.monotonic()
         with self._lock:
             if self._stopped or now - self._tree_at < self.refresh:
@@ -218,6 +219,9 @@ class HsdsDomain:
                 pass
 
     def _prefetch_tree(self) -> None:
+        scan = self.scan()     # the service's last count of datasets: a domain too big to crawl is not asked
+        if scan is None or len(scan) > PREFETCH_QUEUED:
+            return
         try:
             tree = self.client.tree_links(self.root_id, TREE_JSON)
         except TooLarge:
