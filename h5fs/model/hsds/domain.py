@@ -5,7 +5,8 @@ reads. Read-only for now.
 An object's record, attributes and (a group's) links come in one request, `describe`; callers
 asking for the same object at once share it. A group's listing has its children described in
 the background, PREFETCH requests at a time (`prefetch`), so a walk's stat of each entry finds
-it kept: a walk of N objects costs about N requests, made in parallel.
+it kept: a walk of N objects costs about N requests, made in parallel. A listing of the root
+queues the whole tree at once, in the order a walk visits it (`prefetch_tree`).
 
 Addresses: HSDS names objects by id ("g-...", "d-...", "t-..."); the mount keys its inodes by
 integer addresses, so each id met gets the next small integer for the life of the engine (the

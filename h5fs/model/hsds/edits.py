@@ -3,6 +3,9 @@ FUSE layer calls on the local engine's TreeEditor (model/tree_edit.py): the same
 (objects from `HsdsDomain.get`, names as str), returns and refusals (NamespaceError with its
 errno). Each edit is one or a few REST calls; then the domain forgets what it kept of every
 object whose links, attributes or record changed, so the mount's next look asks the service.
+In a mount (an editor with a writeback) `mkdir`, and `setfattr` on a group made so, wait a
+moment and go in bulk instead (creations.py), shown from the domain's cache meanwhile; every
+other edit sends them first.
 
 What HSDS does not keep, and what follows from it:
 - No link counts. Removing an object's link removes the object too (the service would keep it
