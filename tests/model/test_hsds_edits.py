@@ -477,6 +477,54 @@ def test_flush_is_durable_and_pending_says_what_is_not(made, wb):
     assert not wb.pending and client.read(engine.resolve("/d").id, "<i4", [slice(0, 1)]).tolist() == [9]
 
 
+def test_new_groups_wait_and_go_in_bulk_shown_from_the_cache_meanwhile(hsds, made, wb):
+    engine, editor, client, domain = made
+    engine.creations.delay = 600          # sent only when something needs them there
+    root_links = {ln.title for ln in client.links(engine.root_id)}
+    names(engine.root)                    # the mount's view of the root, which mkdir checks names against
+    before = client.stats()["requests"]
+    a = editor.mkdir(engine.root, "new")
+    new = engine.get(a, "/new")
+    editor.set_attribute(new, "note", b"first")
+    editor.set_attribute(new, "note", b"second")
+    inner = editor.mkdir(new, "inner")
+    assert client.stats()["requests"] == before      # nothing sent: all shown from the cache
+    assert "new" in names(engine.root) and names(new) == ["inner"]
+    assert [(x.name, x.value[()]) for x in new.attributes()] == [("note", "second")]
+    refused(errno.EEXIST, editor.mkdir, engine.root, "new")
+    assert {ln.title for ln in client.links(engine.root_id)} == root_links     # the service: not yet
+    engine.meta.forget(new.id)            # anything asking the service about them sends them first
+    assert names(engine.get(a, "/new")) == ["inner"]
+    assert client.stats()["requests"] - before <= 5 and not engine.creations.pending
+    with h5pyd_file(hsds, domain) as f:
+        assert f["new"].attrs["note"] == "second" and f["new/inner"].id.id == engine.id_of(inner)
+
+
+def test_a_new_group_s_name_taken_meanwhile_by_another_writer_is_lost_and_logged(hsds, made, wb, caplog):
+    engine, editor, client, domain = made
+    engine.creations.delay = 600
+    names(engine.root)                    # the root's links kept: another writer's next one is not seen
+    a = editor.mkdir(engine.root, "both")
+    editor.mkdir(engine.root, "mine")
+    editor.set_attribute(engine.get(a, "/both"), "note", b"lost")
+    theirs = client.create_group(engine.root_id, "both")
+    wb.flush()
+    assert "another writer linked that name" in caplog.text
+    found = {ln.title: ln for ln in client.links(engine.root_id)}
+    assert found["both"].id == theirs.id and "mine" in found and gone(client, engine.id_of(a))
+    assert not engine.creations.pending
+
+
+def test_other_edits_send_waiting_groups_first(hsds, made, wb):
+    engine, editor, client, domain = made
+    engine.creations.delay = 600
+    a = editor.mkdir(engine.root, "soon")
+    editor.mkdir(engine.get(a, "/soon"), "gone")
+    editor.rmdir(engine.get(a, "/soon"), "gone")     # the service's own refusals and answers
+    editor.soft_link(engine.get(a, "/soon"), "up", "/g")
+    assert {ln.title for ln in client.links(engine.id_of(a))} == {"up"}
+
+
 def test_a_budget_of_staged_bytes_flushes_as_writes_go(hsds, made):
     engine, editor, client, domain = made
     wb = HsdsWriteback(engine, dirty_limit=64 << 10)

@@ -96,7 +96,8 @@ def test_a_walk_costs_one_request_per_object_then_none(hsds, objects):
         before = requests(eng)
         count = walk(eng)
         assert count == 1 + 8 + 8 * 6
-        assert requests(eng) - before <= count + 1      # and the domain's scan (allocated sizes)
+        # and the domain's scan (allocated sizes), and the tree's links (HsdsDomain.prefetch_tree)
+        assert requests(eng) - before <= count + 2
         before = requests(eng)
         walk(eng)                       # within refresh: everything kept
         assert requests(eng) == before
@@ -284,6 +285,32 @@ def test_an_answer_too_large_falls_back_to_the_record_and_the_listing(hsds, wide
         assert [ln.name for ln in eng.root.links()] == names
         assert requests(eng) - before == 2 + 2       # too large, the record alone, two pages
         assert eng.client.stats()["errors"] == 0
+
+
+def test_a_root_listing_describes_the_whole_tree_ahead_of_a_walk(hsds, objects):
+    """Listing the root (with subgroups) has every object described in the background, in the
+    order a walk visits them, from one request for the whole tree's links."""
+    asked: list[list[str]] = []
+    with engine_for(hsds, objects, refresh=60) as eng:
+        real = eng.prefetch
+
+        def prefetch(objects):
+            objects = list(objects)
+            asked.append([path for _, path in objects])
+            return real(objects)
+        eng.prefetch = prefetch
+        eng.root.links()
+        ids = {ln.id for links in eng.client.tree_links(eng.root_id).values() for ln in links}
+        assert len(ids) == 8 + 8 * 6
+        deadline = time.monotonic() + 10
+        while not all(eng.meta.has(i, "record") for i in ids) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(eng.meta.has(i, "record") for i in ids)
+        # the root's entries first, then each group's entries, in name order
+        tree = next(paths for paths in asked if len(paths) == len(ids))
+        assert tree == [f"/g{g}" for g in range(8)] + [f"/g{g}/d{d}" for g in range(8) for d in range(6)]
+        before = requests(eng)
+        assert walk(eng) == 1 + 8 + 8 * 6 and requests(eng) == before     # the walk finds all kept
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ reads. Read-only for now.
 An object's record, attributes and (a group's) links come in one request, `describe`; callers
 asking for the same object at once share it. A group's listing has its children described in
 the background, PREFETCH requests at a time (`prefetch`), so a walk's stat of each entry finds
-it kept: a walk of N objects costs about N requests, made in parallel.
+it kept: a walk of N objects costs about N requests, made in parallel. A listing of the root
+queues the whole tree at once, in the order a walk visits it (`prefetch_tree`).
 
 Addresses: HSDS names objects by id ("g-...", "d-...", "t-..."); the mount keys its inodes by
 integer addresses, so each id met gets the next small integer for the life of the engine (the
@@ -21,6 +22,7 @@ import errno
 import logging
 import os
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable
@@ -31,6 +33,7 @@ from ...storage.hsds.records import Domain
 from ...storage.hsds.transport import HsdsError, TooLarge
 from ..values import Ref
 from .blocks import BLOCK_BYTES, BlockCache, DataBlocks
+from .creations import Creations
 from .dataset import HsdsDataset
 from .metadata import Expiring
 from .objects import MISSING, HsdsDatatype, HsdsGroup, HsdsObject, described
@@ -41,6 +44,7 @@ MAX_WALK = 1_000_000     # objects a walk for reference paths visits at most (as
 DOMAIN = ""              # the metadata cache's key of what belongs to the domain, not to an object
 PREFETCH = 16            # describe requests in flight at most for listings (and at most `connections`)
 PREFETCH_QUEUED = 10_000     # objects waiting to be prefetched at most: past it a listing prefetches no more
+TREE_JSON = 4 << 20      # bytes of the whole domain's links at most for prefetch_tree (~25,000 links)
 
 
 class HsdsDomain:
@@ -64,11 +68,13 @@ class HsdsDomain:
         self._prefetcher: ThreadPoolExecutor | None = None
         self._scan_lock = threading.Lock()
         self._queued = 0
+        self._tree_at = -float("inf")            # when prefetch_tree last ran (monotonic)
         self._stopped = False
         self._ids: list[str] = []                # address - 1 -> id
         self._addresses: dict[str, int] = {}
         self.root_id = info.root
         self.root_address = self.address_of(info.root)
+        self.creations = Creations(client, info.root)    # a read-write mount's new groups (edits.py)
 
     @classmethod
     def open(cls, domain: str, *, endpoint: str | None = None, username: str | None = None,
@@ -101,6 +107,7 @@ class HsdsDomain:
 
     def close(self) -> None:
         self._stopped = True
+        self.creations.close()
         with self._lock:
             pool, self._prefetcher = self._prefetcher, None
         if pool is not None:    # queued prefetches are dropped; those under way end with their request
@@ -144,7 +151,9 @@ class HsdsDomain:
     def describe(self, obj_id: str, path: str) -> dict[str, Any]:
         """The object's record, attributes and (a group's) links, as objects.described gives
         them, from one request, kept `refresh` seconds; a caller that comes while the request
-        for the same object is under way waits for its answer rather than asking again."""
+        for the same object is under way waits for its answer rather than asking again. New
+        groups touching it that wait to be sent go first (creations.py)."""
+        self.creations.settle(obj_id)
         with self._lock:
             under_way = self._describing.get(obj_id)
             if under_way is None:
@@ -176,10 +185,7 @@ class HsdsDomain:
             room = PREFETCH_QUEUED - self._queued
             todo = todo[:max(0, room)]
             self._queued += len(todo)
-            if self._prefetcher is None and todo:
-                workers = max(1, min(PREFETCH, self.client.settings.connections))
-                self._prefetcher = ThreadPoolExecutor(workers, thread_name_prefix="h5fs-hsds-describe")
-            pool = self._prefetcher
+            pool = self._pool()
         for n, (obj_id, path) in enumerate(todo):
             try:
                 pool.submit(self._prefetch_one, obj_id, path)
@@ -187,6 +193,58 @@ class HsdsDomain:
                 with self._lock:
                     self._queued -= len(todo) - n
                 return
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The prefetching threads (made at the first use; under `_lock`)."""
+        if self._prefetcher is None:
+            workers = max(1, min(PREFETCH, self.client.settings.connections))
+            self._prefetcher = ThreadPoolExecutor(workers, thread_name_prefix="h5fs-hsds-describe")
+        return self._prefetcher
+
+    def prefetch_tree(self) -> None:
+        """At a listing of the root, at most once per `refresh` seconds: every object of the
+        domain described in the background, in the order `find`, `du`, `ls -R` and
+        `getfattr -R` visit them (a directory's entries, then each subgroup's in name order),
+        so the prefetch runs ahead of a walk rather than one group's entries at a time. The
+        objects come from one request (tree_links: the service's links now), not made for a
+        domain whose last scan counted more than PREFETCH_QUEUED datasets; past TREE_JSON bytes
+        of links (a domain too big to walk often) nothing is done."""
+        now = time.monotonic()
+        with self._lock:
+            if self._stopped or now - self._tree_at < self.refresh:
+                return
+            self._tree_at = now
+            try:
+                self._pool().submit(self._prefetch_tree)
+            except RuntimeError:      # closed meanwhile
+                pass
+
+    def _prefetch_tree(self) -> None:
+        scan = self.scan()     # the service's last count of datasets: a domain too big to crawl is not asked
+        if scan is None or len(scan) > PREFETCH_QUEUED:
+            return
+        try:
+            tree = self.client.tree_links(self.root_id, TREE_JSON)
+        except TooLarge:
+            return
+        except Exception as e:  # noqa: BLE001 - the walk asks for what it needs itself
+            log.debug("listing the domain's tree: %s", e)
+            return
+        order: list[tuple[int, str]] = []
+        todo, seen = deque([(self.root_id, "")]), {self.root_id}
+        while todo and len(order) < PREFETCH_QUEUED:
+            gid, base = todo.popleft()
+            subgroups = []
+            for ln in sorted(tree.get(gid, ()), key=lambda ln: ln.title):
+                if ln.id is None or ln.id in seen:
+                    continue
+                seen.add(ln.id)
+                path = f"{base}/{ln.title}"
+                order.append((self.address_of(ln.id), path))
+                if ln.id in tree:
+                    subgroups.append((ln.id, path))
+            todo.extendleft(reversed(subgroups))     # depth first: this directory's subgroups next
+        self.prefetch(order)
 
     def _prefetch_one(self, obj_id: str, path: str) -> None:
         with self._lock:

@@ -3,6 +3,9 @@ FUSE layer calls on the local engine's TreeEditor (model/tree_edit.py): the same
 (objects from `HsdsDomain.get`, names as str), returns and refusals (NamespaceError with its
 errno). Each edit is one or a few REST calls; then the domain forgets what it kept of every
 object whose links, attributes or record changed, so the mount's next look asks the service.
+In a mount (an editor with a writeback) `mkdir`, and `setfattr` on a group made so, wait a
+moment and go in bulk instead (creations.py), shown from the domain's cache meanwhile; every
+other edit sends them first.
 
 What HSDS does not keep, and what follows from it:
 - No link counts. Removing an object's link removes the object too (the service would keep it
@@ -22,18 +25,23 @@ from __future__ import annotations
 
 import errno
 import logging
+import time
 from collections import deque
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from ...errors import CannotWrite, NotFound
+from ...format.messages.link import HARD, Link
 from ...storage.hsds import records
+from ...storage.hsds.client import attribute_json
 from ...storage.hsds.transport import HsdsError
 from ..filter_spec import DEFLATE, FLETCHER32, LZF, NAMES, SHUFFLE, Filter, parse_filters
 from ..tree_edit import NamespaceError
 from . import attribute_text, replacement
-from .objects import HsdsGroup, HsdsObject
+from .domain import DOMAIN
+from .objects import HsdsAttribute, HsdsGroup, HsdsObject
 
 if TYPE_CHECKING:
     from .dataset import HsdsDataset
@@ -116,19 +124,45 @@ class HsdsEditor:
             log.debug("%s (%s) was deleted already", path, obj_id)
         self._changed(obj_id)
 
+    def _settle(self) -> None:
+        """New groups waiting to be sent go first: this edit may concern them, and edits
+        reach the service in the order they were made."""
+        if self.domain.creations.pending:
+            self.domain.creations.send()
+
     # -- groups ------------------------------------------------------------------------------
     def mkdir(self, parent: HsdsObject, name: str) -> int:
-        """A new empty group `name` in `parent` (one POST); its address."""
-        try:
-            group = self.client.create_group(parent.id, name)
-        except HsdsError as e:
-            raise _taken(e, parent, name) from None
-        self._changed(parent.id)
-        return self.domain.address_of(group.id)
+        """A new empty group `name` in `parent`; its address. With a writeback (a mount) it
+        waits a moment to be sent with others (creations.py), checked against the mount's
+        view of `parent` and shown from the domain's cache meanwhile; else one POST."""
+        if self.wb is None:
+            try:
+                group = self.client.create_group(parent.id, name)
+            except HsdsError as e:
+                raise _taken(e, parent, name) from None
+            self._changed(parent.id)
+            return self.domain.address_of(group.id)
+        creations = self.domain.creations
+        if creations.taken(parent.id, name) or (isinstance(parent, HsdsGroup) and parent.link(name) is not None):
+            raise NamespaceError(errno.EEXIST, f"{_join(parent, name)}: the name is taken")
+        obj_id = creations.group(parent.id, name)
+        address = self.domain.address_of(obj_id)
+        meta, now = self.domain.meta, time.time()
+        meta.put(obj_id, "record", records.Group(obj_id, now, now, 0, 0))
+        meta.put(obj_id, "links", ([], {}))
+        meta.put(obj_id, "attributes", ())
+        link = Link(name, HARD, address=address)
+        meta.patch(parent.id, "links", lambda table: _with_link(table, link))
+        meta.patch(parent.id, "record", lambda rec: replace(rec, link_count=rec.link_count + 1))
+        meta.discard(parent.id, ("link", name))
+        meta.discard(DOMAIN, "reference paths")
+        self.wb.edited()
+        return address
 
     def rmdir(self, parent: HsdsObject, name: str) -> int:
         """Remove the empty group `name`: its link, then the group (as `_drop` says); the hard
         links left that this editor knows of (0: deleted)."""
+        self._settle()
         path = _join(parent, name)
         link = self._existing(parent, name)
         if link.kind != records.HARD or not link.id.startswith("g-"):
@@ -145,6 +179,7 @@ class HsdsEditor:
         """Remove the link `name`; for a hard link (to a dataset or datatype) its object too
         unless this editor knows another link to it: the links left (0: deleted). None for a
         soft or external link."""
+        self._settle()
         path = _join(parent, name)
         link = self._existing(parent, name)
         if link.kind == records.HARD and link.id.startswith("g-"):
@@ -154,6 +189,7 @@ class HsdsEditor:
         return None if link.kind != records.HARD else self._drop(link.id, path)
 
     def hard_link(self, address: int, parent: HsdsObject, name: str) -> None:
+        self._settle()
         target = self.domain.id_of(address)
         try:
             self.client.link_hard(parent.id, name, target)
@@ -163,6 +199,7 @@ class HsdsEditor:
         self._changed(parent.id, target)
 
     def soft_link(self, parent: HsdsObject, name: str, target: str) -> None:
+        self._settle()
         try:
             self.client.link_soft(parent.id, name, target)
         except HsdsError as e:
@@ -170,6 +207,7 @@ class HsdsEditor:
         self._changed(parent.id)
 
     def external_link(self, parent: HsdsObject, name: str, filename: str, path: str) -> None:
+        self._settle()
         try:
             self.client.link_external(parent.id, name, filename, path)
         except HsdsError as e:
@@ -193,6 +231,7 @@ class HsdsEditor:
         HSDS has no rename: the replaced link is deleted, the new one put, the old one deleted,
         then the replaced object: NOT atomic. A failure between steps leaves both names (the
         object twice linked), or, if putting the new link fails, the replaced link put back."""
+        self._settle()
         link = self._existing(src, name)
         if src.id == dst.id and name == new:
             return None
@@ -260,7 +299,22 @@ class HsdsEditor:
 
     def set_attribute(self, obj: HsdsObject, name: str, text: bytes) -> None:
         """`setfattr`: an existing attribute keeps its type and shape, `text` parsed as the
-        mount shows values; a new one is a variable-length UTF-8 string (attribute_text.py)."""
+        mount shows values; a new one is a variable-length UTF-8 string (attribute_text.py).
+        On a new group still waiting to be sent it waits with it; else a name the object's
+        kept attributes lack is tried as new (one PUT), then as an existing one."""
+        if self.wb is not None and self._set_waiting(obj, name, text):
+            return
+        self.domain.creations.settle(obj.id)
+        kept = self.domain.meta.peek(obj.id, "attributes", None)
+        if kept is not None and all(a.name != name for a in kept):
+            value = attribute_text.new_text(name, text)
+            try:
+                self.client.put_attribute(obj.id, name, value)
+                self._changed(obj.id)
+                return
+            except HsdsError as e:
+                if e.errno != errno.EEXIST:     # made meanwhile by another writer: as existing
+                    raise
         attr = self._attribute(obj, name)
         if attr is None:
             self.client.put_attribute(obj.id, name, attribute_text.new_text(name, text))
@@ -269,14 +323,39 @@ class HsdsEditor:
             self.client.put_attribute(obj.id, name, value, dtype, replace=True, type_json=type_json)
         self._changed(obj.id)
 
+    def _set_waiting(self, obj: HsdsObject, name: str, text: bytes) -> bool:
+        """The attribute of a group waiting to be sent, set with it and in the cache (False: the
+        group is not waiting, or its cache expired, or the value is not kept whole)."""
+        creations, meta = self.domain.creations, self.domain.meta
+        kept = meta.peek(obj.id, "attributes", None)
+        if not creations.holds(obj.id) or kept is None:
+            return False
+        old = next((a for a in kept if a.name == name), None)
+        if old is None:
+            body = attribute_json(attribute_text.new_text(name, text))
+        else:
+            value, dtype, type_json = attribute_text.revalued(old.record, text)
+            body = attribute_json(value, dtype, type_json)
+        stored = self.client.stored_attribute(obj.id, {**body, "name": name, "created": time.time(),
+                                                       "shape": _shape_doc(body["shape"])})
+        if stored.deferred or not creations.attribute(obj.id, name, body):
+            return False
+        handle = HsdsAttribute(self.domain, obj.id, obj.path, stored)
+        meta.patch(obj.id, "attributes",
+                   lambda attrs: tuple(sorted([a for a in attrs if a.name != name] + [handle], key=lambda a: a.name)))
+        meta.patch(obj.id, "record", lambda rec: replace(rec, attribute_count=rec.attribute_count + (old is None)))
+        return True
+
     def create_attribute(self, obj: HsdsObject, name: str, dtype: Any, text: bytes) -> None:
         """`h5fs attr --dtype`: attribute `name` made anew (any of that name replaced)."""
+        self._settle()
         value, stored = attribute_text.typed(name, dtype, text)
         self.client.put_attribute(obj.id, name, value, stored, replace=True)
         self._changed(obj.id)
 
     def remove_attribute(self, obj: HsdsObject, name: str) -> None:
         """NotFound when there is none (HSDS answers a DELETE of a missing one with 200)."""
+        self._settle()
         if self._attribute(obj, name) is None:
             raise NotFound(f"{obj.path}: no attribute {name!r}")
         self.client.delete_attribute(obj.id, name)
@@ -291,6 +370,7 @@ class HsdsEditor:
         such a request, sparse and virtual are refused."""
         if layout not in (None, "chunked", "contiguous", "compact"):
             raise CannotWrite(f"{_join(parent, name)}: HSDS datasets have no {layout} layout")
+        self._settle()
         wanted = parse_filters(filters) if isinstance(filters, str) else tuple(filters)
         stored = attribute_text.hsds_dtype(dtype)
         fill_value = None
@@ -335,6 +415,19 @@ class HsdsEditor:
 
     def land(self, redo: bool = False) -> None:
         """Nothing is deferred: every edit is in the service when its call returns."""
+
+
+def _with_link(table: tuple[list[Link], dict[str, Link]], link: Link) -> tuple[list[Link], dict[str, Link]]:
+    """A group's kept link table with a new link, in name order."""
+    links, by_name = table
+    return sorted([*links, link], key=lambda ln: ln.name), {**by_name, link.name: link}
+
+
+def _shape_doc(shape: Any) -> dict[str, Any]:
+    """The shape JSON HSDS answers for the shape a PUT gives (a list, H5S_SCALAR, H5S_NULL)."""
+    if isinstance(shape, list):
+        return {"class": "H5S_SIMPLE", "dims": shape}
+    return {"class": shape}
 
 
 def _join(group: HsdsObject, name: str) -> str:

@@ -67,6 +67,24 @@ class Expiring:
                     self._trim(values)
             values[kind] = (self._clock() + self.lifetime, value)
 
+    def patch(self, obj_id: str, kind: Hashable, change: Callable[[Any], Any]) -> bool:
+        """Replace a fresh value by `change(value)`, keeping its deadline: an edit made here
+        changes what is kept without making the rest of it look newer than it is. Whether
+        there was a fresh value."""
+        with self._lock:
+            values = self._objects.get(obj_id)
+            hit = None if values is None else values.get(kind)
+            if hit is None or hit[0] <= self._clock():
+                return False
+            values[kind] = (hit[0], change(hit[1]))
+            return True
+
+    def discard(self, obj_id: str, kind: Hashable) -> None:
+        with self._lock:
+            values = self._objects.get(obj_id)
+            if values is not None:
+                values.pop(kind, None)
+
     def _trim(self, values: dict[Hashable, tuple[float, Any]]) -> None:
         """Drop an object's expired values, and its oldest half if that is not enough."""
         now = self._clock()

@@ -36,7 +36,6 @@ class HsdsObject:
     __slots__ = ("domain", "id", "address", "path")
     kind = "object"
     headers_local = False       # no answer comes from an object header read locally
-    dense_attributes = True     # reading attributes is I/O
     facts_from_header = False
     nlink = 1                   # HSDS keeps no count of the hard links to an object
 
@@ -48,6 +47,13 @@ class HsdsObject:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path} {self.id}>"
+
+    @property
+    def dense_attributes(self) -> bool:
+        """Whether reading the attributes may need a request: not while they are kept, so the
+        FUSE layer lists them on its event loop (a worker hop costs ~0.15 ms an object in a
+        walk); their values may still need one (HsdsAttribute.value_in_header)."""
+        return not self.domain.meta.has(self.id, "attributes")
 
     def cached(self, kind: Hashable, compute: Callable[[], Any], nbytes: Any = 0) -> Any:
         """A value derived from this object, kept `refresh` seconds (`nbytes` is the local
@@ -63,6 +69,7 @@ class HsdsObject:
         if value is MISSING and not meta.has(self.id, "record"):
             value = self.domain.describe(self.id, self.path).get(kind, MISSING)
         if value is MISSING and listing is not None:
+            self.domain.creations.settle(self.id)
             value = self.cached(kind, listing)
         return value
 
@@ -110,7 +117,10 @@ class HsdsGroup(HsdsObject):
         links = self.described("links", self._read_links)[0]
         if prefetch:
             base = self.path.rstrip("/")
-            self.domain.prefetch([(ln.address, f"{base}/{ln.name}") for ln in links if ln.address is not None])
+            hard = [(ln.address, f"{base}/{ln.name}") for ln in links if ln.address is not None]
+            if self.id == self.domain.root_id and any(self.domain.id_of(a).startswith("g-") for a, _ in hard):
+                self.domain.prefetch_tree()     # a walk goes on below: every object, ahead of it
+            self.domain.prefetch(hard)
         return links
 
     def _read_links(self) -> tuple[list[Link], dict[str, Link]]:
@@ -125,6 +135,7 @@ class HsdsGroup(HsdsObject):
         return self.cached(("link", name), lambda: self._fetch_link(name))
 
     def _fetch_link(self, name: str) -> Link | None:
+        self.domain.creations.settle(self.id)
         try:
             return self._link(self.domain.client.get_link(self.id, name))
         except HsdsError as e:

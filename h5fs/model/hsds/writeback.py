@@ -181,7 +181,9 @@ class HsdsWriteback:
     # -- flushing ------------------------------------------------------------------------------
     def flush(self, durable: bool = True) -> None:
         """Every staged byte sent; with `durable` (fsync, unmount), then held in the service's
-        storage with every edit made before (its durability flush, about 2 s)."""
+        storage with every edit made before (its durability flush, about 2 s). New groups
+        waiting to be sent go first (creations.py)."""
+        self.domain.creations.send()
         self.flush_data()
         if durable:
             self.sync()

@@ -6,6 +6,7 @@ what a record does not name. Times are seconds since the epoch, as HSDS sends th
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,3 +249,14 @@ def entries(doc: Any, key: str, count: int, what: str) -> list[tuple[str, dict]]
     if not all(isinstance(v, dict) for v in found.values()):
         raise HsdsError(f"HSDS {what}: {key} {str(found)[:200]}")
     return sorted(found.items())
+
+
+def new_id(prefix: str, root: str) -> str:
+    """A new object id of the domain whose root group is `root`, as h5pyd makes ids before it
+    sends the objects (h5json's createObjId, schema v2): "g-", "d-" or "t-", the root id's first
+    16 hex digits (the service files the object under its domain by them), then 16 random ones."""
+    head = root[2:].replace("-", "")[:16]
+    if len(head) != 16:
+        raise HsdsError(f"HSDS root id {root!r}: not a schema v2 id")
+    token = head + secrets.token_hex(8)
+    return f"{prefix}{token[:8]}-{token[8:16]}-{token[16:20]}-{token[20:26]}-{token[26:32]}"
