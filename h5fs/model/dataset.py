@@ -145,10 +145,11 @@ class Dataset(H5Object):
 
     def _source_size(self) -> int:
         """The source's size; a chunked one's without opening its index (a `stat` needs no more)."""
-        space, lay = self.dataspace, self.layout
-        if lay.layout_class != L.CHUNKED:
-            return self.source.size
-        index_context(self, space, lay)   # what it checks fails the views now, as the source would
+        return self.source.size if self.layout.layout_class != L.CHUNKED else self._chunked_size
+
+    @derived(60)   # asked by every write (whether it grows the dataset): checked once per header
+    def _chunked_size(self) -> int:
+        index_context(self, self.dataspace, self.layout)   # what it checks fails the views now, as the source would
         return self.data_bytes
 
     @property
