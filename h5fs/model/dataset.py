@@ -149,7 +149,9 @@ class Dataset(H5Object):
 
     @derived(60)   # asked by every write (whether it grows the dataset): checked once per header
     def _chunked_size(self) -> int:
-        index_context(self, self.dataspace, self.layout)   # what it checks fails the views now, as the source would
+        """The data's bytes, what a chunk index's context checks checked first (chunked storage)."""
+        if self.layout.layout_class == L.CHUNKED:   # what it checks fails the views now, as the source would
+            index_context(self, self.dataspace, self.layout)
         return self.data_bytes
 
     @property
