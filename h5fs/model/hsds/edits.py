@@ -393,12 +393,14 @@ class HsdsEditor:
     def create_unlinked_dataset(self, like: HsdsDataset, dtype: Any, shape: tuple[int, ...], **storage: Any) -> int:
         """The anonymous dataset receiving an array that replaces `like`'s data (`storage`: the
         chunks and filters a copied-in array would get; HSDS chunks it, D keeps its own)."""
+        self._settle()
         return replacement.create_source(self.domain, like, np.dtype(dtype), tuple(shape))
 
     def replace_data(self, ds: HsdsDataset, source: int, keep_storage: bool = False,
                      unlink: tuple[HsdsObject, str] | None = None) -> int | None:
         """The array in `source` becomes `ds`'s data, `ds` keeping its id, links and attributes;
         `unlink`: a link removed too (`mv T D.npy`), whose `unlink` answer is returned."""
+        self._settle()
         replacement.copy_into(self.domain, self.wb, ds, source)
         return None if unlink is None else self.unlink(*unlink)
 
