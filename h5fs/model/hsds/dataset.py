@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import Unsupported
+from ...errors import CannotWrite, ReadOnly, Unsupported
 from ...format.messages import dataspace as DS
 from ...format.messages.datatype import Datatype
 from ...storage.hsds.client import whole
 from ..dtypes import describe, is_converted, needs_conversion, npy_dtype, numpy_dtype, split_subarray
 from ..varlen_views import views_of
-from .datatypes import VLEN_SIZE, fill_text, filter_text, layout_text, record_of
+from .datatypes import VLEN_SIZE, fill_text, filter_text, layout_text, linked_layout, record_of
 from .elements import npy_values
 from .objects import HsdsObject
 
@@ -101,6 +101,13 @@ class HsdsDataset(HsdsObject):
 
     def points_view(self):
         raise Unsupported(f"{self.path}: sparse datasets (a `.points.npy` view) are not served from HSDS")
+
+    def check_writable(self) -> None:
+        """ReadOnly or CannotWrite, naming the dataset, when its data cannot be written here."""
+        if linked_layout(self.record.layout):
+            raise ReadOnly(f"{self.path}: HSDS serves it from a linked HDF5 file: read-only")
+        if self.materialized:
+            raise CannotWrite(f"{self.path}: writing variable-length or reference data is not supported")
 
     # -- views -------------------------------------------------------------------------------
     @property

@@ -1,6 +1,6 @@
 """HsdsDomain: one HSDS domain as an engine the mount's FUSE layer and `model/namespace.py` use as
 they use a local file (`H5File`): the root group, objects by address, facts, attributes,
-reads. Read-only for now.
+reads (edits: edits.py, writeback.py, creations.py).
 
 An object's record, attributes and (a group's) links come in one request, `describe`; callers
 asking for the same object at once share it. A group's listing has its children described in

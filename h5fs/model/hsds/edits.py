@@ -66,12 +66,7 @@ class HsdsEditor:
     # -- helpers ---------------------------------------------------------------------------------
     def _fresh_link(self, group: HsdsObject, name: str) -> records.Link | None:
         """The link as the service holds it now (the domain's copy may be `refresh` old)."""
-        try:
-            return self.client.get_link(group.id, name)
-        except HsdsError as e:
-            if e.errno == errno.ENOENT:
-                return None
-            raise
+        return _unless_missing(self.client.get_link, group.id, name)
 
     def _existing(self, group: HsdsObject, name: str) -> records.Link:
         link = self._fresh_link(group, name)
@@ -87,12 +82,8 @@ class HsdsEditor:
 
     def _link_count(self, group_id: str) -> int | None:
         """A group's links now (None: the group is gone, a link to it dangles)."""
-        try:
-            return self.client.get_group(group_id).link_count
-        except HsdsError as e:
-            if e.errno == errno.ENOENT:
-                return None
-            raise
+        group = _unless_missing(self.client.get_group, group_id)
+        return None if group is None else group.link_count
 
     def _drop(self, obj_id: str, path: str) -> int:
         """One hard link to the object fewer (already deleted): the links left that this
@@ -290,12 +281,7 @@ class HsdsEditor:
 
     # -- attributes ----------------------------------------------------------------------------
     def _attribute(self, obj: HsdsObject, name: str) -> records.Attribute | None:
-        try:
-            return self.client.get_attribute(obj.id, name)
-        except HsdsError as e:
-            if e.errno == errno.ENOENT:
-                return None
-            raise
+        return _unless_missing(self.client.get_attribute, obj.id, name)
 
     def set_attribute(self, obj: HsdsObject, name: str, text: bytes) -> None:
         """`setfattr`: an existing attribute keeps its type and shape, `text` parsed as the
@@ -416,7 +402,8 @@ class HsdsEditor:
         """The service stamps its writes itself."""
 
     def land(self, redo: bool = False) -> None:
-        """Nothing is deferred: every edit is in the service when its call returns."""
+        """New groups waiting to be sent go now (creations.py); no other edit waits."""
+        self._settle()
 
 
 def _with_link(table: tuple[list[Link], dict[str, Link]], link: Link) -> tuple[list[Link], dict[str, Link]]:
@@ -430,6 +417,16 @@ def _shape_doc(shape: Any) -> dict[str, Any]:
     if isinstance(shape, list):
         return {"class": "H5S_SIMPLE", "dims": shape}
     return {"class": shape}
+
+
+def _unless_missing(ask: Callable[..., Any], *args: Any) -> Any:
+    """`ask(*args)`, None when the service has no such object (ENOENT)."""
+    try:
+        return ask(*args)
+    except HsdsError as e:
+        if e.errno == errno.ENOENT:
+            return None
+        raise
 
 
 def _join(group: HsdsObject, name: str) -> str:

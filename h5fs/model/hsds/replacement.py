@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...errors import CannotWrite, ReadOnly
-from .datatypes import linked_layout
-from .dataset import HsdsDataset
+from ...errors import CannotWrite
 
 if TYPE_CHECKING:
+    from .dataset import HsdsDataset
     from .domain import HsdsDomain
     from .writeback import HsdsWriteback
 
@@ -32,10 +31,7 @@ COPY_BYTES = 16 << 20   # a copy from the anonymous dataset into D goes this man
 def check_fits(ds: HsdsDataset, dtype: np.dtype, shape: tuple[int, ...]) -> None:
     """ReadOnly or CannotWrite, naming D and the array, unless an array of `dtype` and `shape`
     can become D's data."""
-    if linked_layout(ds.record.layout):
-        raise ReadOnly(f"{ds.path}: HSDS serves it from a linked HDF5 file: read-only")
-    if ds.materialized:
-        raise CannotWrite(f"{ds.path}: writing variable-length or reference data is not supported")
+    ds.check_writable()
     want = f"an array of {np.dtype(dtype).str} {tuple(shape)}"
     if np.dtype(dtype) != ds.npy_element_dtype or len(shape) != len(ds.shape):
         raise CannotWrite(f"{ds.path}: HSDS cannot change a dataset's type or rank ({ds.npy_element_dtype.str} "

@@ -29,7 +29,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
-from ...errors import CannotWrite, InvalidWrite, ReadOnly, TooLarge
+from ...errors import InvalidWrite, TooLarge
 from ..dtypes import is_converted
 from .blocks import block_elements, boxes
 from .datatypes import linked_layout, record_of
@@ -85,19 +85,12 @@ class HsdsWriteback:
         self._changes += 1
 
     # -- writes ------------------------------------------------------------------------------
-    def _check(self, ds: HsdsDataset) -> None:
-        rec = ds.record
-        if linked_layout(rec.layout):
-            raise ReadOnly(f"{ds.path}: HSDS serves it from a linked HDF5 file: read-only")
-        if ds.materialized:
-            raise CannotWrite(f"{ds.path}: writing variable-length or reference data is not supported")
-
     def write(self, ds: HsdsDataset, offset: int, data: bytes) -> int:
         """Stage `data` at byte `offset` of the raw view (growing it along the first dimension
         past the end, as far as its maximum allows: EFBIG beyond); the bytes taken."""
         if not data:
             return 0
-        self._check(ds)
+        ds.check_writable()
         taken, end, isz = len(data), offset + len(data), ds.itemsize
         if end > ds.raw_size:
             self._resize(ds, end, whole_rows=False)
@@ -292,7 +285,7 @@ class HsdsWriteback:
     def truncate(self, ds: HsdsDataset, size: int) -> None:
         """Resize the raw view to `size` bytes: whole rows along the first dimension (EINVAL
         otherwise), within its maximum (EFBIG beyond)."""
-        self._check(ds)
+        ds.check_writable()
         if size != ds.raw_size:
             self._resize(ds, size, whole_rows=True)
 
