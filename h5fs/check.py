@@ -38,6 +38,7 @@ from .storage import journal
 from .storage.blockio import open_regular
 from .storage.byte_source import ByteSource, LocalSource, is_url
 from .storage.locking import take_lock
+from .storage.pending_links import described
 from .storage import superblock as superblock_reader
 from .storage.remote import RemoteOptions, open_remote
 from .storage.allocator import LARGE, RAW
@@ -115,11 +116,12 @@ def check(path: str, progress: Progress | None = None, remote: RemoteOptions | N
 def _journal(path: str, eoa: int | None) -> list[Problem]:
     """What a journal beside the file holds (`eoa`: the end of allocation its superblock records)."""
     recs = journal.since_checkpoint(journal.left_in(journal.journal_path(path)))
-    entries, edits = sum(len(r.entries) for r in recs), len(journal.deferred(recs))
+    ops = journal.deferred(recs)
+    entries, edits = sum(len(r.entries) for r in recs), len(ops)
     if not entries and not edits:
         return []
     where = " and ".join(([_count(entries, "metadata update")] if entries else [])
-                         + ([_count(edits, "deferred link edit")] if edits else [])) + f" in {journal.journal_path(path)}"
+                         + ([f"deferred edits ({described(ops)})"] if edits else [])) + f" in {journal.journal_path(path)}"
     if not journal.belongs(recs, eoa):
         verb = "belongs" if entries == 1 else "belong"
         return [Problem(FILE, "journal", f"{where} {verb} to another state of the file ({journal.stale_reason(recs, eoa)}): "

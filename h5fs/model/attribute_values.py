@@ -50,6 +50,8 @@ or 2, name character set ASCII (h5py labels no attribute name UTF-8).
 
 from __future__ import annotations
 
+import functools
+
 import math
 import warnings
 from collections.abc import Callable
@@ -431,7 +433,7 @@ def _encoded(encode, value, sizes: Sizes) -> bytes:
     return w.getvalue()
 
 
-def _check_string_attribute(name: str, text: bytes) -> None:
+def check_string_attribute(name: str, text: bytes) -> None:
     raw_name = name.encode("utf-8", "surrogateescape")
     if not raw_name or b"\0" in raw_name or len(raw_name) >= attr_msg.MAX_NAME:
         raise InvalidWrite(f"attribute name {name!r}: empty, holding a NUL, or too long")
@@ -442,12 +444,18 @@ def new_string_attribute(name: str, text: bytes, heap_id: gh.HeapID, sizes: Size
                          libver: str = "earliest") -> attr_msg.AttributeMessage:
     """The attribute message libhdf5 writes for h5py's `attrs[name] = text` (a str) in a file of
     format bound `libver`, its value the heap object `heap_id` holding `text`."""
-    _check_string_attribute(name, text)
+    check_string_attribute(name, text)
+    datatype, space, version = _string_scalar(sizes, libver)
+    return attr_msg.AttributeMessage(name, datatype, space, _vlen_bytes([(len(text), heap_id)], sizes), version=version)
+
+
+@functools.lru_cache(maxsize=8)
+def _string_scalar(sizes: Sizes, libver: str) -> tuple[bytes, bytes, int]:
+    """A scalar string attribute's datatype and dataspace, encoded, and its message version
+    (the same for every such attribute of a file: a burst of `setfattr` encodes them once)."""
     later = at_least(libver, "v108")
     space = DS.Dataspace(DS.SCALAR, version=2 if later else 1)
-    return attr_msg.AttributeMessage(name, _encoded(T.encode, string_datatype(sizes), sizes),
-                                     _encoded(DS.encode, space, sizes), _vlen_bytes([(len(text), heap_id)], sizes),
-                                     version=3 if later else 1)
+    return _encoded(T.encode, string_datatype(sizes), sizes), _encoded(DS.encode, space, sizes), 3 if later else 1
 
 
 def new_fixed_string_attribute(name: str, text: bytes, charset: int, sizes: Sizes, libver: str = "earliest",
@@ -455,7 +463,7 @@ def new_fixed_string_attribute(name: str, text: bytes, charset: int, sizes: Size
     """The attribute message netCDF-4 (`charset` ASCII) and PyTables (UTF-8) write for a text
     attribute: a scalar null-terminated fixed-length string of exactly the text's bytes, "" as one
     NUL, or with `empty_null` as PyTables writes it: a null dataspace."""
-    _check_string_attribute(name, b"")
+    check_string_attribute(name, b"")
     _checked([text], charset, False, "a string attribute")
     later = at_least(libver, "v108")
     datatype = T.String(1, max(1, len(text)), T.NULLTERM, charset)
@@ -482,7 +490,7 @@ def new_attribute(name: str, dtype: np.dtype, text: bytes, sizes: Sizes,
     """The attribute message libhdf5 writes for h5py's `attrs[name] = np.array(value, dtype)`
     (a number, bool or complex dtype), the value parsed from `text` as the mount shows values
     (`3.5`, `[1, 2, 3]`, `[[1, 2], [3, 4]]`) and its shape the text's."""
-    _check_string_attribute(name, b"")
+    check_string_attribute(name, b"")
     dtype = np.dtype(dtype)
     if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
         raise InvalidWrite(f"attribute {name!r}: dtype {dtype} is not a number, bool or complex type "
@@ -498,5 +506,5 @@ def new_attribute(name: str, dtype: np.dtype, text: bytes, sizes: Sizes,
 
 def create_string_attribute(txn: Transaction, name: str, text: bytes, libver: str = "earliest") -> attr_msg.AttributeMessage:
     """`new_string_attribute` with `text` put in the global heap."""
-    _check_string_attribute(name, text)     # refused before anything is stored
+    check_string_attribute(name, text)     # refused before anything is stored
     return new_string_attribute(name, text, ghw.insert(txn, text), txn.sizes, libver)

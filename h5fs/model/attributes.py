@@ -9,11 +9,14 @@ the value's size is charged to the state holding the table."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import FormatError, H5fsError
+from ..format import object_header as oh
+from ..format.global_heap import HeapID
 from ..format.messages import attribute as attr_msg
 from ..format.messages import dataspace as DS
 from ..format.messages.shared import IN_SOHM_HEAP, SharedRef
@@ -21,8 +24,10 @@ from ..format.object_header import RawMessage
 from ..storage.fractal_heap.reader import FractalHeap
 from ..storage.btree_v2 import reader as btree_v2
 from . import messages as M
+from .attribute_values import new_string_attribute
 from .cache_size import approx_size
 from .dtypes import npy_dtype
+from .libver import libver_for_superblock
 from .safety_net import guarded
 from .varlen_views import decode_elements, needs_decoding
 
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
 
 MAX_ATTRIBUTE_BYTES = 64 * 1024 * 1024
 TABLE = "_attributes"   # the kind of an object's attribute table in its state (H5Object._attributes)
+UNSTORED = HeapID(None, 0)   # the value of an attribute not yet stored: in no heap
 DECODED = 900   # memory of an attribute in a table (its records, decoded datatype and dataspace),
                 # beyond the bytes of its name, value, datatype and dataspace
 
@@ -128,10 +134,35 @@ def read_attributes(obj: H5Object) -> tuple[Attribute, ...]:
     info = obj.message(M.ATTRIBUTE_INFO)
     if info is not None and info.heap_address is not None:
         msgs += _dense(obj, info)
+    values: dict[str, np.ndarray] = {}
+    fresh = obj.file.pending.fresh.get(obj.address)
+    if fresh is not None:   # a new group's, waiting to land (storage/pending_objects.py)
+        msgs, values = _fresh(obj, fresh.attributes)
+        info = _FRESH_INFO if obj.header.flags & oh.HDR_TRACK_ORDER else None
     tracked = info is not None and info.track_order and all(m.creation_order is not None for m in msgs)
     msgs.sort(key=(lambda m: m.creation_order) if tracked else (lambda m: m.name))
     owner = obj.detached()  # the table lives in obj's state: no reference back to it
-    return tuple(Attribute(owner, m, i) for i, m in enumerate(msgs))
+    table = tuple(Attribute(owner, m, i) for i, m in enumerate(msgs))
+    if values:
+        for attr in table:
+            attr._value = values[attr.name]
+    return table
+
+
+_FRESH_INFO = SimpleNamespace(track_order=True)   # a new group's attribute info once it has attributes
+
+
+def _fresh(obj: H5Object, texts: dict[str, bytes]) -> tuple[list[attr_msg.AttributeMessage], dict[str, np.ndarray]]:
+    """The attributes set on a new group (texts by name, in the order set), as they will land
+    (h5py's variable-length strings), with their values: no heap holds those yet."""
+    libver = libver_for_superblock(obj.file.superblock.version)
+    msgs, values = [], {}
+    for order, (name, text) in enumerate(texts.items()):
+        msgs.append(replace(new_string_attribute(name, text, UNSTORED, obj.file.sizes, libver), creation_order=order))
+        value = np.array(text.decode("utf-8", "surrogateescape"))   # as a stored one decodes
+        value.flags.writeable = False
+        values[name] = value
+    return msgs, values
 
 
 def _ordered(msg: attr_msg.AttributeMessage, creation_order: int | None) -> attr_msg.AttributeMessage:

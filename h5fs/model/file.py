@@ -32,7 +32,8 @@ from ..storage.blockio import BlockReader, open_regular
 from ..storage.byte_source import ByteSource, LocalSource, is_url
 from ..storage.chunk_cache import ChunkCache
 from ..storage.fractal_heap.reader import FractalHeap
-from ..storage.pending_links import Op, PendingLinks
+from ..storage.pending_links import Op, PendingLinks, described
+from ..storage.pending_objects import NEW, FreshOp
 from ..storage.journal import Journal, Stale, journal_path, overlay as journal_overlay
 from ..storage.page_overlay import PageOverlay
 from ..storage.locking import take_lock
@@ -62,7 +63,7 @@ MAX_WALK = 1_000_000   # objects visited to turn reference addresses into paths
 
 
 def _journal_overlay(path: str, fd: int) -> tuple[PageOverlay | None, list[bytes]]:
-    """For a read-only open: the updates and deferred link edits a crash left in the journal,
+    """For a read-only open: the updates and deferred edits a crash left in the journal,
     read through rather than written (a read-write open writes them); none without a journal,
     or with one that belongs to another state of the file or that cannot be read (each logged)."""
     try:
@@ -74,26 +75,38 @@ def _journal_overlay(path: str, fd: int) -> tuple[PageOverlay | None, list[bytes
         log.warning("%s: the journal beside it cannot be read (%s): the file is read as it is", path, e.strerror)
         return None, []
     if found is not None or ops:
-        log.warning("%s: %d metadata updates and %d link edits a crash interrupted are read from the journal "
-                    "(a read-write open writes them into the file)", path, found.updates if found else 0, len(ops))
+        log.warning("%s: %d metadata updates and %s a crash interrupted are read from the journal "
+                    "(a read-write open writes them into the file)", path, found.updates if found else 0,
+                    described(ops) or "no deferred edits")
     return found, ops
 
 
+def _with_new_groups(overlay: PageOverlay | None, ops: list[bytes], fd: int, base: int) -> PageOverlay | None:
+    """`overlay` with the headers of the new groups among `ops` laid over the file where the
+    mount made them (storage/pending_objects.py), as a read-write open will land them."""
+    for op in ops:
+        if op[:1] == bytes([NEW]):
+            new = FreshOp.decode(op)
+            overlay = overlay if overlay is not None else PageOverlay(fd)
+            overlay.put(base + new.address, new.data)
+    return overlay
+
+
 def _land_redo(f: "H5File", journal: Journal) -> None:
-    """Land the link edits a crash left deferred in the journal (its updates are in the file
+    """Land the edits a crash left deferred in the journal (its updates are in the file
     already). Edits that cannot land (a damaged file) are given up, loudly: what landed of them
     is settled, and the file is whole without the rest."""
     redo = journal.redo
     try:
-        for op in redo:
-            f.store.pending.apply(Op.decode(op, f.sizes))
+        for op in redo:   # a new group's space is the allocator's again: it lands anywhere
+            f.store.pending.apply(Op.decode(op, f.sizes), kept=False)
         f.land_links(redo=True)
     except H5fsError as exc:
         f.store.pending.clear()
-        log.error("%s: %d acknowledged link edits a crash left in the journal cannot be made (%s): given up",
-                  f.path, len(redo), exc)
+        log.error("%s: acknowledged edits a crash left in the journal (%s) cannot be made (%s): given up",
+                  f.path, described(redo), exc)
     else:
-        log.warning("%s: landed %d link edits a crash had left in the journal", f.path, len(redo))
+        log.warning("%s: landed %s a crash had left in the journal", f.path, described(redo))
     f.store.group_commit()
 
 
@@ -163,6 +176,7 @@ class H5File:
                 sb = superblock_reader.read(source, *((overlay.pread,) if overlay else ()))
             except UNEXPECTED as e:
                 raise internal_error("superblock", e) from e
+            overlay = _with_new_groups(overlay, ops, fd, sb.location)
             f = cls(path, source, sb, overlay)
             for op in ops:   # shown as a read-write open will land them
                 f.pending.apply(Op.decode(op, f.sizes))

@@ -30,22 +30,21 @@ from ..format import object_header as oh
 from ..format.codec import Reader, Writer
 from ..format.messages import link as link_msg
 from ..format.messages import attribute_info as attribute_info_msg
-from ..format.messages import link_info as link_info_msg
 from ..format.messages import modification_time
 from ..format.messages import shared as shared_msg
 from ..format.messages import symbol_table as stab_msg
 from ..format.messages.link import Link
-from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD, SYMBOL_TABLE
+from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, MTIME, MTIME_OLD, SYMBOL_TABLE
 from ..format.object_header import RawMessage
 from ..storage import symbol_table
 from ..storage.object_header.create import create_header
 from ..storage.object_header.edit import HeaderEdit, refcount_of
-from ..storage.links_write import GroupLinks, encode_link, land_links, take_unrefs
+from ..storage.links_write import GroupLinks, land_links, take_unrefs
 from ..storage.object_delete import free_object, free_storage, shared_headers
 from ..storage.sohm_table.writer import SharedMessages
 from ..storage.object_header.reader import read as read_header
 from ..storage.transaction import Transaction
-from . import attributes_write
+from . import attributes_write, fresh_groups
 from . import messages as M
 from .dataset_create import NewDataset, dataset_messages
 from .dimension_scales import detach as detach_scales
@@ -107,8 +106,12 @@ class TreeEditor:
         self.groups: set[int] = set()   # the edit under way's groups whose links change (`_links`)
 
     @contextmanager
-    def _edit(self) -> Iterator[tuple[Transaction, set[int]]]:
-        """A transaction for one edit; `touched` collects the object headers it changes."""
+    def _edit(self, keep_fresh: bool = False) -> Iterator[tuple[Transaction, set[int]]]:
+        """A transaction for one edit; `touched` collects the object headers it changes. New
+        groups waiting to land (model/fresh_groups.py) land first, unless `keep_fresh` (an edit
+        that reads none of them)."""
+        if self.f.store.pending.fresh and not keep_fresh:
+            self.land()   # nothing builds on a header the file does not hold yet
         with self.wb.commit_lock if self.wb is not None else nullcontext(), self.f.store.transaction() as txn:
             touched = txn.owners
             self.groups = set()
@@ -126,6 +129,9 @@ class TreeEditor:
                 self.f.forget(txn)
             self.f.superblock = self.f.store.superblock
             self.f.root_entry = self.f.superblock.root_entry
+        self._land_at_limit()
+
+    def _land_at_limit(self) -> None:
         if len(self.f.store.pending) > LAND_LIMIT:   # memory, and what each group commit logs again
             if self.wb is not None:
                 self.wb.flush_soon()   # lands them, off the thread that edits
@@ -144,8 +150,18 @@ class TreeEditor:
 
     # -- groups ------------------------------------------------------------------------------
     def mkdir(self, parent: H5Object, name: str) -> int:
-        """A new empty group `name` in `parent`, stored as `parent` stores its links."""
-        with self._edit() as (txn, touched):
+        """A new empty group `name` in `parent`, stored as `parent` stores its links: without a
+        transaction when it can wait to land (model/fresh_groups.py)."""
+        if self.wb is not None:
+            with self.wb.commit_lock:
+                try:
+                    address = fresh_groups.mkdir(self.f, parent, name)
+                except FileExistsError as exc:
+                    raise NamespaceError(errno.EEXIST, str(exc)) from None
+            if address is not None:
+                self._land_at_limit()
+                return address
+        with self._edit(keep_fresh=parent.address not in self.f.store.pending.fresh) as (txn, touched):
             links = self._links(txn, parent, touched)
             address = self._new_group(txn, links)
             touched.add(address)   # a reader may hold what the reused space held before
@@ -161,21 +177,8 @@ class TreeEditor:
             stab_msg.encode(w, stab)
             return create_header(txn, sizes, 1, [(SYMBOL_TABLE, w.getvalue(), 0)],
                                  min_size=4 + 2 * sizes.offset)
-        info = parent.info
-        new_info = link_info_msg.LinkInfo(info.track_order, info.index_order, 0 if info.track_order else None,
-                                          None, None, None)
-        w = Writer(sizes)
-        link_info_msg.encode(w, new_info)
-        messages = [(LINK_INFO, w.getvalue(), 0)]
-        ginfo = header.first(GROUP_INFO)
-        messages.append((GROUP_INFO, ginfo.data if ginfo is not None else b"\0\0", 0))
-        hint = sum(len(body) for _, body, _ in messages) + 4 * (8 + len(encode_link(
-            Link("x" * 8, link_msg.HARD, address=0), sizes)))
-        if header.version == 1:
-            return create_header(txn, sizes, 1, messages, min_size=hint)
-        return create_header(txn, sizes, 2, messages, min_size=hint,
-                             track_times=bool(header.flags & oh.HDR_TIMES),
-                             track_attr_order=bool(header.flags & oh.HDR_TRACK_ORDER))
+        version, messages, options = fresh_groups.group_messages(header, parent.info, sizes)
+        return create_header(txn, sizes, version, messages, **options)
 
     def create_dataset(self, parent: H5Object, name: str, dtype, shape: tuple[int, ...], **storage) -> int:
         """A new dataset `name` in `parent`, described as libhdf5 would write it for this file's
@@ -309,12 +312,13 @@ class TreeEditor:
         committed: its links must have gone first)."""
         store = self.f.store
         with self.wb.commit_lock if self.wb is not None else nullcontext():   # no edit between the two
-            if store.pending.groups():
-                with self._edit() as (txn, touched):
+            if store.pending.groups() or store.pending.fresh:
+                with self._edit(keep_fresh=True) as (txn, touched):
                     txn.on_commit(lambda: self.f.forget(txn))   # what was read of the groups, before their edits go
+                    fresh_groups.land(txn, self.f, self.shared, touched)   # before the links naming them
                     land_links(txn, redo)
             if store.pending.unrefs:
-                with self._edit() as (txn, touched):
+                with self._edit(keep_fresh=True) as (txn, touched):
                     for address, path in take_unrefs(txn):
                         if address in store.damaged:   # what it holds may be another's: kept (a leak)
                             log.error("%s: not freed: the file is damaged there (%s)", path, store.damaged[address])
@@ -459,6 +463,10 @@ class TreeEditor:
 
     # -- attributes and times ----------------------------------------------------------------------
     def set_attribute(self, obj: H5Object, name: str, text: bytes) -> None:
+        if self.wb is not None:
+            with self.wb.commit_lock:
+                if fresh_groups.set_attribute(self.f, obj, name, text):
+                    return
         with self._edit() as (txn, touched):
             touched.add(obj.address)
             attributes_write.set_attribute(txn, self.f, obj, name, text, self.shared)
@@ -469,6 +477,10 @@ class TreeEditor:
             attributes_write.create_attribute(txn, self.f, obj, name, dtype, text, self.shared)
 
     def remove_attribute(self, obj: H5Object, name: str) -> None:
+        if self.wb is not None:
+            with self.wb.commit_lock:
+                if fresh_groups.remove_attribute(self.f, obj, name):
+                    return
         with self._edit() as (txn, touched):
             touched.add(obj.address)
             attributes_write.remove_attribute(txn, self.f, obj, name, self.shared)

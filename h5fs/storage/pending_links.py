@@ -13,6 +13,9 @@ at the group commit (`model.tree_edit.TreeEditor.land`: the link edits in one co
 says it holds every deferred edit before it, `Transaction.lands`; the countdowns in the next),
 and first when an edit would free a group holding some.
 
+New groups wait here too, with the attributes set on them (storage/pending_objects.py): they
+land with the link edits, their headers first.
+
 Edits are kept as their net effect: links added (by group, then name), names whose stored link
 goes (a name can be both: removed, then added anew), and the objects to count down, in order; a
 link added and removed again leaves nothing. The journal keeps the net effect too (`encoded`).
@@ -22,12 +25,14 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import FormatError
-from ..format.codec import Reader, Sizes
+from ..format.codec import Reader, Sizes, Writer
 from ..format.messages import link as link_msg
 from ..format.messages.link import Link
+from . import pending_objects
+from .pending_objects import Fresh, FreshOp
 
 INSERT, REMOVE, UNREF = 1, 2, 3
 _OP = struct.Struct("<BQ")   # kind, an address (the group's header; UNREF: the object's)
@@ -49,7 +54,9 @@ class Op:
         return _OP.pack(self.kind, self.group) + body
 
     @staticmethod
-    def decode(op: bytes, sizes: Sizes) -> Op:
+    def decode(op: bytes, sizes: Sizes) -> Op | FreshOp:
+        if op[:1] and op[0] in pending_objects.KINDS:
+            return FreshOp.decode(op)
         if len(op) < _OP.size or op[0] not in (INSERT, REMOVE, UNREF):
             raise FormatError(f"the journal holds a deferred edit of unknown kind {op[:1].hex()}")
         kind, group = _OP.unpack_from(op)
@@ -60,6 +67,17 @@ class Op:
         return Op(kind, group, body.decode("utf-8", "surrogateescape"))
 
 
+def described(ops: list[bytes]) -> str:
+    """What deferred edits (as the journal keeps them) hold, counted: "40 link edits, 40 new
+    groups and 1 attribute edit"."""
+    kinds = Counter(op[0] for op in ops if op)
+    counts = [(sum(kinds[k] for k in (INSERT, REMOVE, UNREF)), "link edit"),
+              (kinds[pending_objects.NEW], "new group"),
+              (kinds[pending_objects.SETATTR] + kinds[pending_objects.DELATTR], "attribute edit")]
+    parts = [f"{n} {noun}" + ("" if n == 1 else "s") for n, noun in counts if n]
+    return " and ".join(parts) if len(parts) < 3 else f"{parts[0]}, {parts[1]} and {parts[2]}"
+
+
 class PendingLinks:
     """The net effect of deferred edits (see the module's docstring)."""
 
@@ -68,17 +86,21 @@ class PendingLinks:
         self.removed: dict[int, set[str]] = {}                      # group -> names whose stored link goes
         self.unrefs: list[tuple[int, str]] = []                     # (object address, the path it had)
         self.countdowns: Counter[int] = Counter()                  # object address -> its unrefs
+        self.fresh: dict[int, Fresh] = {}                           # new groups by address (pending_objects.py)
         self._size = 0   # len(self), kept as ops apply (an edit asks it each time)
 
     def __bool__(self) -> bool:
-        return bool(self.unrefs) or any(self.added.values()) or any(self.removed.values())
+        return bool(self.unrefs) or bool(self.fresh) or any(self.added.values()) or any(self.removed.values())
 
     def __len__(self) -> int:
-        """The links added, the names removed and the countdowns waiting."""
+        """The links added, the names removed, the countdowns and the new groups waiting."""
         return self._size
 
-    def apply(self, op: Op) -> None:
-        if op.kind == INSERT:
+    def apply(self, op: Op | FreshOp, kept: bool = True) -> None:
+        """`op` taken in (`kept`: a new group's space is kept for it, as when this mount made it)."""
+        if isinstance(op, FreshOp):
+            self._size += pending_objects.apply(self.fresh, op, kept)
+        elif op.kind == INSERT:
             added = self.added.setdefault(op.group, {})
             self._size += op.name not in added
             added[op.name] = (op.link, op.raw)
@@ -123,10 +145,22 @@ class PendingLinks:
     def clear(self) -> None:
         self.__init__()
 
-    def encoded_ops(self) -> list[Op]:
-        """The net effect as edits (applied in order, they make it again): each group's
-        removals, then its additions, then the countdowns."""
-        ops = [Op(REMOVE, group, name) for group, names in self.removed.items() for name in sorted(names)]
+    def relink(self, moved: dict[int, int], sizes: Sizes) -> None:
+        """The links added to new groups pointed at the places they moved to (old -> new
+        address: a replay put their headers elsewhere)."""
+        for links in self.added.values():
+            for name, (link, _) in list(links.items()):
+                if link.address in moved:
+                    link = replace(link, address=moved[link.address])
+                    w = Writer(sizes)
+                    link_msg.encode(w, link)
+                    links[name] = (link, w.getvalue())
+
+    def encoded_ops(self) -> list[Op | FreshOp]:
+        """The net effect as edits (applied in order, they make it again): the new groups, each
+        group's removals, then its additions, then the countdowns."""
+        ops: list[Op | FreshOp] = [op for group in self.fresh.values() for op in group.ops()]
+        ops += [Op(REMOVE, group, name) for group, names in self.removed.items() for name in sorted(names)]
         ops += [Op(INSERT, group, name, link, raw) for group, links in self.added.items()
                 for name, (link, raw) in links.items()]
         return ops + [Op(UNREF, address, path) for address, path in self.unrefs]

@@ -132,6 +132,25 @@ class Store:
             if reason is not None:
                 raise FormatError(f"not changed: the file is damaged there ({reason}; h5fs check tells more)")
 
+    def defer(self, ops: list, header: tuple[int, bytes] | None = None) -> None:
+        """Edits acknowledged without a transaction (pending_objects.py): one journal record of
+        them alone, then shown; `header`: a new group's (address, image), laid over the file in
+        the batch, where reads and transactions find it."""
+        with self.lock:
+            eoa = self.superblock.eof_address
+            self.journal.append([], (eoa, eoa), ops=[op.encode() for op in ops])
+            if header is not None:
+                address, image = header
+                self.batch.put(self.reader.base + address, image)
+                self.reader.eof = max(self.reader.eof, self.batch.end)
+                self.created.add(address)
+            for op in ops:
+                self.pending.apply(op)
+            self.commits += 1     # the tree changed (a walk tells), and nothing cached is stale
+            self.forgotten += 1
+        if self.journal.size > JOURNAL_LIMIT and self.wants_flush is not None:
+            self.wants_flush()
+
     def begin(self) -> Transaction:
         return Transaction(self)
 

@@ -13,14 +13,14 @@ them. Callers pass libhdf5's hint for the kind of object (groups: H5G__obj_creat
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ...format import object_header as oh
 from ...format.codec import Sizes
 from ...format.messages.types import NIL, REFCOUNT
 from ...format.object_header import HeaderBlock, ObjectHeader, RawMessage
 from .edit import refcount_body
-from .placement import Layout
+from .placement import NoRoom
 
 if TYPE_CHECKING:
     from ..transaction import Transaction
@@ -32,11 +32,26 @@ def create_header(txn: Transaction, sizes: Sizes, version: int, messages: list[t
                   track_times: bool = False, track_attr_order: bool = False, index_attr_order: bool | None = None,
                   attr_phase: tuple[int, int] = DEFAULT_ATTR_PHASE, min_size: int = 0, refcount: int = 1) -> int:
     """Stage a new object header holding `messages` ((type, body, flags), in this order) and
-    return its address. v1 headers hold their link count in the prefix; v2 headers get a
-    reference count message when `refcount` > 1 (H5O__link_oh), the times (all now) when
-    `track_times`, the attribute creation-order flags, and the phase-change values when they
-    differ from libhdf5's defaults. v1 headers store no times in the prefix: give them a
-    modification time message."""
+    return its address (`build_header`, in space `txn` allocates)."""
+    header, image = build_header(sizes, version, messages, txn.allocate, track_times=track_times,
+                                 track_attr_order=track_attr_order, index_attr_order=index_attr_order,
+                                 attr_phase=attr_phase, min_size=min_size, refcount=refcount)
+    txn.write_new(header.address, image)
+    txn.headers[header.address] = header   # the next look at the new object does not decode it
+    txn.store.created.add(header.address)
+    return header.address
+
+
+def build_header(sizes: Sizes, version: int, messages: list[tuple[int, bytes, int]], allocate: Callable[[int], int], *,
+                 track_times: bool = False, track_attr_order: bool = False, index_attr_order: bool | None = None,
+                 attr_phase: tuple[int, int] = DEFAULT_ATTR_PHASE, min_size: int = 0,
+                 refcount: int = 1, times: tuple[int, int, int, int] | None = None) -> tuple[ObjectHeader, bytes]:
+    """A new object header holding `messages` ((type, body, flags), in this order) in the space
+    `allocate(length)` gives: its record and its image. v1 headers hold their link count in the
+    prefix; v2 headers get a reference count message when `refcount` > 1 (H5O__link_oh), the
+    times (`times`, or all now) when `track_times`, the attribute creation-order flags, and the phase-change
+    values when they differ from libhdf5's defaults. v1 headers store no times in the prefix:
+    give them a modification time message."""
     if version == 1 and (track_times or track_attr_order or attr_phase != DEFAULT_ATTR_PHASE):
         raise ValueError("version 1 object headers store no times, creation order or attribute phase change")
     if min_size >= oh.MESSAGE_MAX:
@@ -56,17 +71,24 @@ def create_header(txn: Transaction, sizes: Sizes, version: int, messages: list[t
         flags |= oh.chunk0_width_flags(size)
     start = oh.prefix_size(version, flags)
     length = start + size + oh.tail_size(version)
-    address = txn.allocate(length)
-    now = int(time.time())
+    address = allocate(length)
+    times = times or (int(time.time()),) * 4
     phase = tuple(attr_phase) if flags & oh.HDR_PHASE_CHANGE else (None, None)
-    empty = ObjectHeader(address, version, refcount if version == 1 else 1,
-                         (HeaderBlock(address, length, (RawMessage(NIL, 0, bytes(size - head), 0, address, start),)),),
-                         flags, (now,) * 4 if flags & oh.HDR_TIMES else None, *phase)
-    lay = Layout(empty, sizes, txn.allocate)
+    # the messages one after another, then what is left: a NIL message, or (v2) a gap too
+    # small for one (as H5O__alloc_null splits the one NIL message of an empty header)
+    corder = 0 if flags & oh.HDR_TRACK_ORDER else None
+    placed, at = [], start
     for mtype, body, mflags in messages:
-        lay.alloc(mtype, body, mflags, 0)
-    header = lay.header()   # one block: as decoding its image gives it
-    txn.write_new(address, oh.encode_block(header, 0))
-    txn.headers[address] = header   # the next look at the new object does not decode it
-    txn.store.created.add(address)
-    return address
+        stored = oh.align(version, len(body))
+        if stored >= oh.MESSAGE_MAX:
+            raise NoRoom(f"object header at {address}: a message of {len(body)} bytes (at most {oh.MESSAGE_MAX - 8})")
+        placed.append(RawMessage(mtype, mflags, body.ljust(stored, b"\0"), corder, address, at))
+        at += head + stored
+    rest = start + size - at
+    if rest >= head:
+        placed.append(RawMessage(NIL, 0, bytes(rest - head), corder, address, at))
+    header = ObjectHeader(address, version, refcount if version == 1 else 1,
+                          (HeaderBlock(address, length, tuple(placed), 0 if rest >= head else rest),),
+                          flags, times if flags & oh.HDR_TIMES else None, *phase,
+                          nmesgs=len(placed) if version == 1 else 0)
+    return header, oh.encode_block(header, 0)   # one block: as decoding its image gives it

@@ -1,0 +1,198 @@
+"""New groups made, and given attributes, without a transaction each (storage/pending_objects.py
+says how they wait and land): `mkdir` in a group whose links are dense, and `setfattr` or
+`setfattr -x` on such a new group. The tree editor's transactions make everything else, landing
+them first (model/tree_edit.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import NamedTuple
+
+from ..format.codec import Reader, Writer
+from ..format.messages import link as link_msg
+from ..format.messages import link_info as link_info_msg
+from ..format.messages.link import Link
+from ..format.messages import attribute as attr_msg
+from ..format.messages import attribute_info as ainfo_msg
+from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD
+from ..errors import CannotWrite
+from ..format import object_header as oh
+from ..storage.dense_storage import LINKS
+from ..storage.dense_storage import lookup as dense_lookup
+from ..storage.links_write import UTF8, encode_link
+from ..storage.object_header.create import build_header
+from ..storage.object_header.reader import HEADER, nbytes
+from ..storage.pending_links import INSERT, Op
+from ..storage.pending_objects import DELATTR, NEW, SETATTR, Fresh, FreshOp
+from ..storage.sohm_table.writer import SharedMessages
+from ..storage.transaction import Transaction
+from . import attributes_write
+from .attribute_values import check_string_attribute, create_string_attribute, new_string_attribute
+from .attributes import UNSTORED
+from .libver import libver_for_superblock
+from .library_conventions import check_attribute_edit, text_form
+from .objects import H5Object
+
+
+class _Landing(NamedTuple):   # what an attribute edit needs of its object
+    address: int
+    path: str
+
+
+def group_messages(header: oh.ObjectHeader, info: link_info_msg.LinkInfo, sizes) -> tuple[int, tuple, dict]:
+    """A new new-style group in the group whose header and link info these are
+    (H5G__obj_create_real): its header's version, messages and options (`build_header`)."""
+    ginfo = header.first(GROUP_INFO)
+    return _group_messages(header.version, header.flags & (oh.HDR_TIMES | oh.HDR_TRACK_ORDER),
+                           b"\0\0" if ginfo is None else bytes(ginfo.data), info.track_order, info.index_order, sizes)
+
+
+@functools.lru_cache(maxsize=64)
+def _group_messages(version: int, flags: int, group_info: bytes, track_order: bool, index_order: bool,
+                    sizes) -> tuple[int, tuple, dict]:
+    """`group_messages`, made once for each kind of group (a burst of `mkdir` asks the same)."""
+    new_info = link_info_msg.LinkInfo(track_order, index_order, 0 if track_order else None, None, None, None)
+    messages = ((LINK_INFO, _encoded(link_info_msg.encode, new_info, sizes), 0), (GROUP_INFO, group_info, 0))
+    hint = sum(len(body) for _, body, _ in messages) + 4 * (8 + len(encode_link(
+        Link("x" * 8, link_msg.HARD, address=0), sizes)))
+    if version == 1:
+        return 1, messages, {"min_size": hint}
+    return 2, messages, {"min_size": hint, "track_times": bool(flags & oh.HDR_TIMES),
+                         "track_attr_order": bool(flags & oh.HDR_TRACK_ORDER)}
+
+
+def mkdir(f, parent: H5Object, name: str) -> int | None:
+    """The new group `name` of `parent`, acknowledged once the journal holds it; None when it
+    takes a transaction: `parent` is new itself, keeps its links in its header or a symbol
+    table, numbers them, or keeps times the edit changes. FileExistsError: the name is taken."""
+    store, header = f.store, parent.header
+    if store.persistent is not None or parent.address in store.pending.fresh or parent.address in store.damaged \
+            or not store.cache_current or not _times_stay(header):
+        return None   # (free-space managers in the file would have to follow the space it takes)
+    raw = header.first(LINK_INFO)
+    if raw is None:
+        return None
+    info = link_info_msg.decode(Reader(raw.data, 0, f.sizes, f"{parent.path}: link info"))
+    if info.heap_address is None or info.track_order:
+        return None
+    deferred = store.pending.get(parent.address, name)
+    if deferred or deferred is None and dense_lookup(store.reader, LINKS, info.heap_address, info.name_index_address,
+                                                     name.encode("utf-8", "surrogateescape"), parent.path):
+        raise FileExistsError(f"{parent.path}: a link named {name!r} exists")
+    version, messages, options = group_messages(header, info, f.sizes)
+    record, image = build_header(f.sizes, version, messages, store.allocator.allocate, **options)
+    address = record.address
+    link = Link(name, link_msg.HARD, address=address, charset=UTF8)
+    try:
+        store.defer([FreshOp(NEW, address, data=image), Op(INSERT, parent.address, name, link, encode_link(link, f.sizes))],
+                    (address, image))
+    except BaseException:
+        store.allocator.free(address, len(image))
+        raise
+    store.pending.fresh[address].record = record
+    f.invalidate(address)   # what the reused space held
+    f.reader.meta.get(address, HEADER, lambda: record, nbytes)   # the answer's stat does not decode it
+    return address
+
+
+def _times_stay(header: oh.ObjectHeader) -> bool:
+    """Whether a new link leaves the group's times as they are: it keeps none, or they say now
+    (HDF5 keeps seconds: a burst of edits changes them about once a second)."""
+    if header.times is not None:
+        now = time.time_ns() // 1_000_000_000
+        return header.times[1] == now and header.times[2] == now
+    return header.first(MTIME) is None and header.first(MTIME_OLD) is None
+
+
+def set_attribute(f, obj: H5Object, name: str, text: bytes) -> bool:
+    """Attribute `name` of the new group `obj` set to `text`, acknowledged once the journal holds
+    it; False when it takes a transaction (`obj` is not new, or the file's library keeps text in
+    another form than h5py's)."""
+    if obj.address not in f.store.pending.fresh or text_form(f) is not None:
+        return False
+    check_attribute_edit(f, obj, name)
+    check_string_attribute(name, text)   # refused now, not when it lands
+    f.store.defer([FreshOp(SETATTR, obj.address, name, text)])
+    f.invalidate(obj.address)   # its attribute table
+    return True
+
+
+def remove_attribute(f, obj: H5Object, name: str) -> bool:
+    """As `set_attribute`, removing attribute `name` (False: not one set on a new group)."""
+    fresh = f.store.pending.fresh.get(obj.address)
+    if fresh is None or name not in fresh.attributes:
+        return False
+    check_attribute_edit(f, obj, name, removing=True)
+    f.store.defer([FreshOp(DELATTR, obj.address, name)])
+    f.invalidate(obj.address)
+    return True
+
+
+def land(txn: Transaction, f, shared: SharedMessages, touched: set[int]) -> None:
+    """Every new group into the file in `txn`, which lands their links: its header built with
+    its attributes, or staged as it is and the attributes added as a transaction adds them (too
+    many, or too large, for the room it has). One read from the journal goes where `txn`
+    allocates, its link pointed there."""
+    pending = txn.store.pending
+    moved: dict[int, int] = {}
+    for fresh in pending.fresh.values():
+        address = fresh.address
+        if not fresh.kept:
+            address = txn.allocate(len(fresh.image))
+            moved[fresh.address] = address
+        txn.store.created.add(address)
+        touched.add(address)
+        built = _built(txn, f, address, fresh) if fresh.attributes else None
+        if built is not None:
+            txn.write_new(address, built[1])
+            txn.headers[address] = built[0]
+            continue
+        txn.write_new(address, fresh.image)
+        for name, text in fresh.attributes.items():
+            attributes_write.set_attribute(txn, f, _Landing(address, f"new group at {address}"), name, text, shared)
+    if moved:
+        pending.relink(moved, txn.sizes)
+
+
+def _built(txn: Transaction, f, address: int, fresh: Fresh) -> tuple[oh.ObjectHeader, bytes] | None:
+    """The new group's header at `address` with its attributes (h5py's strings) among its
+    messages, in the room its header has, as adding them one by one would lay them out; None
+    when they do not fit there or go by creation order."""
+    sizes = txn.sizes
+    record = fresh.record if fresh.kept and fresh.record is not None else \
+        oh.decode(fresh.image, address, sizes, f"new group at {address}", _one_block)
+    if record.flags & oh.HDR_TRACK_ORDER or len(fresh.attributes) > attributes_write.MAX_COMPACT:
+        return None
+    libver = libver_for_superblock(f.superblock.version)
+    messages = [(m.type, bytes(m.data), m.flags) for m in record.messages]
+    if record.version > 1:   # the first attribute brings the attribute info
+        info = ainfo_msg.AttributeInfo(False, bool(record.flags & oh.HDR_INDEX_ORDER), None, None, None, None)
+        messages.append((ATTRIBUTE_INFO, _encoded(ainfo_msg.encode, info, sizes), 0))
+    texts = list(fresh.attributes.items())
+    head = oh.message_header_size(record.version)
+    room = record.blocks[0].length - oh.prefix_size(record.version, record.flags) - oh.tail_size(record.version)
+    probe = [_encoded(attr_msg.encode, new_string_attribute(name, text, UNSTORED, sizes, libver), sizes)
+             for name, text in texts]
+    if sum(head + oh.align(record.version, len(body)) for _, body, _ in messages) + \
+            sum(head + oh.align(record.version, len(body)) for body in probe) > room:
+        return None
+    messages += [(ATTRIBUTE, _encoded(attr_msg.encode, create_string_attribute(txn, name, text, libver), sizes), 0)
+                 for name, text in texts]
+    built = build_header(sizes, record.version, messages, lambda length: address, min_size=room,
+                         track_times=record.times is not None, times=record.times,
+                         index_attr_order=bool(record.flags & oh.HDR_INDEX_ORDER))
+    if len(built[1]) != len(fresh.image):
+        raise CannotWrite(f"new group at {address}: its header outgrew its room ({len(built[1])} bytes, {room} kept)")
+    return built
+
+
+def _one_block(address: int, length: int) -> bytes:
+    raise CannotWrite(f"a new group's header continues at {address}: it was made in one block")
+
+
+def _encoded(encode, value, sizes) -> bytes:
+    w = Writer(sizes)
+    encode(w, value)
+    return w.getvalue()
