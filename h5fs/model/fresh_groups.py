@@ -19,17 +19,18 @@ from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD
 from ..errors import CannotWrite
 from ..format import object_header as oh
+from ..storage import global_heap
 from ..storage.dense_storage import LINKS
 from ..storage.dense_storage import lookup as dense_lookup
 from ..storage.links_write import UTF8, encode_link
-from ..storage.object_header.create import build_header
+from ..storage.object_header.create import build_header, moved
 from ..storage.object_header.reader import HEADER, nbytes
 from ..storage.pending_links import INSERT, Op
 from ..storage.pending_objects import DELATTR, NEW, SETATTR, Fresh, FreshOp
 from ..storage.sohm_table.writer import SharedMessages
 from ..storage.transaction import Transaction
 from . import attributes_write
-from .attribute_values import check_string_attribute, create_string_attribute, new_string_attribute
+from .attribute_values import check_string_attribute, new_string_attribute
 from .attributes import UNSTORED
 from .libver import libver_for_superblock
 from .library_conventions import check_attribute_edit, text_form
@@ -82,8 +83,13 @@ def mkdir(f, parent: H5Object, name: str) -> int | None:
                                                      name.encode("utf-8", "surrogateescape"), parent.path):
         raise FileExistsError(f"{parent.path}: a link named {name!r} exists")
     version, messages, options = group_messages(header, info, f.sizes)
-    record, image = build_header(f.sizes, version, messages, store.allocator.allocate, **options)
-    address = record.address
+    if options.get("track_times"):   # its times are now
+        record, image = build_header(f.sizes, version, messages, store.allocator.allocate, **options)
+        address = record.address
+    else:   # the same image for every such group
+        template, image = _template(version, messages, tuple(options.items()), f.sizes)
+        address = store.allocator.allocate(len(image))
+        record = moved(template, address)
     link = Link(name, link_msg.HARD, address=address, charset=UTF8)
     try:
         store.defer([FreshOp(NEW, address, data=image), Op(INSERT, parent.address, name, link, encode_link(link, f.sizes))],
@@ -95,6 +101,11 @@ def mkdir(f, parent: H5Object, name: str) -> int | None:
     f.invalidate(address)   # what the reused space held
     f.reader.meta.get(address, HEADER, lambda: record, nbytes)   # the answer's stat does not decode it
     return address
+
+
+@functools.lru_cache(maxsize=64)
+def _template(version: int, messages: tuple, options: tuple, sizes) -> tuple[oh.ObjectHeader, bytes]:
+    return build_header(sizes, version, list(messages), lambda length: 0, **dict(options))
 
 
 def _times_stay(header: oh.ObjectHeader) -> bool:
@@ -132,11 +143,14 @@ def remove_attribute(f, obj: H5Object, name: str) -> bool:
 
 def land(txn: Transaction, f, shared: SharedMessages, touched: set[int]) -> None:
     """Every new group into the file in `txn`, which lands their links: its header built with
-    its attributes, or staged as it is and the attributes added as a transaction adds them (too
-    many, or too large, for the room it has). One read from the journal goes where `txn`
-    allocates, its link pointed there."""
-    pending = txn.store.pending
+    its attributes (their strings in the global heap together), or staged as it is and the
+    attributes added as a transaction adds them (too many, or too large, for the room it has,
+    or kept by creation order). One read from the journal goes where `txn` allocates, its link
+    pointed there."""
+    sizes, pending = txn.sizes, txn.store.pending
+    libver = libver_for_superblock(f.superblock.version)
     moved: dict[int, int] = {}
+    built: list[tuple[Fresh, int, oh.ObjectHeader]] = []
     for fresh in pending.fresh.values():
         address = fresh.address
         if not fresh.kept:
@@ -144,48 +158,67 @@ def land(txn: Transaction, f, shared: SharedMessages, touched: set[int]) -> None
             moved[fresh.address] = address
         txn.store.created.add(address)
         touched.add(address)
-        built = _built(txn, f, address, fresh) if fresh.attributes else None
-        if built is not None:
-            txn.write_new(address, built[1])
-            txn.headers[address] = built[0]
+        record = fresh.record if fresh.kept and fresh.record is not None else \
+            oh.decode(fresh.image, address, sizes, f"new group at {address}", _one_block)
+        if fresh.attributes and _fit(record, fresh.attributes, sizes, libver):
+            built.append((fresh, address, record))
             continue
         txn.write_new(address, fresh.image)
         for name, text in fresh.attributes.items():
             attributes_write.set_attribute(txn, f, _Landing(address, f"new group at {address}"), name, text, shared)
+    ids = iter(global_heap.insert_many(txn, [text for fresh, _, _ in built for text in fresh.attributes.values()]))
+    for fresh, address, record in built:
+        attributes = [new_string_attribute(name, text, next(ids), sizes, libver) for name, text in fresh.attributes.items()]
+        header, image = build_header(sizes, record.version, _with_attributes(record, attributes, sizes),
+                                     lambda length: address, min_size=_room(record), track_times=record.times is not None,
+                                     times=record.times, index_attr_order=bool(record.flags & oh.HDR_INDEX_ORDER))
+        if len(image) != len(fresh.image):
+            raise CannotWrite(f"new group at {address}: its header outgrew its room ({len(image)} bytes, "
+                              f"{len(fresh.image)} kept)")
+        txn.write_new(address, image)
+        txn.headers[address] = header
     if moved:
-        pending.relink(moved, txn.sizes)
+        pending.relink(moved, sizes)
 
 
-def _built(txn: Transaction, f, address: int, fresh: Fresh) -> tuple[oh.ObjectHeader, bytes] | None:
-    """The new group's header at `address` with its attributes (h5py's strings) among its
-    messages, in the room its header has, as adding them one by one would lay them out; None
-    when they do not fit there or go by creation order."""
-    sizes = txn.sizes
-    record = fresh.record if fresh.kept and fresh.record is not None else \
-        oh.decode(fresh.image, address, sizes, f"new group at {address}", _one_block)
-    if record.flags & oh.HDR_TRACK_ORDER or len(fresh.attributes) > attributes_write.MAX_COMPACT:
-        return None
-    libver = libver_for_superblock(f.superblock.version)
-    messages = [(m.type, bytes(m.data), m.flags) for m in record.messages]
-    if record.version > 1:   # the first attribute brings the attribute info
-        info = ainfo_msg.AttributeInfo(False, bool(record.flags & oh.HDR_INDEX_ORDER), None, None, None, None)
-        messages.append((ATTRIBUTE_INFO, _encoded(ainfo_msg.encode, info, sizes), 0))
-    texts = list(fresh.attributes.items())
+def _fit(record: oh.ObjectHeader, texts: dict[str, bytes], sizes, libver: str) -> bool:
+    """Whether a new group's attributes (h5py's strings) fit in its header's room as they are
+    added one by one (few enough not to go dense, none by creation order)."""
+    if record.flags & oh.HDR_TRACK_ORDER or len(texts) > attributes_write.MAX_COMPACT:
+        return False
     head = oh.message_header_size(record.version)
-    room = record.blocks[0].length - oh.prefix_size(record.version, record.flags) - oh.tail_size(record.version)
-    probe = [_encoded(attr_msg.encode, new_string_attribute(name, text, UNSTORED, sizes, libver), sizes)
-             for name, text in texts]
-    if sum(head + oh.align(record.version, len(body)) for _, body, _ in messages) + \
-            sum(head + oh.align(record.version, len(body)) for body in probe) > room:
-        return None
-    messages += [(ATTRIBUTE, _encoded(attr_msg.encode, create_string_attribute(txn, name, text, libver), sizes), 0)
-                 for name, text in texts]
-    built = build_header(sizes, record.version, messages, lambda length: address, min_size=room,
-                         track_times=record.times is not None, times=record.times,
-                         index_attr_order=bool(record.flags & oh.HDR_INDEX_ORDER))
-    if len(built[1]) != len(fresh.image):
-        raise CannotWrite(f"new group at {address}: its header outgrew its room ({len(built[1])} bytes, {room} kept)")
-    return built
+    used = sum(head + len(m.data) for m in record.messages)   # (stored: aligned)
+    if record.version > 1:
+        used += head + oh.align(2, len(_attribute_info(bool(record.flags & oh.HDR_INDEX_ORDER), sizes)))
+    used += sum(head + oh.align(record.version, _string_message_size(name, sizes, libver)) for name in texts)
+    return used <= _room(record)
+
+
+def _room(record: oh.ObjectHeader) -> int:
+    """The message bytes of a one-block header."""
+    return record.blocks[0].length - oh.prefix_size(record.version, record.flags) - oh.tail_size(record.version)
+
+
+@functools.lru_cache(maxsize=256)
+def _string_message_size(name: str, sizes, libver: str) -> int:
+    """The bytes of a string attribute message named `name` (its value is a heap ID: the same
+    for any text)."""
+    return len(_encoded(attr_msg.encode, new_string_attribute(name, b"", UNSTORED, sizes, libver), sizes))
+
+
+@functools.lru_cache(maxsize=8)
+def _attribute_info(index_order: bool, sizes) -> bytes:
+    """The attribute info a new group's first attribute brings (no creation order kept)."""
+    return _encoded(ainfo_msg.encode, ainfo_msg.AttributeInfo(False, index_order, None, None, None, None), sizes)
+
+
+def _with_attributes(record: oh.ObjectHeader, attributes: list, sizes) -> list[tuple[int, bytes, int]]:
+    """The messages of a new group's header with `attributes` added (in a version 2 header
+    with the attribute info the first one brings), as `_fit` counts them."""
+    messages = [(m.type, bytes(m.data), m.flags) for m in record.messages]
+    if record.version > 1:
+        messages.append((ATTRIBUTE_INFO, _attribute_info(bool(record.flags & oh.HDR_INDEX_ORDER), sizes), 0))
+    return messages + [(ATTRIBUTE, _encoded(attr_msg.encode, msg, sizes), 0) for msg in attributes]
 
 
 def _one_block(address: int, length: int) -> bytes:

@@ -305,6 +305,28 @@ def insert(txn: Transaction, data: bytes) -> gh.HeapID:
     return gh.HeapID(col.address, index)
 
 
+def insert_many(txn: Transaction, items: list[bytes]) -> list[gh.HeapID]:
+    """`insert` of each of `items` in turn, each collection they go into staged once."""
+    mem, ids = _memory(txn), []
+    col = entry = before = None
+    for data in items:
+        need = gh.object_size(len(data), txn.sizes)
+        index = None if col is None or col.free < need else _next_index(mem, col)
+        if index is None:
+            if col is not None:
+                _stage(txn, col, entry, before)
+            col, entry = _find(txn, mem, need) or _create(txn, mem, need)
+            before, index = col, _next_index(mem, col)
+        else:
+            _advance(mem.cwfs, entry)   # as `_find` moves the collection it takes
+        mem.nused[col.address] = max(mem.nused[col.address], index + 1)
+        col = col.with_object(gh.HeapObject(index, 0, bytes(data)))
+        ids.append(gh.HeapID(col.address, index))
+    if col is not None:
+        _stage(txn, col, entry, before)
+    return ids
+
+
 def remove(txn: Transaction, address: int, index: int) -> None:
     """Remove object `index` of the collection at `address` (see the module docstring)."""
     mem = _memory(txn)

@@ -350,3 +350,29 @@ def test_free_space_between_objects_is_not_edited(tmp_path):
         with pytest.raises(CannotWrite, match="free space between objects"):
             ghw.remove(txn, addr, index)
         txn.abort()
+
+
+@pytest.mark.parametrize("sizes", SIZES, ids=lambda s: f"O{s[0]}")
+def test_insert_many_is_inserts_one_by_one(tmp_path, sizes):
+    """`insert_many` (a burst of new groups' string attributes landing together) leaves the
+    collections and heap IDs that inserting each in turn leaves (the order libhdf5 fills them
+    in: `test_new_objects_then_libhdf5_edits`): into the collections listed first, over into new
+    ones, a large object in one sized to fit; libhdf5 reads every object back through an
+    attribute pointed at it."""
+    a, b = twin(tmp_path, fill, sizes)
+    blobs = [f"note {i}".encode() * (1 + i % 5) for i in range(300)] + [b"v" * 5000, b"", b"after"]
+    collections = {}
+    for path, insert in ((a, lambda txn: [ghw.insert(txn, blob) for blob in blobs]), (b, lambda txn: ghw.insert_many(txn, blobs))):
+        with H5File.open(str(path), writable=True) as hf:
+            txn = hf.store.begin()
+            ids = insert(txn)
+            set_attribute(hf, txn, "a3", [(len(blob), hid) for blob, hid in zip(blobs, ids)][-1:])
+            commit(hf, txn)
+            collections[path] = (ids, {hid.address: collection(hf, hid.address).entries for hid in ids})
+    assert collections[a] == collections[b]
+    ids = collections[b][0]
+    assert len({hid.address for hid in ids}) > 2   # past the collections it had, and one for the large object
+    with H5File.open(str(b)) as hf:
+        assert [GlobalHeapReader(hf.reader).get_id(hid) for hid in ids] == blobs
+    assert h5py_attrs(b)["a3"] == "after"
+    assert check(str(b)).sound

@@ -92,3 +92,12 @@ def build_header(sizes: Sizes, version: int, messages: list[tuple[int, bytes, in
                           flags, times if flags & oh.HDR_TIMES else None, *phase,
                           nmesgs=len(placed) if version == 1 else 0)
     return header, oh.encode_block(header, 0)   # one block: as decoding its image gives it
+
+
+def moved(header: ObjectHeader, address: int) -> ObjectHeader:
+    """A header `build_header` made, as made at `address` (its image is the same: a one-block
+    header holds no address of its own)."""
+    (block,) = header.blocks
+    messages = tuple(RawMessage(m.type, m.flags, m.data, m.creation_order, address, m.offset) for m in block.messages)
+    return ObjectHeader(address, header.version, header.refcount, (HeaderBlock(address, block.length, messages, block.gap),),
+                        header.flags, header.times, header.attr_max_compact, header.attr_min_dense, header.nmesgs)
