@@ -137,7 +137,7 @@ def read_attributes(obj: H5Object) -> tuple[Attribute, ...]:
     values: dict[str, np.ndarray] = {}
     fresh = obj.file.pending.fresh.get(obj.address)
     if fresh is not None:   # a new group's, waiting to land (storage/pending_objects.py)
-        msgs, values = _fresh(obj, fresh.attributes)
+        msgs, values = _fresh(obj, dict(fresh.attributes))   # a copy: a setfattr may add one meanwhile
         info = _FRESH_INFO if obj.header.flags & oh.HDR_TRACK_ORDER else None
     tracked = info is not None and info.track_order and all(m.creation_order is not None for m in msgs)
     msgs.sort(key=(lambda m: m.creation_order) if tracked else (lambda m: m.name))
