@@ -1,5 +1,5 @@
 """New groups made, and given attributes, without a transaction each (storage/pending_objects.py
-says how they wait and land): `mkdir` in a group whose links are dense, and `setfattr` or
+says how they wait and land): `mkdir` in a new-style group, and `setfattr` or
 `setfattr -x` on such a new group. The tree editor's transactions make everything else, landing
 them first (model/tree_edit.py).
 """
@@ -33,7 +33,7 @@ from . import attributes_write
 from .attribute_values import check_string_attribute, new_string_attribute
 from .attributes import UNSTORED
 from .libver import libver_for_superblock
-from .library_conventions import check_attribute_edit, text_form
+from .library_conventions import text_form
 from .objects import H5Object
 
 
@@ -66,8 +66,8 @@ def _group_messages(version: int, flags: int, group_info: bytes, track_order: bo
 
 def mkdir(f, parent: H5Object, name: str) -> int | None:
     """The new group `name` of `parent`, acknowledged once the journal holds it; None when it
-    takes a transaction: `parent` is new itself, keeps its links in its header or a symbol
-    table, numbers them, or keeps times the edit changes. FileExistsError: the name is taken."""
+    takes a transaction: `parent` is new itself, keeps its links in a symbol table, numbers
+    them, or keeps times the edit changes. FileExistsError: the name is taken."""
     store, header = f.store, parent.header
     if store.persistent is not None or parent.address in store.pending.fresh or parent.address in store.damaged \
             or not store.cache_current or not _times_stay(header):
@@ -76,11 +76,16 @@ def mkdir(f, parent: H5Object, name: str) -> int | None:
     if raw is None:
         return None
     info = link_info_msg.decode(Reader(raw.data, 0, f.sizes, f"{parent.path}: link info"))
-    if info.heap_address is None or info.track_order:
+    if info.track_order:
         return None
-    deferred = store.pending.get(parent.address, name)
-    if deferred or deferred is None and dense_lookup(store.reader, LINKS, info.heap_address, info.name_index_address,
-                                                     name.encode("utf-8", "surrogateescape"), parent.path):
+    if info.heap_address is None:   # links in its header (the waiting ones land there, or go dense)
+        taken = parent.link(name) is not None
+    else:
+        deferred = store.pending.get(parent.address, name)
+        taken = deferred or deferred is None and f.missed != (parent.address, name, store.commits) and \
+            dense_lookup(store.reader, LINKS, info.heap_address, info.name_index_address,
+                         name.encode("utf-8", "surrogateescape"), parent.path) is not None
+    if taken:
         raise FileExistsError(f"{parent.path}: a link named {name!r} exists")
     version, messages, options = group_messages(header, info, f.sizes)
     if options.get("track_times"):   # its times are now
@@ -122,8 +127,7 @@ def set_attribute(f, obj: H5Object, name: str, text: bytes) -> bool:
     it; False when it takes a transaction (`obj` is not new, or the file's library keeps text in
     another form than h5py's)."""
     if obj.address not in f.store.pending.fresh or text_form(f) is not None:
-        return False
-    check_attribute_edit(f, obj, name)
+        return False   # (a file no library marks: no convention of one to keep, check_attribute_edit)
     check_string_attribute(name, text)   # refused now, not when it lands
     f.store.defer([FreshOp(SETATTR, obj.address, name, text)])
     f.invalidate(obj.address)   # its attribute table
@@ -133,9 +137,8 @@ def set_attribute(f, obj: H5Object, name: str, text: bytes) -> bool:
 def remove_attribute(f, obj: H5Object, name: str) -> bool:
     """As `set_attribute`, removing attribute `name` (False: not one set on a new group)."""
     fresh = f.store.pending.fresh.get(obj.address)
-    if fresh is None or name not in fresh.attributes:
+    if fresh is None or name not in fresh.attributes:   # (set as `set_attribute` sets: in a file no library marks)
         return False
-    check_attribute_edit(f, obj, name, removing=True)
     f.store.defer([FreshOp(DELATTR, obj.address, name)])
     f.invalidate(obj.address)
     return True

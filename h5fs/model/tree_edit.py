@@ -161,7 +161,11 @@ class TreeEditor:
             if address is not None:
                 self._land_at_limit()
                 return address
-        with self._edit(keep_fresh=parent.address not in self.f.store.pending.fresh) as (txn, touched):
+        # new groups may wait while this one is made, unless it is made in one of them or next
+        # to waiting links that only their landing puts in the header (fresh_groups.mkdir)
+        pending = self.f.store.pending
+        keep = parent.address not in pending.fresh and not (pending.holds(parent.address) and _compact(parent))
+        with self._edit(keep_fresh=keep) as (txn, touched):
             links = self._links(txn, parent, touched)
             address = self._new_group(txn, links)
             touched.add(address)   # a reader may hold what the reused space held before
@@ -560,6 +564,12 @@ def _existing(links: GroupLinks, name: str) -> Link:
     if link is None:
         raise NamespaceError(errno.ENOENT, f"{links.what}/{name}: no such link")
     return link
+
+
+def _compact(group: H5Object) -> bool:
+    """Whether the group keeps its links in its header."""
+    info = group.message(M.LINK_INFO)
+    return info is not None and info.heap_address is None
 
 
 def _attribute_info(header, sizes, path: str):

@@ -288,8 +288,12 @@ class GroupLinks:
             self._land_symbol_table(added, gone, redo)
             return
         info = self.info
-        if info is None or info.heap_address is None:
-            raise CannotWrite(f"{self.what}: its links are no longer dense, {len(added) + len(gone)} deferred edits wait")
+        if info is None:
+            raise CannotWrite(f"{self.what}: a group with neither a symbol table nor link info, "
+                              f"{len(added) + len(gone)} deferred edits wait")
+        if info.heap_address is None:
+            self._land_compact(added, gone, redo)
+            return
         store = self._dense(info)
         encode = lambda name: name.encode("utf-8", "surrogateescape")   # noqa: E731
         removes = {encode(name) for name in gone}
@@ -316,6 +320,31 @@ class GroupLinks:
         if info != self.info:
             self._set_info(info)
 
+
+    def _land_compact(self, added: dict[str, tuple[Link, bytes]], gone: set[str], redo: bool) -> None:
+        """`land` into a group keeping its links in its header (new groups' links wait there too:
+        model/fresh_groups.py): the names in `gone` out, then `added` in as `insert` adds them,
+        the header encoded once; past the group's maximum its links go dense first, and those
+        added land there."""
+        for name in gone:
+            if redo and self.lookup(name) is None:
+                log.warning("%s: the journal removes a link named %r that is not there", self.what, name)
+                continue
+            self.remove(name)
+        there = {ln.name for _, ln in self._compact()}
+        if redo:
+            for name in [n for n in added if n in there]:
+                log.warning("%s: the journal adds a link named %r that is there already", self.what, name)
+            added = {n: v for n, v in added.items() if n not in there}
+        if len(there) + len(added) <= self._phase()[0] and all(len(raw) < MAX_MESSAGE for _, raw in added.values()):
+            self.edit.add_all([(LINK, raw, 0, 0) for _, raw in added.values()])
+            return
+        info = self._to_dense(self.info)
+        self._set_info(info)
+        store = self._dense(info)
+        store.edit_many(set(), [(name.encode("utf-8", "surrogateescape"), raw, link.creation_order or 0)
+                                for name, (link, raw) in added.items()])
+        store.close()
 
     def _land_symbol_table(self, added: dict[str, tuple[Link, bytes]], gone: set[str], redo: bool) -> None:
         """`land` into a symbol table: the names in `gone` out, then `added` in (in name

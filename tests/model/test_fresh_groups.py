@@ -1,9 +1,10 @@
 """New groups that wait to land (model/fresh_groups.py, storage/pending_objects.py): `mkdir` in a
-dense group, and `setfattr` / `setfattr -x` on the new group, are journal records without a
-transaction; reads show the groups and their attributes at once; they land, attributes built in,
-at the flush or before any other edit; a kill leaves them to the next read-write open (a
-read-only one shows them and writes nothing); every record prefix of a power loss opens to a
-state the edits went through. libhdf5 (h5py) is the judge of every file, `h5fs check` of each."""
+new-style group (its links compact or dense), and `setfattr` / `setfattr -x` on the new group,
+are journal records without a transaction; reads show the groups and their attributes at once;
+they land, attributes built in, at the flush or before any other edit; a kill leaves them to the
+next read-write open (a read-only one shows them and writes nothing); every record prefix of a
+power loss opens to a state the edits went through. libhdf5 (h5py) is the judge of every file,
+`h5fs check` of each."""
 
 from __future__ import annotations
 
@@ -118,13 +119,18 @@ def _snapshot(path, everything: bool = False) -> dict[str, dict]:
 ATTRS = {"n0": [], "n1": [("one", "1")], "n2": [("zeta", "z"), ("alpha", "température"), ("mid", "")]}
 
 
-@pytest.mark.parametrize("layout, times", [("latest", False), ("latest", True), ("earliest", False)])
-def test_mkdir_and_setfattr_in_a_dense_group_wait_and_read_as_they_land(tmp_path, monkeypatch, layout, times):
-    """mkdir in a dense group whose times stay (none, or they say now) and setfattr on the new
-    group begin no transaction: the journal holds them and reads show the group (stat numbers,
-    no links, its attributes) as the flush lands it, and as libhdf5 reads it then."""
+@pytest.mark.parametrize("layout, times, children", [
+    ("latest", False, SEED_LINKS), ("latest", True, SEED_LINKS), ("earliest", False, SEED_LINKS),
+    ("latest", False, 3),    # compact, and still compact once they land
+    ("latest", False, 7),    # compact: the landing takes its links dense
+], ids=["dense", "dense-times", "dense-v1", "compact", "compact-to-dense"])
+def test_mkdir_and_setfattr_in_a_new_style_group_wait_and_read_as_they_land(tmp_path, monkeypatch, layout, times,
+                                                                            children):
+    """mkdir in a new-style group whose times stay (none, or they say now) and setfattr on the
+    new group begin no transaction: the journal holds them and reads show the group (stat
+    numbers, no links, its attributes) as the flush lands it, and as libhdf5 reads it then."""
     path = tmp_path / "f.h5"
-    _make(path, layout, times=times)
+    _make(path, layout, times=times, children=children)
     f, wb, ed = _open(path)
     if times:   # the parent's times say now: a new link leaves them as they are
         _clock_at(monkeypatch, f.resolve("/g").header.times[1])
@@ -137,7 +143,7 @@ def test_mkdir_and_setfattr_in_a_dense_group_wait_and_read_as_they_land(tmp_path
     kinds = {op[0] for op in deferred(records(Path(journal_path(str(path))).read_bytes()))}
     assert {NEW, SETATTR} <= kinds
     assert namespace.lookup(f, f.resolve("/g"), "/g", b"n2").kind == namespace.DIR
-    assert len(f.resolve("/g").links()) == SEED_LINKS + len(ATTRS) + (layout == "earliest")
+    assert len(f.resolve("/g").links()) == children + len(ATTRS) + (layout == "earliest")
     before = {name: _view(f, f"/g/{name}") for name in ATTRS}
     facts = {name: namespace.facts(f.resolve(f"/g/{name}")) for name in ATTRS}   # user.h5fs.*
     assert before["n2"][5] == sorted(ATTRS["n2"])   # by name: no creation order
@@ -148,6 +154,8 @@ def test_mkdir_and_setfattr_in_a_dense_group_wait_and_read_as_they_land(tmp_path
     assert {name: namespace.facts(f.resolve(f"/g/{name}")) for name in ATTRS} == facts
     _close(f, wb)
     with h5py.File(path, "r") as h:
+        assert sorted(h["g"]) == sorted([f"old{i:02d}" for i in range(children)] + list(ATTRS)
+                                        + ["ext"] * (layout == "earliest"))
         assert {name: _h5py_view(h, f"/g/{name}") for name in ATTRS} == {n: _seconds(v) for n, v in before.items()}
         if times:
             assert all(h5py.h5o.get_info(h[f"/g/{name}"].id).mtime > 0 for name in ATTRS)
@@ -287,19 +295,18 @@ def test_new_groups_land_sound_in_a_file_sharing_messages(tmp_path, fcpl):
     verify_file(path, h5dump=False)
 
 
-@pytest.mark.parametrize("case", ["times not now", "compact", "link order", "symbol table", "new parent"])
+@pytest.mark.parametrize("case", ["times not now", "link order", "symbol table", "new parent"])
 def test_mkdir_takes_a_transaction_where_the_group_cannot_wait(tmp_path, monkeypatch, case):
-    """A parent whose times a new link changes, whose links are compact (8 at most), numbered
-    (creation order), in a symbol table, or a new group itself: mkdir takes a transaction (a new
-    parent lands first), and the file holds the group as libhdf5 lists it."""
+    """A parent whose times a new link changes, whose links are numbered (creation order), in a
+    symbol table, or a new group itself: mkdir takes a transaction (a new parent lands first),
+    and the file holds the group as libhdf5 lists it."""
     path = tmp_path / "f.h5"
     if case == "symbol table":
         with h5py.File(path, "w", libver="earliest") as h:
             for i in range(SEED_LINKS):
                 h.create_group(f"g/old{i:02d}")
     else:
-        _make(path, times=case == "times not now", link_order=case == "link order",
-              children=3 if case == "compact" else SEED_LINKS)
+        _make(path, times=case == "times not now", link_order=case == "link order")
     f, wb, ed = _open(path)
     parent = "/g"
     if case == "times not now":   # a second after the parent's times: the new link changes them
@@ -313,7 +320,7 @@ def test_mkdir_takes_a_transaction_where_the_group_cannot_wait(tmp_path, monkeyp
     assert f.resolve(f"{parent}/new").address == address
     _close(f, wb)
     with h5py.File(path, "r") as h:
-        old = [] if case == "new parent" else [f"old{i:02d}" for i in range(3 if case == "compact" else SEED_LINKS)]
+        old = [] if case == "new parent" else [f"old{i:02d}" for i in range(SEED_LINKS)]
         # h5py lists by creation order where the group numbers its links, else by name
         assert list(h[parent]) == (old + ["new"] if case == "link order" else sorted(old + ["new"]))
         assert isinstance(h[f"{parent}/new"], h5py.Group)

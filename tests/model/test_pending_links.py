@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 from conftest import REPO, run_h5fs
 
@@ -366,26 +367,28 @@ def test_removals_a_kill_left_deferred_are_landed_and_their_objects_freed(tmp_pa
 
 
 def test_deferred_edits_that_cannot_land_are_given_up_and_the_file_opens(tmp_path, caplog):
-    """A journal whose deferred link names a group whose links are not dense (a damaged journal
-    or file): the open says so, gives the edit up and opens the file as it was."""
+    """A journal whose deferred link names an object that is no group (a damaged journal or
+    file): the open says so, gives the edit up and opens the file as it was."""
     path = tmp_path / "f.h5"
     with h5py.File(path, "w", libver="latest") as h:
         h.create_group("compact")
+        h["d"] = np.arange(3)
     with H5File.open(str(path), writable=True) as f:
-        g = f.resolve("/compact")
         from h5fs.format.codec import Writer
         from h5fs.format.messages import link as link_msg
         w = Writer(f.sizes)
         link_msg.encode(w, link_msg.Link("x", link_msg.SOFT, target="/compact", charset=1))
-        op = Op(INSERT, g.address, "x", None, w.getvalue()).encode()
+        op = Op(INSERT, f.resolve("/d").address, "x", None, w.getvalue()).encode()
         eoa = f.superblock.eof_address
     j = Journal(journal_path(str(path)), None)
     j.log([], (eoa, eoa), ops=[op])
     os.close(j.writer.fd)
     with H5File.open(str(path), writable=True) as f:
-        assert f.resolve("/compact").links() == []
-    assert "cannot be made" in caplog.text and "no longer dense" in caplog.text
+        assert f.resolve("/compact").links() == [] and f.resolve("/d").kind == "dataset"
+    assert "cannot be made" in caplog.text and "neither a symbol table nor link info" in caplog.text
     assert not os.path.exists(journal_path(str(path)))
+    with h5py.File(path, "r") as h:
+        assert list(h["d"][()]) == [0, 1, 2]
     run_h5fs("check", path, check=True)
 
 
