@@ -280,10 +280,11 @@ class GroupLinks:
         return replace(info, heap_address=None, name_index_address=None, order_index_address=None)
 
     def land(self, added: dict[str, tuple[Link, bytes]], gone: set[str], redo: bool) -> None:
-        """Deferred edits into the group's dense storage at once: the names in `gone` out, then
-        `added` in; below the group's minimum the links go compact again, none left frees the
-        storage (as libhdf5 removes). `redo` (edits a crash left in the journal): a name to add
-        the storage holds already, or one to remove it does not, is left out, logged."""
+        """Deferred edits into the group's dense storage (or its header, or symbol table) at
+        once: the names in `gone` out, then `added` in; below the group's minimum the links go
+        compact again, none left frees the storage (as libhdf5 removes). `redo` (edits a crash
+        left in the journal): a name to add the storage holds already, or one to remove it does
+        not, is left out, logged."""
         if self.symbol_table is not None:
             self._land_symbol_table(added, gone, redo)
             return

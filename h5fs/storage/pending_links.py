@@ -14,7 +14,8 @@ says it holds every deferred edit before it, `Transaction.lands`; the countdowns
 and first when an edit would free a group holding some.
 
 New groups wait here too, with the attributes set on them (storage/pending_objects.py): they
-land with the link edits, their headers first.
+land with the link edits, their headers first; their links wait even in a group that keeps its
+links in its header (compact), where the landing adds them in one header edit.
 
 Edits are kept as their net effect: links added (by group, then name), names whose stored link
 goes (a name can be both: removed, then added anew), and the objects to count down, in order; a
