@@ -10,7 +10,7 @@ import functools
 import time
 from typing import NamedTuple
 
-from ..format.codec import Reader, Writer
+from ..format.codec import Writer
 from ..format.messages import link as link_msg
 from ..format.messages import link_info as link_info_msg
 from ..format.messages.link import Link
@@ -30,6 +30,7 @@ from ..storage.pending_objects import DELATTR, NEW, SETATTR, Fresh, FreshOp
 from ..storage.sohm_table.writer import SharedMessages
 from ..storage.transaction import Transaction
 from . import attributes_write
+from . import messages as M
 from .attribute_values import check_string_attribute, new_string_attribute
 from .attributes import UNSTORED
 from .libver import libver_for_superblock
@@ -72,11 +73,8 @@ def mkdir(f, parent: H5Object, name: str) -> int | None:
     if store.persistent is not None or parent.address in store.pending.fresh or parent.address in store.damaged \
             or not store.cache_current or not _times_stay(header):
         return None   # (free-space managers in the file would have to follow the space it takes)
-    raw = header.first(LINK_INFO)
-    if raw is None:
-        return None
-    info = link_info_msg.decode(Reader(raw.data, 0, f.sizes, f"{parent.path}: link info"))
-    if info.track_order:
+    info = parent.message(M.LINK_INFO)
+    if info is None or info.track_order:
         return None
     if info.heap_address is None:   # links in its header (the waiting ones land there, or go dense)
         taken = parent.link(name) is not None
@@ -88,6 +86,7 @@ def mkdir(f, parent: H5Object, name: str) -> int | None:
     if taken:
         raise FileExistsError(f"{parent.path}: a link named {name!r} exists")
     version, messages, options = group_messages(header, info, f.sizes)
+    end = store.allocator.eoa   # space past it held nothing this mount read
     if options.get("track_times"):   # its times are now
         record, image = build_header(f.sizes, version, messages, store.allocator.allocate, **options)
         address = record.address
@@ -103,7 +102,8 @@ def mkdir(f, parent: H5Object, name: str) -> int | None:
         store.allocator.free(address, len(image))
         raise
     store.pending.fresh[address].record = record
-    f.invalidate(address)   # what the reused space held
+    if address < end:
+        f.invalidate(address)   # what the reused space held
     f.reader.meta.get(address, HEADER, lambda: record, nbytes)   # the answer's stat does not decode it
     return address
 
