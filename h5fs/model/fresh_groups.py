@@ -10,15 +10,15 @@ import functools
 import time
 from typing import NamedTuple
 
+from ..errors import CannotWrite
+from ..format import object_header as oh
 from ..format.codec import Writer
+from ..format.messages import attribute as attr_msg
+from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages import link as link_msg
 from ..format.messages import link_info as link_info_msg
 from ..format.messages.link import Link
-from ..format.messages import attribute as attr_msg
-from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD
-from ..errors import CannotWrite
-from ..format import object_header as oh
 from ..storage import global_heap
 from ..storage.dense_storage import LINKS
 from ..storage.dense_storage import lookup as dense_lookup
@@ -152,13 +152,13 @@ def land(txn: Transaction, f, shared: SharedMessages, touched: set[int]) -> None
     pointed there."""
     sizes, pending = txn.sizes, txn.store.pending
     libver = libver_for_superblock(f.superblock.version)
-    moved: dict[int, int] = {}
+    relocated: dict[int, int] = {}
     built: list[tuple[Fresh, int, oh.ObjectHeader]] = []
     for fresh in pending.fresh.values():
         address = fresh.address
         if not fresh.kept:
             address = txn.allocate(len(fresh.image))
-            moved[fresh.address] = address
+            relocated[fresh.address] = address
         txn.store.created.add(address)
         touched.add(address)
         record = fresh.record if fresh.kept and fresh.record is not None else \
@@ -180,8 +180,8 @@ def land(txn: Transaction, f, shared: SharedMessages, touched: set[int]) -> None
                               f"{len(fresh.image)} kept)")
         txn.write_new(address, image)
         txn.headers[address] = header
-    if moved:
-        pending.relink(moved, sizes)
+    if relocated:
+        pending.relink(relocated, sizes)
 
 
 def _fit(record: oh.ObjectHeader, texts: dict[str, bytes], sizes, libver: str) -> bool:
