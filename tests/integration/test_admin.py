@@ -520,12 +520,15 @@ def test_recovery_after_a_crash_is_logged(tmp_path, mounts):
     path = make_h5(tmp_path / "f.h5", build, "latest")
     mp = mounts.point()
     assert run_h5fs("mount", "-o", f"rw,flush_delay=600,log={tmp_path / 'log1'}", path, mp).returncode == 0
-    os.mkdir(mp / "made")   # journaled, durable when mkdir returns; the file itself not yet
+    os.setxattr(mp / "x", "user.note", b"set")   # journaled as the bytes it changes
+    os.mkdir(mp / "made")   # journaled: a new group waiting with its link (it would land before another edit)
     kill_daemon(mp, pid_of(mp))
     log2 = tmp_path / "log2"
     assert run_h5fs("mount", "-o", f"rw,log={log2}", path, mp).returncode == 0
-    assert os.path.isdir(mp / "made")
-    assert "metadata updates a crash had interrupted" in log2.read_text()
+    assert os.path.isdir(mp / "made") and os.getxattr(mp / "x", "user.note") == b"set"
+    text = log2.read_text()
+    assert "metadata updates a crash had interrupted" in text
+    assert "landed 1 link edit and 1 new group a crash had left in the journal" in text
     assert run_h5fs("umount", mp).returncode == 0
     verify_file(path, h5dump=False)
 
