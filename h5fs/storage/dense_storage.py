@@ -232,16 +232,17 @@ class DenseStore:
         creation order) of `items` (names free once those went, and distinct): each index edited
         once, the entries to drop found in one walk of the name index when they are many."""
         if len(removes) > FIND_EACH:
-            found = [rec for rec, message in self.items() if self.kind.name_of(message, self.txn.sizes) in removes]
+            found = [(rec, name) for rec, message in self.items()
+                     if (name := self.kind.name_of(message, self.txn.sizes)) in removes]
         else:
-            found = [self.find(name) for name in removes]
-        if len(found) != len(removes) or None in found:
+            found = [(self.find(name), name) for name in removes]
+        if len(found) != len(removes) or any(rec is None for rec, _ in found):
             raise FileNotFoundError(f"{self.what}: some of the {self.kind.label}s to remove are not there")
         names: dict[NameKey, object] = {}
         orders: dict[int, object] = {}
         freed = []
-        for rec in found:
-            names[self._key(rec)] = None
+        for rec, name in found:
+            names[NameKey(rec.hash, name)] = None   # its name known: the edit's comparisons need not read it
             if self.corder_index is not None:
                 orders[self._order(rec)] = None
             if not is_shared(rec):
