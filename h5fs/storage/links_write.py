@@ -321,7 +321,6 @@ class GroupLinks:
         if info != self.info:
             self._set_info(info)
 
-
     def _land_compact(self, added: dict[str, tuple[Link, bytes]], gone: set[str], redo: bool) -> None:
         """`land` into a group keeping its links in its header (new groups' links wait there too:
         model/fresh_groups.py): the names in `gone` out, then `added` in as `insert` adds them,

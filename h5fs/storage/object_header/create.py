@@ -49,9 +49,9 @@ def build_header(sizes: Sizes, version: int, messages: list[tuple[int, bytes, in
     """A new object header holding `messages` ((type, body, flags), in this order) in the space
     `allocate(length)` gives: its record and its image. v1 headers hold their link count in the
     prefix; v2 headers get a reference count message when `refcount` > 1 (H5O__link_oh), the
-    times (`times`, or all now) when `track_times`, the attribute creation-order flags, and the phase-change
-    values when they differ from libhdf5's defaults. v1 headers store no times in the prefix:
-    give them a modification time message."""
+    times (`times`, or all now) when `track_times`, the attribute creation-order flags, and the
+    phase-change values when they differ from libhdf5's defaults. v1 headers store no times in
+    the prefix: give them a modification time message."""
     if version == 1 and (track_times or track_attr_order or attr_phase != DEFAULT_ATTR_PHASE):
         raise ValueError("version 1 object headers store no times, creation order or attribute phase change")
     if min_size >= oh.MESSAGE_MAX:
