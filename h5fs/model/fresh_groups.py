@@ -71,7 +71,7 @@ def mkdir(f, parent: H5Object, name: str) -> int | None:
     them, or keeps times the edit changes. FileExistsError: the name is taken."""
     store, header = f.store, parent.header
     if store.persistent is not None or parent.address in store.pending.fresh or parent.address in store.damaged \
-            or not store.cache_current or not _times_stay(header):
+            or not store.cache_current or not times_stay(header):
         return None   # (free-space managers in the file would have to follow the space it takes)
     info = parent.message(M.LINK_INFO)
     if info is None or info.track_order:
@@ -113,8 +113,8 @@ def _template(version: int, messages: tuple, options: tuple, sizes) -> tuple[oh.
     return build_header(sizes, version, list(messages), lambda length: 0, **dict(options))
 
 
-def _times_stay(header: oh.ObjectHeader) -> bool:
-    """Whether a new link leaves the group's times as they are: it keeps none, or they say now
+def times_stay(header: oh.ObjectHeader) -> bool:
+    """Whether a link added or removed leaves the group's times as they are: it keeps none, or they say now
     (HDF5 keeps seconds: a burst of edits changes them about once a second)."""
     if header.times is not None:
         now = time.time_ns() // 1_000_000_000

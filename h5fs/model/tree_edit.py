@@ -44,7 +44,7 @@ from ..storage.object_delete import free_object, free_storage, shared_headers
 from ..storage.sohm_table.writer import SharedMessages
 from ..storage.object_header.reader import read as read_header
 from ..storage.transaction import Transaction
-from . import attributes_write, fresh_groups
+from . import attributes_write, fresh_groups, quick_unlink
 from . import messages as M
 from .dataset_create import NewDataset, dataset_messages
 from .dimension_scales import detach as detach_scales
@@ -287,7 +287,14 @@ class TreeEditor:
     @_landing_first
     def unlink(self, parent: H5Object, name: str) -> int | None:
         """Remove the link `name`; the hard links left to its object (0: it was freed), None
-        for a soft or external link."""
+        for a soft or external link. Without a transaction when it can wait to land
+        (model/quick_unlink.py)."""
+        if self.wb is not None:
+            with self.wb.commit_lock:
+                done, left = quick_unlink.unlink(self, parent, name)
+            if done:
+                self._land_at_limit()
+                return left
         with self._edit() as (txn, touched):
             return self._remove_link(txn, touched, parent, name)
 
