@@ -1,6 +1,7 @@
 """Crash tests' tools: a workload whose every element tells which write put it there, the check
-of the crash promise (each element old or new, every fsync'd write present), and the rebuild of
-a file from a prefix of the daemon's recorded writes (a power loss)."""
+of the crash promise (each element old or new, every fsync'd write present), the rebuild of a
+file from a prefix of the daemon's recorded writes (a power loss), and edits of the engine in a
+process killed after them (`edit_then_kill`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import os
 import random
 import shutil
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
 
-from conftest import abort_connection, force_unmount
+from conftest import REPO, abort_connection, force_unmount
 from h5fs.storage.journal import SUFFIX
 from h5fs.storage.file_writer import read_recording
 
@@ -173,3 +177,23 @@ def recover(path) -> None:
     H5File.open(str(path), writable=True).close()
     stale = [p for p in os.listdir(os.path.dirname(os.path.abspath(path))) if ".h5fs-journal.stale-" in p]
     assert not stale, f"a crash's journal was set aside: {stale}"
+
+
+_EDITOR = """\
+import os, sys
+sys.path.insert(0, {root!r})
+from h5fs.model.file import H5File
+from h5fs.model.tree_edit import TreeEditor
+from h5fs.model.writeback import Writeback
+f = H5File.open({path!r}, writable=True)
+ed = TreeEditor(f, Writeback(f, 1 << 20))
+"""
+
+
+def edit_then_kill(path, edits: str) -> None:
+    """Run `edits` (Python using `f`, the file at `path` open read-write, and `ed`, its tree
+    editor with a writeback) in a process that is then killed with SIGKILL: what they left in
+    the journal is a crash's."""
+    script = _EDITOR.format(root=str(REPO), path=str(path)) + textwrap.dedent(edits) + "os.kill(os.getpid(), 9)\n"
+    proc = subprocess.run([sys.executable, "-c", script])
+    assert proc.returncode == -9

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,8 +19,8 @@ import h5py
 import numpy as np
 import pytest
 import roundtrip_support as R
-from conftest import REPO, run_h5fs
-from crash_support import rebuild_writes, recover, replayed_prefixes
+from conftest import run_h5fs
+from crash_support import edit_then_kill, rebuild_writes, recover, replayed_prefixes
 from write_support import verify_file
 
 from h5fs.check import check
@@ -621,31 +619,26 @@ def test_a_read_of_a_new_groups_attributes_while_another_thread_sets_one(tmp_pat
 
 BURST = 30
 
-_KILLED = """
-import os, sys
-sys.path.insert(0, {root!r})
-from h5fs.model.file import H5File
-from h5fs.model.tree_edit import TreeEditor
-from h5fs.model.writeback import Writeback
-f = H5File.open({path!r}, writable=True)
-ed = TreeEditor(f, Writeback(f, 1 << 20))
-for i in range({n}):
-    ed.mkdir(f.resolve("/g"), f"new{{i:02d}}")
-    new = f.resolve(f"/g/new{{i:02d}}")
-    ed.set_attribute(new, "i", str(i).encode())
-    ed.set_attribute(new, "gone", b"soon")
-    ed.remove_attribute(f.resolve(f"/g/new{{i:02d}}"), "gone")
-    if i % 3 == 0:
-        for k in range(10):   # past the header's room
-            ed.set_attribute(f.resolve(f"/g/new{{i:02d}}"), f"k{{k}}", b"v" * k)
-    if i == {n} // 2:
-        f.store.group_commit()   # a checkpoint: the journal holds them again
-os.kill(os.getpid(), 9)
-"""
+def _kill_mid_burst(path) -> None:
+    """BURST new groups in /g with attributes (some set, some removed, some past the header's
+    room; a checkpoint halfway: the journal holds them again), then a kill."""
+    edit_then_kill(path, f"""
+        for i in range({BURST}):
+            ed.mkdir(f.resolve("/g"), f"new{{i:02d}}")
+            new = f.resolve(f"/g/new{{i:02d}}")
+            ed.set_attribute(new, "i", str(i).encode())
+            ed.set_attribute(new, "gone", b"soon")
+            ed.remove_attribute(f.resolve(f"/g/new{{i:02d}}"), "gone")
+            if i % 3 == 0:
+                for k in range(10):
+                    ed.set_attribute(f.resolve(f"/g/new{{i:02d}}"), f"k{{k}}", b"v" * k)
+            if i == {BURST} // 2:
+                f.store.group_commit()
+    """)
 
 
 def _killed_attrs(i: int) -> dict[str, str]:
-    """The attributes `_KILLED` leaves on its group `i`."""
+    """The attributes `_kill_mid_burst` leaves on its group `i`."""
     return {"i": str(i)} | ({f"k{k}": "v" * k for k in range(10)} if i % 3 == 0 else {})
 
 
@@ -657,8 +650,7 @@ def test_new_groups_a_kill_left_waiting_are_shown_read_only_and_landed_read_writ
     read-write open lands them, their headers where its allocator says, and libhdf5 reads them."""
     path = tmp_path / "f.h5"
     _make(path, layout, userblock=userblock)
-    proc = subprocess.run([sys.executable, "-c", _KILLED.format(root=str(REPO), path=str(path), n=BURST)])
-    assert proc.returncode == -9
+    _kill_mid_burst(path)
     journal = Path(journal_path(str(path)))
     report = run_h5fs("check", path)
     assert report.returncode != 0 and f"{BURST} new groups" in report.stdout + report.stderr

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
-from conftest import REPO, run_h5fs
+from conftest import run_h5fs
+from crash_support import edit_then_kill
 
 from h5fs.model import namespace
 from h5fs.model.file import H5File
@@ -233,21 +232,17 @@ def test_links_deferred_across_a_group_commit_of_the_journal_stay_acknowledged(t
         wb.close()
 
 
-_KILLED = """
-import os, sys
-sys.path.insert(0, {root!r})
-from h5fs.model.file import H5File
-from h5fs.model.tree_edit import TreeEditor
-from h5fs.model.writeback import Writeback
-f = H5File.open({path!r}, writable=True)
-ed = TreeEditor(f, Writeback(f, 1 << 20))
-for i in range(40):
-    ed.mkdir(f.resolve("/g"), f"new{{i:02d}}")
-    if i == 20:
-        f.store.group_commit()   # a group commit in the middle: the links stay deferred
-{more}ed.set_attribute(f.resolve("/g/new39"), "note", b"last")
-os.kill(os.getpid(), 9)
-"""
+def _kill_after_mkdirs(path, more: str = "") -> None:
+    """40 new groups in /g (a group commit among them: their links stay deferred), `more`, an
+    attribute set on the last, then a kill."""
+    edit_then_kill(path, f"""
+        for i in range(40):
+            ed.mkdir(f.resolve("/g"), f"new{{i:02d}}")
+            if i == 20:
+                f.store.group_commit()   # a group commit in the middle: the links stay deferred
+        {more}
+        ed.set_attribute(f.resolve("/g/new39"), "note", b"last")
+    """)
 
 
 def test_links_a_kill_left_deferred_are_landed_by_the_next_open(tmp_path, caplog):
@@ -256,9 +251,7 @@ def test_links_a_kill_left_deferred_are_landed_by_the_next_open(tmp_path, caplog
     last), and the journal is gone after its close."""
     path = tmp_path / "f.h5"
     _dense_file(path)
-    root = str(REPO)
-    proc = subprocess.run([sys.executable, "-c", _KILLED.format(root=root, path=str(path), more="")])
-    assert proc.returncode == -9
+    _kill_after_mkdirs(path)
     assert deferred(records(open(journal_path(str(path)), "rb").read()))
     report = run_h5fs("check", path)
     # the new groups wait too, with the attribute set on the last (storage/pending_objects.py)
@@ -328,29 +321,16 @@ def test_a_group_freed_with_removals_waiting_lands_them_first(tmp_path):
     run_h5fs("check", path, check=True)
 
 
-_KILLED_RM = """
-import os, sys
-sys.path.insert(0, {root!r})
-from h5fs.model.file import H5File
-from h5fs.model.tree_edit import TreeEditor
-from h5fs.model.writeback import Writeback
-f = H5File.open({path!r}, writable=True)
-ed = TreeEditor(f, Writeback(f, 1 << 20))
-for i in range(0, {n}, 2):
-    ed.rmdir(f.resolve("/g"), f"old{{i:02d}}")
-ed.rename(f.resolve("/g"), "old01", f.resolve("/g"), "renamed")
-os.kill(os.getpid(), 9)
-"""
-
-
 def test_removals_a_kill_left_deferred_are_landed_and_their_objects_freed(tmp_path):
     """Removals deferred when the process was killed: the next read-write open removes the links
     and frees the objects they named (the file does not grow by them when they are made again)."""
     path = tmp_path / "f.h5"
     _dense_file(path)
-    root = str(REPO)
-    proc = subprocess.run([sys.executable, "-c", _KILLED_RM.format(root=root, path=str(path), n=SEED_LINKS)])
-    assert proc.returncode == -9
+    edit_then_kill(path, f"""
+        for i in range(0, {SEED_LINKS}, 2):
+            ed.rmdir(f.resolve("/g"), f"old{{i:02d}}")
+        ed.rename(f.resolve("/g"), "old01", f.resolve("/g"), "renamed")
+    """)
     with H5File.open(str(path), writable=True) as f:
         assert sorted(ln.name for ln in f.resolve("/g").links()) == \
             sorted([f"old{i:02d}" for i in range(3, SEED_LINKS, 2)] + ["renamed"])
@@ -546,9 +526,7 @@ def test_symbol_table_edits_a_kill_left_deferred_are_shown_then_landed(tmp_path,
     nothing), the next read-write open lands them, the removed group freed; libhdf5 agrees."""
     path = tmp_path / "f.h5"
     _dense_file(path, libver="earliest")
-    script = _KILLED.format(root=str(REPO), path=str(path), more='ed.unlink(f.resolve("/g"), "old03")\n')
-    proc = subprocess.run([sys.executable, "-c", script])
-    assert proc.returncode == -9
+    _kill_after_mkdirs(path, 'ed.unlink(f.resolve("/g"), "old03")')
     before = path.read_bytes()
     with H5File.open(str(path)) as f:
         names = {ln.name for ln in f.resolve("/g").links()}

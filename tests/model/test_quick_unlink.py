@@ -6,14 +6,13 @@ every file, `h5fs check` each."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import h5py
 import numpy as np
 import pytest
-from conftest import REPO, run_h5fs
+from conftest import run_h5fs
+from crash_support import edit_then_kill
 
 from h5fs.model import fresh_groups
 from h5fs.model.file import H5File
@@ -111,28 +110,15 @@ def test_an_open_object_whose_last_link_goes_waits_for_its_close(tmp_path):
     run_h5fs("check", path, check=True)
 
 
-_KILLED = """
-import os, sys
-sys.path.insert(0, {root!r})
-from h5fs.model import fresh_groups
-from h5fs.model.file import H5File
-from h5fs.model.tree_edit import TreeEditor
-from h5fs.model.writeback import Writeback
-f = H5File.open({path!r}, writable=True)
-ed = TreeEditor(f, Writeback(f, 1 << 20))
-for i in range(0, {count}, 2):
-    ed.unlink(f.resolve("/g"), f"d{{i:02d}}")
-os.kill(os.getpid(), 9)
-"""
-
-
 def test_unlinks_a_kill_left_waiting_land_at_the_next_open(tmp_path, caplog):
     """Killed with removals waiting: a read-only open shows them gone and writes nothing; the
     read-write open lands them, and libhdf5 agrees."""
     path = tmp_path / "f.h5"
     _file(path)
-    proc = subprocess.run([sys.executable, "-c", _KILLED.format(root=str(REPO), path=str(path), count=COUNT)])
-    assert proc.returncode == -9
+    edit_then_kill(path, f"""
+        for i in range(0, {COUNT}, 2):
+            ed.unlink(f.resolve("/g"), f"d{{i:02d}}")
+    """)
     before = path.read_bytes()
     kept = [f"d{i:02d}" for i in range(1, COUNT, 2)]
     with H5File.open(str(path)) as f:
