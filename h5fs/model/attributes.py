@@ -9,7 +9,6 @@ the value's size is charged to the state holding the table."""
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -130,16 +129,17 @@ def _value_nbytes(value: np.ndarray) -> int:
 
 def read_attributes(obj: H5Object) -> tuple[Attribute, ...]:
     """All attributes of `obj`, in creation order when tracked, else by name."""
-    msgs = [_ordered(obj.decode(raw), raw.creation_order) for raw in obj.header.find(M.ATTRIBUTE)]
-    info = obj.message(M.ATTRIBUTE_INFO)
-    if info is not None and info.heap_address is not None:
-        msgs += _dense(obj, info)
-    values: dict[str, np.ndarray] = {}
     fresh = obj.file.pending.fresh.get(obj.address)
-    if fresh is not None:   # a new group's, waiting to land (storage/pending_objects.py)
+    values: dict[str, np.ndarray] = {}
+    if fresh is not None:   # a new group's, waiting to land (storage/pending_objects.py): none stored
         msgs, values = _fresh(obj, dict(fresh.attributes))   # a copy: a setfattr may add one meanwhile
-        info = _FRESH_INFO if obj.header.flags & oh.HDR_TRACK_ORDER else None
-    tracked = info is not None and info.track_order and all(m.creation_order is not None for m in msgs)
+        tracked = bool(obj.header.flags & oh.HDR_TRACK_ORDER)
+    else:
+        msgs = [_ordered(obj.decode(raw), raw.creation_order) for raw in obj.header.find(M.ATTRIBUTE)]
+        info = obj.message(M.ATTRIBUTE_INFO)
+        if info is not None and info.heap_address is not None:
+            msgs += _dense(obj, info)
+        tracked = info is not None and info.track_order and all(m.creation_order is not None for m in msgs)
     msgs.sort(key=(lambda m: m.creation_order) if tracked else (lambda m: m.name))
     owner = obj.detached()  # the table lives in obj's state: no reference back to it
     table = tuple(Attribute(owner, m, i) for i, m in enumerate(msgs))
@@ -147,9 +147,6 @@ def read_attributes(obj: H5Object) -> tuple[Attribute, ...]:
         for attr in table:
             attr._value = values[attr.name]
     return table
-
-
-_FRESH_INFO = SimpleNamespace(track_order=True)   # a new group's attribute info once it has attributes
 
 
 def _fresh(obj: H5Object, texts: dict[str, bytes]) -> tuple[list[attr_msg.AttributeMessage], dict[str, np.ndarray]]:

@@ -137,9 +137,6 @@ class H5File:
         # those a crash left in the journal), shown over what the groups store
         self.pending = PendingLinks()
         self.editor = None                        # its TreeEditor, once one edits it
-        # the last name a dense group's storage was found not to hold: (group, name, the write
-        # side's commit count then); a `mkdir` of it right after need not search again
-        self.missed: tuple[int, str, int] | None = None
         self.remote: RemoteOptions | None = None  # how a remote object was reached (its siblings too)
         self.siblings: Siblings | None = None     # a remote file's external data files
 

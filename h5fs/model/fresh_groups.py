@@ -20,8 +20,6 @@ from ..format.messages import link_info as link_info_msg
 from ..format.messages.link import Link
 from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, GROUP_INFO, LINK_INFO, MTIME, MTIME_OLD
 from ..storage import global_heap
-from ..storage.dense_storage import LINKS
-from ..storage.dense_storage import lookup as dense_lookup
 from ..storage.links_write import UTF8, encode_link
 from ..storage.object_header.create import build_header, moved
 from ..storage.object_header.reader import HEADER, nbytes
@@ -76,14 +74,9 @@ def mkdir(f, parent: H5Object, name: str) -> int | None:
     info = parent.message(M.LINK_INFO)
     if info is None or info.track_order:
         return None
-    if info.heap_address is None:   # links in its header (the waiting ones land there, or go dense)
-        taken = parent.link(name) is not None
-    else:
-        deferred = store.pending.get(parent.address, name)
-        taken = deferred or deferred is None and f.missed != (parent.address, name, store.commits) and \
-            dense_lookup(store.reader, LINKS, info.heap_address, info.name_index_address,
-                         name.encode("utf-8", "surrogateescape"), parent.path) is not None
-    if taken:
+    # (waiting links first, then the group's own, each name's answer kept: the lookup that
+    # found the name missing just before answers again)
+    if parent.link(name) is not None:
         raise FileExistsError(f"{parent.path}: a link named {name!r} exists")
     version, messages, options = group_messages(header, info, f.sizes)
     end = store.allocator.eoa   # space past it held nothing this mount read

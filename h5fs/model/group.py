@@ -67,15 +67,9 @@ class Group(H5Object):
         return None if entry is None else _entry_link(entry, heap, what)
 
     def _dense_link(self, info, name: str) -> Link | None:
-        store = self.file.store
-        commits = None if store is None else store.commits   # (before the search: a commit during it is missed)
         raw = dense_storage.lookup(self.file.reader, dense_storage.LINKS, info.heap_address, info.name_index_address,
                                    name.encode("utf-8", "surrogateescape"), self.path)
-        if raw is None:
-            if commits is not None:
-                self.file.missed = (self.address, name, commits)
-            return None
-        return link_msg.decode(Reader(raw, 0, self.file.sizes, f"{self.path}: dense link"))
+        return None if raw is None else link_msg.decode(Reader(raw, 0, self.file.sizes, f"{self.path}: dense link"))
 
     @derived(lambda table: 300 + 400 * len(table[0]))  # a link record, its name, its dict slot
     def _links(self) -> tuple[list[Link], dict[str, Link]]:

@@ -295,18 +295,12 @@ def _create(txn: Transaction, mem: _Memory, need: int) -> tuple[gh.Collection, _
 
 def insert(txn: Transaction, data: bytes) -> gh.HeapID:
     """Store `data` as a new global heap object (see the module docstring); its heap ID."""
-    need = gh.object_size(len(data), txn.sizes)
-    mem = _memory(txn)
-    col, entry = _find(txn, mem, need) or _create(txn, mem, need)
-    index = _next_index(mem, col)
-    mem.nused[col.address] = max(mem.nused[col.address], index + 1)
-    _layout(col)   # refuses free space between objects
-    _stage(txn, col.with_object(gh.HeapObject(index, 0, bytes(data))), entry, col)
-    return gh.HeapID(col.address, index)
+    return insert_many(txn, [data])[0]
 
 
 def insert_many(txn: Transaction, items: list[bytes]) -> list[gh.HeapID]:
-    """`insert` of each of `items` in turn, each collection they go into staged once."""
+    """`insert` of each of `items` in turn, each collection they go into staged once (the one
+    `_find` takes was checked for a layout libhdf5 makes; a new one has one)."""
     mem, ids = _memory(txn), []
     col = entry = before = None
     for data in items:
