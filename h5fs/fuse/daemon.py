@@ -197,6 +197,7 @@ async def _main(ops: Operations, mountpoint: str, readahead_kb: int, logs: Logs,
         nursery.start_soon(_signals, logs, ops, early)
         nursery.start_soon(_announce, ops, mountpoint, readahead_kb, on_ready, on_fail)
         await pyfuse3.main()
+        ops.stopping()
         nursery.cancel_scope.cancel()
 
 

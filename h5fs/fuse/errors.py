@@ -5,7 +5,8 @@ so every request handler (fuse/operations.py forwards each request to one) is wr
 `boundary`: domain errors (`H5fsError`) become their errno, `OSError` keeps its errno, anything
 unexpected is logged with the object it concerns and answered with EIO; the daemon keeps serving.
 It also counts the requests served (`MountState.requests`, the root fact `user.h5fs.requests`):
-benchmarks divide the daemon's CPU time by it. A handler that met bytes of a remote object not
+benchmarks divide the daemon's CPU time by it; and those being served (`MountState.serving`:
+background walks stand aside meanwhile). A handler that met bytes of a remote object not
 fetched yet (WouldBlock: reads on the trio thread never wait for a network) is answered again
 once a worker fetched them; a remote mount is read-only, so running a handler again changes
 nothing twice.
@@ -49,6 +50,7 @@ def boundary(fn=None, *, request: str | None = None):
     @functools.wraps(fn)
     async def wrapper(mount, *args):
         mount.requests += 1
+        mount.serving += 1
         try:
             for _ in range(MAX_REFETCH):
                 try:
@@ -68,6 +70,8 @@ def boundary(fn=None, *, request: str | None = None):
         except Exception:
             log.exception("%s %s: unexpected error, answering EIO", name, _describe(mount, name, args))
             raise pyfuse3.FUSEError(errno.EIO) from None
+        finally:
+            mount.serving -= 1
 
     return wrapper
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -79,6 +80,7 @@ class Writable:
         self.serving: Counter[int] = Counter()
         # (dir inode, name): a view whose dataset went with its twin while a listing was open
         self.gone_twins: set[tuple[int, bytes]] = set()
+        self.stopping = threading.Event()   # set at unmount: background walks end (fuse/writes.py)
 
     def pending(self, address: int) -> bool:
         """Whether writes to the dataset are not all in the file, or its stat numbers and facts
@@ -130,6 +132,7 @@ class MountState:
         # a `.points.npy` view's size: every stored chunk's selection decoded, in a worker
         self.point_sizes = BlockCounts(self._points_size, self._points_known)
         self.requests = 0  # counted by errors.boundary
+        self.serving = 0   # requests being answered (errors.boundary)
         ttl = self.refresh
         self.attribute_tables: Lru[int, dict] = Lru(ATTRIBUTE_TABLES, ttl=ttl)
         self.fact_tables: Lru[tuple[int, bool], dict[str, str]] = Lru(FACT_TABLES, ttl=ttl)

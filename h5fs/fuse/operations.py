@@ -53,6 +53,12 @@ class Operations(pyfuse3.Operations):
         if self.state.writes is not None:
             writes.start(self.state, nursery)
 
+    def stopping(self) -> None:
+        """The kernel let the mount go: background work in workers ends (the walk for unused
+        space), so that the unmount does not wait for it."""
+        if self.state.writes is not None:
+            self.state.writes.stopping.set()
+
     def close(self) -> None:
         """At unmount: every write into the file, durably."""
         state = self.state

@@ -30,6 +30,7 @@ from ..model.free_space import find_free_space
 from ..model.namespace import NPY, RAW
 from ..model.npy_view_write import npy_view_truncate, npy_view_write
 from ..model.npy_header import npy_header
+from ..storage.space_map import Progress
 from . import offload
 from .handles import OpenFile
 from .inodes import Node
@@ -41,6 +42,13 @@ FLUSH_POLL = 0.5     # s between checks
 WALKS = 5            # walks for unused space made while the tree keeps changing under them
 WALK_PAUSE = 2.0     # s between them, at first
 WALK_PAUSE_MAX = 60.0
+WALK_ALONE = 0.05    # s a walk runs before it stands aside for requests (a small file's whole walk)
+WALK_SLICE = 0.001   # s it then runs between looks at the requests served
+WALK_SHARE = 0.05    # of the time it takes while requests keep coming
+
+
+class WalkStopped(Exception):
+    """The mount is going: its walk for unused space ends where it is."""
 
 
 def start(mount: MountState, nursery) -> None:
@@ -51,19 +59,54 @@ def start(mount: MountState, nursery) -> None:
 
 async def _find_free_space(mount: MountState) -> None:
     """The walk for unused space, made again while the tree changes under it (WALK_PAUSE s
-    apart, doubling up to WALK_PAUSE_MAX): until one completes, freed space is not reused."""
+    apart, doubling up to WALK_PAUSE_MAX): until one completes, freed space is not reused. It
+    stands aside while requests come (`_aside`)."""
     pause = WALK_PAUSE
     try:
         for attempt in range(1, 10**9):
-            if await offload.run_sync(find_free_space, mount.f, mount.writes.wb.commit_lock) is not None:
+            if await offload.run_sync(find_free_space, mount.f, mount.writes.wb.commit_lock,
+                                      _aside(mount)) is not None:
                 return
             if attempt == WALKS:
                 log.info("the tree kept changing under %d walks for unused space: space freed since mount "
                          "is reused once one completes", WALKS)
             await trio.sleep(pause)
             pause = min(2 * pause, WALK_PAUSE_MAX)
+    except WalkStopped:
+        return
     except Exception as exc:  # noqa: BLE001 - new space keeps coming from the end of the file
         log.warning("free space not reused: %s: %s", type(exc).__name__, exc)
+
+
+def _frees(mount: MountState) -> bool:
+    """Whether the mount freed space, or its last commits may (removals waiting, dirty data)."""
+    w = mount.writes
+    return bool(mount.f.store.allocator.held_bytes() or mount.f.store.pending or w.wb.dirty)
+
+
+def _aside(mount: MountState) -> Progress:
+    """The walk's progress hook, in its worker. Past its first WALK_ALONE s, while requests are
+    being served, the walk runs WALK_SLICE s then sleeps, taking WALK_SHARE of the time, so a
+    burst right after the mount (`rm -r`, `cp -r` of a large tree) does not wait for the GIL
+    behind it; alone it runs on. Once the mount is going it ends where it is, unless the mount
+    freed space: the unmount gives back what ends the file only on the walk's word."""
+    seen, began = mount.requests, time.monotonic()
+    alone_until = began + WALK_ALONE
+
+    def pause(objects: int, chunks: int) -> None:
+        nonlocal seen, began
+        if mount.writes.stopping.is_set():
+            if not _frees(mount):
+                raise WalkStopped()
+            return
+        now = time.monotonic()
+        if now < alone_until or now - began < WALK_SLICE:
+            return
+        if mount.requests != seen or mount.serving:
+            mount.writes.stopping.wait((now - began) * (1 / WALK_SHARE - 1))
+        seen, began = mount.requests, time.monotonic()
+
+    return pause
 
 
 async def _flusher(mount: MountState) -> None:

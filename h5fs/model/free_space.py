@@ -19,7 +19,7 @@ import logging
 from contextlib import nullcontext
 
 from ..storage.object_delete import GRAVE
-from ..storage.space_map import gaps, space_problems
+from ..storage.space_map import Progress, gaps, space_problems
 from ..storage.space_walk import walk
 
 log = logging.getLogger("h5fs")
@@ -31,11 +31,12 @@ def hold_freed_space(f) -> None:
     f.store.allocator.hold_frees()
 
 
-def find_free_space(f, quiet=nullcontext()) -> int | None:
+def find_free_space(f, quiet=nullcontext(), progress: Progress | None = None) -> int | None:
     """Adopt the unused space of the open writable file `f`; returns the bytes adopted, or None
     when the walk cannot be trusted and is to be made again later. `quiet` (a lock) holds off
     transactions while the recording starts: space a transaction in flight allocated before it
-    would otherwise be missed by the walk and taken for unused.
+    would otherwise be missed by the walk and taken for unused. `progress`: called as the walk
+    goes (a mount's walk pauses there while requests are served).
 
     A walk under which an existing object got a new link (ln, mv) is not trusted: the object may
     have moved from where the walk had not been yet to where it had been, and its bytes would
@@ -52,7 +53,7 @@ def find_free_space(f, quiet=nullcontext()) -> int | None:
         commits, relinks = f.store.commits, f.store.relinks
         deferred = bool(f.store.pending)   # (landing failed: the walk would be of another tree)
     try:
-        smap = walk(f, clock=lambda: allocator.clock)
+        smap = walk(f, progress=progress, clock=lambda: allocator.clock)
         problems = smap.problems or space_problems(sorted(smap.extents, key=lambda e: e.address), smap.free, end)
         problem = problems[0] if problems else None
     except Exception as exc:  # noqa: BLE001 - raised again below unless the file changed
