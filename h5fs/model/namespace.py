@@ -189,13 +189,18 @@ def links_from_header(group: Group) -> bool:
 
 
 def links_deferred(group: Group) -> bool:
-    """True when the group's link edits are deferred (dense storage or a symbol table:
-    storage/pending_links.py): a link removed from it frees nothing until its removal lands."""
+    """True when a link removed from the group waits to land (storage/pending_links.py: a symbol
+    table, or a new-style group, its links dense or in its header): it frees nothing until then."""
     try:
-        info = group.message(M.LINK_INFO)
-        return group.message(M.SYMBOL_TABLE) is not None or info is not None and info.heap_address is not None
+        return group.message(M.SYMBOL_TABLE) is not None or group.message(M.LINK_INFO) is not None
     except Exception:  # noqa: BLE001 - the edit reading the links reports it
         return False
+
+
+def links_compact(group: Group) -> bool:
+    """Whether the new-style group keeps its links in its header."""
+    info = group.message(M.LINK_INFO)
+    return info is not None and info.heap_address is None
 
 
 def view_base(name: bytes, entry: Entry) -> bytes:

@@ -49,6 +49,7 @@ from . import messages as M
 from .dataset_create import NewDataset, dataset_messages
 from .dimension_scales import detach as detach_scales
 from .libver import libver_for_superblock
+from .namespace import links_compact
 from .objects import H5Object
 from .replace_like import STORAGE_MESSAGES, messages_like
 
@@ -108,9 +109,11 @@ class TreeEditor:
     @contextmanager
     def _edit(self, keep_fresh: bool = False) -> Iterator[tuple[Transaction, set[int]]]:
         """A transaction for one edit; `touched` collects the object headers it changes. New
-        groups waiting to land (model/fresh_groups.py) land first, unless `keep_fresh` (an edit
-        that reads none of them)."""
-        if self.f.store.pending.fresh and not keep_fresh:
+        groups waiting to land (model/fresh_groups.py), and removals from groups keeping their
+        links in their headers (model/quick_unlink.py), land first, unless `keep_fresh` (an edit
+        that reads none of them): a transaction reads headers as the file holds them."""
+        pending = self.f.store.pending
+        if (pending.fresh or pending.in_headers) and not keep_fresh:
             self.land()   # nothing builds on a header the file does not hold yet
         with self.wb.commit_lock if self.wb is not None else nullcontext(), self.f.store.transaction() as txn:
             touched = txn.owners
@@ -164,7 +167,7 @@ class TreeEditor:
         # new groups may wait while this one is made, unless it is made in one of them or next
         # to waiting links that only their landing puts in the header (fresh_groups.mkdir)
         pending = self.f.store.pending
-        keep = parent.address not in pending.fresh and not (pending.holds(parent.address) and _compact(parent))
+        keep = parent.address not in pending.fresh and not (pending.holds(parent.address) and links_compact(parent))
         with self._edit(keep_fresh=keep) as (txn, touched):
             links = self._links(txn, parent, touched)
             address = self._new_group(txn, links)
@@ -270,7 +273,14 @@ class TreeEditor:
 
     @_landing_first
     def rmdir(self, parent: H5Object, name: str) -> int:
-        """Remove the empty group `name`; the hard links left to it (0: it was freed)."""
+        """Remove the empty group `name`; the hard links left to it (0: it was freed). Without
+        a transaction when it can wait to land, as `unlink`."""
+        if self.wb is not None:
+            with self.wb.commit_lock:
+                done, left = quick_unlink.unlink(self, parent, name, group=True)
+            if done:
+                self._land_at_limit()
+                return left
         with self._edit() as (txn, touched):
             links = self._links(txn, parent, touched)
             link = _existing(links, name)
@@ -323,6 +333,8 @@ class TreeEditor:
         committed: its links must have gone first)."""
         store = self.f.store
         with self.wb.commit_lock if self.wb is not None else nullcontext():   # no edit between the two
+            for group in quick_unlink.doomed(self, store.pending):
+                store.pending.drop_removals(group)   # its storage goes whole (`_free`)
             if store.pending.groups() or store.pending.fresh:
                 with self._edit(keep_fresh=True) as (txn, touched):
                     txn.on_commit(lambda: self.f.forget(txn))   # what was read of the groups, before their edits go
@@ -571,12 +583,6 @@ def _existing(links: GroupLinks, name: str) -> Link:
     if link is None:
         raise NamespaceError(errno.ENOENT, f"{links.what}/{name}: no such link")
     return link
-
-
-def _compact(group: H5Object) -> bool:
-    """Whether the group keeps its links in its header."""
-    info = group.message(M.LINK_INFO)
-    return info is not None and info.heap_address is None
 
 
 def _attribute_info(header, sizes, path: str):

@@ -35,6 +35,9 @@ class _ObjectWalk(SpaceWalk):
     def enqueue(self, address, path, queue=None) -> None:
         pass
 
+    def links(self, group, path) -> None:
+        pass   # (what they name is counted down by the caller)
+
     def scan(self, raw, dt, path, where, fields=None, depth=0) -> None:
         pass
 

@@ -88,6 +88,7 @@ class PendingLinks:
         self.unrefs: list[tuple[int, str]] = []                     # (object address, the path it had)
         self.countdowns: Counter[int] = Counter()                  # object address -> its unrefs
         self.fresh: dict[int, Fresh] = {}                           # new groups by address (pending_objects.py)
+        self.in_headers: set[int] = set()   # groups keeping their links in their headers with removals waiting
         self._size = 0   # len(self), kept as ops apply (an edit asks it each time)
 
     def __bool__(self) -> bool:
@@ -125,6 +126,10 @@ class PendingLinks:
 
     def groups(self) -> list[int]:
         return [g for g in {**self.added, **self.removed} if self.holds(g)]
+
+    def drop_removals(self, group: int) -> None:
+        """The group's removals given up: its storage is freed whole (model/quick_unlink.doomed)."""
+        self._size -= len(self.removed.pop(group, ()))
 
     def of(self, group: int) -> dict[str, tuple[Link, bytes]]:
         return self.added.get(group, {})

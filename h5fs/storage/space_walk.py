@@ -294,6 +294,10 @@ class SpaceWalk:
                     self.dense(path, "dense links", info)
         if len(self.map.problems) > before:
             return   # the links cannot be read either: reported once
+        self.links(group, path)
+
+    def links(self, group, path: str) -> None:
+        """The objects the group's hard links name: counted and walked."""
         with self.guard(path, "links"):
             for link in group.links():
                 if link.kind == "hard":

@@ -19,6 +19,9 @@ from h5fs.model import namespace
 from h5fs.model.file import H5File
 from h5fs.model.tree_edit import TreeEditor
 from h5fs.model.writeback import Writeback
+from h5fs.storage.links_write import GroupLinks
+from h5fs.storage.object_delete import GRAVE
+from h5fs.storage.space_walk import used_extents
 from h5fs.storage.journal import Journal, deferred, encode, journal_path, records
 from h5fs.storage.pending_links import INSERT, REMOVE, UNREF, Op, PendingLinks
 
@@ -301,20 +304,32 @@ def test_a_deferred_link_the_group_holds_already_is_not_landed_twice(tmp_path, c
         assert len(h["g"]) == SEED_LINKS
 
 
-def test_a_group_freed_with_removals_waiting_lands_them_first(tmp_path):
-    """`rm -r` of a dense group whose parent's links are compact: its children's removals are
-    deferred, its own removal is not (the parent is compact), so they land first (two commits),
-    then the group goes; libhdf5 finds nothing of it and h5fs check passes."""
+def test_a_group_removed_with_removals_waiting_is_freed_whole(tmp_path, monkeypatch):
+    """`rm -r` of a dense group: its children's removals wait, and so does its own `rmdir` (no
+    transaction). At the landing its removals do not land in its storage, which goes whole with
+    it, the children freed by their countdowns: every byte they used is free; libhdf5 finds
+    nothing of it and h5fs check passes."""
     path = tmp_path / "f.h5"
     _dense_file(path)   # /g: dense, under a root whose one link is compact
     with H5File.open(str(path), writable=True) as f:
         wb, ed = _editor(f)
+        used = {(e.address, e.size) for e in used_extents(f)}
         for i in range(SEED_LINKS):
             assert ed.rmdir(_group(f, "/g"), f"old{i:02d}") == 0
-        assert f.store.pending.holds(f.resolve("/g").address)
-        commits = f.store.commits
+        begun, transaction = [], f.store.transaction
+        monkeypatch.setattr(f.store, "transaction", lambda *a, **k: begun.append(1) or transaction(*a, **k))
         assert ed.rmdir(f.root, "g") == 0
-        assert not f.store.pending and f.store.commits == commits + 3
+        assert begun == [] and [ln.name for ln in f.root.links()] == []
+        landed = []
+        real = GroupLinks.land
+        monkeypatch.setattr(GroupLinks, "land", lambda self, *a: landed.append(self.address) or real(self, *a))
+        wb.flush()
+        assert not f.store.pending and landed == [f.root.address]   # g's own removals never landed
+        gone = used - {(e.address, e.size) for e in used_extents(f)}
+        free = f.store.allocator.extents()
+        graves = {address for address, _ in f.store.allocator.graves}   # a freed header's first bytes stay unused
+        left = [(x + GRAVE, n - GRAVE) if x in graves else (x, n) for x, n in gone]
+        assert gone and all(any(a <= x and x + n <= a + m for a, m in free) for x, n in left)   # all freed
         wb.close()
     with h5py.File(path, "r") as h:
         assert list(h) == []
@@ -343,6 +358,29 @@ def test_removals_a_kill_left_deferred_are_landed_and_their_objects_freed(tmp_pa
         wb.close()
     with h5py.File(path, "r") as h:
         assert sorted(h["g"]) == sorted([f"old{i:02d}" for i in range(3, SEED_LINKS, 2)] + ["renamed"])
+    run_h5fs("check", path, check=True)
+
+
+@pytest.mark.parametrize("libver", ["latest", "earliest"])
+def test_an_rm_r_a_kill_left_deferred_lands_at_the_next_open(tmp_path, libver):
+    """`rm -r` of a group (every child, then the group, from a parent keeping its links in its
+    header or a symbol table) killed before landing: a read-only open shows the group gone, the
+    next read-write open frees it whole; libhdf5 and h5fs check agree."""
+    path = tmp_path / "f.h5"
+    _dense_file(path, libver=libver)
+    with h5py.File(path, "a", libver=libver) as h:
+        h["x"] = np.arange(5)
+    edit_then_kill(path, f"""
+        for i in range({SEED_LINKS}):
+            ed.rmdir(f.resolve("/g"), f"old{{i:02d}}")
+        ed.rmdir(f.root, "g")
+    """)
+    with H5File.open(str(path)) as f:
+        assert [ln.name for ln in f.root.links()] == ["x"]
+    with H5File.open(str(path), writable=True) as f:
+        assert not f.store.pending and [ln.name for ln in f.root.links()] == ["x"]
+    with h5py.File(path, "r") as h:
+        assert list(h) == ["x"] and list(h["x"][:]) == [0, 1, 2, 3, 4]
     run_h5fs("check", path, check=True)
 
 
@@ -426,9 +464,9 @@ def test_a_move_out_of_a_dense_group_counts_both_links_until_the_removal_lands(t
             assert h["g/old00"].id == h["h/moved"].id and h["h/moved"].attrs is not None
             assert h5py.h5o.get_info(h["h/moved"].id).rc == 2
         assert ed.rmdir(_group(f, "/h"), "moved") == 0   # gone from the tree: freed once the old link goes
-        f.store.group_commit()
+        f.store.group_commit()   # (that removal waits to land too)
         with h5py.File(path, "r", locking=False) as h:
-            assert isinstance(h["g/old00"], h5py.Group) and "moved" not in h["h"]
+            assert isinstance(h["g/old00"], h5py.Group)
         wb.flush()
         wb.close()
     with h5py.File(path, "r") as h:
