@@ -245,10 +245,16 @@ class Writeback:
                     np.frombuffer(buf, np.uint8).reshape(source.chunk + (isz,))[inside] = part[dst]
                 st.versions[coords] = st.versions.get(coords, 0) + 1
         # a sequential writer that moved on is done with the chunk it left: filter it now (a
-        # random writer comes back: its chunks wait for the flush)
-        if st.last is not None and st.last != coords and e0 == st.end and (ds.filters or ds.sparse):
-            encode_ahead(self.pool, ds, source, st, st.last)
-        st.last, st.end = coords, e0 + len(data) // isz
+        # random writer comes back: its chunks wait for the flush); one that reached the end of
+        # the data is done with the last chunk too (a copied file's close then finds it filtered,
+        # or being filtered in the pool while the kernel brings the close)
+        end = e0 + len(data) // isz
+        if ds.filters or ds.sparse:
+            if st.last is not None and st.last != coords and e0 == st.end:
+                encode_ahead(self.pool, ds, source, st, st.last)
+            if end == prod(source.shape):
+                encode_ahead(self.pool, ds, source, st, coords)
+        st.last, st.end = coords, end
 
     @property
     def pending(self) -> bool:
