@@ -115,6 +115,18 @@ async def refresh(mount: MountState, address: int) -> None:
     await show(mount, address, await mount.quickly(lambda: namespace.numbers(mount.by_address(address))))
 
 
+async def retimed(mount: MountState, address: int) -> None:
+    """Only an object's times changed (`touch`): they are read again, its other stat numbers
+    (sizes, each a decode of its messages) kept."""
+    nodes = (mount.table.find_object(address), mount.table.find_view(address))
+    known = next((node.numbers for node in nodes if node is not None and node.numbers is not None), None)
+    if known is None:
+        await refresh(mount, address)
+        return
+    mtime_ns, ctime_ns = await mount.quickly(lambda: namespace.times_ns(mount.by_address(address)))
+    await show(mount, address, replace(known, mtime_ns=mtime_ns, ctime_ns=ctime_ns))
+
+
 async def show(mount: MountState, address: int, numbers: Numbers) -> None:
     for node in (mount.table.find_object(address), mount.table.find_view(address)):
         if node is not None:

@@ -249,4 +249,4 @@ def link_target(mount: MountState, parent: Node, target: bytes) -> tuple[str, ob
 async def touch(mount: MountState, node: Node, mtime_ns: int) -> None:
     """utimens: the object's modification time set (where it keeps one)."""
     await quick(mount, mount.writable().editor.touch, mount.object(node), mtime_ns)
-    await editing.refresh(mount, node.address)
+    await editing.retimed(mount, node.address)

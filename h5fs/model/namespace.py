@@ -339,10 +339,14 @@ def numbers(obj: H5Object) -> Numbers:
     return obj.cached("numbers", partial(_numbers, obj), NUMBERS_NBYTES)
 
 
-def _numbers(obj: H5Object) -> Numbers:
+def times_ns(obj: H5Object) -> tuple[int | None, int | None]:
+    """The modification and change times of `obj` as its stat numbers give them (ns)."""
     mtime, ctime = obj.mtime, obj.ctime
-    nlink, mtime_ns = max(1, int(obj.nlink)), None if mtime is None else int(mtime * 1e9)
-    ctime_ns = None if ctime is None else int(ctime * 1e9)
+    return None if mtime is None else int(mtime * 1e9), None if ctime is None else int(ctime * 1e9)
+
+
+def _numbers(obj: H5Object) -> Numbers:
+    nlink, (mtime_ns, ctime_ns) = max(1, int(obj.nlink)), times_ns(obj)
     if obj.kind == "datatype":
         return Numbers(nlink, mtime_ns, size=len(datatype_text(obj)), ctime_ns=ctime_ns)
     if obj.kind != "dataset":
