@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
-from typing import TYPE_CHECKING, Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from . import messages as M
 from .dataset import Dataset
 
 if TYPE_CHECKING:
-    from .writeback import Dirty, Writeback
+    from .writeback import Writeback
 
 ENCODE_WINDOW = 6                        # chunks a flush has in the pool at once (memory bound)
 PATCH_OVERHEAD = 200                     # bytes of a patch besides its elements (array, slices, list)
@@ -51,6 +51,25 @@ class BrokenChunk(H5fsError):
     def __init__(self, error: H5fsError):
         super().__init__(str(error))
         self.error, self.errno = error, error.errno
+
+
+@dataclass
+class Dirty:
+    """What one dataset holds that is not in the file yet. A dirty chunk is private to the
+    writeback (made from a copy), so later writes change it in place; each write bumps its
+    version. When sequential writes move on from a chunk, it is filtered ahead in the pool
+    (`encoded`); the result serves the flush if the version is still the same."""
+
+    path: str
+    chunks: dict[tuple[int, ...], bytearray] = field(default_factory=dict)
+    # writes into stored chunks not in memory, kept as (slices of the chunk, elements) until a
+    # read or the flush needs the chunk: random writes decode each chunk once, not once a write
+    patches: dict[tuple[int, ...], list[tuple[tuple[slice, ...], np.ndarray]]] = field(default_factory=dict)
+    versions: dict[tuple[int, ...], int] = field(default_factory=dict)
+    encoded: dict[tuple[int, ...], tuple[int, Future]] = field(default_factory=dict)
+    last: tuple[int, ...] | None = None  # the chunk the last write ended in
+    end: int = -1                        # the element after the last write
+    external: bool = False               # data written into external files, not yet fsynced
 
 
 # -- dirty chunks ---------------------------------------------------------------------------------
@@ -82,6 +101,7 @@ def dirty_chunk(wb: Writeback, source: ChunkedSource, st: Dirty, coords: tuple[i
             return None
         base = source._fill()
     return keep_dirty(wb, source, st, coords, patched(base, older + patches, source))
+
 
 
 def keep_dirty(wb: Writeback, source: ChunkedSource, st: Dirty, coords: tuple[int, ...],
@@ -231,3 +251,40 @@ def covers(inside: tuple[slice, ...], coords: tuple[int, ...], source: ChunkedSo
     """Whether the slices cover every element of the chunk that lies inside the dataset."""
     return all(s.start == 0 and s.stop >= min(k, d - c * k)
                for s, c, k, d in zip(inside, coords, source.chunk, source.shape))
+
+
+def dirty_nbytes(st: Dirty) -> int:
+    """The bytes the budget counts for a dataset's dirty state."""
+    return sum(len(b) for b in st.chunks.values()) + sum(costs(ps) for ps in st.patches.values())
+
+
+def chunk_count(st: Dirty) -> int:
+    """The chunks a dataset's dirty state will write."""
+    return len(st.chunks) + sum(1 for c in st.patches if c not in st.chunks)
+
+
+def batch_parts(batch: dict[int, Dirty], limit: int, dataset: Callable[[int, Dirty], Dataset]
+                ) -> Iterator[list[tuple[int, Dirty]]]:
+    """A flush's batch as transactions of at most `limit` bytes of chunks each: the space a
+    part frees is reused by the next, so a flush that rewrites many chunks (random writes held
+    as small patches) does not grow the file by all of them at once. `dataset(address, st)`:
+    the dataset as the previous part left it."""
+    part: list[tuple[int, Dirty]] = []
+    room = limit
+    for address, st in batch.items():
+        todo = list(st.chunks) + [c for c in st.patches if c not in st.chunks]
+        if not todo:
+            part.append((address, st))
+            continue
+        size = max(1, dataset(address, st).source.chunk_bytes)
+        while todo:
+            n = max(1, room // size)
+            take, todo = todo[:n], todo[n:]
+            part.append((address, replace(st, chunks={c: st.chunks[c] for c in take if c in st.chunks},
+                                          patches={c: st.patches[c] for c in take if c in st.patches})))
+            room -= len(take) * size
+            if room < size:
+                yield part
+                part, room = [], limit
+    if part:
+        yield part

@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import functools
 import logging
-import time
 from collections import deque
 from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterator
@@ -30,11 +29,10 @@ from ..format import object_header as oh
 from ..format.codec import Reader, Writer
 from ..format.messages import link as link_msg
 from ..format.messages import attribute_info as attribute_info_msg
-from ..format.messages import modification_time
 from ..format.messages import shared as shared_msg
 from ..format.messages import symbol_table as stab_msg
 from ..format.messages.link import Link
-from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, MTIME, MTIME_OLD, SYMBOL_TABLE
+from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, SYMBOL_TABLE
 from ..format.object_header import RawMessage
 from ..storage import symbol_table
 from ..storage.object_header.create import create_header
@@ -44,7 +42,7 @@ from ..storage.object_delete import free_object, free_storage, shared_headers
 from ..storage.sohm_table.writer import SharedMessages
 from ..storage.object_header.reader import read as read_header
 from ..storage.transaction import Transaction
-from . import attributes_write, fresh_groups, quick_unlink
+from . import attributes_write, fresh_groups, header_times, quick_unlink
 from . import messages as M
 from .dataset_create import NewDataset, dataset_messages
 from .dimension_scales import detach as detach_scales
@@ -147,8 +145,8 @@ class TreeEditor:
         for its dense storage leaves both alone)."""
         self.groups.add(group.address)
         links = GroupLinks(txn, group.address, group.path)
-        now = _now()
-        _set_times(links.edit, txn.sizes, mtime=now, ctime=now)
+        now = header_times.now()
+        header_times.set_times(links.edit, txn.sizes, mtime=now, ctime=now)
         return links
 
     # -- groups ------------------------------------------------------------------------------
@@ -355,7 +353,7 @@ class TreeEditor:
             links.insert(Link(name, link_msg.HARD, address=address))
             edit = HeaderEdit(txn, read_header(txn.reader, address, f"{parent.path}/{name}"))
             edit.refcount = edit.refcount + 1
-            _set_times(edit, txn.sizes, ctime=_now())
+            header_times.set_times(edit, txn.sizes, ctime=header_times.now())
             touched.add(address)
 
     def soft_link(self, parent: H5Object, name: str, target: str) -> None:
@@ -412,7 +410,7 @@ class TreeEditor:
         header = read_header(txn.reader, address, path)
         if header.times is not None:
             touched.add(address)
-            _set_times(HeaderEdit(txn, header), txn.sizes, ctime=_now())
+            header_times.set_times(HeaderEdit(txn, header), txn.sizes, ctime=header_times.now())
 
     def _inside(self, txn: Transaction, moved: int, group: int) -> bool:
         """Whether `group` lies in the subtree of `moved` (or is it)."""
@@ -439,7 +437,7 @@ class TreeEditor:
         touched.add(address)
         if count > 0:
             edit.refcount = count
-            _set_times(edit, txn.sizes, ctime=_now())
+            header_times.set_times(edit, txn.sizes, ctime=header_times.now())
             return self._visible(txn, address, path, count)
         return self._free(txn, touched, edit, address, path)
 
@@ -509,58 +507,14 @@ class TreeEditor:
             attributes_write.remove_attribute(txn, self.f, obj, name, self.shared)
 
     def touch(self, obj: H5Object, mtime_ns: int | None = None) -> None:
-        """The object's modification time (`_set_times`; its change time: now); an object
-        keeping none gets a message when its header is new-style (version 2)."""
-        now = _now()
+        """The object's modification time (its change time: now); an object keeping none gets a
+        message when its header is new-style (version 2)."""
+        now = header_times.now()
         seconds = now if mtime_ns is None else mtime_ns // 1_000_000_000
         with self._edit() as (txn, touched):
             touched.add(obj.address)
             edit = HeaderEdit(txn, read_header(txn.reader, obj.address, obj.path))
-            _set_times(edit, txn.sizes, mtime=seconds, ctime=now, add=True)
-
-    def stamp(self) -> None:
-        """The times of the data writes the writeback recorded (Writeback.stamps) into the
-        datasets' headers, in one transaction, where a header keeps one (none is added:
-        libhdf5 does not stamp writes either). Taken under the commit lock: a dataset freed
-        since it was written took its time with it."""
-        if not self.wb.stamps:   # nothing written since: no transaction
-            return
-        with self._edit() as (txn, touched):
-            for address, seconds in self.wb.take_stamps().items():
-                try:
-                    header = read_header(txn.reader, address, f"object at {address}")
-                except H5fsError:   # unreadable: its readers say why
-                    continue
-                if _set_times(HeaderEdit(txn, header), txn.sizes, mtime=seconds, ctime=seconds):
-                    touched.add(address)
-
-
-def _now() -> int:
-    return time.time_ns() // 1_000_000_000
-
-
-def _set_times(edit: HeaderEdit, sizes, *, mtime: int | None = None, ctime: int | None = None,
-               add: bool = False) -> bool:
-    """Set the header's modification time `mtime` and change time `ctime` (None: kept as
-    they are): a version 2 header keeps both among its times, others the modification time
-    alone in a message. One with neither gets a message when `add` says so and it is
-    new-style (an old-style header libhdf5 wrote without times keeps none). Whether it
-    changed."""
-    if edit.times is not None:
-        access, old_mtime, old_ctime, birth = edit.times
-        edit.times = (access, old_mtime if mtime is None else mtime, old_ctime if ctime is None else ctime, birth)
-        return True
-    if mtime is None:
-        return False
-    for mtype, encode in ((MTIME, modification_time.encode_new), (MTIME_OLD, modification_time.encode_old)):
-        raw = edit.header.first(mtype)
-        if raw is not None:
-            edit.replace(raw, _encoded(encode, mtime, sizes))
-            return True
-    if add and edit.header.version > 1:
-        edit.add(MTIME, _encoded(modification_time.encode_new, mtime, sizes))
-        return True
-    return False
+            header_times.set_times(edit, txn.sizes, mtime=seconds, ctime=now, add=True)
 
 
 def _dataset_header(txn: Transaction, new: NewDataset, version: int) -> int:

@@ -25,9 +25,8 @@ import logging
 import threading
 from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from math import prod
-from typing import Iterator
 
 import numpy as np
 
@@ -37,11 +36,14 @@ from ..format.messages import layout as L
 from ..storage.chunk_grid import chunks_in_box, linear_boxes, overlap
 from ..storage.chunked import ChunkedSource
 from ..storage.object_header.edit import HeaderEdit
+from ..storage.object_header.reader import read as read_header
 from ..storage.sources import ContiguousSource
 from ..storage.transaction import Transaction
+from . import header_times
 from . import messages as M
-from .chunk_staging import (BrokenChunk, cost, costs, covers, dirty_chunk, encode_ahead, encode_chunks, fills,
-                            keep_dirty, layout_message, patched, stage_chunks)
+from .chunk_staging import (BrokenChunk, Dirty, batch_parts, chunk_count, cost, costs, covers, dirty_chunk,
+                            dirty_nbytes, encode_ahead, encode_chunks, fills, keep_dirty, layout_message, patched,
+                            stage_chunks)
 from .dataset import Dataset
 from .external import external_close_all, external_sync_all, external_write
 from .resize import allocate_contiguous, grow_to
@@ -53,25 +55,6 @@ DEFAULT_DIRTY_LIMIT = 64 * 1024 * 1024   # dirty chunk bytes held before writes 
 CLOSE_COMMIT = 8 * 1024 * 1024           # dirty bytes of a closed file committed at its close
 
 
-@dataclass
-class Dirty:
-    """What one dataset holds that is not in the file yet. A dirty chunk is private to the
-    writeback (made from a copy), so later writes change it in place; each write bumps its
-    version. When sequential writes move on from a chunk, it is filtered ahead in the pool
-    (`encoded`); the result serves the flush if the version is still the same."""
-
-    path: str
-    chunks: dict[tuple[int, ...], bytearray] = field(default_factory=dict)
-    # writes into stored chunks not in memory, kept as (slices of the chunk, elements) until a
-    # read or the flush needs the chunk: random writes decode each chunk once, not once a write
-    patches: dict[tuple[int, ...], list[tuple[tuple[slice, ...], np.ndarray]]] = field(default_factory=dict)
-    versions: dict[tuple[int, ...], int] = field(default_factory=dict)
-    encoded: dict[tuple[int, ...], tuple[int, Future]] = field(default_factory=dict)
-    last: tuple[int, ...] | None = None  # the chunk the last write ended in
-    end: int = -1                        # the element after the last write
-    external: bool = False               # data written into external files, not yet fsynced
-
-
 class Writeback:
     def __init__(self, f, dirty_limit: int = DEFAULT_DIRTY_LIMIT, workers: int = 2):
         if f.store is None:
@@ -80,7 +63,7 @@ class Writeback:
         self.dirty_limit = dirty_limit
         self.dirty: dict[int, Dirty] = {}    # dataset address -> its dirty state
         # dataset address -> when its data was last written (s): its header's time takes it
-        # (TreeEditor.stamp); a dataset freed meanwhile leaves with its writes (`_drop`)
+        # in the commit of its data (`_stamp`); a dataset freed meanwhile leaves with its writes (`_drop`)
         self.stamps: dict[int, int] = {}
         self.lock = threading.RLock()          # the dirty state
         self.commit_lock = threading.RLock()   # one commit at a time, taken before `lock`
@@ -96,7 +79,7 @@ class Writeback:
     def waiting(self) -> tuple[int, int]:
         """(dirty bytes, chunks) not in the file yet, those being flushed included."""
         with self.lock:
-            chunks = sum(_chunk_count(st) for batch in (self.dirty, self.flushing) for st in batch.values())
+            chunks = sum(chunk_count(st) for batch in (self.dirty, self.flushing) for st in batch.values())
             return self.nbytes + self.flushing_nbytes, chunks
 
     def close(self) -> None:
@@ -316,7 +299,7 @@ class Writeback:
         gigabytes to be filtered."""
         with self.lock:
             st = self.dirty.get(address)
-            if st is None or _dirty_nbytes(st) > CLOSE_COMMIT:
+            if st is None or dirty_nbytes(st) > CLOSE_COMMIT:
                 return
         self.land([address])
 
@@ -335,10 +318,10 @@ class Writeback:
                 batch, self.dirty, nbytes, self.nbytes = self.dirty, {}, self.nbytes, 0
             else:
                 batch = {a: self.dirty.pop(a) for a in only if a in self.dirty}
-                nbytes = sum(_dirty_nbytes(st) for st in batch.values())
+                nbytes = sum(dirty_nbytes(st) for st in batch.values())
                 self.nbytes -= nbytes
             self.flushing, self.flushing_nbytes = batch, nbytes
-        if not batch:
+        if not batch and not self.stamps:
             return []
         try:
             return self._flush(batch)
@@ -355,30 +338,36 @@ class Writeback:
         the rest lands."""
         broken: list[H5fsError] = []
         lost: set[int] = set()
-        self.flush_done, self.flush_total = 0, sum(_chunk_count(st) for st in batch.values())
-        for part in self._parts(batch):
+        self.flush_done, self.flush_total = 0, sum(chunk_count(st) for st in batch.values())
+        parts = list(batch_parts(batch, self.dirty_limit, lambda a, st: self.f.get(a, st.path))) or [[]]
+        last = parts[-1]
+        for part in parts:
             with self.f.store.transaction() as txn:
                 changed = []
                 for address, st in part:
                     if address in lost:
                         continue
                     ds = self.f.get(address, st.path)   # as the previous part left it
+                    edit = HeaderEdit(txn, ds.header) if st.chunks or st.patches or address in self.stamps else None
                     if st.chunks or st.patches:
                         try:
-                            stage_chunks(txn, ds, HeaderEdit(txn, ds.header),
-                                         encode_chunks(self.pool, ds, ds.source, st.chunks, st))
+                            stage_chunks(txn, ds, edit, encode_chunks(self.pool, ds, ds.source, st.chunks, st))
                         except BrokenChunk as exc:
                             log.error("%s: writes lost, the dataset is broken in the file: %s", ds.path, exc.error)
                             broken.append(exc.error)
                             lost.add(address)
                             self._drop(address)
                             continue
+                    if edit is not None:
+                        self._stamp(edit, address)
                     changed.append(address)
+                if part is last:
+                    changed += self._stamp_others(txn, lost)
                 txn.owners.update(changed)
                 txn.commit()
             with self.lock:   # no write may pin a chunk under a version of the dataset being retired
                 self._forget(txn, changed)
-            self.flush_done += sum(_chunk_count(st) for _, st in part)
+            self.flush_done += sum(chunk_count(st) for _, st in part)
         if any(st.external for st in batch.values()):
             external_sync_all(self.f)
         with self.lock:
@@ -389,30 +378,6 @@ class Writeback:
                     if self.f.chunk_cache.peek((owner, coords)) is buf:
                         self.f.chunk_cache.unpin((owner, coords))
         return broken
-
-    def _parts(self, batch: dict[int, Dirty]) -> Iterator[list[tuple[int, Dirty]]]:
-        """The batch as transactions of at most the budget's worth of chunks each: the space a
-        part frees is reused by the next, so a flush that rewrites many chunks (random writes
-        held as small patches) does not grow the file by all of them at once."""
-        part: list[tuple[int, Dirty]] = []
-        room = self.dirty_limit
-        for address, st in batch.items():
-            todo = list(st.chunks) + [c for c in st.patches if c not in st.chunks]
-            if not todo:
-                part.append((address, st))
-                continue
-            size = max(1, self.f.get(address, st.path).source.chunk_bytes)
-            while todo:
-                n = max(1, room // size)
-                take, todo = todo[:n], todo[n:]
-                part.append((address, replace(st, chunks={c: st.chunks[c] for c in take if c in st.chunks},
-                                              patches={c: st.patches[c] for c in take if c in st.patches})))
-                room -= len(take) * size
-                if room < size:
-                    yield part
-                    part, room = [], self.dirty_limit
-        if part:
-            yield part
 
     def discard(self, address: int) -> None:
         """A dataset going away: its writes not in the file are forgotten."""
@@ -425,7 +390,7 @@ class Writeback:
             self.stamps.pop(address, None)
             st = self.dirty.pop(address, None)
             if st is not None:
-                self.nbytes -= _dirty_nbytes(st)
+                self.nbytes -= dirty_nbytes(st)
             self.f.chunk_cache.invalidate_owner((address, self.f.generation(address)))
 
     def _restore(self, address: int, old: Dirty) -> None:
@@ -484,19 +449,24 @@ class Writeback:
         with self.lock:
             self.stamps[address] = seconds
 
-    def take_stamps(self) -> dict[int, int]:
-        """The modification times to record (call holding `commit_lock`: no dataset among them
-        can be freed meanwhile)."""
+    def _stamp(self, edit: HeaderEdit, address: int) -> bool:
+        """The time of the dataset's last write into its header, where it keeps one (none is
+        added: libhdf5 does not stamp writes either), in the commit of its data; whether it did."""
         with self.lock:
-            stamps, self.stamps = self.stamps, {}
-        return stamps
+            seconds = self.stamps.pop(address, None)
+        return seconds is not None and header_times.set_times(edit, self.f.sizes, mtime=seconds, ctime=seconds)
 
-
-def _dirty_nbytes(st: Dirty) -> int:
-    """The bytes the budget counts for a dataset's dirty state."""
-    return sum(len(b) for b in st.chunks.values()) + sum(costs(ps) for ps in st.patches.values())
-
-
-def _chunk_count(st: Dirty) -> int:
-    return len(st.chunks) + sum(1 for c in st.patches if c not in st.chunks)
-
+    def _stamp_others(self, txn: Transaction, lost: set[int]) -> list[int]:
+        """The times of datasets written with nothing left to commit (a truncation's), in the
+        flush's last transaction; the headers changed."""
+        with self.lock:
+            others = [a for a in self.stamps if a not in self.dirty and a not in lost]
+        stamped = []
+        for address in others:
+            try:
+                header = read_header(txn.reader, address, f"object at {address}")
+            except H5fsError:   # unreadable: its readers say why
+                continue
+            if self._stamp(HeaderEdit(txn, header), address):
+                stamped.append(address)
+        return stamped

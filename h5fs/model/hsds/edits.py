@@ -16,7 +16,7 @@ What HSDS does not keep, and what follows from it:
 - A POST that makes an object linked under a name already taken answers 409 after making the
   object: the empty object is left unreachable (the FUSE layer's own name check comes first,
   so only a concurrent writer meets this).
-- No settable times: `touch` and `stamp` do nothing; the service stamps its own.
+- No settable times: `touch` does nothing; the service stamps its own.
 - An object whose last link goes while it is open stays until its last close (`orphans`,
   `free_orphan`), as the local engine keeps one; a crash in between leaves it unreachable.
 """
@@ -397,9 +397,6 @@ class HsdsEditor:
     # -- times and the local engine's bookkeeping: nothing to do -------------------------------------
     def touch(self, obj: HsdsObject, mtime_ns: int | None = None) -> None:
         """HSDS keeps no settable time: nothing changes."""
-
-    def stamp(self) -> None:
-        """The service stamps its writes itself."""
 
     def land(self, redo: bool = False) -> None:
         """New groups waiting to be sent go now (creations.py); no other edit waits."""
