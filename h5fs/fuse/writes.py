@@ -26,7 +26,7 @@ from pyfuse3 import FUSEError
 
 from ..errors import H5fsError
 from ..model import namespace
-from ..model.free_space import find_free_space
+from ..model.free_space import find_free_space, space_freed
 from ..model.namespace import NPY, RAW
 from ..model.npy_view_write import npy_view_truncate, npy_view_write
 from ..model.npy_header import npy_header
@@ -78,12 +78,6 @@ async def _find_free_space(mount: MountState) -> None:
         log.warning("free space not reused: %s: %s", type(exc).__name__, exc)
 
 
-def _frees(mount: MountState) -> bool:
-    """Whether the mount freed space, or its last commits may (removals waiting, dirty data)."""
-    w = mount.writes
-    return bool(mount.f.store.allocator.held_bytes() or mount.f.store.pending or w.wb.dirty)
-
-
 def _aside(mount: MountState) -> Progress:
     """The walk's progress hook, in its worker. Past its first WALK_ALONE s, while requests are
     being served, the walk runs WALK_SLICE s then sleeps, taking WALK_SHARE of the time, so a
@@ -96,7 +90,7 @@ def _aside(mount: MountState) -> Progress:
     def pause(objects: int, chunks: int) -> None:
         nonlocal seen, began
         if mount.writes.stopping.is_set():
-            if not _frees(mount):
+            if not space_freed(mount.f, mount.writes.wb):
                 raise WalkStopped()
             return
         now = time.monotonic()
@@ -138,8 +132,7 @@ async def flush(mount: MountState, durable: bool = True) -> None:
         return
     touched, w.touched = w.touched, set()
     try:
-        await offload.run_sync(w.editor.stamp)   # its record retired by the flush's fsync
-        await offload.run_sync(commit)
+        await offload.run_sync(commit)   # (the times of the writes with their data: one commit)
     finally:
         for address in touched:
             try:
@@ -162,7 +155,6 @@ async def closed(mount: MountState, address: int | None) -> None:
 
 def close(mount: MountState) -> None:
     """At unmount: everything into the file, durably."""
-    mount.writes.editor.stamp()
     mount.writes.wb.close()
 
 

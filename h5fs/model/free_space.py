@@ -31,6 +31,12 @@ def hold_freed_space(f) -> None:
     f.store.allocator.hold_frees()
 
 
+def space_freed(f, wb) -> bool:
+    """Whether the mount freed space, or its last commits may (removals waiting, `wb`'s dirty
+    data): the unmount then gives back what ends the file, on a walk's word."""
+    return bool(f.store.allocator.held_bytes() or f.store.pending or wb.dirty)
+
+
 def find_free_space(f, quiet=nullcontext(), progress: Progress | None = None) -> int | None:
     """Adopt the unused space of the open writable file `f`; returns the bytes adopted, or None
     when the walk cannot be trusted and is to be made again later. `quiet` (a lock) holds off
