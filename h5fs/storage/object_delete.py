@@ -30,7 +30,10 @@ GRAVE = 8   # bytes of a freed object header kept unused and zeroed (module docs
 
 
 class _ObjectWalk(SpaceWalk):
-    """The space map walk of one object, without what other objects share."""
+    """The space map walk of one object, without what other objects share (what its values
+    name, references and global heap objects, is not read either)."""
+
+    reads_values = False
 
     def enqueue(self, address, path, queue=None) -> None:
         pass

@@ -98,6 +98,8 @@ def used_extents(file: WalkedFile) -> list[Extent]:
 class SpaceWalk:
     """The walk, and the sink (storage/extent_sink.py) the structures report their blocks to."""
 
+    reads_values = True   # values are read for the references and heap objects they hold
+
     def __init__(self, file: WalkedFile, chunks: bool, progress: Progress | None, clock: Callable[[], int] = lambda: 0):
         self.f, self.reader, self.sizes = file, file.reader, file.sizes
         self.clock = clock
@@ -309,7 +311,7 @@ class SpaceWalk:
             info = obj.message(ATTRIBUTE_INFO)
             if info is not None and info.heap_address is not None:
                 self.dense(path, "dense attributes", info)
-            for a in obj.attributes():
+            for a in obj.attributes() if self.reads_values else ():
                 with self.guard(path, f"attribute {a.name!r}"):
                     if a.msg.datatype_shared:
                         self.shared_source(DATATYPE, a.msg.datatype_raw, path)
@@ -331,7 +333,7 @@ class SpaceWalk:
     def dataset(self, ds, path: str) -> None:
         with self.guard(path, "data layout"):
             lay, dt = ds.layout, ds.datatype
-            fields = heap_id_fields(dt)
+            fields = heap_id_fields(dt) if self.reads_values else ()
             if lay.layout_class == L.CONTIGUOUS:
                 self.contiguous(ds, path, lay, dt, fields)
             elif lay.chunked:
