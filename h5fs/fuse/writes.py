@@ -80,7 +80,7 @@ async def _find_free_space(mount: MountState) -> None:
 
 def _aside(mount: MountState) -> Progress:
     """The walk's progress hook, in its worker. Past its first WALK_ALONE s, while requests are
-    being served, the walk runs WALK_SLICE s then sleeps, taking WALK_SHARE of the time, so a
+    being served, the walk runs about WALK_SLICE s then sleeps, taking WALK_SHARE of the time, so a
     burst right after the mount (`rm -r`, `cp -r` of a large tree) does not wait for the GIL
     behind it; alone it runs on. Once the mount is going it ends where it is, unless the mount
     freed space: the unmount gives back what ends the file only on the walk's word."""
@@ -97,7 +97,7 @@ def _aside(mount: MountState) -> Progress:
         if now < alone_until or now - began < WALK_SLICE:
             return
         if mount.requests != seen or mount.serving:
-            mount.writes.stopping.wait((now - began) * (1 / WALK_SHARE - 1))
+            mount.writes.stopping.wait(WALK_SLICE * (1 / WALK_SHARE - 1))
         seen, began = mount.requests, time.monotonic()
 
     return pause

@@ -31,6 +31,10 @@ def hold_freed_space(f) -> None:
     f.store.allocator.hold_frees()
 
 
+class _Moved(Exception):
+    """An object got a new link, or lost one it is still in the file under, while the walk ran."""
+
+
 def space_freed(f, wb) -> bool:
     """Whether the mount freed space, or its last commits may (removals waiting, `wb`'s dirty
     data): the unmount then gives back what ends the file, on a walk's word."""
@@ -58,10 +62,23 @@ def find_free_space(f, quiet=nullcontext(), progress: Progress | None = None) ->
         end = allocator.watch()
         commits, relinks = f.store.commits, f.store.relinks
         deferred = bool(f.store.pending)   # (landing failed: the walk would be of another tree)
+    if deferred:
+        allocator.reuse_gaps([])
+        return None
+
+    def watched(objects: int, chunks: int) -> None:
+        if f.store.relinks != relinks:
+            raise _Moved()   # what it would find is not trusted: it ends now, not at its end
+        if progress is not None:
+            progress(objects, chunks)
+
     try:
-        smap = walk(f, progress=progress, clock=lambda: allocator.clock)
+        smap = walk(f, progress=watched, clock=lambda: allocator.clock)
         problems = smap.problems or space_problems(sorted(smap.extents, key=lambda e: e.address), smap.free, end)
         problem = problems[0] if problems else None
+    except _Moved:
+        allocator.reuse_gaps([])
+        return None
     except Exception as exc:  # noqa: BLE001 - raised again below unless the file changed
         problem, problems, smap = exc, [], None
     changed = f.store.commits != commits or deferred

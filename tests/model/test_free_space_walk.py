@@ -69,3 +69,21 @@ def test_edits_that_only_allocate_leave_the_walk_trusted(opened, monkeypatch):
     g1 = _group(f, "g1")
     _during_walk(monkeypatch, lambda: editor.mkdir(g1, "new"))
     assert free_space.find_free_space(f) > 0
+
+
+def test_a_walk_a_new_link_made_untrusted_ends_there(opened):
+    """The walk ends at the next object once a link moved under it (its result would be thrown
+    away); the next walk, with the tree holding still, is trusted."""
+    f, editor = opened
+    g0, g3 = _group(f, "g0"), _group(f, "g3")
+    met = []
+
+    def progress(objects, chunks):
+        met.append(objects)
+        if objects == 2:
+            editor.rename(g3, "d7", g0, "moved")
+
+    free_before = f.store.allocator.extents()
+    assert free_space.find_free_space(f, progress=progress) is None
+    assert max(met) == 2 and f.store.allocator.extents() == free_before
+    assert free_space.find_free_space(f) > 0
