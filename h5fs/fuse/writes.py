@@ -42,6 +42,8 @@ FLUSH_POLL = 0.5     # s between checks
 WALKS = 5            # walks for unused space made while the tree keeps changing under them
 WALK_PAUSE = 2.0     # s between them, at first
 WALK_PAUSE_MAX = 60.0
+WALK_QUIET = 0.5     # s without a request before a walk is made again (it lands what waits first)
+WALK_LATEST = 30.0   # s it waits for that at most
 WALK_ALONE = 0.05    # s a walk runs before it stands aside for requests (a small file's whole walk)
 WALK_SLICE = 0.001   # s it then runs between looks at the requests served
 WALK_SHARE = 0.05    # of the time it takes while requests keep coming
@@ -59,8 +61,9 @@ def start(mount: MountState, nursery) -> None:
 
 async def _find_free_space(mount: MountState) -> None:
     """The walk for unused space, made again while the tree changes under it (WALK_PAUSE s
-    apart, doubling up to WALK_PAUSE_MAX): until one completes, freed space is not reused. It
-    stands aside while requests come (`_aside`)."""
+    apart, doubling up to WALK_PAUSE_MAX, and once the mount is quiet: a walk lands the edits
+    waiting first, which would make a burst of edits wait): until one completes, freed space
+    is not reused. It stands aside while requests come (`_aside`)."""
     pause = WALK_PAUSE
     try:
         for attempt in range(1, 10**9):
@@ -72,10 +75,20 @@ async def _find_free_space(mount: MountState) -> None:
                          "is reused once one completes", WALKS)
             await trio.sleep(pause)
             pause = min(2 * pause, WALK_PAUSE_MAX)
+            await _quiet(mount)
     except WalkStopped:
         return
     except Exception as exc:  # noqa: BLE001 - new space keeps coming from the end of the file
         log.warning("free space not reused: %s: %s", type(exc).__name__, exc)
+
+
+async def _quiet(mount: MountState) -> None:
+    """Wait for WALK_QUIET s without a request (WALK_LATEST s at most)."""
+    seen, waited = None, 0.0
+    while waited < WALK_LATEST and (mount.requests != seen or mount.serving):
+        seen = mount.requests
+        await trio.sleep(WALK_QUIET)
+        waited += WALK_QUIET
 
 
 def _aside(mount: MountState) -> Progress:
