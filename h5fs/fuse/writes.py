@@ -26,11 +26,10 @@ from pyfuse3 import FUSEError
 
 from ..errors import H5fsError
 from ..model import namespace
-from ..model.free_space import find_free_space, space_freed
+from ..model.free_space import Progress, find_free_space, space_freed
 from ..model.namespace import NPY, RAW
 from ..model.npy_view_write import npy_view_truncate, npy_view_write
 from ..model.npy_header import npy_header
-from ..storage.space_map import Progress
 from . import offload
 from .handles import OpenFile
 from .inodes import Node
