@@ -60,7 +60,8 @@ async def rmdir(mount: MountState, parent_inode: int, name: bytes) -> None:
     if entry.kind != DIR:
         raise FUSEError(errno.ENOTDIR)
     before = mount.table.newest
-    # an empty group; one whose link edits wait lands them first (TreeEditor.land): in a worker
+    # an empty group: its removal waits to land (model/quick_unlink.py), or takes a transaction
+    # that may land what waits first (TreeEditor.land): in a worker
     left = await run(mount, editor.rmdir, mount.object(parent), text)
     await changed(mount, parent, name)
     await forget_object(mount, entry.address, left, before)
@@ -88,7 +89,7 @@ async def unlink(mount: MountState, parent_inode: int, name: bytes) -> None:
         return entry, left, editing.numbers_left(mount, entry.address, left), gone
 
     before = mount.table.newest
-    # from a dense group the removal waits to land: an edit as small as a mkdir, no worker trip
+    # the removal waits to land (model/quick_unlink.py): an edit as small as a mkdir, no worker trip
     small = namespace.links_deferred(mount.object(parent))
     entry, left, numbers, gone = await (quick if small else run)(mount, remove)
     await changed(mount, parent, name, namespace.other_views(name, entry))

@@ -20,7 +20,8 @@ from .objects import H5Object
 def unlink(editor, parent: H5Object, name: str, group: bool = False) -> tuple[bool, int | None]:
     """Remove the link `name` of `parent`: (True, the hard links left to its object, None for a
     soft or external link) once the journal holds it; (False, None) when it takes a transaction
-    (the group's links are not waiting ones, its times change, or the link names a new group).
+    (the group keeps times that change, it or the object is a new group, or the file is damaged
+    there).
     `group` (rmdir): the link must name a group that shows no link (its removals may wait:
     they land with it, or go with its storage when it is freed, `doomed`), else (False, None).
     FileNotFoundError: no such link."""
