@@ -362,7 +362,7 @@ class Writeback:
                         self._stamp(edit, address)
                     changed.append(address)
                 if part is last:
-                    changed += self._stamp_others(txn, lost)
+                    changed += self._stamp_others(txn, batch)
                 txn.owners.update(changed)
                 txn.commit()
             with self.lock:   # no write may pin a chunk under a version of the dataset being retired
@@ -456,11 +456,12 @@ class Writeback:
             seconds = self.stamps.pop(address, None)
         return seconds is not None and header_times.set_times(edit, self.f.sizes, mtime=seconds, ctime=seconds)
 
-    def _stamp_others(self, txn: Transaction, lost: set[int]) -> list[int]:
-        """The times of datasets written with nothing left to commit (a truncation's), in the
-        flush's last transaction; the headers changed."""
+    def _stamp_others(self, txn: Transaction, batch: dict[int, Dirty]) -> list[int]:
+        """The times of datasets written with nothing left to commit (a truncation's: not in
+        the flush's `batch`, nor dirty again), in the flush's last transaction; the headers
+        changed."""
         with self.lock:
-            others = [a for a in self.stamps if a not in self.dirty and a not in lost]
+            others = [a for a in self.stamps if a not in self.dirty and a not in batch]
         stamped = []
         for address in others:
             try:
