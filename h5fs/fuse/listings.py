@@ -28,9 +28,12 @@ async def opendir(mount: MountState, inode: int) -> int:
     node = mount.dir(inode)
     entries = mount.listings.get(node.address)  # nothing changes under a read-only mount
     if entries is None:
+        obj = mount.object(node)
+        # a group of a few links in its header is listed on the trio thread when no commit is
+        # under way (`rm -r` of a tree opens every group); others in a worker
+        read = mount.quickly if namespace.few_links(obj) else mount.consistently
         try:
-            entries = await mount.consistently(namespace.entries, mount.f, mount.object(node), node.path,
-                                               mount.known)
+            entries = await read(namespace.entries, mount.f, obj, node.path, mount.known)
         except Exception as exc:
             mount.mark_broken(node, exc)
             raise FUSEError(errno.EIO) from None

@@ -60,9 +60,10 @@ async def rmdir(mount: MountState, parent_inode: int, name: bytes) -> None:
     if entry.kind != DIR:
         raise FUSEError(errno.ENOTDIR)
     before = mount.table.newest
-    # an empty group: its removal waits to land (model/quick_unlink.py), or takes a transaction
-    # that may land what waits first (TreeEditor.land): in a worker
-    left = await run(mount, editor.rmdir, mount.object(parent), text)
+    # an empty group: its removal waits to land (model/quick_unlink.py), an edit as small as a
+    # mkdir, no worker trip (`rm -r` of a tree removes every group so)
+    small = namespace.links_deferred(mount.object(parent))
+    left = await (quick if small else run)(mount, editor.rmdir, mount.object(parent), text)
     await changed(mount, parent, name)
     await forget_object(mount, entry.address, left, before)
 

@@ -197,6 +197,19 @@ def links_deferred(group: Group) -> bool:
         return False
 
 
+FEW_LINKS = 8   # libhdf5's default most links a group keeps in its header
+
+
+def few_links(group: Group) -> bool:
+    """Whether the group keeps at most FEW_LINKS links in its header (listed with little work);
+    False for anything else, or what cannot be read here."""
+    try:
+        return links_compact(group) and len(group.header.find(M.LINK)) <= FEW_LINKS \
+            and not group.file.pending.holds(group.address)
+    except Exception:  # noqa: BLE001 - the listing reports it
+        return False
+
+
 def links_compact(group: Group) -> bool:
     """Whether the new-style group keeps its links in its header."""
     info = group.message(M.LINK_INFO)
