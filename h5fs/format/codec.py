@@ -211,3 +211,10 @@ class Writer:
     def align(self, multiple: int, start: int = 0) -> None:
         """Zero-pad until (pos - start) is a multiple of `multiple`."""
         self.buf += bytes(-(len(self.buf) - start) % multiple)
+
+
+def encoded(encode, value, sizes: Sizes = DEFAULT_SIZES) -> bytes:
+    """The bytes `encode(writer, value)` writes: a message body on its own."""
+    w = Writer(sizes)
+    encode(w, value)
+    return w.getvalue()

@@ -62,7 +62,7 @@ import numpy as np
 
 from ..errors import CannotWrite, InvalidWrite, Unsupported
 from ..format import global_heap as gh
-from ..format.codec import Reader, Sizes, Writer
+from ..format.codec import Reader, Sizes, Writer, encoded
 from ..format.messages import attribute as attr_msg
 from ..format.messages import dataspace as DS
 from ..format.messages import datatype as T
@@ -401,9 +401,9 @@ def revalued(txn: Transaction, msg: attr_msg.AttributeMessage, text: bytes, data
     old = None if keep_old else msg.data[:dataspace.count * datatype.size]
     msg = replace(msg, data=store_value(txn, text, dt, space, old=old))
     if dt != datatype:
-        msg = replace(msg, datatype_raw=_encoded(T.encode, dt, txn.sizes), datatype_shared=False)
+        msg = replace(msg, datatype_raw=encoded(T.encode, dt, txn.sizes), datatype_shared=False)
     if space != dataspace:
-        msg = replace(msg, dataspace_raw=_encoded(DS.encode, space, txn.sizes), dataspace_shared=False)
+        msg = replace(msg, dataspace_raw=encoded(DS.encode, space, txn.sizes), dataspace_shared=False)
     return msg
 
 
@@ -425,12 +425,6 @@ def string_datatype(sizes: Sizes) -> T.VarLen:
     """h5py's variable-length UTF-8 string (h5py.string_dtype())."""
     char = T.FixedPoint(1, 1, "<", False, 0, 0, 0, 8)
     return T.VarLen(1, 4 + gh.heap_id_size(sizes), T.VLEN_STRING, T.NULLTERM, T.UTF8, char)
-
-
-def _encoded(encode, value, sizes: Sizes) -> bytes:
-    w = Writer(sizes)
-    encode(w, value)
-    return w.getvalue()
 
 
 def check_string_attribute(name: str, text: bytes) -> None:
@@ -455,7 +449,7 @@ def _string_scalar(sizes: Sizes, libver: str) -> tuple[bytes, bytes, int]:
     (the same for every such attribute of a file: a burst of `setfattr` encodes them once)."""
     later = at_least(libver, "v108")
     space = DS.Dataspace(DS.SCALAR, version=2 if later else 1)
-    return _encoded(T.encode, string_datatype(sizes), sizes), _encoded(DS.encode, space, sizes), 3 if later else 1
+    return encoded(T.encode, string_datatype(sizes), sizes), encoded(DS.encode, space, sizes), 3 if later else 1
 
 
 def new_fixed_string_attribute(name: str, text: bytes, charset: int, sizes: Sizes, libver: str = "earliest",
@@ -469,7 +463,7 @@ def new_fixed_string_attribute(name: str, text: bytes, charset: int, sizes: Size
     datatype = T.String(1, max(1, len(text)), T.NULLTERM, charset)
     kind = DS.NULL if empty_null and not text else DS.SCALAR
     space = DS.Dataspace(kind, version=2 if later or kind == DS.NULL else 1)
-    return attr_msg.AttributeMessage(name, _encoded(T.encode, datatype, sizes), _encoded(DS.encode, space, sizes),
+    return attr_msg.AttributeMessage(name, encoded(T.encode, datatype, sizes), encoded(DS.encode, space, sizes),
                                      _fixed_strings(text, datatype, space.count), version=3 if later else 1)
 
 
@@ -500,7 +494,7 @@ def new_attribute(name: str, dtype: np.dtype, text: bytes, sizes: Sizes,
     dims = value_shape(text)
     space = DS.Dataspace(DS.SIMPLE if dims else DS.SCALAR, dims, dims, version=2 if later else 1)
     data = parse_value(text, datatype, space)
-    return attr_msg.AttributeMessage(name, _encoded(T.encode, datatype, sizes), _encoded(DS.encode, space, sizes),
+    return attr_msg.AttributeMessage(name, encoded(T.encode, datatype, sizes), encoded(DS.encode, space, sizes),
                                      data, version=3 if later else 1)
 
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from ..errors import CannotWrite
 from ..format import object_header as oh
-from ..format.codec import Writer
+from ..format.codec import encoded
 from ..format.messages import attribute as attr_msg
 from ..format.messages import attribute_info as ainfo_msg
 from ..format.messages import link as link_msg
@@ -54,7 +54,7 @@ def _group_messages(version: int, flags: int, group_info: bytes, track_order: bo
                     sizes) -> tuple[int, tuple, dict]:
     """`group_messages`, made once for each kind of group (a burst of `mkdir` asks the same)."""
     new_info = link_info_msg.LinkInfo(track_order, index_order, 0 if track_order else None, None, None, None)
-    messages = ((LINK_INFO, _encoded(link_info_msg.encode, new_info, sizes), 0), (GROUP_INFO, group_info, 0))
+    messages = ((LINK_INFO, encoded(link_info_msg.encode, new_info, sizes), 0), (GROUP_INFO, group_info, 0))
     hint = sum(len(body) for _, body, _ in messages) + 4 * (8 + len(encode_link(
         Link("x" * 8, link_msg.HARD, address=0), sizes)))
     if version == 1:
@@ -199,13 +199,13 @@ def _room(record: oh.ObjectHeader) -> int:
 def _string_message_size(name: str, sizes, libver: str) -> int:
     """The bytes of a string attribute message named `name` (its value is a heap ID: the same
     for any text)."""
-    return len(_encoded(attr_msg.encode, new_string_attribute(name, b"", UNSTORED, sizes, libver), sizes))
+    return len(encoded(attr_msg.encode, new_string_attribute(name, b"", UNSTORED, sizes, libver), sizes))
 
 
 @functools.lru_cache(maxsize=8)
 def _attribute_info(index_order: bool, sizes) -> bytes:
     """The attribute info a new group's first attribute brings (no creation order kept)."""
-    return _encoded(ainfo_msg.encode, ainfo_msg.AttributeInfo(False, index_order, None, None, None, None), sizes)
+    return encoded(ainfo_msg.encode, ainfo_msg.AttributeInfo(False, index_order, None, None, None, None), sizes)
 
 
 def _with_attributes(record: oh.ObjectHeader, attributes: list, sizes) -> list[tuple[int, bytes, int]]:
@@ -214,14 +214,8 @@ def _with_attributes(record: oh.ObjectHeader, attributes: list, sizes) -> list[t
     messages = [(m.type, bytes(m.data), m.flags) for m in record.messages]
     if record.version > 1:
         messages.append((ATTRIBUTE_INFO, _attribute_info(bool(record.flags & oh.HDR_INDEX_ORDER), sizes), 0))
-    return messages + [(ATTRIBUTE, _encoded(attr_msg.encode, msg, sizes), 0) for msg in attributes]
+    return messages + [(ATTRIBUTE, encoded(attr_msg.encode, msg, sizes), 0) for msg in attributes]
 
 
 def _one_block(address: int, length: int) -> bytes:
     raise CannotWrite(f"a new group's header continues at {address}: it was made in one block")
-
-
-def _encoded(encode, value, sizes) -> bytes:
-    w = Writer(sizes)
-    encode(w, value)
-    return w.getvalue()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from ..format.codec import Writer
+from ..format.codec import encoded
 from ..format.messages import modification_time
 from ..format.messages.types import MTIME, MTIME_OLD
 from ..storage.object_header.edit import HeaderEdit
@@ -35,15 +35,9 @@ def set_times(edit: HeaderEdit, sizes, *, mtime: int | None = None, ctime: int |
     for mtype, encode in ((MTIME, modification_time.encode_new), (MTIME_OLD, modification_time.encode_old)):
         raw = edit.header.first(mtype)
         if raw is not None:
-            edit.replace(raw, _encoded(encode, mtime, sizes))
+            edit.replace(raw, encoded(encode, mtime, sizes))
             return True
     if add and edit.header.version > 1:
-        edit.add(MTIME, _encoded(modification_time.encode_new, mtime, sizes))
+        edit.add(MTIME, encoded(modification_time.encode_new, mtime, sizes))
         return True
     return False
-
-
-def _encoded(encode, value, sizes) -> bytes:
-    w = Writer(sizes)
-    encode(w, value)
-    return w.getvalue()

@@ -526,12 +526,6 @@ def _data_message(header, types: frozenset[int]) -> RawMessage | None:
     return next((m for m in header.messages if m.type in types), None)
 
 
-def _encoded(encode, value, sizes) -> bytes:
-    w = Writer(sizes)
-    encode(w, value)
-    return w.getvalue()
-
-
 def _existing(links: GroupLinks, name: str) -> Link:
     link = links.lookup(name)
     if link is None:
