@@ -81,8 +81,8 @@ def find_free_space(f, quiet=nullcontext(), progress: Progress | None = None) ->
         return None
     except Exception as exc:  # noqa: BLE001 - raised again below unless the file changed
         problem, problems, smap = exc, [], None
-    changed = f.store.commits != commits or deferred
-    moved = f.store.relinks != relinks or deferred
+    changed = f.store.commits != commits
+    moved = f.store.relinks != relinks
     if problem is not None or moved:
         allocator.reuse_gaps([])
         if problem is None or changed:

@@ -204,16 +204,10 @@ def few_links(group: Group) -> bool:
     """Whether the group keeps at most FEW_LINKS links in its header (listed with little work);
     False for anything else, or what cannot be read here."""
     try:
-        return links_compact(group) and len(group.header.find(M.LINK)) <= FEW_LINKS \
+        return links_from_header(group) and len(group.header.find(M.LINK)) <= FEW_LINKS \
             and not group.file.pending.holds(group.address)
     except Exception:  # noqa: BLE001 - the listing reports it
         return False
-
-
-def links_compact(group: Group) -> bool:
-    """Whether the new-style group keeps its links in its header."""
-    info = group.message(M.LINK_INFO)
-    return info is not None and info.heap_address is None
 
 
 def view_base(name: bytes, entry: Entry) -> bytes:

@@ -13,7 +13,7 @@ from ..format.messages import link as link_msg
 from ..storage.object_header.edit import refcount_of
 from ..storage.pending_links import REMOVE, UNREF, Op
 from .fresh_groups import times_stay
-from .namespace import join, links_compact, links_deferred
+from .namespace import join, links_from_header, links_deferred
 from .objects import H5Object
 
 
@@ -47,7 +47,7 @@ def unlink(editor, parent: H5Object, name: str, group: bool = False) -> tuple[bo
         left = max(0, refcount_of(f.header(address, path), f.sizes) - pending.unrefs_of(address) - 1)
         ops.append(Op(UNREF, address, path))
     store.defer(ops)
-    if links_compact(parent):   # a transaction reading its header lands it first (TreeEditor._edit)
+    if links_from_header(parent):   # a transaction reading its header lands it first (TreeEditor._edit)
         pending.in_headers.add(parent.address)
     store.relinks += 1   # an object hidden while still in the file: a walk under it is not trusted
     if left == 0 and editor.in_use(address):   # open still, no link left: freed after its close

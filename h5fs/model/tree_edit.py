@@ -47,7 +47,7 @@ from . import messages as M
 from .dataset_create import NewDataset, dataset_messages
 from .dimension_scales import detach as detach_scales
 from .libver import libver_for_superblock
-from .namespace import links_compact
+from .namespace import links_from_header
 from .objects import H5Object
 from .replace_like import STORAGE_MESSAGES, messages_like
 
@@ -165,7 +165,7 @@ class TreeEditor:
         # new groups may wait while this one is made, unless it is made in one of them or next
         # to waiting links that only their landing puts in the header (fresh_groups.mkdir)
         pending = self.f.store.pending
-        keep = parent.address not in pending.fresh and not (pending.holds(parent.address) and links_compact(parent))
+        keep = parent.address not in pending.fresh and not (pending.holds(parent.address) and links_from_header(parent))
         with self._edit(keep_fresh=keep) as (txn, touched):
             links = self._links(txn, parent, touched)
             address = self._new_group(txn, links)
