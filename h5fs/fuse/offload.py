@@ -15,7 +15,7 @@ from typing import Awaitable, Callable, TypeVar
 
 import trio
 
-from ..storage.byte_source import WouldBlock
+from ..storage.byte_source import WouldBlock, inline
 
 T = TypeVar("T")
 
@@ -42,10 +42,12 @@ async def run_unless_busy(lock: threading.RLock, fn: Callable[..., T], *args,
     Bytes the trio thread may not wait for (WouldBlock: a remote object's) send `fn` to
     `otherwise` too, from its start: the callers' edits read no dataset's data (a writable
     mount's file is local; only a virtual dataset's sources can be remote), so none has
-    committed anything by then (a transaction cut short is aborted, never published)."""
+    committed anything by then (a transaction cut short is aborted, never published). So does
+    work that may take long (`byte_source.inline`: a landing of deferred edits)."""
     if lock.acquire(blocking=False):
         try:
-            return fn(*args)
+            with inline():
+                return fn(*args)
         except WouldBlock:
             pass
         finally:

@@ -35,6 +35,7 @@ from ..format.messages.link import Link
 from ..format.messages.types import ATTRIBUTE, ATTRIBUTE_INFO, SYMBOL_TABLE
 from ..format.object_header import RawMessage
 from ..storage import symbol_table
+from ..storage.byte_source import WouldBlock, running_inline
 from ..storage.object_header.create import create_header
 from ..storage.object_header.edit import HeaderEdit, refcount_of
 from ..storage.links_write import GroupLinks, land_links, take_unrefs
@@ -330,6 +331,8 @@ class TreeEditor:
         whose links the removals took counted down in another (freeing walks an object as
         committed: its links must have gone first)."""
         store = self.f.store
+        if store.pending and running_inline():   # an edit on the trio thread: it goes to a worker
+            raise WouldBlock(lambda: None)
         with self.wb.commit_lock if self.wb is not None else nullcontext():   # no edit between the two
             for group in quick_unlink.doomed(self, store.pending):
                 store.pending.drop_removals(group)   # its storage goes whole (`_free`)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 URL_SCHEMES = ("s3://", "http://", "https://")
@@ -40,6 +41,22 @@ def mark_event_loop_thread() -> None:
 
 def on_event_loop_thread() -> bool:
     return getattr(_loop, "marked", False)
+
+
+@contextmanager
+def inline() -> Iterator[None]:
+    """The calling thread runs work in place of a worker (fuse/offload.py `run_unless_busy`):
+    work that may take long raises WouldBlock and is sent to a worker from its start."""
+    before = getattr(_loop, "inline", False)
+    _loop.inline = True
+    try:
+        yield
+    finally:
+        _loop.inline = before
+
+
+def running_inline() -> bool:
+    return getattr(_loop, "inline", False)
 
 
 def is_url(name: str) -> bool:
